@@ -10,6 +10,7 @@ On a TPU (Colab/Kaggle/Cloud TPU VM, detected automatically):
 
 import json
 import os
+import sys
 
 from absl import app
 from absl import flags
@@ -48,7 +49,12 @@ def main(argv):
       learning_rate=FLAGS.learning_rate, steps_per_execution=FLAGS.steps_per_execution,
       seed=FLAGS.seed, model_dir=FLAGS.model_dir, tpu=FLAGS.tpu, strategy=FLAGS.strategy,
       cpu_replicas=FLAGS.cpu_replicas, connect_timeout=FLAGS.connect_timeout)
-  summary = recipes.train_cnn(config)
+  try:
+    summary = recipes.train_cnn(config)
+  except (ValueError, recipes.resolver.StrategyError) as e:
+    # Configuration problems get one clear line, not a TensorFlow traceback.
+    print(f"error: {e}", file=sys.stderr)
+    return 2
   test = summary["test"]
   print(f"test accuracy {test['accuracy']:.4f}, loss {test['loss']:.4f} on "
         f"{summary['test_examples']} examples; {summary['replicas']} replica(s), global batch "
