@@ -13,6 +13,10 @@ import numpy as np
 import tensorflow as tf
 
 
+class DatasetUnavailableError(RuntimeError):
+  """A dataset could not be loaded (e.g. no internet to download it)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Batching:
   """Batch arithmetic for one strategy, in one place."""
@@ -72,6 +76,33 @@ def load_digits(test_fraction=0.2, seed=0):
   x_train, x_test, y_train, y_test = model_selection.train_test_split(
       x, y, test_size=test_fraction, random_state=seed, stratify=y)
   return ArraySplit(x_train, y_train), ArraySplit(x_test, y_test)
+
+
+def load_tfds_images(name, data_dir=None, splits=("train", "test")):
+  """Return ArraySplits of a tfds image dataset, images scaled to float32 [0, 1].
+
+  Raises:
+    DatasetUnavailableError: when tfds cannot load or download the dataset.
+  """
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  result = []
+  for split in splits:
+    try:
+      # Iterate rather than batch_size=-1, which aborts the process on datasets
+      # of unknown cardinality (e.g. tfds.testing.mock_data) in TF 2.21.
+      pairs = list(tfds.as_numpy(tfds.load(name, split=split, as_supervised=True,
+                                           data_dir=data_dir)))
+    except Exception as e:  # pylint: disable=broad-except
+      raise DatasetUnavailableError(
+          f"Could not load tfds dataset {name!r} split {split!r} ({type(e).__name__}: "
+          f"{str(e)[:300]}). Without internet use dataset 'digits' (bundled with "
+          f"scikit-learn), or point data_dir at a prepared tfds directory.") from e
+    if not pairs:
+      raise DatasetUnavailableError(f"tfds dataset {name!r} split {split!r} is empty.")
+    x = np.stack([image for image, _ in pairs]).astype(np.float32) / 255.0
+    y = np.array([label for _, label in pairs], np.int32)
+    result.append(ArraySplit(x, y))
+  return tuple(result)
 
 
 def synthetic_images(num_examples, image_shape=(28, 28, 1), num_classes=10, seed=0):

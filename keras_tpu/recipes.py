@@ -52,18 +52,7 @@ def load_image_data(name, data_dir=None, seed=0):
   if name == "synthetic":
     return (data.synthetic_images(2048, (28, 28, 1), seed=seed),
             data.synthetic_images(512, (28, 28, 1), seed=seed + 1))
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  splits = []
-  for split in ("train", "test"):
-    try:
-      x, y = tfds.as_numpy(tfds.load(name, split=split, as_supervised=True, batch_size=-1,
-                                     data_dir=data_dir))
-    except Exception as e:  # pylint: disable=broad-except
-      raise RuntimeError(
-          f"Could not load the tfds dataset {name!r} split {split!r}: {e}. Without internet "
-          f"use --dataset=digits (bundled with scikit-learn) or a prepared --data_dir.") from e
-    splits.append(data.ArraySplit((x / 255.0).astype(np.float32), y.astype(np.int32)))
-  return tuple(splits)
+  return data.load_tfds_images(name, data_dir)
 
 
 def train_cnn(config):

@@ -51,7 +51,7 @@ def main(argv):
       cpu_replicas=FLAGS.cpu_replicas, connect_timeout=FLAGS.connect_timeout)
   try:
     summary = recipes.train_cnn(config)
-  except (ValueError, recipes.resolver.StrategyError) as e:
+  except (ValueError, recipes.resolver.StrategyError, recipes.data.DatasetUnavailableError) as e:
     # Configuration problems get one clear line, not a TensorFlow traceback.
     print(f"error: {e}", file=sys.stderr)
     return 2
