@@ -36,57 +36,60 @@ _WHY_NOT_KERAS3 = (
 
 
 def _minor(version):
-  major, minor = version.split(".")[:2]
-  return int(major), int(minor)
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
 
 
 def check_versions(tf_version=None, tf_keras_version=None):
-  """Raise ImportError unless TensorFlow and tf_keras share a minor version.
+    """Raise ImportError unless TensorFlow and tf_keras share a minor version.
 
-  Args:
-    tf_version: TensorFlow version string; defaults to the installed one.
-    tf_keras_version: tf_keras version string; defaults to the installed one.
+    Args:
+      tf_version: TensorFlow version string; defaults to the installed one.
+      tf_keras_version: tf_keras version string; defaults to the installed one.
 
-  Returns:
-    A list of warnings (empty when the pair is a supported one).
-  """
-  tf_version = tf_version or tf.__version__
-  tf_keras_version = tf_keras_version or tf_keras.__version__
-  if _minor(tf_version) != _minor(tf_keras_version):
-    major, minor = _minor(tf_version)
-    raise ImportError(
-        f"TensorFlow {tf_version} and tf_keras {tf_keras_version} are not a matched pair: "
-        f"tf_keras is released in lockstep with TensorFlow and their minor versions must be "
-        f"equal. Fix: pip install \"tf-keras=={major}.{minor}.*\"")
-  if _minor(tf_version) not in SUPPORTED_TF:
-    supported = ", ".join(f"{a}.{b}" for a, b in SUPPORTED_TF)
-    return [f"TensorFlow {tf_version} is outside the tested range ({supported})."]
-  return []
+    Returns:
+      A list of warnings (empty when the pair is a supported one).
+    """
+    tf_version = tf_version or tf.__version__
+    tf_keras_version = tf_keras_version or tf_keras.__version__
+    if _minor(tf_version) != _minor(tf_keras_version):
+        major, minor = _minor(tf_version)
+        raise ImportError(
+            f"TensorFlow {tf_version} and tf_keras {tf_keras_version} are not a matched pair: "
+            f"tf_keras is released in lockstep with TensorFlow and their minor versions must be "
+            f'equal. Fix: pip install "tf-keras=={major}.{minor}.*"'
+        )
+    if _minor(tf_version) not in SUPPORTED_TF:
+        supported = ", ".join(f"{a}.{b}" for a, b in SUPPORTED_TF)
+        return [f"TensorFlow {tf_version} is outside the tested range ({supported})."]
+    return []
 
 
 def is_keras3_object(obj):
-  """Return True if `obj` (or its class) comes from Keras 3."""
-  module = getattr(type(obj), "__module__", "") or ""
-  return module == "keras" or module.startswith("keras.")
+    """Return True if `obj` (or its class) comes from Keras 3."""
+    module = getattr(type(obj), "__module__", "") or ""
+    return module == "keras" or module.startswith("keras.")
 
 
 def ensure_tf_keras(obj, what="model"):
-  """Return `obj` if it is a tf_keras layer or model, else raise TypeError.
+    """Return `obj` if it is a tf_keras layer or model, else raise TypeError.
 
-  Args:
-    obj: the object handed to a keras_tpu API.
-    what: how the error message names it ("model", "layer", ...).
+    Args:
+      obj: the object handed to a keras_tpu API.
+      what: how the error message names it ("model", "layer", ...).
 
-  Raises:
-    TypeError: for a Keras 3 object (with why and how to switch), or for
-      anything that is not a Keras layer at all.
-  """
-  if isinstance(obj, tf_keras.layers.Layer):
-    return obj
-  if is_keras3_object(obj):
+    Raises:
+      TypeError: for a Keras 3 object (with why and how to switch), or for
+        anything that is not a Keras layer at all.
+    """
+    if isinstance(obj, tf_keras.layers.Layer):
+        return obj
+    if is_keras3_object(obj):
+        raise TypeError(
+            f"The {what} is a Keras 3 object ({type(obj).__module__}.{type(obj).__name__}). "
+            + _WHY_NOT_KERAS3
+        )
     raise TypeError(
-        f"The {what} is a Keras 3 object ({type(obj).__module__}.{type(obj).__name__}). "
-        + _WHY_NOT_KERAS3)
-  raise TypeError(
-      f"The {what} must be a keras_tpu.keras (tf_keras) Layer or Model, got "
-      f"{type(obj).__module__}.{type(obj).__name__}.")
+        f"The {what} must be a keras_tpu.keras (tf_keras) Layer or Model, got "
+        f"{type(obj).__module__}.{type(obj).__name__}."
+    )

@@ -28,178 +28,199 @@ _HOST_PORT = re.compile(r"^[\w.\-\[\]:]+:\d+$")
 
 @dataclasses.dataclass(frozen=True)
 class TPULocation:
-  """Where a TPU is and how we learned it.
+    """Where a TPU is and how we learned it.
 
-  Attributes:
-    address: what TPUClusterResolver takes: "local" (a TPU VM),
-      "grpc://host:port" (a TPU node), or a Cloud TPU name.
-    source: where the address came from, e.g. "argument", "TPU_NAME".
-    chip: the TPU generation when the host tells (e.g. "v5e"), else None.
-    chips: number of TPU chips attached to this host when known, else None.
-  """
-  address: str
-  source: str
-  chip: str | None = None
-  chips: int | None = None
+    Attributes:
+      address: what TPUClusterResolver takes: "local" (a TPU VM),
+        "grpc://host:port" (a TPU node), or a Cloud TPU name.
+      source: where the address came from, e.g. "argument", "TPU_NAME".
+      chip: the TPU generation when the host tells (e.g. "v5e"), else None.
+      chips: number of TPU chips attached to this host when known, else None.
+    """
 
-  @property
-  def is_grpc(self):
-    return self.address.startswith("grpc://")
+    address: str
+    source: str
+    chip: str | None = None
+    chips: int | None = None
 
-  @property
-  def is_local(self):
-    return self.address == "local"
+    @property
+    def is_grpc(self):
+        return self.address.startswith("grpc://")
+
+    @property
+    def is_local(self):
+        return self.address == "local"
 
 
 def normalise_tpu_address(tpu):
-  """Validate a user-given TPU address and return it unchanged or fixed.
+    """Validate a user-given TPU address and return it unchanged or fixed.
 
-  Raises:
-    ValueError: for an empty address, a bare host:port (which TensorFlow would
-      take for a Cloud TPU name and look up forever), or a bad grpc port.
-  """
-  tpu = tpu.strip()
-  if not tpu:
-    raise ValueError("tpu='' is empty: pass 'local', 'grpc://host:port' or a Cloud TPU name, "
-                     "or tpu=None to detect it.")
-  if tpu.startswith("grpc://"):
-    host_port = tpu[len("grpc://"):]
-    host, _, port = host_port.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-      raise ValueError(f"TPU address {tpu!r} is not grpc://host:port with a port in 1..65535 "
-                       f"(a TPU node listens on port 8470).")
+    Raises:
+      ValueError: for an empty address, a bare host:port (which TensorFlow would
+        take for a Cloud TPU name and look up forever), or a bad grpc port.
+    """
+    tpu = tpu.strip()
+    if not tpu:
+        raise ValueError(
+            "tpu='' is empty: pass 'local', 'grpc://host:port' or a Cloud TPU name, "
+            "or tpu=None to detect it."
+        )
+    if tpu.startswith("grpc://"):
+        host_port = tpu[len("grpc://") :]
+        host, _, port = host_port.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(
+                f"TPU address {tpu!r} is not grpc://host:port with a port in 1..65535 "
+                f"(a TPU node listens on port 8470)."
+            )
+        return tpu
+    if _HOST_PORT.match(tpu) and tpu != "local":
+        raise ValueError(
+            f"TPU address {tpu!r} looks like host:port; TPU nodes are reached over "
+            f"gRPC: pass tpu='grpc://{tpu}'."
+        )
     return tpu
-  if _HOST_PORT.match(tpu) and tpu != "local":
-    raise ValueError(f"TPU address {tpu!r} looks like host:port; TPU nodes are reached over "
-                     f"gRPC: pass tpu='grpc://{tpu}'.")
-  return tpu
 
 
 def _read(path):
-  try:
-    with open(path) as f:
-      return f.read().strip()
-  except OSError:
-    return None
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
 
 def find_tpu_chips(root="/"):
-  """Return (generation, count) of TPU chips on the PCI bus, or (None, 0)."""
-  generations = []
-  for device in sorted(glob.glob(os.path.join(root, "sys/bus/pci/devices/*"))):
-    if _read(os.path.join(device, "vendor")) != GOOGLE_PCI_VENDOR:
-      continue
-    generation = TPU_PCI_DEVICES.get(_read(os.path.join(device, "device")) or "")
-    if generation:
-      generations.append(generation)
-  if not generations:
-    return None, 0
-  return generations[0], len(generations)
+    """Return (generation, count) of TPU chips on the PCI bus, or (None, 0)."""
+    generations = []
+    for device in sorted(glob.glob(os.path.join(root, "sys/bus/pci/devices/*"))):
+        if _read(os.path.join(device, "vendor")) != GOOGLE_PCI_VENDOR:
+            continue
+        generation = TPU_PCI_DEVICES.get(_read(os.path.join(device, "device")) or "")
+        if generation:
+            generations.append(generation)
+    if not generations:
+        return None, 0
+    return generations[0], len(generations)
 
 
 def find_tpu(tpu=None, environ=None, root="/"):
-  """Locate a TPU, in order: argument, TPU_NAME, COLAB_TPU_ADDR, TPU VM host.
+    """Locate a TPU, in order: argument, TPU_NAME, COLAB_TPU_ADDR, TPU VM host.
 
-  Args:
-    tpu: an explicit address ("local", "grpc://host:port" or a Cloud TPU name).
-    environ: the environment to read (defaults to os.environ).
-    root: the filesystem root for device files and sysfs (tests fake it).
+    Args:
+      tpu: an explicit address ("local", "grpc://host:port" or a Cloud TPU name).
+      environ: the environment to read (defaults to os.environ).
+      root: the filesystem root for device files and sysfs (tests fake it).
 
-  Returns:
-    (TPULocation, None) when a TPU is found, else (None, reason) with a
-    one-line reason that says what was checked.
-  """
-  environ = os.environ if environ is None else environ
-  if tpu is not None:
-    return TPULocation(normalise_tpu_address(tpu), "argument"), None
-  if environ.get("TPU_NAME", "").strip():
-    return TPULocation(normalise_tpu_address(environ["TPU_NAME"]), "TPU_NAME"), None
-  colab = environ.get("COLAB_TPU_ADDR", "").strip()
-  if colab:
-    # Legacy Colab TPU node: the variable holds host:port without the scheme.
-    return TPULocation(normalise_tpu_address(f"grpc://{colab}"), "COLAB_TPU_ADDR"), None
-  chip, chips = find_tpu_chips(root)
-  if chips:
-    return TPULocation("local", f"TPU VM: {chips} Google TPU chip(s) on the PCI bus",
-                       chip=chip, chips=chips), None
-  accel = sorted(glob.glob(os.path.join(root, "dev/accel[0-9]*")))
-  if accel:
-    # TPU v2-v4 VMs expose their chips as /dev/accelN when sysfs is hidden
-    # (some containers); the PCI scan above is the precise signal.
-    return TPULocation("local", f"TPU VM: {len(accel)} /dev/accel* device file(s)",
-                       chips=len(accel)), None
-  accelerator_type = environ.get("TPU_ACCELERATOR_TYPE", "").strip()
-  if accelerator_type:
-    return TPULocation("local", f"TPU VM: TPU_ACCELERATOR_TYPE={accelerator_type}",
-                       chip=accelerator_type.split("-")[0]), None
-  return None, ("no TPU found: no tpu argument, TPU_NAME and COLAB_TPU_ADDR unset, no Google "
-                "TPU chip on the PCI bus, no /dev/accel*, TPU_ACCELERATOR_TYPE unset")
+    Returns:
+      (TPULocation, None) when a TPU is found, else (None, reason) with a
+      one-line reason that says what was checked.
+    """
+    environ = os.environ if environ is None else environ
+    if tpu is not None:
+        return TPULocation(normalise_tpu_address(tpu), "argument"), None
+    if environ.get("TPU_NAME", "").strip():
+        return TPULocation(normalise_tpu_address(environ["TPU_NAME"]), "TPU_NAME"), None
+    colab = environ.get("COLAB_TPU_ADDR", "").strip()
+    if colab:
+        # Legacy Colab TPU node: the variable holds host:port without the scheme.
+        return TPULocation(normalise_tpu_address(f"grpc://{colab}"), "COLAB_TPU_ADDR"), None
+    chip, chips = find_tpu_chips(root)
+    if chips:
+        return TPULocation(
+            "local", f"TPU VM: {chips} Google TPU chip(s) on the PCI bus", chip=chip, chips=chips
+        ), None
+    accel = sorted(glob.glob(os.path.join(root, "dev/accel[0-9]*")))
+    if accel:
+        # TPU v2-v4 VMs expose their chips as /dev/accelN when sysfs is hidden
+        # (some containers); the PCI scan above is the precise signal.
+        return TPULocation(
+            "local", f"TPU VM: {len(accel)} /dev/accel* device file(s)", chips=len(accel)
+        ), None
+    accelerator_type = environ.get("TPU_ACCELERATOR_TYPE", "").strip()
+    if accelerator_type:
+        return TPULocation(
+            "local",
+            f"TPU VM: TPU_ACCELERATOR_TYPE={accelerator_type}",
+            chip=accelerator_type.split("-")[0],
+        ), None
+    return None, (
+        "no TPU found: no tpu argument, TPU_NAME and COLAB_TPU_ADDR unset, no Google "
+        "TPU chip on the PCI bus, no /dev/accel*, TPU_ACCELERATOR_TYPE unset"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class ClusterSpec:
-  """The multi-worker cluster described by TF_CONFIG."""
-  workers: int
-  task_type: str | None
-  task_index: int | None
+    """The multi-worker cluster described by TF_CONFIG."""
 
-  @property
-  def is_chief(self):
-    # Without an explicit chief, worker 0 is the chief (TensorFlow's rule).
-    return self.task_type == "chief" or (self.task_type == "worker" and self.task_index == 0)
+    workers: int
+    task_type: str | None
+    task_index: int | None
+
+    @property
+    def is_chief(self):
+        # Without an explicit chief, worker 0 is the chief (TensorFlow's rule).
+        return self.task_type == "chief" or (self.task_type == "worker" and self.task_index == 0)
 
 
 def parse_tf_config(environ=None):
-  """Return the ClusterSpec in TF_CONFIG, or None when it is unset.
+    """Return the ClusterSpec in TF_CONFIG, or None when it is unset.
 
-  Raises:
-    ValueError: when TF_CONFIG is not JSON or has no "cluster" mapping.
-  """
-  environ = os.environ if environ is None else environ
-  raw = environ.get("TF_CONFIG", "").strip()
-  if not raw:
-    return None
-  try:
-    config = json.loads(raw)
-  except json.JSONDecodeError as e:
-    raise ValueError(f"TF_CONFIG is not valid JSON ({e}): {raw[:200]!r}") from e
-  cluster = config.get("cluster") if isinstance(config, dict) else None
-  if not isinstance(cluster, dict):
-    raise ValueError(f"TF_CONFIG has no 'cluster' mapping: {raw[:200]!r}; expected "
-                     '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", '
-                     '"index": 0}}')
-  workers = sum(len(cluster.get(kind, [])) for kind in ("chief", "worker"))
-  task = config.get("task") or {}
-  return ClusterSpec(workers=workers, task_type=task.get("type"), task_index=task.get("index"))
+    Raises:
+      ValueError: when TF_CONFIG is not JSON or has no "cluster" mapping.
+    """
+    environ = os.environ if environ is None else environ
+    raw = environ.get("TF_CONFIG", "").strip()
+    if not raw:
+        return None
+    try:
+        config = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"TF_CONFIG is not valid JSON ({e}): {raw[:200]!r}") from e
+    cluster = config.get("cluster") if isinstance(config, dict) else None
+    if not isinstance(cluster, dict):
+        raise ValueError(
+            f"TF_CONFIG has no 'cluster' mapping: {raw[:200]!r}; expected "
+            '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", '
+            '"index": 0}}'
+        )
+    workers = sum(len(cluster.get(kind, [])) for kind in ("chief", "worker"))
+    task = config.get("task") or {}
+    return ClusterSpec(workers=workers, task_type=task.get("type"), task_index=task.get("index"))
 
 
 @dataclasses.dataclass(frozen=True)
 class DeviceDefaults:
-  """What the rest of the toolkit should use on this kind of device."""
-  precision_policy: str
-  jit_compile: bool
-  reason: str
+    """What the rest of the toolkit should use on this kind of device."""
+
+    precision_policy: str
+    jit_compile: bool
+    reason: str
 
 
 def device_defaults(kind, replicas=1, gpu_compute_capability=None):
-  """Recommend a mixed-precision policy and whether to XLA-compile.
+    """Recommend a mixed-precision policy and whether to XLA-compile.
 
-  Args:
-    kind: the strategy kind ("tpu", "multi_worker", "mirrored", "one_device", "cpu").
-    replicas: replicas in sync.
-    gpu_compute_capability: (major, minor) of the first GPU, if any.
-  """
-  if kind == "tpu":
-    return DeviceDefaults("mixed_bfloat16", True,
-                          "TPU: bfloat16 is native and every step is XLA-compiled anyway")
-  gpu = gpu_compute_capability is not None
-  fp16 = gpu and gpu_compute_capability[0] >= 7
-  policy = "mixed_float16" if fp16 else "float32"
-  if gpu and replicas == 1 and kind == "one_device":
-    return DeviceDefaults(policy, True, "one GPU: XLA fuses kernels")
-  if replicas > 1 or kind == "multi_worker":
-    # Measured: jit_compile with MirroredStrategy over >= 2 replicas fails in
-    # both tf_keras and Keras 3.
-    return DeviceDefaults(policy, False, f"{replicas} replicas: XLA fails under MirroredStrategy")
-  # Measured: XLA made the reference CNN 8x slower on this CPU.
-  return DeviceDefaults(policy, False, "CPU: XLA is slower than the default kernels")
+    Args:
+      kind: the strategy kind ("tpu", "multi_worker", "mirrored", "one_device", "cpu").
+      replicas: replicas in sync.
+      gpu_compute_capability: (major, minor) of the first GPU, if any.
+    """
+    if kind == "tpu":
+        return DeviceDefaults(
+            "mixed_bfloat16", True, "TPU: bfloat16 is native and every step is XLA-compiled anyway"
+        )
+    gpu = gpu_compute_capability is not None
+    fp16 = gpu and gpu_compute_capability[0] >= 7
+    policy = "mixed_float16" if fp16 else "float32"
+    if gpu and replicas == 1 and kind == "one_device":
+        return DeviceDefaults(policy, True, "one GPU: XLA fuses kernels")
+    if replicas > 1 or kind == "multi_worker":
+        # Measured: jit_compile with MirroredStrategy over >= 2 replicas fails in
+        # both tf_keras and Keras 3.
+        return DeviceDefaults(
+            policy, False, f"{replicas} replicas: XLA fails under MirroredStrategy"
+        )
+    # Measured: XLA made the reference CNN 8x slower on this CPU.
+    return DeviceDefaults(policy, False, "CPU: XLA is slower than the default kernels")

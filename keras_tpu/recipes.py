@@ -10,7 +10,6 @@ import json
 import os
 import time
 
-import numpy as np
 
 from keras_tpu import compat
 from keras_tpu import data
@@ -25,83 +24,96 @@ IMAGE_DATASETS = ("digits", "synthetic")
 
 @dataclasses.dataclass
 class CNNConfig:
-  """Configuration of `train_cnn`; the defaults are the offline quickstart.
+    """Configuration of `train_cnn`; the defaults are the offline quickstart.
 
-  Run: python scripts/train_cnn.py --dataset=digits
-  """
-  dataset: str = "digits"  # "digits", "synthetic", or a tfds image dataset name.
-  data_dir: str | None = None  # tfds data_dir.
-  variant: str = "default"  # models.cnn variant: "default" or "seed".
-  epochs: int = 30
-  per_replica_batch: int = 64
-  learning_rate: float = 1e-3
-  steps_per_execution: int = 1
-  seed: int = 0
-  model_dir: str | None = None  # Where summary.json goes; None writes nothing.
-  tpu: str | None = None
-  strategy: str = "auto"
-  cpu_replicas: int = 0
-  connect_timeout: float = resolver.DEFAULT_CONNECT_TIMEOUT
-  verbose: int = 2
+    Run: python scripts/train_cnn.py --dataset=digits
+    """
+
+    dataset: str = "digits"  # "digits", "synthetic", or a tfds image dataset name.
+    data_dir: str | None = None  # tfds data_dir.
+    variant: str = "default"  # models.cnn variant: "default" or "seed".
+    epochs: int = 30
+    per_replica_batch: int = 64
+    learning_rate: float = 1e-3
+    steps_per_execution: int = 1
+    seed: int = 0
+    model_dir: str | None = None  # Where summary.json goes; None writes nothing.
+    tpu: str | None = None
+    strategy: str = "auto"
+    cpu_replicas: int = 0
+    connect_timeout: float = resolver.DEFAULT_CONNECT_TIMEOUT
+    verbose: int = 2
 
 
 def load_image_data(name, data_dir=None, seed=0):
-  """Return (train, test) ArraySplits of float32 images in [0, 1] and int labels."""
-  if name == "digits":
-    return data.load_digits(seed=seed)
-  if name == "synthetic":
-    return (data.synthetic_images(2048, (28, 28, 1), seed=seed),
-            data.synthetic_images(512, (28, 28, 1), seed=seed + 1))
-  return data.load_tfds_images(name, data_dir)
+    """Return (train, test) ArraySplits of float32 images in [0, 1] and int labels."""
+    if name == "digits":
+        return data.load_digits(seed=seed)
+    if name == "synthetic":
+        return (
+            data.synthetic_images(2048, (28, 28, 1), seed=seed),
+            data.synthetic_images(512, (28, 28, 1), seed=seed + 1),
+        )
+    return data.load_tfds_images(name, data_dir)
 
 
 def train_cnn(config):
-  """Train and evaluate the CNN described by `config`; return the summary dict."""
-  strategy = resolver.resolve_strategy(tpu=config.tpu, strategy=config.strategy,
-                                       cpu_replicas=config.cpu_replicas,
-                                       connect_timeout=config.connect_timeout)
-  info = resolver.describe(strategy)
-  keras.utils.set_random_seed(config.seed)
-  train, test = load_image_data(config.dataset, config.data_dir, config.seed)
-  num_classes = int(max(train.y.max(), test.y.max())) + 1
-  train_ds, steps_per_epoch = data.train_dataset(strategy, train, config.per_replica_batch,
-                                                 seed=config.seed)
-  eval_data = data.eval_dataset(strategy, test, config.per_replica_batch)
+    """Train and evaluate the CNN described by `config`; return the summary dict."""
+    strategy = resolver.resolve_strategy(
+        tpu=config.tpu,
+        strategy=config.strategy,
+        cpu_replicas=config.cpu_replicas,
+        connect_timeout=config.connect_timeout,
+    )
+    info = resolver.describe(strategy)
+    keras.utils.set_random_seed(config.seed)
+    train, test = load_image_data(config.dataset, config.data_dir, config.seed)
+    num_classes = int(max(train.y.max(), test.y.max())) + 1
+    train_ds, steps_per_epoch = data.train_dataset(
+        strategy, train, config.per_replica_batch, seed=config.seed
+    )
+    eval_data = data.eval_dataset(strategy, test, config.per_replica_batch)
 
-  with strategy.scope():
-    model = cnn.build_cnn(train.x.shape[1:], num_classes, variant=config.variant)
-    optimizer = keras.optimizers.Adam(config.learning_rate)
-  training.compile_model(model, strategy, optimizer=optimizer,
-                         loss="sparse_categorical_crossentropy", metrics=["accuracy"],
-                         steps_per_execution=config.steps_per_execution)
-  start = time.perf_counter()
-  history = model.fit(train_ds, epochs=config.epochs, steps_per_epoch=steps_per_epoch,
-                      verbose=config.verbose)
-  train_seconds = time.perf_counter() - start
-  test_metrics = training.evaluate(model, eval_data)
+    with strategy.scope():
+        model = cnn.build_cnn(train.x.shape[1:], num_classes, variant=config.variant)
+        optimizer = keras.optimizers.Adam(config.learning_rate)
+    training.compile_model(
+        model,
+        strategy,
+        optimizer=optimizer,
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+        steps_per_execution=config.steps_per_execution,
+    )
+    start = time.perf_counter()
+    history = model.fit(
+        train_ds, epochs=config.epochs, steps_per_epoch=steps_per_epoch, verbose=config.verbose
+    )
+    train_seconds = time.perf_counter() - start
+    test_metrics = training.evaluate(model, eval_data)
 
-  batching = eval_data.batching
-  trained = config.epochs * steps_per_epoch * batching.global_batch
-  summary = {
-      "model": model.name,
-      "parameters": int(model.count_params()),
-      "dataset": config.dataset,
-      "train_examples": len(train),
-      "test_examples": test_metrics.pop("examples"),
-      "per_replica_batch": batching.per_replica,
-      "global_batch": batching.global_batch,
-      "replicas": batching.replicas,
-      "epochs": config.epochs,
-      "steps_per_epoch": steps_per_epoch,
-      "final_train_loss": float(history.history["loss"][-1]),
-      "test": test_metrics,
-      "train_seconds": round(train_seconds, 3),
-      "train_examples_per_second": round(trained / train_seconds, 1),
-      "strategy": info,
-      "config": dataclasses.asdict(config),
-  }
-  if config.model_dir:
-    os.makedirs(config.model_dir, exist_ok=True)
-    with open(os.path.join(config.model_dir, "summary.json"), "w") as f:
-      json.dump(summary, f, indent=2)
-  return summary
+    batching = eval_data.batching
+    trained = config.epochs * steps_per_epoch * batching.global_batch
+    summary = {
+        "model": model.name,
+        "parameters": int(model.count_params()),
+        "dataset": config.dataset,
+        "train_examples": len(train),
+        "test_examples": test_metrics.pop("examples"),
+        "per_replica_batch": batching.per_replica,
+        "global_batch": batching.global_batch,
+        "replicas": batching.replicas,
+        "epochs": config.epochs,
+        "steps_per_epoch": steps_per_epoch,
+        "final_train_loss": float(history.history["loss"][-1]),
+        "test": test_metrics,
+        "train_seconds": round(train_seconds, 3),
+        "train_examples_per_second": round(trained / train_seconds, 1),
+        "strategy": info,
+        "config": dataclasses.asdict(config),
+    }
+    if config.model_dir:
+        os.makedirs(config.model_dir, exist_ok=True)
+        with open(os.path.join(config.model_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+    return summary

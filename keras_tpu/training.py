@@ -9,74 +9,88 @@ WEIGHTED_LOSS = "weighted_loss"
 
 
 def _weighted_loss_metric(loss):
-  """Return a metric with the mean per-example `loss`, weighted by sample weight."""
-  loss = keras.losses.get(loss)
-  fn = loss.call if isinstance(loss, keras.losses.Loss) else loss
-  return keras.metrics.MeanMetricWrapper(fn, name=WEIGHTED_LOSS)
+    """Return a metric with the mean per-example `loss`, weighted by sample weight."""
+    loss = keras.losses.get(loss)
+    fn = loss.call if isinstance(loss, keras.losses.Loss) else loss
+    return keras.metrics.MeanMetricWrapper(fn, name=WEIGHTED_LOSS)
 
 
 def check_built_in_scope(model, strategy):
-  """Raise ValueError unless every variable of `model` was created under `strategy`.
+    """Raise ValueError unless every variable of `model` was created under `strategy`.
 
-  Building a model outside `strategy.scope()` and training it inside is the
-  classic TPU mistake; TensorFlow reports it late and cryptically.
-  """
-  compat.ensure_tf_keras(model)
-  outside = [v.name for v in model.variables
-             if not strategy.extended.variable_created_in_scope(v)]
-  if outside:
-    raise ValueError(
-        f"{len(outside)} of {len(model.variables)} variables of model {model.name!r} (first: "
-        f"{outside[0]}) were not created in the scope of {type(strategy).__name__}. Build the "
-        f"model inside `with strategy.scope():` (and the optimizer too), then compile it.")
+    Building a model outside `strategy.scope()` and training it inside is the
+    classic TPU mistake; TensorFlow reports it late and cryptically.
+    """
+    compat.ensure_tf_keras(model)
+    outside = [
+        v.name for v in model.variables if not strategy.extended.variable_created_in_scope(v)
+    ]
+    if outside:
+        raise ValueError(
+            f"{len(outside)} of {len(model.variables)} variables of model {model.name!r} (first: "
+            f"{outside[0]}) were not created in the scope of {type(strategy).__name__}. Build the "
+            f"model inside `with strategy.scope():` (and the optimizer too), then compile it."
+        )
 
 
-def compile_model(model, strategy, *, optimizer, loss, metrics=("accuracy",),
-                  steps_per_execution=1, jit_compile=None):
-  """Compile `model` for `strategy`.
+def compile_model(
+    model,
+    strategy,
+    *,
+    optimizer,
+    loss,
+    metrics=("accuracy",),
+    steps_per_execution=1,
+    jit_compile=None,
+):
+    """Compile `model` for `strategy`.
 
-  Metrics are compiled as weighted metrics so the zero-weight padding of
-  `data.eval_dataset` does not count; the loss keeps Keras's reduction, which
-  already divides by the global batch under a strategy (no x replicas scaling).
+    Metrics are compiled as weighted metrics so the zero-weight padding of
+    `data.eval_dataset` does not count; the loss keeps Keras's reduction, which
+    already divides by the global batch under a strategy (no x replicas scaling).
 
-  Args:
-    model: a keras_tpu.keras model built inside `strategy.scope()`.
-    strategy: the strategy the model was built under.
-    optimizer: an optimizer instance or name.
-    loss: a loss instance or name.
-    metrics: metric instances or names.
-    steps_per_execution: training steps per host round trip (>= 1).
-    jit_compile: XLA-compile the step; None takes the device's default
-      (`describe(strategy)["jit_compile"]`).
+    Args:
+      model: a keras_tpu.keras model built inside `strategy.scope()`.
+      strategy: the strategy the model was built under.
+      optimizer: an optimizer instance or name.
+      loss: a loss instance or name.
+      metrics: metric instances or names.
+      steps_per_execution: training steps per host round trip (>= 1).
+      jit_compile: XLA-compile the step; None takes the device's default
+        (`describe(strategy)["jit_compile"]`).
 
-  Returns:
-    The same model, compiled.
-  """
-  check_built_in_scope(model, strategy)
-  if not isinstance(steps_per_execution, int) or steps_per_execution < 1:
-    raise ValueError(f"steps_per_execution={steps_per_execution!r} must be an integer >= 1.")
-  if jit_compile is None:
-    jit_compile = resolver.describe(strategy)["jit_compile"]
-  with strategy.scope():
-    weighted = list(metrics) + [_weighted_loss_metric(loss)]
-    model.compile(optimizer=optimizer, loss=loss, weighted_metrics=weighted,
-                  steps_per_execution=steps_per_execution, jit_compile=jit_compile)
-  return model
+    Returns:
+      The same model, compiled.
+    """
+    check_built_in_scope(model, strategy)
+    if not isinstance(steps_per_execution, int) or steps_per_execution < 1:
+        raise ValueError(f"steps_per_execution={steps_per_execution!r} must be an integer >= 1.")
+    if jit_compile is None:
+        jit_compile = resolver.describe(strategy)["jit_compile"]
+    with strategy.scope():
+        weighted = list(metrics) + [_weighted_loss_metric(loss)]
+        model.compile(
+            optimizer=optimizer,
+            loss=loss,
+            weighted_metrics=weighted,
+            steps_per_execution=steps_per_execution,
+            jit_compile=jit_compile,
+        )
+    return model
 
 
 def evaluate(model, eval_data):
-  """Evaluate on every example of `eval_data` exactly once.
+    """Evaluate on every example of `eval_data` exactly once.
 
-  Returns:
-    A dict of metric values weighted by the real examples only (so equal to
-    the metrics over the whole split), "loss" the mean per-example loss over
-    the split (without regularisation terms), and "examples", the count.
-  """
-  results = model.evaluate(eval_data.dataset, steps=eval_data.steps, verbose=0,
-                           return_dict=True)
-  results = {k: float(v) for k, v in results.items()}
-  # Keras's own "loss" divides the padded last batch by its padded size; the
-  # weighted mean loss compiled by compile_model counts real examples only.
-  results["loss"] = results.pop(WEIGHTED_LOSS)
-  results["examples"] = eval_data.examples
-  return results
+    Returns:
+      A dict of metric values weighted by the real examples only (so equal to
+      the metrics over the whole split), "loss" the mean per-example loss over
+      the split (without regularisation terms), and "examples", the count.
+    """
+    results = model.evaluate(eval_data.dataset, steps=eval_data.steps, verbose=0, return_dict=True)
+    results = {k: float(v) for k, v in results.items()}
+    # Keras's own "loss" divides the padded last batch by its padded size; the
+    # weighted mean loss compiled by compile_model counts real examples only.
+    results["loss"] = results.pop(WEIGHTED_LOSS)
+    results["examples"] = eval_data.examples
+    return results

@@ -18,28 +18,38 @@ import keras_tpu  # noqa: E402  (after quieting TensorFlow's C++ logs)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("tpu", None, "TPU address: 'local', 'grpc://host:port' or a Cloud TPU name.")
-flags.DEFINE_enum("strategy", "auto", list(keras_tpu.resolver.STRATEGIES),
-                  "Distribution strategy; only 'auto' falls back.")
+flags.DEFINE_enum(
+    "strategy",
+    "auto",
+    list(keras_tpu.resolver.STRATEGIES),
+    "Distribution strategy; only 'auto' falls back.",
+)
 flags.DEFINE_integer("cpu_replicas", 0, "Rehearse N replicas on the host CPU.")
-flags.DEFINE_float("connect_timeout", keras_tpu.resolver.DEFAULT_CONNECT_TIMEOUT,
-                   "Seconds to wait for a TPU address to answer.")
+flags.DEFINE_float(
+    "connect_timeout",
+    keras_tpu.resolver.DEFAULT_CONNECT_TIMEOUT,
+    "Seconds to wait for a TPU address to answer.",
+)
 flags.DEFINE_bool("json", False, "Print one JSON object instead of a paragraph.")
 
 
 def main(argv):
-  del argv
-  try:
-    strategy = keras_tpu.resolve_strategy(tpu=FLAGS.tpu, strategy=FLAGS.strategy,
-                                          cpu_replicas=FLAGS.cpu_replicas,
-                                          connect_timeout=FLAGS.connect_timeout)
-  except (ValueError, keras_tpu.StrategyError) as e:
-    # A clear one-line error, not a traceback: these are configuration problems.
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  info = keras_tpu.describe(strategy)
-  print(json.dumps(info, indent=2) if FLAGS.json else info["summary"])
-  return 0
+    del argv
+    try:
+        strategy = keras_tpu.resolve_strategy(
+            tpu=FLAGS.tpu,
+            strategy=FLAGS.strategy,
+            cpu_replicas=FLAGS.cpu_replicas,
+            connect_timeout=FLAGS.connect_timeout,
+        )
+    except (ValueError, keras_tpu.StrategyError) as e:
+        # A clear one-line error, not a traceback: these are configuration problems.
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    info = keras_tpu.describe(strategy)
+    print(json.dumps(info, indent=2) if FLAGS.json else info["summary"])
+    return 0
 
 
 if __name__ == "__main__":
-  app.run(main)
+    app.run(main)

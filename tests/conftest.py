@@ -25,40 +25,59 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],
-    [tf.config.LogicalDeviceConfiguration() for _ in range(CPU_REPLICAS)])
+    [tf.config.LogicalDeviceConfiguration() for _ in range(CPU_REPLICAS)],
+)
 
 
 def subprocess_env(**overrides):
-  """Return a copy of the environment for a child, with `overrides` (None deletes)."""
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-  for key in ("TPU_NAME", "COLAB_TPU_ADDR", "TF_CONFIG", "TPU_ACCELERATOR_TYPE"):
-    env.pop(key, None)
-  for key, value in overrides.items():
-    if value is None:
-      env.pop(key, None)
-    else:
-      env[key] = value
-  return env
+    """Return a copy of the environment for a child, with `overrides` (None deletes)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    for key in ("TPU_NAME", "COLAB_TPU_ADDR", "TF_CONFIG", "TPU_ACCELERATOR_TYPE"):
+        env.pop(key, None)
+    for key, value in overrides.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
 
 
 def run_python(code, *, timeout=300, env=None):
-  """Run `code` in a fresh interpreter; a hang fails the test after `timeout` s."""
-  return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                        timeout=timeout, env=env or subprocess_env(), cwd=REPO)
+    """Run `code` in a fresh interpreter; a hang fails the test after `timeout` s."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or subprocess_env(),
+        cwd=REPO,
+    )
 
 
 def run_script(name, *args, timeout=300, env=None):
-  """Run scripts/<name> with absl flags `args` in a fresh interpreter."""
-  return subprocess.run([sys.executable, os.path.join(REPO, "scripts", name), *args],
-                        capture_output=True, text=True, timeout=timeout,
-                        env=env or subprocess_env(), cwd=REPO)
+    """Run scripts/<name> with absl flags `args` in a fresh interpreter."""
+    return subprocess.run(
+        [sys.executable, os.path.join(REPO, "scripts", name), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or subprocess_env(),
+        cwd=REPO,
+    )
+
+
+@pytest.fixture(scope="session")
+def mirrored():
+    """The resolver's CPU rehearsal strategy over the session's 4 logical CPUs."""
+    return keras_tpu.resolve_strategy(cpu_replicas=CPU_REPLICAS, environ={})
 
 
 @pytest.fixture
 def fresh_resolver(monkeypatch):
-  """Give the test empty resolver caches, restored afterwards."""
-  from keras_tpu import resolver  # pylint: disable=g-import-not-at-top
-  monkeypatch.setattr(resolver, "_tpu_systems", {})
-  monkeypatch.setattr(resolver, "_strategies", {})
-  monkeypatch.setattr(resolver, "_infos", {})
-  return resolver
+    """Give the test empty resolver caches, restored afterwards."""
+    from keras_tpu import resolver  # pylint: disable=g-import-not-at-top
+
+    monkeypatch.setattr(resolver, "_tpu_systems", {})
+    monkeypatch.setattr(resolver, "_strategies", {})
+    monkeypatch.setattr(resolver, "_infos", {})
+    return resolver

@@ -10,45 +10,49 @@ from tests.conftest import subprocess_env
 
 
 def test_keras_is_tf_keras():
-  import tf_keras  # pylint: disable=g-import-not-at-top
-  assert keras is tf_keras
-  assert keras.__version__.startswith("2.")
+    import tf_keras  # pylint: disable=g-import-not-at-top
+
+    assert keras is tf_keras
+    assert keras.__version__.startswith("2.")
 
 
 def test_keras3_model_is_rejected_with_the_reason_and_the_fix():
-  import keras as keras3  # pylint: disable=g-import-not-at-top
-  model = keras3.Sequential([keras3.Input((3,)), keras3.layers.Dense(1)])
-  with pytest.raises(TypeError) as e:
-    compat.ensure_tf_keras(model)
-  message = str(e.value)
-  assert "Keras 3 object" in message
-  assert "keras-team/keras#19246" in message and "tensorflow/hub#903" in message
-  assert "from keras_tpu import keras" in message
+    import keras as keras3  # pylint: disable=g-import-not-at-top
+
+    model = keras3.Sequential([keras3.Input((3,)), keras3.layers.Dense(1)])
+    with pytest.raises(TypeError) as e:
+        compat.ensure_tf_keras(model)
+    message = str(e.value)
+    assert "Keras 3 object" in message
+    assert "keras-team/keras#19246" in message and "tensorflow/hub#903" in message
+    assert "from keras_tpu import keras" in message
 
 
 def test_keras3_layer_is_rejected_by_the_training_api():
-  import keras as keras3  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  with pytest.raises(TypeError, match="Keras 3 object"):
-    training.compile_model(keras3.layers.Dense(1), tf.distribute.get_strategy(),
-                           optimizer="sgd", loss="mse")
+    import keras as keras3  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    with pytest.raises(TypeError, match="Keras 3 object"):
+        training.compile_model(
+            keras3.layers.Dense(1), tf.distribute.get_strategy(), optimizer="sgd", loss="mse"
+        )
 
 
 def test_non_keras_objects_are_rejected():
-  with pytest.raises(TypeError, match="must be a keras_tpu.keras"):
-    compat.ensure_tf_keras(object(), "layer")
+    with pytest.raises(TypeError, match="must be a keras_tpu.keras"):
+        compat.ensure_tf_keras(object(), "layer")
 
 
 def test_tf_keras_objects_pass():
-  layer = keras.layers.Dense(1)
-  assert compat.ensure_tf_keras(layer) is layer
+    layer = keras.layers.Dense(1)
+    assert compat.ensure_tf_keras(layer) is layer
 
 
 def test_mismatched_versions_name_the_fix():
-  with pytest.raises(ImportError, match=r'pip install "tf-keras==2\.21\.\*"'):
-    compat.check_versions("2.21.0", "2.20.1")
-  assert compat.check_versions("2.20.0", "2.20.1") == []
-  assert "outside the tested range" in compat.check_versions("2.19.0", "2.19.0")[0]
+    with pytest.raises(ImportError, match=r'pip install "tf-keras==2\.21\.\*"'):
+        compat.check_versions("2.21.0", "2.20.1")
+    assert compat.check_versions("2.20.0", "2.20.1") == []
+    assert "outside the tested range" in compat.check_versions("2.19.0", "2.19.0")[0]
 
 
 _PROBE = """
@@ -62,16 +66,19 @@ print("ENGINE", type(model).__module__.split(".")[0], tf.keras.layers.Dense.__mo
 """
 
 
-@pytest.mark.parametrize("legacy, prelude, tf_keras_engine", [
-    (None, "", "tf_keras"),  # keras_tpu sets TF_USE_LEGACY_KERAS=1 itself.
-    ("0", "", "keras"),  # The user chose Keras 3 for tf.keras; keras_tpu still uses tf_keras.
-    ("1", "", "tf_keras"),
-    (None, "import tensorflow as tf", "tf_keras"),  # TF imported first.
-    (None, "import tensorflow as tf; tf.keras.layers", "keras"),  # tf.keras resolved first.
-])
+@pytest.mark.parametrize(
+    "legacy, prelude, tf_keras_engine",
+    [
+        (None, "", "tf_keras"),  # keras_tpu sets TF_USE_LEGACY_KERAS=1 itself.
+        ("0", "", "keras"),  # The user chose Keras 3 for tf.keras; keras_tpu still uses tf_keras.
+        ("1", "", "tf_keras"),
+        (None, "import tensorflow as tf", "tf_keras"),  # TF imported first.
+        (None, "import tensorflow as tf; tf.keras.layers", "keras"),  # tf.keras resolved first.
+    ],
+)
 def test_engine_is_tf_keras_whatever_the_environment(legacy, prelude, tf_keras_engine):
-  code = _PROBE.format(prelude=prelude).replace("import keras_tpu,", "import keras_tpu.training,")
-  result = run_python(code, env=subprocess_env(TF_USE_LEGACY_KERAS=legacy), timeout=120)
-  assert result.returncode == 0, result.stderr[-2000:]
-  # keras_tpu's model is always tf_keras; tf.keras follows the user's choice.
-  assert f"ENGINE tf_keras {tf_keras_engine}" in result.stdout
+    code = _PROBE.format(prelude=prelude).replace("import keras_tpu,", "import keras_tpu.training,")
+    result = run_python(code, env=subprocess_env(TF_USE_LEGACY_KERAS=legacy), timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    # keras_tpu's model is always tf_keras; tf.keras follows the user's choice.
+    assert f"ENGINE tf_keras {tf_keras_engine}" in result.stdout

@@ -72,9 +72,7 @@ _PEER_GRACE_S = 60.0
 _SUCCESS_MARKER = re.compile(r"^RESULT ok\b", re.MULTILINE)
 
 _MISSING = [
-    name
-    for name in ("tensorflow", "keras", "tf_keras")
-    if importlib.util.find_spec(name) is None
+    name for name in ("tensorflow", "keras", "tf_keras") if importlib.util.find_spec(name) is None
 ]
 pytestmark = pytest.mark.skipif(
     bool(_MISSING), reason=f"required packages not installed: {_MISSING}"
@@ -406,9 +404,7 @@ def _engine_params(reason: str) -> list:
         pytest.param(
             KERAS3,
             id=KERAS3,
-            marks=pytest.mark.xfail(
-                strict=True, raises=Keras3KnownFailure, reason=reason
-            ),
+            marks=pytest.mark.xfail(strict=True, raises=Keras3KnownFailure, reason=reason),
         ),
         pytest.param(TF_KERAS, id=TF_KERAS),
     ]
@@ -453,9 +449,7 @@ def test_multi_worker_mirrored_strategy_fit(engine, tmp_path):
     starts two workers on 127.0.0.1.
     """
     num_workers = 2
-    cluster = {
-        "worker": [f"127.0.0.1:{port}" for port in _free_local_ports(num_workers)]
-    }
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_local_ports(num_workers)]}
     per_worker_env = [
         {
             "TF_CONFIG": json.dumps(
