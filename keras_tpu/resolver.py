@@ -333,7 +333,7 @@ def describe(strategy=None):
     info.update(
         strategy=type(strategy).__name__,
         replicas=replicas,
-        devices=list(strategy.extended.worker_devices),
+        devices=_devices_of(strategy),
         tensorflow=tf.__version__,
         tf_keras=compat.keras.__version__,
         precision_policy=defaults.precision_policy,
@@ -346,13 +346,20 @@ def describe(strategy=None):
     return info
 
 
+def _devices_of(strategy):
+    """Return the strategy's device names; the default strategy has no list."""
+    if not tf.distribute.has_strategy() and strategy is tf.distribute.get_strategy():
+        return [d.name for d in tf.config.list_logical_devices()[:1]]
+    return list(strategy.extended.worker_devices)
+
+
 def _kind_of(strategy):
     name = type(strategy).__name__
     if name.startswith("TPUStrategy"):
         return "tpu"
     if name.startswith("MultiWorkerMirroredStrategy") or name.startswith("CollectiveAllReduce"):
         return "multi_worker"
-    devices = strategy.extended.worker_devices
+    devices = _devices_of(strategy)
     if any("GPU" in d.upper() for d in devices):
         return "mirrored" if len(devices) > 1 else "one_device"
     return "cpu"

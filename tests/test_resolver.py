@@ -275,3 +275,14 @@ def test_tpu_info_explicit_tpu_without_one_is_a_clear_error():
     assert result.returncode == 2
     assert "error: strategy='tpu' but no TPU found" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_describe_strategies_not_made_here(mirrored):
+    default = keras_tpu.describe()  # Outside any scope: the default strategy.
+    assert (default["kind"], default["replicas"], default["strategy"]) == (
+        "cpu",
+        1,
+        "_DefaultDistributionStrategy",
+    )
+    with mirrored.scope():  # Inside a scope: the strategy in scope.
+        assert keras_tpu.describe()["replicas"] == CPU_REPLICAS
