@@ -8,6 +8,7 @@ On a TPU (Colab/Kaggle/Cloud TPU VM, detected automatically):
   python scripts/train_cnn.py --dataset=fashion_mnist --per_replica_batch=128
 """
 
+import dataclasses
 import json
 import os
 import sys
@@ -53,21 +54,9 @@ flags.DEFINE_float(
 
 def main(argv):
     del argv
-    config = recipes.CNNConfig(
-        dataset=FLAGS.dataset,
-        data_dir=FLAGS.data_dir,
-        variant=FLAGS.variant,
-        epochs=FLAGS.epochs,
-        per_replica_batch=FLAGS.per_replica_batch,
-        learning_rate=FLAGS.learning_rate,
-        steps_per_execution=FLAGS.steps_per_execution,
-        seed=FLAGS.seed,
-        model_dir=FLAGS.model_dir,
-        tpu=FLAGS.tpu,
-        strategy=FLAGS.strategy,
-        cpu_replicas=FLAGS.cpu_replicas,
-        connect_timeout=FLAGS.connect_timeout,
-    )
+    # Every flag is named after the CNNConfig field it sets.
+    fields = {f.name for f in dataclasses.fields(recipes.CNNConfig)} & set(FLAGS)
+    config = recipes.CNNConfig(**{name: FLAGS[name].value for name in fields})
     try:
         summary = recipes.train_cnn(config)
     except (ValueError, recipes.resolver.StrategyError, recipes.data.DatasetUnavailableError) as e:
