@@ -286,3 +286,12 @@ def test_describe_strategies_not_made_here(mirrored):
     )
     with mirrored.scope():  # Inside a scope: the strategy in scope.
         assert keras_tpu.describe()["replicas"] == CPU_REPLICAS
+
+
+def test_fallback_is_logged_once_with_the_reason(fresh_resolver, tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="keras_tpu.resolver"):
+        for _ in range(3):
+            keras_tpu.resolve_strategy(environ=NO_TPU, root=str(tmp_path))
+    messages = [r.getMessage() for r in caplog.records if r.name == "keras_tpu.resolver"]
+    assert len(messages) == 1
+    assert messages[0].startswith("keras_tpu: using cpu (no TPU found")
