@@ -2,8 +2,11 @@
 
 Users give a per-replica batch; the global batch is per_replica x replicas in
 sync. Every dataset is built by `strategy.distribute_datasets_from_function`,
-so the same code shards per input pipeline on one CPU, N logical CPUs, a
-multi-worker cluster or a multi-host TPU pod.
+so the same `dataset_fn(input_context)` shards per input pipeline on one CPU,
+N logical CPUs, a multi-worker cluster or a multi-host TPU pod.
+
+    train, steps = data.train_dataset(strategy, data.load_digits()[0], per_replica_batch=64)
+    model.fit(train, epochs=10, steps_per_epoch=steps)
 """
 
 import dataclasses
@@ -12,9 +15,31 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from keras_tpu import resolver
+from keras_tpu.sources import ArraySplit  # noqa: F401  (re-exported: keras_tpu.data.*)
+from keras_tpu.sources import DatasetUnavailableError  # noqa: F401
+from keras_tpu.sources import Source  # noqa: F401
+from keras_tpu.sources import as_source
+from keras_tpu.sources import load_digits  # noqa: F401
+from keras_tpu.sources import load_tsv  # noqa: F401
+from keras_tpu.sources import synthetic_images  # noqa: F401
+from keras_tpu.sources import tfds_source  # noqa: F401
+from keras_tpu.sources import tfrecord_source  # noqa: F401
 
-class DatasetUnavailableError(RuntimeError):
-    """A dataset could not be loaded (e.g. no internet to download it)."""
+DEFAULT_SHUFFLE_BUFFER = 100_000
+
+# What leaves the host: TPUs have no uint8/int64/float64 arithmetic worth
+# using and no strings at all, so cast (or refuse) before the infeed.
+_DEVICE_DTYPES = {
+    tf.uint8: tf.float32,
+    tf.float64: tf.float32,
+    tf.int64: tf.int32,
+    tf.int16: tf.int32,
+    tf.int8: tf.int32,
+    tf.uint16: tf.int32,
+    tf.uint32: tf.int32,
+    tf.uint64: tf.int32,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,81 +74,47 @@ class Batching:
         return cls(global_batch // replicas, replicas)
 
 
-@dataclasses.dataclass(frozen=True)
-class ArraySplit:
-    """An in-memory split: features `x` and integer labels `y` of equal length."""
+def to_device_dtypes(structure, path="element"):
+    """Cast a batch to TPU-friendly dtypes; raise ValueError on string tensors."""
+    if isinstance(structure, dict):
+        return {k: to_device_dtypes(v, f"{path}[{k!r}]") for k, v in structure.items()}
+    if isinstance(structure, (tuple, list)):
+        return type(structure)(to_device_dtypes(v, f"{path}[{i}]") for i, v in enumerate(structure))
+    if structure.dtype == tf.string:
+        raise ValueError(
+            f"{path} is a string tensor; strings cannot be sent to a TPU. Tokenise on the "
+            f"host inside the pipeline (pass preprocess=, e.g. keras_tpu.text.BertPreprocessor)."
+        )
+    target = _DEVICE_DTYPES.get(structure.dtype)
+    return tf.cast(structure, target) if target else structure
 
-    x: np.ndarray
-    y: np.ndarray
 
-    def __post_init__(self):
-        if len(self.x) != len(self.y):
-            raise ValueError(f"x has {len(self.x)} examples but y has {len(self.y)}.")
+def check_readable_by_tpu_host(source, strategy):
+    """Raise ValueError if a remote TPU would have to read this machine's files.
 
-    def __len__(self):
-        return len(self.x)
-
-
-def load_digits(test_fraction=0.2, seed=0):
-    """Return (train, test) ArraySplits of scikit-learn's bundled 8x8 digits.
-
-    The offline quickstart: 1,797 real handwritten digits that ship with
-    scikit-learn, as float32 images (8, 8, 1) in [0, 1] and int32 labels 0..9.
-    The split is stratified and seeded, so it is the same on every machine.
+    A TPU node (grpc:// address or Cloud TPU name, not a TPU VM) runs the
+    input pipeline on its own host, which cannot open local paths
+    (tensorflow/tensorflow#64117).
     """
-    from sklearn import datasets as sk_datasets  # pylint: disable=g-import-not-at-top
-    from sklearn import model_selection  # pylint: disable=g-import-not-at-top
-
-    digits = sk_datasets.load_digits()
-    x = (digits.images / 16.0).astype(np.float32)[..., None]
-    y = digits.target.astype(np.int32)
-    x_train, x_test, y_train, y_test = model_selection.train_test_split(
-        x, y, test_size=test_fraction, random_state=seed, stratify=y
-    )
-    return ArraySplit(x_train, y_train), ArraySplit(x_test, y_test)
-
-
-def load_tfds_images(name, data_dir=None, splits=("train", "test")):
-    """Return ArraySplits of a tfds image dataset, images scaled to float32 [0, 1].
-
-    Raises:
-      DatasetUnavailableError: when tfds cannot load or download the dataset.
-    """
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-
-    result = []
-    for split in splits:
-        try:
-            # Iterate rather than batch_size=-1, which aborts the process on datasets
-            # of unknown cardinality (e.g. tfds.testing.mock_data) in TF 2.21.
-            pairs = list(
-                tfds.as_numpy(tfds.load(name, split=split, as_supervised=True, data_dir=data_dir))
-            )
-        except Exception as e:  # pylint: disable=broad-except
-            raise DatasetUnavailableError(
-                f"Could not load tfds dataset {name!r} split {split!r} ({type(e).__name__}: "
-                f"{str(e)[:300]}). Without internet use dataset 'digits' (bundled with "
-                f"scikit-learn), or point data_dir at a prepared tfds directory."
-            ) from e
-        if not pairs:
-            raise DatasetUnavailableError(f"tfds dataset {name!r} split {split!r} is empty.")
-        x = np.stack([image for image, _ in pairs]).astype(np.float32) / 255.0
-        y = np.array([label for _, label in pairs], np.int32)
-        result.append(ArraySplit(x, y))
-    return tuple(result)
+    tpu = resolver.describe(strategy).get("tpu")
+    if not tpu or tpu["address"] == "local":
+        return
+    local = [p for p in source.paths if "://" not in p]
+    if local:
+        raise ValueError(
+            f"The TPU at {tpu['address']} is a remote TPU node: its host runs the input "
+            f"pipeline and cannot read files on this machine ({local[0]}"
+            f"{' and others' if len(local) > 1 else ''}). Copy the data to a gs:// bucket the "
+            f"TPU can read (or load it into memory) (tensorflow/tensorflow#64117)."
+        )
 
 
-def synthetic_images(num_examples, image_shape=(28, 28, 1), num_classes=10, seed=0):
-    """Return a learnable synthetic image split for smoke tests and benchmarks.
-
-    Each class has its own fixed random template; an example is its class
-    template plus noise, so a model can fit it and loss really goes down.
-    """
-    rng = np.random.default_rng(seed)
-    templates = rng.uniform(0, 1, size=(num_classes,) + tuple(image_shape)).astype(np.float32)
-    y = rng.integers(0, num_classes, size=num_examples).astype(np.int32)
-    noise = rng.normal(0, 0.3, size=(num_examples,) + tuple(image_shape)).astype(np.float32)
-    return ArraySplit(np.clip(templates[y] + noise, 0, 1), y)
+def count_examples(data):
+    """Return the examples in `data`, reading it once if its source does not know."""
+    source = as_source(data)
+    if source.num_examples is not None:
+        return source.num_examples
+    return int(source.open_shard(1, 0, False).reduce(0, lambda n, _: n + 1))
 
 
 def _options(deterministic):
@@ -136,43 +127,95 @@ def _options(deterministic):
     return options
 
 
-def train_dataset(strategy, split, per_replica_batch, *, seed=0, shuffle=True):
-    """Return (distributed dataset, steps per epoch) for training on `split`.
+def _finish(ds, pipeline_batch, preprocess, deterministic):
+    """Batch (static shapes), preprocess on the host, cast for the device, prefetch."""
+    ds = ds.batch(pipeline_batch, drop_remainder=True, num_parallel_calls=tf.data.AUTOTUNE)
+    if preprocess is not None:
+        ds = ds.map(
+            lambda x, y, *w: (*preprocess(x, y), *w),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=deterministic,
+        )
+    ds = ds.map(lambda *element: to_device_dtypes(element))
+    return ds.prefetch(tf.data.AUTOTUNE).with_options(_options(deterministic))
 
-    Static shapes: every batch has exactly `per_replica_batch` examples
-    (drop_remainder), the stream repeats forever and is reshuffled every epoch
-    with a seeded shuffle. Pass `steps_per_epoch` to fit.
+
+def train_dataset(strategy, data, per_replica_batch, **options):
+    """Return (distributed dataset, steps per epoch) for training on `data`.
+
+    Static shapes: every replica gets exactly `per_replica_batch` examples a
+    step (drop_remainder). The stream repeats forever, reshuffled every epoch
+    with a seeded shuffle before the repeat, so each pass over the data uses
+    every example once; the `len % global_batch` examples left at the end of a
+    pass start the next step. Pass `steps_per_epoch` to fit.
+
+    Args:
+      strategy: the tf.distribute strategy.
+      data: a Source, ArraySplit or (x, y) tuple.
+      per_replica_batch: examples per replica per step (global = x replicas).
+      **options: `train_dataset_fn` options (preprocess, seed, shuffle,
+        shuffle_buffer, cache).
 
     Raises:
-      ValueError: when the split has fewer examples than one global batch.
+      ValueError: bad batch, a split smaller than one global batch, or local
+        files a remote TPU cannot read.
     """
+    source = as_source(data)
+    check_readable_by_tpu_host(source, strategy)
     batching = Batching.for_strategy(per_replica_batch, strategy)
-    steps = len(split) // batching.global_batch
+    dataset_fn, steps = train_dataset_fn(source, batching, **options)
+    return strategy.distribute_datasets_from_function(dataset_fn), steps
+
+
+def train_dataset_fn(
+    data,
+    batching,
+    *,
+    preprocess=None,
+    seed=0,
+    shuffle=True,
+    shuffle_buffer=DEFAULT_SHUFFLE_BUFFER,
+    cache="memory",
+):
+    """Return (dataset_fn(input_context), steps per epoch) for training.
+
+    Args:
+      data: a Source, ArraySplit or (x, y) tuple.
+      batching: the Batching of the strategy that will call dataset_fn.
+      preprocess: optional (features, labels) -> (features, labels) on batches,
+        run on the host (e.g. `text.BertPreprocessor(...).preprocess`).
+      seed: shuffle seed (each input pipeline offsets it by its id).
+      shuffle: shuffle the examples.
+      shuffle_buffer: shuffle buffer size (capped at the examples per pipeline).
+      cache: "memory", a file path prefix, or None: cache the raw examples
+        after the first pass (before shuffling, so epochs still differ).
+    """
+    source = as_source(data)
+    n = count_examples(source)
+    steps = n // batching.global_batch
     if steps < 1:
         raise ValueError(
-            f"training split has {len(split)} examples, fewer than one global batch "
-            f"of {batching.global_batch} ({batching.per_replica} per replica x "
+            f"training split has {n} examples, fewer than one global batch of "
+            f"{batching.global_batch} ({batching.per_replica} per replica x "
             f"{batching.replicas} replicas); lower the per-replica batch."
         )
 
     def dataset_fn(input_context):
-        ds = tf.data.Dataset.from_tensor_slices((split.x, split.y))
-        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-        ds = ds.cache()
+        pipelines, pipeline_id = input_context.num_input_pipelines, input_context.input_pipeline_id
+        ds = source.open_shard(pipelines, pipeline_id, True)
+        if cache == "memory":
+            ds = ds.cache()
+        elif cache:
+            ds = ds.cache(f"{cache}.pipeline{pipeline_id}")
         if shuffle:
-            # Shuffle before repeat so each epoch sees every example exactly once.
-            ds = ds.shuffle(
-                len(split),
-                seed=seed + input_context.input_pipeline_id,
-                reshuffle_each_iteration=True,
-            )
-        ds = ds.repeat()
-        ds = ds.batch(
-            input_context.get_per_replica_batch_size(batching.global_batch), drop_remainder=True
-        )
-        return ds.prefetch(tf.data.AUTOTUNE).with_options(_options(deterministic=not shuffle))
+            buffer = max(1, min(shuffle_buffer, math.ceil(n / pipelines)))
+            ds = ds.shuffle(buffer, seed=seed + pipeline_id, reshuffle_each_iteration=True)
+        batch = input_context.get_per_replica_batch_size(batching.global_batch)
+        # One pipeline feeds several replicas (all of a host's): it batches per
+        # replica and the strategy hands consecutive batches to its replicas.
+        return _finish(ds.repeat(), batch, preprocess, deterministic=not shuffle)
 
-    return strategy.distribute_datasets_from_function(dataset_fn), steps
+    return dataset_fn, steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,32 +235,55 @@ class EvalData:
     batching: Batching
 
 
-def eval_dataset(strategy, split, per_replica_batch):
-    """Return EvalData that covers every example of `split` exactly once.
+def _padding_element(element_spec):
+    """Return one all-zero (or empty-string) element matching `element_spec`."""
 
-    The split is padded to a whole number of global batches and the padding gets
-    sample weight 0, so shapes stay static and weighted metrics equal the
-    metrics over the whole split (nothing dropped, nothing counted twice).
+    def zero(spec):
+        if not spec.shape.is_fully_defined():
+            raise ValueError(
+                f"evaluation padding needs fixed-shape examples, got {spec.shape}; resize or "
+                f"pad examples to one shape in the source, or tokenise to a fixed seq_length."
+            )
+        return (
+            tf.zeros(spec.shape, spec.dtype) if spec.dtype != tf.string else tf.fill(spec.shape, "")
+        )
+
+    return tf.nest.map_structure(zero, element_spec)
+
+
+def eval_dataset(strategy, data, per_replica_batch, *, preprocess=None):
+    """Return EvalData that covers every example of `data` exactly once.
+
+    Each input pipeline gets every k-th example and is padded to `steps`
+    whole batches with zero-weight examples, so shapes stay static and
+    weighted metrics equal the metrics over the whole split: nothing dropped,
+    nothing counted twice.
     """
+    source = as_source(data)
+    check_readable_by_tpu_host(source, strategy)
     batching = Batching.for_strategy(per_replica_batch, strategy)
-    n = len(split)
+    dataset_fn, steps, n = eval_dataset_fn(source, batching, preprocess=preprocess)
+    return EvalData(strategy.distribute_datasets_from_function(dataset_fn), steps, n, batching)
+
+
+def eval_dataset_fn(data, batching, *, preprocess=None):
+    """Return (dataset_fn(input_context), steps, examples) for exact evaluation."""
+    source = as_source(data)
+    n = count_examples(source)
     if n < 1:
-        raise ValueError("evaluation split is empty.")
+        raise ValueError(f"evaluation split {source.name!r} is empty.")
+    # ceil(n / global) steps give each of the k pipelines room for its
+    # ceil(n / k) examples, whatever k is.
     steps = math.ceil(n / batching.global_batch)
-    pad = steps * batching.global_batch - n
-    x = np.concatenate([split.x, np.zeros((pad,) + split.x.shape[1:], split.x.dtype)])
-    y = np.concatenate([split.y, np.zeros((pad,) + split.y.shape[1:], split.y.dtype)])
-    w = np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)])
 
     def dataset_fn(input_context):
-        ds = tf.data.Dataset.from_tensor_slices((x, y, w))
-        # Contiguous blocks per pipeline keep every pipeline's share a whole
-        # number of its per-replica batches.
-        per_pipeline = len(w) // input_context.num_input_pipelines
-        ds = ds.skip(per_pipeline * input_context.input_pipeline_id).take(per_pipeline)
-        ds = ds.batch(
-            input_context.get_per_replica_batch_size(batching.global_batch), drop_remainder=True
-        )
-        return ds.prefetch(tf.data.AUTOTUNE).with_options(_options(deterministic=True))
+        pipelines, pipeline_id = input_context.num_input_pipelines, input_context.input_pipeline_id
+        ds = source.open_shard(pipelines, pipeline_id, False)
+        ds = ds.map(lambda x, y: (x, y, tf.constant(1.0)))
+        padding = tf.data.Dataset.from_tensors(_padding_element(ds.element_spec)).repeat()
+        batch = input_context.get_per_replica_batch_size(batching.global_batch)
+        replicas_per_pipeline = input_context.num_replicas_in_sync // pipelines
+        ds = ds.concatenate(padding).take(steps * batch * replicas_per_pipeline)
+        return _finish(ds, batch, preprocess, deterministic=True)
 
-    return EvalData(strategy.distribute_datasets_from_function(dataset_fn), steps, n, batching)
+    return dataset_fn, steps, n

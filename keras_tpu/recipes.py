@@ -10,6 +10,8 @@ import json
 import os
 import time
 
+import tensorflow as tf
+
 
 from keras_tpu import compat
 from keras_tpu import data
@@ -46,15 +48,28 @@ class CNNConfig:
 
 
 def load_image_data(name, data_dir=None, seed=0):
-    """Return (train, test) ArraySplits of float32 images in [0, 1] and int labels."""
-    if name == "digits":
-        return data.load_digits(seed=seed)
-    if name == "synthetic":
-        return (
-            data.synthetic_images(2048, (28, 28, 1), seed=seed),
-            data.synthetic_images(512, (28, 28, 1), seed=seed + 1),
-        )
-    return data.load_tfds_images(name, data_dir)
+    """Return (train, test, preprocess, image_shape, num_classes) for an image dataset.
+
+    "digits" and "synthetic" are in memory and already float32 in [0, 1]; any
+    other name is a tfds dataset streamed from its files, whose uint8 images
+    are scaled on the host by `preprocess`.
+    """
+    if name in IMAGE_DATASETS:
+        if name == "digits":
+            train, test = data.load_digits(seed=seed)
+        else:
+            train = data.synthetic_images(2048, (28, 28, 1), seed=seed)
+            test = data.synthetic_images(512, (28, 28, 1), seed=seed + 1)
+        num_classes = int(max(train.y.max(), test.y.max())) + 1
+        return train, test, None, train.x.shape[1:], num_classes
+    train = data.tfds_source(name, "train", data_dir=data_dir)
+    test = data.tfds_source(name, "test", data_dir=data_dir)
+    image_shape = tuple(train.open_shard(1, 0, False).element_spec[0].shape)
+
+    def preprocess(images, labels):
+        return tf.cast(images, tf.float32) / 255.0, labels
+
+    return train, test, preprocess, image_shape, train.num_classes
 
 
 def train_cnn(config):
@@ -67,15 +82,16 @@ def train_cnn(config):
     )
     info = resolver.describe(strategy)
     keras.utils.set_random_seed(config.seed)
-    train, test = load_image_data(config.dataset, config.data_dir, config.seed)
-    num_classes = int(max(train.y.max(), test.y.max())) + 1
-    train_ds, steps_per_epoch = data.train_dataset(
-        strategy, train, config.per_replica_batch, seed=config.seed
+    train, test, preprocess, image_shape, num_classes = load_image_data(
+        config.dataset, config.data_dir, config.seed
     )
-    eval_data = data.eval_dataset(strategy, test, config.per_replica_batch)
+    train_ds, steps_per_epoch = data.train_dataset(
+        strategy, train, config.per_replica_batch, preprocess=preprocess, seed=config.seed
+    )
+    eval_data = data.eval_dataset(strategy, test, config.per_replica_batch, preprocess=preprocess)
 
     with strategy.scope():
-        model = cnn.build_cnn(train.x.shape[1:], num_classes, variant=config.variant)
+        model = cnn.build_cnn(image_shape, num_classes, variant=config.variant)
         optimizer = keras.optimizers.Adam(config.learning_rate)
     training.compile_model(
         model,
@@ -98,7 +114,7 @@ def train_cnn(config):
         "model": model.name,
         "parameters": int(model.count_params()),
         "dataset": config.dataset,
-        "train_examples": len(train),
+        "train_examples": data.count_examples(train),
         "test_examples": test_metrics.pop("examples"),
         "per_replica_batch": batching.per_replica,
         "global_batch": batching.global_batch,

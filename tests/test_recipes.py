@@ -55,7 +55,7 @@ def test_script_rehearses_two_replicas(tmp_path):
         (["--strategy=tpu"], "strategy='tpu' but no TPU found"),
         (
             ["--dataset=fashion_mnist", "--data_dir=/nonexistent/tfds"],
-            "Could not load tfds dataset 'fashion_mnist'",
+            "tfds dataset 'fashion_mnist' is not in data_dir /nonexistent/tfds",
         ),
     ],
 )

@@ -1,0 +1,239 @@
+"""Where examples come from: arrays, TSV text, TFRecord files, tfds, digits, synthetic.
+
+A source only knows how to open its examples for one input pipeline
+(sharded, unbatched); batching, padding and distribution live in data.py.
+"""
+
+import csv
+import dataclasses
+import os
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+
+
+class DatasetUnavailableError(RuntimeError):
+    """A dataset could not be loaded (e.g. it needs a download and there is no internet)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ArraySplit:
+    """An in-memory split: features `x` and integer labels `y` of equal length.
+
+    `x` may be numbers (images, token ids) or strings (sentences, tokenised on
+    the host inside tf.data).
+    """
+
+    x: np.ndarray
+    y: np.ndarray
+
+    def __post_init__(self):
+        if len(self.x) != len(self.y):
+            raise ValueError(f"x has {len(self.x)} examples but y has {len(self.y)}.")
+
+    def __len__(self):
+        return len(self.x)
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Examples that pipelines open once per input pipeline.
+
+    Attributes:
+      name: what the source is, for messages and summaries.
+      num_examples: examples in the split, or None when unknown until read.
+      open_shard: (num_pipelines, pipeline_id, by_file) -> dataset of this
+        pipeline's unbatched (features, label) elements. With by_file the
+        source may give each pipeline whole files (training); without it every
+        pipeline gets every k-th element (evaluation, where counts must be exact).
+      paths: local or remote files the pipelines read at run time, for the
+        remote-TPU guard (in-memory sources have none).
+      num_classes: number of label classes when the source knows it.
+    """
+
+    name: str
+    num_examples: int | None
+    open_shard: Callable[[int, int, bool], tf.data.Dataset]
+    paths: tuple = ()
+    num_classes: int | None = None
+
+
+def as_source(data, name="arrays"):
+    """Return `data` as a Source; ArraySplits and (x, y) tuples are wrapped."""
+    if isinstance(data, Source):
+        return data
+    if isinstance(data, tuple) and len(data) == 2:
+        data = ArraySplit(np.asarray(data[0]), np.asarray(data[1]))
+    if not isinstance(data, ArraySplit):
+        raise TypeError(f"expected a Source, ArraySplit or (x, y) tuple, got {type(data).__name__}")
+    if len(data) == 0:
+        raise ValueError(f"source {name!r} is empty.")
+
+    def open_shard(num_pipelines, pipeline_id, by_file):
+        del by_file  # One block of memory: shard by element.
+        ds = tf.data.Dataset.from_tensor_slices((data.x, data.y))
+        return ds.shard(num_pipelines, pipeline_id)
+
+    return Source(name, len(data), open_shard)
+
+
+def load_digits(test_fraction=0.2, seed=0):
+    """Return (train, test) ArraySplits of scikit-learn's bundled 8x8 digits.
+
+    The offline quickstart: 1,797 real handwritten digits that ship with
+    scikit-learn, as float32 images (8, 8, 1) in [0, 1] and int32 labels 0..9.
+    The split is stratified and seeded, so it is the same on every machine.
+    """
+    from sklearn import datasets as sk_datasets  # pylint: disable=g-import-not-at-top
+    from sklearn import model_selection  # pylint: disable=g-import-not-at-top
+
+    digits = sk_datasets.load_digits()
+    x = (digits.images / 16.0).astype(np.float32)[..., None]
+    y = digits.target.astype(np.int32)
+    x_train, x_test, y_train, y_test = model_selection.train_test_split(
+        x, y, test_size=test_fraction, random_state=seed, stratify=y
+    )
+    return ArraySplit(x_train, y_train), ArraySplit(x_test, y_test)
+
+
+def synthetic_images(num_examples, image_shape=(28, 28, 1), num_classes=10, seed=0):
+    """Return a learnable synthetic image split for smoke tests and benchmarks.
+
+    Each class has its own fixed random template; an example is its class
+    template plus noise, so a model can fit it and loss really goes down.
+    """
+    rng = np.random.default_rng(seed)
+    templates = rng.uniform(0, 1, size=(num_classes,) + tuple(image_shape)).astype(np.float32)
+    y = rng.integers(0, num_classes, size=num_examples).astype(np.int32)
+    noise = rng.normal(0, 0.3, size=(num_examples,) + tuple(image_shape)).astype(np.float32)
+    return ArraySplit(np.clip(templates[y] + noise, 0, 1), y)
+
+
+def load_tsv(path, text_column="sentence", label_column="label", num_classes=None):
+    """Read a `sentence<TAB>label` file with a header row into an ArraySplit.
+
+    Args:
+      path: the TSV file (GLUE layout, e.g. SST-2's train.tsv / dev.tsv).
+      text_column: header name of the text column.
+      label_column: header name of the integer label column.
+      num_classes: if given, every label must be in [0, num_classes).
+
+    Returns:
+      ArraySplit with x the sentences (str) and y the int32 labels.
+
+    Raises:
+      FileNotFoundError: the file does not exist.
+      ValueError: a missing column, a row with the wrong number of fields or a
+        bad label (naming file and line), or an empty file.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"TSV file {path} does not exist.")
+    sentences, labels = [], []
+    with open(path, newline="", encoding="utf-8") as f:
+        # QUOTE_NONE: GLUE text keeps its quote characters as ordinary text.
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = next(reader, None)
+        if header is None:
+            raise ValueError(f"{path} is empty; expected a header row and examples.")
+        for column in (text_column, label_column):
+            if column not in header:
+                raise ValueError(f"{path}:1: header {header} has no column {column!r}.")
+        text_at, label_at = header.index(text_column), header.index(label_column)
+        for row in reader:
+            where = f"{path}:{reader.line_num}"
+            if len(row) != len(header):
+                raise ValueError(
+                    f"{where}: {len(row)} tab-separated fields, the header has {len(header)}."
+                )
+            try:
+                label = int(row[label_at])
+            except ValueError:
+                raise ValueError(f"{where}: label {row[label_at]!r} is not an integer.") from None
+            if num_classes is not None and not 0 <= label < num_classes:
+                raise ValueError(f"{where}: label {label} is outside [0, {num_classes}).")
+            sentences.append(row[text_at])
+            labels.append(label)
+    if not sentences:
+        raise ValueError(f"{path} has a header but no examples.")
+    return ArraySplit(np.array(sentences, dtype=object), np.array(labels, dtype=np.int32))
+
+
+def tfrecord_source(pattern, parse_fn, num_examples=None, name=None):
+    """Return a Source over TFRecord files, sharded by file when there are enough.
+
+    Args:
+      pattern: a file glob (local path or gs://...), or a list of files.
+      parse_fn: serialized tf.train.Example -> (features, label).
+      num_examples: examples in all files, if known (else evaluation counts them).
+      name: a label for messages; defaults to the pattern.
+    """
+    files = sorted(tf.io.gfile.glob(pattern)) if isinstance(pattern, str) else list(pattern)
+    if not files:
+        raise FileNotFoundError(f"no TFRecord files match {pattern!r}.")
+
+    def open_shard(num_pipelines, pipeline_id, by_file):
+        if by_file and len(files) >= num_pipelines:
+            # Each pipeline reads whole files: no pipeline reads a byte it drops.
+            shard = tf.data.Dataset.from_tensor_slices(files).shard(num_pipelines, pipeline_id)
+            ds = shard.interleave(
+                tf.data.TFRecordDataset,
+                cycle_length=min(len(files), 8),
+                num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=False,
+            )
+        else:
+            ds = tf.data.TFRecordDataset(files).shard(num_pipelines, pipeline_id)
+        return ds.map(parse_fn, num_parallel_calls=tf.data.AUTOTUNE)
+
+    return Source(name or str(pattern), num_examples, open_shard, tuple(files))
+
+
+def tfds_source(name, split, data_dir=None, try_gcs=False):
+    """Return a Source over a tfds split, as (features, label) pairs.
+
+    Training pipelines read whole files per pipeline through tfds's own
+    `ReadConfig(input_context=...)`; evaluation shards by element.
+
+    Raises:
+      DatasetUnavailableError: unknown name, or not prepared and no download.
+    """
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+    try:
+        builder = tfds.builder(name, data_dir=data_dir, try_gcs=try_gcs)
+    except Exception as e:  # pylint: disable=broad-except
+        raise DatasetUnavailableError(f"tfds has no dataset {name!r}: {str(e)[:300]}") from e
+    if not builder.is_prepared():
+        try:
+            builder.download_and_prepare()
+        except Exception as e:  # pylint: disable=broad-except
+            raise DatasetUnavailableError(
+                f"tfds dataset {name!r} is not in data_dir {builder.data_dir_root} and could not "
+                f"be downloaded ({type(e).__name__}: {str(e)[:200]}). It needs a download: run "
+                f"where there is internet, or point data_dir at a prepared copy (or a gs:// "
+                f"bucket with try_gcs). Offline, use the 'digits' dataset."
+            ) from e
+    try:
+        num_examples = builder.info.splits[split].num_examples
+    except KeyError:
+        num_examples = None  # No split metadata (e.g. tfds.testing.mock_data): count on use.
+
+    def open_shard(num_pipelines, pipeline_id, by_file):
+        if by_file:
+            context = tf.distribute.InputContext(num_pipelines, pipeline_id)
+            config = tfds.ReadConfig(input_context=context, shuffle_seed=pipeline_id)
+            return builder.as_dataset(
+                split=split, as_supervised=True, shuffle_files=True, read_config=config
+            )
+        ds = builder.as_dataset(split=split, as_supervised=True, shuffle_files=False)
+        return ds.shard(num_pipelines, pipeline_id)
+
+    label = builder.info.features["label"] if "label" in builder.info.features else None
+    return Source(
+        f"tfds:{name}/{split}",
+        num_examples,
+        open_shard,
+        (builder.data_dir,),
+        num_classes=getattr(label, "num_classes", None),
+    )

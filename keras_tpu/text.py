@@ -1,0 +1,153 @@
+"""BERT text preprocessing on the host: WordPiece tokens packed to a fixed length.
+
+Tokenisation runs inside tf.data on the host CPU, never on the TPU (which has
+no strings). The output follows the TF Hub BERT input convention: a dict of
+int32 `input_word_ids`, `input_mask` and `input_type_ids`, each
+[batch, seq_length], `[CLS] tokens... [SEP]` then padding.
+
+    preprocess = text.BertPreprocessor.from_vocab("vocab.txt", seq_length=128)
+    train, steps = data.train_dataset(strategy, data.load_tsv("train.tsv"), 32,
+                                      preprocess=preprocess)
+"""
+
+import os
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
+
+
+def read_vocab(vocab_file):
+    """Return the WordPiece vocabulary (one token per line) as a list.
+
+    Raises:
+      FileNotFoundError: the file does not exist.
+      ValueError: a BERT special token is missing.
+    """
+    if not tf.io.gfile.exists(vocab_file):
+        raise FileNotFoundError(f"vocab file {vocab_file} does not exist.")
+    with tf.io.gfile.GFile(vocab_file) as f:
+        vocab = [line.rstrip("\n") for line in f]
+    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        raise ValueError(f"vocab file {vocab_file} lacks the BERT special tokens {missing}.")
+    return vocab
+
+
+class BertPreprocessor(tf.Module):
+    """Tokenise sentences with WordPiece and pack them into BERT inputs.
+
+    Usable as a tf.data `preprocess` function on (sentences, labels) batches,
+    and exportable as a TF Hub preprocessing SavedModel (`export`): callable
+    on strings, with `tokenize` and `bert_pack_inputs(segments, seq_length)`.
+    """
+
+    def __init__(self, vocab_file, seq_length=128, lower_case=True):
+        """Build the preprocessor.
+
+        Args:
+          vocab_file: WordPiece vocabulary, one token per line (BERT's vocab.txt).
+          seq_length: packed length, [CLS] and [SEP] included (>= 3).
+          lower_case: lower-case and strip accents first (uncased checkpoints).
+        """
+        super().__init__(name="bert_preprocessor")
+        if not isinstance(seq_length, int) or seq_length < 3:
+            raise ValueError(f"seq_length={seq_length!r} must be an integer >= 3 ([CLS] x [SEP]).")
+        vocab = read_vocab(vocab_file)
+        self.seq_length = seq_length
+        self.lower_case = lower_case
+        self.vocab_size = len(vocab)
+        self.cls_id, self.sep_id, self.pad_id = (
+            vocab.index(t) for t in ("[CLS]", "[SEP]", "[PAD]")
+        )
+        # An Asset makes SavedModel export copy the vocabulary next to the graph.
+        self.vocab_asset = tf.saved_model.Asset(vocab_file)
+        table = tf.lookup.StaticHashTable(
+            tf.lookup.TextFileInitializer(
+                self.vocab_asset,
+                key_dtype=tf.string,
+                key_index=tf.lookup.TextFileIndex.WHOLE_LINE,
+                value_dtype=tf.int64,
+                value_index=tf.lookup.TextFileIndex.LINE_NUMBER,
+            ),
+            default_value=-1,
+        )
+        self._tokenizer = tf_text.BertTokenizer(
+            table, token_out_type=tf.int32, lower_case=lower_case, unknown_token="[UNK]"
+        )
+
+    @classmethod
+    def from_vocab(cls, vocab_file, seq_length=128, lower_case=True):
+        """Return a preprocessor for `vocab_file` (see __init__)."""
+        return cls(vocab_file, seq_length, lower_case)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def tokenize(self, sentences):
+        """Return WordPiece ids, ragged [batch, words, pieces] (the TF Hub interface)."""
+        return self._tokenizer.tokenize(sentences)
+
+    @tf.function(
+        input_signature=[
+            [tf.RaggedTensorSpec([None, None, None], tf.int32)],
+            tf.TensorSpec([], tf.int32),
+        ]
+    )
+    def bert_pack_inputs(self, segments, seq_length):
+        """Pack tokenised segments into [CLS] a [SEP] (b [SEP]) of `seq_length`."""
+        pieces = [s.merge_dims(-2, -1) for s in segments]
+        budget = seq_length - 1 - len(pieces)  # Room left after [CLS] and the [SEP]s.
+        trimmed = tf_text.RoundRobinTrimmer(max_seq_length=budget).trim(pieces)
+        ids, type_ids = tf_text.combine_segments(
+            trimmed, start_of_sequence_id=self.cls_id, end_of_segment_id=self.sep_id
+        )
+        word_ids, mask = tf_text.pad_model_inputs(
+            ids, max_seq_length=seq_length, pad_value=self.pad_id
+        )
+        type_ids, _ = tf_text.pad_model_inputs(type_ids, max_seq_length=seq_length)
+        return {"input_word_ids": word_ids, "input_mask": mask, "input_type_ids": type_ids}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def __call__(self, sentences):
+        """Return the packed BERT inputs of one batch of sentences."""
+        packed = self.bert_pack_inputs([self.tokenize(sentences)], tf.constant(self.seq_length))
+        # Static shapes for XLA: the batch stays dynamic, the length does not.
+        return {k: tf.ensure_shape(v, [None, self.seq_length]) for k, v in packed.items()}
+
+    def preprocess(self, sentences, labels):
+        """Map a (sentences, labels) batch to (BERT inputs, labels): a tf.data preprocess."""
+        inputs = self(sentences)
+        static = sentences.shape[:1].concatenate([self.seq_length])
+        return {k: tf.ensure_shape(v, static) for k, v in inputs.items()}, labels
+
+    def export(self, export_dir):
+        """Write this preprocessor as a TF Hub preprocessing SavedModel and return the path."""
+        os.makedirs(os.path.dirname(os.path.abspath(export_dir)), exist_ok=True)
+        tf.saved_model.save(self, export_dir)
+        return export_dir
+
+
+def hub_preprocess(handle, seq_length=128):
+    """Return a tf.data preprocess function backed by a TF Hub preprocessing model.
+
+    Args:
+      handle: a TF Hub BERT preprocessing handle (URL or local directory), with
+        the `tokenize` / `bert_pack_inputs` interface (as `BertPreprocessor.export`
+        writes).
+      seq_length: packed length.
+    """
+    import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top
+
+    model = hub.load(handle)
+    for attribute in ("tokenize", "bert_pack_inputs"):
+        if not hasattr(model, attribute):
+            raise ValueError(
+                f"{handle} is not a TF Hub BERT preprocessing model: it has no `{attribute}`."
+            )
+
+    def preprocess(sentences, labels):
+        packed = model.bert_pack_inputs([model.tokenize(sentences)], seq_length)
+        static = sentences.shape[:1].concatenate([seq_length])
+        return {k: tf.ensure_shape(tf.cast(v, tf.int32), static) for k, v in packed.items()}, labels
+
+    return preprocess
