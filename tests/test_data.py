@@ -119,3 +119,99 @@ def test_synthetic_images_are_seeded():
     a, b = data.synthetic_images(16, seed=3), data.synthetic_images(16, seed=3)
     np.testing.assert_array_equal(a.x, b.x)
     assert a.x.shape == (16, 28, 28, 1) and a.y.max() < 10
+
+
+def test_train_dataset_fn_with_two_input_pipelines():
+    # Two hosts, 4 replicas: each pipeline batches per replica for its 2 replicas.
+    batching = data.Batching(per_replica=3, replicas=4)
+    dataset_fn, steps = data.train_dataset_fn(_ids(48), batching, shuffle=False)
+    assert steps == 4
+    seen = []
+    for pipeline in range(2):
+        context = tf.distribute.InputContext(2, pipeline, 4)
+        batches = list(dataset_fn(context).take(2 * steps))  # 2 replicas per pipeline.
+        assert all(x.shape == (3, 2) for x, _ in batches)
+        seen.extend(int(i) for x, _ in batches for i in x[:, 0])
+    assert sorted(seen) == list(range(48))  # Across pipelines, one epoch = every example once.
+
+
+@pytest.mark.parametrize("n", [1, 7, 1003])
+def test_eval_dataset_fn_with_two_input_pipelines_is_exact(n):
+    batching = data.Batching(per_replica=5, replicas=4)
+    dataset_fn, steps, examples = data.eval_dataset_fn(_ids(n), batching)
+    assert (steps, examples) == (-(-n // 20), n)
+    counts = collections.Counter()
+    for pipeline in range(2):
+        batches = list(dataset_fn(tf.distribute.InputContext(2, pipeline, 4)))
+        assert len(batches) == 2 * steps  # Every pipeline runs the same number of steps.
+        for x, _, w in batches:
+            assert x.shape == (5, 2)
+            counts.update(int(i) for i, weight in zip(x[:, 0], w) if weight == 1.0)
+    assert counts == collections.Counter(range(n))
+
+
+def test_text_pipeline_on_sst2_with_four_replicas(mirrored, tmp_path):
+    import os  # pylint: disable=g-import-not-at-top
+
+    from keras_tpu import text  # pylint: disable=g-import-not-at-top
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "it", "'", "s", "a"]) + "\n")
+    preprocessor = text.BertPreprocessor(str(vocab), seq_length=16)
+    dev = data.load_tsv(os.path.join(os.path.dirname(__file__), "../../shared/data/sst2/dev.tsv"))
+    eval_data = data.eval_dataset(mirrored, dev, 8, preprocess=preprocessor.preprocess)
+    assert (eval_data.examples, eval_data.steps) == (872, 28)  # 28 x 32 = 896 >= 872.
+    features, labels, weights = next(iter(eval_data.dataset))
+    ids = _local(mirrored, features["input_word_ids"])
+    assert len(ids) == CPU_REPLICAS and all(v.shape == (8, 16) and v.dtype == np.int32 for v in ids)
+    # "it 's a charming ..." -> [CLS] it ' s a [UNK]: BERT splits off punctuation.
+    assert ids[0][0][:6].tolist() == [2, 4, 5, 6, 7, 1]
+    total = sum(float(w.sum()) for batch in eval_data.dataset for w in _local(mirrored, batch[2]))
+    assert total == 872
+
+
+def test_strings_never_leave_the_host(mirrored):
+    split = data.ArraySplit(
+        np.array(["a", "b", "c", "d"] * 8, dtype=object), np.zeros(32, np.int32)
+    )
+    with pytest.raises(ValueError, match=r"element\[0\] is a string tensor.*Tokenise on the host"):
+        data.train_dataset(mirrored, split, 2)
+
+
+def test_host_dtypes_are_cast_for_the_device():
+    batch = (
+        {"image": tf.zeros([2, 4], tf.uint8), "ids": tf.zeros([2], tf.int64)},
+        tf.zeros([2], tf.float64),
+    )
+    cast = data.to_device_dtypes(batch)
+    assert (cast[0]["image"].dtype, cast[0]["ids"].dtype, cast[1].dtype) == (
+        tf.float32,
+        tf.int32,
+        tf.float32,
+    )
+
+
+def test_remote_tpu_refuses_local_files(mirrored, monkeypatch, tmp_path):
+    from keras_tpu import resolver  # pylint: disable=g-import-not-at-top
+
+    monkeypatch.setattr(
+        resolver, "describe", lambda strategy: {"tpu": {"address": "grpc://10.0.0.2:8470"}}
+    )
+    local = data.Source("files", 10, lambda *a: None, paths=(str(tmp_path / "a.tfrecord"),))
+    with pytest.raises(
+        ValueError, match=r"remote TPU node.*cannot read files on this machine.*gs://"
+    ):
+        data.train_dataset(mirrored, local, 1)
+    # Buckets are readable by the TPU host, and a TPU VM reads local files itself.
+    bucket = data.Source("files", 10, lambda *a: None, paths=("gs://bucket/a.tfrecord",))
+    data.check_readable_by_tpu_host(bucket, mirrored)
+    monkeypatch.setattr(resolver, "describe", lambda strategy: {"tpu": {"address": "local"}})
+    data.check_readable_by_tpu_host(local, mirrored)
+
+
+def test_file_cache_is_written(mirrored, tmp_path):
+    dataset, steps = data.train_dataset(mirrored, _ids(32), 2, cache=str(tmp_path / "cache"))
+    iterator = iter(dataset)
+    for _ in range(2 * steps):  # Two passes: the first fills the cache, the second reads it.
+        next(iterator)
+    assert any(p.name.startswith("cache.pipeline0") for p in tmp_path.iterdir())

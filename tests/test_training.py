@@ -36,7 +36,7 @@ def test_compile_takes_the_device_default_for_jit(mirrored):
     assert model._jit_compile is False  # 4 replicas: XLA fails under MirroredStrategy.
 
 
-@pytest.mark.parametrize("n", [37, 64])
+@pytest.mark.parametrize("n", [37, 64, 1003])
 def test_evaluation_is_exact_over_the_whole_split(mirrored, n):
     rng = np.random.default_rng(n)
     split = data.ArraySplit(

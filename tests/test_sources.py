@@ -1,0 +1,125 @@
+"""Tests for keras_tpu.sources: real SST-2 TSV, TFRecord and tfds sources, bad files."""
+
+import collections
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from keras_tpu import sources
+
+SST2 = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "sst2")
+
+
+def _write_tsv(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+def test_sst2_dev_has_872_labelled_sentences():
+    split = sources.load_tsv(os.path.join(SST2, "dev.tsv"), num_classes=2)
+    assert len(split) == 872
+    assert collections.Counter(split.y.tolist()) == {1: 444, 0: 428}
+    assert split.x[0] == "it 's a charming and often affecting journey . "
+    assert (split.y[0], split.y[1]) == (1, 0)
+    assert split.y.dtype == np.int32
+
+
+@pytest.mark.parametrize(
+    "text, error, message",
+    [
+        (
+            "sentence\tlabel\ngood\t1\nbad\n",
+            ValueError,
+            r"bad.tsv:3: 1 tab-separated fields, the header has 2",
+        ),
+        (
+            "sentence\tlabel\ngood\t1\nbad\t2\n",
+            ValueError,
+            r"bad.tsv:3: label 2 is outside \[0, 2\)",
+        ),
+        ("sentence\tlabel\ngood\tyes\n", ValueError, r"bad.tsv:2: label 'yes' is not an integer"),
+        ("text\tlabel\ngood\t1\n", ValueError, r"has no column 'sentence'"),
+        ("sentence\tlabel\n", ValueError, "has a header but no examples"),
+        ("", ValueError, "is empty"),
+    ],
+)
+def test_bad_tsv_names_file_and_line(tmp_path, text, error, message):
+    with pytest.raises(error, match=message):
+        sources.load_tsv(_write_tsv(tmp_path / "bad.tsv", text), num_classes=2)
+
+
+def test_missing_tsv_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.tsv does not exist"):
+        sources.load_tsv(str(tmp_path / "nope.tsv"))
+
+
+def _tfrecords(tmp_path, files=4, per_file=5):
+    for f in range(files):
+        with tf.io.TFRecordWriter(str(tmp_path / f"part-{f}.tfrecord")) as writer:
+            for i in range(per_file):
+                example = tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            "id": tf.train.Feature(
+                                int64_list=tf.train.Int64List(value=[f * per_file + i])
+                            )
+                        }
+                    )
+                )
+                writer.write(example.SerializeToString())
+
+    def parse(record):
+        parsed = tf.io.parse_single_example(record, {"id": tf.io.FixedLenFeature([], tf.int64)})
+        return parsed["id"], parsed["id"] % 2
+
+    return sources.tfrecord_source(str(tmp_path / "*.tfrecord"), parse)
+
+
+def _ids(ds):
+    return sorted(int(x) for x, _ in ds)
+
+
+def test_tfrecord_shards_by_file_across_two_pipelines(tmp_path):
+    source = _tfrecords(tmp_path)
+    assert len(source.paths) == 4
+    first, second = (_ids(source.open_shard(2, i, True)) for i in range(2))
+    assert not set(first) & set(second) and sorted(first + second) == list(range(20))
+    # Whole files: pipeline 0 reads files 0 and 2, pipeline 1 files 1 and 3.
+    assert first == list(range(0, 5)) + list(range(10, 15))
+
+
+def test_tfrecord_shards_by_element_when_files_are_too_few(tmp_path):
+    source = _tfrecords(tmp_path, files=1, per_file=9)
+    first, second = (_ids(source.open_shard(2, i, True)) for i in range(2))
+    assert first == [0, 2, 4, 6, 8] and second == [1, 3, 5, 7]
+
+
+def test_tfrecord_without_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no TFRecord files match"):
+        sources.tfrecord_source(str(tmp_path / "*.tfrecord"), lambda r: r)
+
+
+def test_arrays_shard_by_element_and_refuse_empty():
+    source = sources.as_source((np.arange(7), np.zeros(7)))
+    assert _ids(source.open_shard(2, 1, True)) == [1, 3, 5]
+    with pytest.raises(ValueError, match="is empty"):
+        sources.as_source((np.zeros((0, 2)), np.zeros(0)))
+    with pytest.raises(TypeError, match="expected a Source, ArraySplit"):
+        sources.as_source([1, 2, 3])
+
+
+def test_tfds_source_on_mock_data():
+    with tfds.testing.mock_data(num_examples=12):
+        source = sources.tfds_source("mnist", "test")
+        assert source.num_classes == 10
+        images = [x for x, _ in source.open_shard(2, 0, False)]
+        assert len(images) == 6 and images[0].shape == (28, 28, 1)
+        assert images[0].dtype == tf.uint8
+
+
+def test_unknown_tfds_name():
+    with pytest.raises(sources.DatasetUnavailableError, match="tfds has no dataset 'no_such_set'"):
+        sources.tfds_source("no_such_set", "train")

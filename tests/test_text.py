@@ -1,0 +1,78 @@
+"""Tests for keras_tpu.text: hand-worked WordPiece packing and the TF Hub export."""
+
+import pytest
+import tensorflow as tf
+import tensorflow_hub as hub
+
+from keras_tpu import text
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "movie", "was", "great", "!"]
+VOCAB += ["un", "##believ", "##able", "cafe"]
+
+
+@pytest.fixture(scope="module")
+def vocab_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    path.write_text("\n".join(VOCAB) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def preprocessor(vocab_file):
+    return text.BertPreprocessor(vocab_file, seq_length=8)
+
+
+def test_hand_worked_packing(preprocessor):
+    sentences = ["The movie was GREAT!", "unbelievable Café zzz", " ".join(["the"] * 9)]
+    out = preprocessor(tf.constant(sentences))
+    # [CLS]=2 the=4 movie=5 was=6 great=7 !=8 [SEP]=3 [PAD]=0; lower-cased.
+    assert out["input_word_ids"].numpy().tolist() == [
+        [2, 4, 5, 6, 7, 8, 3, 0],
+        [2, 9, 10, 11, 12, 1, 3, 0],  # un ##believ ##able, accent stripped, zzz -> [UNK].
+        [2, 4, 4, 4, 4, 4, 4, 3],  # Nine words truncated to the 6 that fit.
+    ]
+    assert out["input_mask"].numpy().tolist() == [[1] * 7 + [0], [1] * 7 + [0], [1] * 8]
+    assert out["input_type_ids"].numpy().tolist() == [[0] * 8] * 3
+    assert all(v.dtype == tf.int32 for v in out.values())
+
+
+def test_preprocess_gives_static_shapes_for_the_pipeline(preprocessor):
+    batches = tf.data.Dataset.from_tensor_slices((["a"] * 6, [1] * 6)).batch(3, drop_remainder=True)
+    features, _ = batches.map(preprocessor.preprocess).element_spec
+    assert {k: v.shape.as_list() for k, v in features.items()} == {
+        "input_word_ids": [3, 8],
+        "input_mask": [3, 8],
+        "input_type_ids": [3, 8],
+    }
+
+
+def test_export_round_trips_through_tf_hub(preprocessor, tmp_path):
+    export_dir = preprocessor.export(str(tmp_path / "preprocess"))
+    sentences = tf.constant(["The movie was GREAT!", "unbelievable"])
+    expected = preprocessor(sentences)["input_word_ids"].numpy().tolist()
+    layer = hub.KerasLayer(export_dir)
+    assert layer(sentences)["input_word_ids"].numpy().tolist() == expected
+    from_hub = text.hub_preprocess(export_dir, seq_length=8)
+    packed, labels = from_hub(sentences, tf.constant([1, 0]))
+    assert packed["input_word_ids"].numpy().tolist() == expected
+    longer, _ = text.hub_preprocess(export_dir, seq_length=12)(sentences, tf.constant([1, 0]))
+    assert longer["input_word_ids"].shape == (2, 12)
+
+
+def test_bad_vocab_and_lengths(tmp_path, vocab_file):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        text.BertPreprocessor(str(tmp_path / "none.txt"))
+    bad = tmp_path / "bad.txt"
+    bad.write_text("the\nmovie\n")
+    with pytest.raises(ValueError, match=r"lacks the BERT special tokens \['\[PAD\]'"):
+        text.BertPreprocessor(str(bad))
+    with pytest.raises(ValueError, match="seq_length=2 must be an integer >= 3"):
+        text.BertPreprocessor(vocab_file, seq_length=2)
+
+
+def test_hub_preprocess_rejects_other_models(tmp_path):
+    module = tf.Module()
+    module.f = tf.function(lambda x: x, input_signature=[tf.TensorSpec([None], tf.string)])
+    tf.saved_model.save(module, str(tmp_path / "other"))
+    with pytest.raises(ValueError, match="not a TF Hub BERT preprocessing model"):
+        text.hub_preprocess(str(tmp_path / "other"))
