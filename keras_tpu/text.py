@@ -127,27 +127,43 @@ class BertPreprocessor(tf.Module):
         return export_dir
 
 
-def hub_preprocess(handle, seq_length=128):
-    """Return a tf.data preprocess function backed by a TF Hub preprocessing model.
+class HubBertPreprocessor(tf.Module):
+    """A TF Hub BERT preprocessing model packed to a fixed `seq_length`.
 
-    Args:
-      handle: a TF Hub BERT preprocessing handle (URL or local directory), with
-        the `tokenize` / `bert_pack_inputs` interface (as `BertPreprocessor.export`
-        writes).
-      seq_length: packed length.
+    Same interface as BertPreprocessor (call on strings, `.preprocess` on
+    (sentences, labels) batches), for a handle with the TF Hub preprocessing
+    API (`tokenize`, `bert_pack_inputs`), such as `BertPreprocessor.export` writes.
     """
-    import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top
 
-    model = hub.load(handle)
-    for attribute in ("tokenize", "bert_pack_inputs"):
-        if not hasattr(model, attribute):
-            raise ValueError(
-                f"{handle} is not a TF Hub BERT preprocessing model: it has no `{attribute}`."
-            )
+    def __init__(self, handle, seq_length=128):
+        super().__init__(name="hub_bert_preprocessor")
+        import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top
 
-    def preprocess(sentences, labels):
-        packed = model.bert_pack_inputs([model.tokenize(sentences)], seq_length)
-        static = sentences.shape[:1].concatenate([seq_length])
-        return {k: tf.ensure_shape(tf.cast(v, tf.int32), static) for k, v in packed.items()}, labels
+        if not isinstance(seq_length, int) or seq_length < 3:
+            raise ValueError(f"seq_length={seq_length!r} must be an integer >= 3 ([CLS] x [SEP]).")
+        self.model = hub.load(handle)
+        for attribute in ("tokenize", "bert_pack_inputs"):
+            if not hasattr(self.model, attribute):
+                raise ValueError(
+                    f"{handle} is not a TF Hub BERT preprocessing model: it has no `{attribute}`."
+                )
+        self.seq_length = seq_length
 
-    return preprocess
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def __call__(self, sentences):
+        """Return the packed BERT inputs of one batch of sentences."""
+        packed = self.model.bert_pack_inputs([self.model.tokenize(sentences)], self.seq_length)
+        return {
+            k: tf.ensure_shape(tf.cast(v, tf.int32), [None, self.seq_length])
+            for k, v in packed.items()
+        }
+
+    def preprocess(self, sentences, labels):
+        """Map a (sentences, labels) batch to (BERT inputs, labels): a tf.data preprocess."""
+        static = sentences.shape[:1].concatenate([self.seq_length])
+        return {k: tf.ensure_shape(v, static) for k, v in self(sentences).items()}, labels
+
+
+def hub_preprocess(handle, seq_length=128):
+    """Return a tf.data preprocess function backed by a TF Hub preprocessing model."""
+    return HubBertPreprocessor(handle, seq_length).preprocess
