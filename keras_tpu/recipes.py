@@ -1,8 +1,9 @@
 """End-to-end recipes that scripts and notebooks call: flags or cells -> one call.
 
-Each recipe resolves the strategy, builds the input pipelines, builds the
-model inside `strategy.scope()`, trains, evaluates on every test example and
-writes `summary.json`.
+Each recipe resolves the strategy, sets the precision, builds the input
+pipelines, builds the model inside `strategy.scope()`, trains with backups,
+TensorBoard and a throughput meter, evaluates on every example, exports a
+SavedModel and returns (and writes) the run's summary.
 """
 
 import dataclasses
@@ -12,39 +13,209 @@ import time
 
 import tensorflow as tf
 
-
+from keras_tpu import callbacks
 from keras_tpu import compat
 from keras_tpu import data
+from keras_tpu import export
+from keras_tpu import optimizers
 from keras_tpu import resolver
+from keras_tpu import text
 from keras_tpu import training
+from keras_tpu.models import bert
 from keras_tpu.models import cnn
 
 keras = compat.keras
 
 IMAGE_DATASETS = ("digits", "synthetic")
+# Errors that mean "the configuration is wrong": scripts print them as one line.
+CONFIG_ERRORS = (
+    ValueError,
+    FileNotFoundError,
+    resolver.StrategyError,
+    data.DatasetUnavailableError,
+)
 
 
 @dataclasses.dataclass
-class CNNConfig:
-    """Configuration of `train_cnn`; the defaults are the offline quickstart.
+class RunConfig:
+    """What every run shares; field names are the scripts' flag names."""
 
-    Run: python scripts/train_cnn.py --dataset=digits
-    """
-
-    dataset: str = "digits"  # "digits", "synthetic", or a tfds image dataset name.
-    data_dir: str | None = None  # tfds data_dir.
-    variant: str = "default"  # models.cnn variant: "default" or "seed".
-    epochs: int = 30
-    per_replica_batch: int = 64
-    learning_rate: float = 1e-3
-    steps_per_execution: int = 1
-    seed: int = 0
-    model_dir: str | None = None  # Where summary.json goes; None writes nothing.
     tpu: str | None = None
     strategy: str = "auto"
     cpu_replicas: int = 0
     connect_timeout: float = resolver.DEFAULT_CONNECT_TIMEOUT
+    per_replica_batch_size: int = 64
+    epochs: int = 30
+    steps_per_epoch: int | None = None  # None: one pass over the training data.
+    steps_per_execution: int | str = "auto"
+    mixed_precision: str = "auto"  # "auto", "bf16", "fp16" or "fp32".
+    learning_rate: float = 1e-3
+    model_dir: str | None = None  # summary.json, backups, best weights, TensorBoard.
+    data_dir: str | None = None  # tfds data_dir.
+    export_dir: str | None = None  # SavedModel for serving.
+    seed: int = 0
+    backup_every_steps: int | None = None  # None: back up every epoch.
+    peak_tflops: float | None = None  # Devices' combined peak, for MFU (e.g. bench_peak.py).
     verbose: int = 2
+
+    def __post_init__(self):
+        # Checked here, before TensorFlow starts, so a bad flag costs nothing.
+        for name in ("epochs", "per_replica_batch_size", "steps_per_epoch", "backup_every_steps"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name}={value!r} must be an integer >= 1.")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate={self.learning_rate!r} must be > 0.")
+        if self.mixed_precision not in ("auto", *training.PRECISIONS):
+            raise ValueError(
+                f"mixed_precision={self.mixed_precision!r} is not one of auto, "
+                f"{', '.join(training.PRECISIONS)}."
+            )
+
+
+@dataclasses.dataclass
+class CNNConfig(RunConfig):
+    """The CNN example. Run: python scripts/train_cnn.py --dataset=digits."""
+
+    dataset: str = "digits"  # "digits", "synthetic", or a tfds image dataset name.
+    variant: str = "default"  # models.cnn variant: "default" or "seed".
+
+
+@dataclasses.dataclass
+class BertRunConfig(RunConfig):
+    """BERT fine-tuning on sentence classification.
+
+    Run: python scripts/train_bert.py --encoder_handle=DIR --vocab_file=vocab.txt
+         --train_file=../shared/data/sst2/train.tsv --eval_file=../shared/data/sst2/dev.tsv
+    """
+
+    encoder_handle: str | None = None
+    preprocess_handle: str | None = None  # Or vocab_file (+ lower_case).
+    vocab_file: str | None = None
+    lower_case: bool = True
+    train_file: str | None = None  # sentence<TAB>label TSV, with header.
+    eval_file: str | None = None
+    tfds_name: str | None = None  # Or a tfds text dataset, e.g. "imdb_reviews".
+    seq_length: int = 128
+    num_classes: int = 2
+    dropout: float = 0.1
+    warmup_fraction: float = 0.1
+    per_replica_batch_size: int = 32
+    epochs: int = 3
+    learning_rate: float = 3e-5
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not isinstance(self.seq_length, int) or not 3 <= self.seq_length <= 512:
+            raise ValueError(f"seq_length={self.seq_length!r} must be an integer in 3..512.")
+        if not isinstance(self.num_classes, int) or self.num_classes < 2:
+            raise ValueError(f"num_classes={self.num_classes!r} must be an integer >= 2.")
+        if not 0 <= self.warmup_fraction < 1:
+            raise ValueError(f"warmup_fraction={self.warmup_fraction!r} must be in [0, 1).")
+
+
+def _resolve(config):
+    """Resolve the run's strategy; recipes call it before any other TensorFlow work.
+
+    Loading data or a TF Hub model initialises TensorFlow's devices, after which
+    logical CPU replicas (cpu_replicas) can no longer be configured.
+    """
+    return resolver.resolve_strategy(
+        tpu=config.tpu,
+        strategy=config.strategy,
+        cpu_replicas=config.cpu_replicas,
+        connect_timeout=config.connect_timeout,
+    )
+
+
+def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, **extras):
+    """Train and evaluate one model; the shared body of every recipe."""
+    strategy = _resolve(config)  # Cached: the same strategy the recipe resolved first.
+    info = resolver.describe(strategy)
+    previous_policy = keras.mixed_precision.global_policy()
+    policy = training.set_precision(config.mixed_precision, strategy)
+    try:
+        keras.utils.set_random_seed(config.seed)
+        batch = config.per_replica_batch_size
+        train_ds, full_pass = data.train_dataset(
+            strategy, train, batch, preprocess=preprocess, seed=config.seed
+        )
+        steps_per_epoch = config.steps_per_epoch or full_pass
+        if steps_per_epoch < 1:
+            raise ValueError(f"steps_per_epoch={steps_per_epoch} must be >= 1.")
+        eval_data = data.eval_dataset(strategy, test, batch, preprocess=preprocess)
+        steps_per_execution = training.resolve_steps_per_execution(
+            config.steps_per_execution, strategy, steps_per_epoch
+        )
+        with strategy.scope():
+            model = build_model()
+            optimizer = make_optimizer(steps_per_epoch * config.epochs)
+        training.compile_model(
+            model,
+            strategy,
+            optimizer=optimizer,
+            loss=loss,
+            metrics=["accuracy"],
+            steps_per_execution=steps_per_execution,
+        )
+        flops = extras.get("flops_per_example") and extras["flops_per_example"](model)
+        chief = training.is_chief(strategy)
+        meter, *others = callbacks.make_callbacks(
+            config.model_dir,
+            strategy,
+            eval_data.batching.global_batch,
+            backup_every_steps=config.backup_every_steps,
+            best_metric="val_accuracy",
+            flops_per_example=flops,
+            peak_flops=config.peak_tflops and config.peak_tflops * 1e12,
+        )
+        start = time.perf_counter()
+        history = model.fit(
+            train_ds,
+            epochs=config.epochs,
+            steps_per_epoch=steps_per_epoch,
+            validation_data=eval_data.dataset,
+            validation_steps=eval_data.steps,
+            callbacks=[meter, *others],
+            verbose=config.verbose,
+        )
+        seconds = time.perf_counter() - start
+        test_metrics = training.evaluate(model, eval_data)
+        if config.export_dir and chief:
+            extras.get("export", export.export_model)(model, config.export_dir, strategy)
+    finally:
+        keras.mixed_precision.set_global_policy(previous_policy)
+
+    batching = eval_data.batching
+    final_step = int(model.optimizer.iterations.numpy())
+    steps_run = final_step - (meter.start_step or 0)
+    summary = {
+        "model": model.name,
+        "parameters": int(model.count_params()),
+        "train_examples": data.count_examples(train),
+        "test_examples": test_metrics.pop("examples"),
+        "per_replica_batch": batching.per_replica,
+        "global_batch": batching.global_batch,
+        "replicas": batching.replicas,
+        "precision_policy": policy,
+        "epochs": config.epochs,
+        "steps_per_epoch": steps_per_epoch,
+        "steps_per_execution": steps_per_execution,
+        "final_step": final_step,
+        "resumed_from_step": meter.start_step or 0,
+        "final_train": {k: float(v[-1]) for k, v in history.history.items() if "val_" not in k},
+        "test": test_metrics,
+        "train_seconds": round(seconds, 3),
+        "train_examples_per_second": round(steps_run * batching.global_batch / seconds, 1),
+        "throughput": meter.history,
+        "strategy": info,
+        "config": dataclasses.asdict(config),
+    }
+    if config.model_dir and chief:
+        tf.io.gfile.makedirs(config.model_dir)
+        with tf.io.gfile.GFile(os.path.join(config.model_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+    return summary, model
 
 
 def load_image_data(name, data_dir=None, seed=0):
@@ -74,62 +245,69 @@ def load_image_data(name, data_dir=None, seed=0):
 
 def train_cnn(config):
     """Train and evaluate the CNN described by `config`; return the summary dict."""
-    strategy = resolver.resolve_strategy(
-        tpu=config.tpu,
-        strategy=config.strategy,
-        cpu_replicas=config.cpu_replicas,
-        connect_timeout=config.connect_timeout,
-    )
-    info = resolver.describe(strategy)
-    keras.utils.set_random_seed(config.seed)
+    _resolve(config)
     train, test, preprocess, image_shape, num_classes = load_image_data(
         config.dataset, config.data_dir, config.seed
     )
-    train_ds, steps_per_epoch = data.train_dataset(
-        strategy, train, config.per_replica_batch, preprocess=preprocess, seed=config.seed
-    )
-    eval_data = data.eval_dataset(strategy, test, config.per_replica_batch, preprocess=preprocess)
-
-    with strategy.scope():
-        model = cnn.build_cnn(image_shape, num_classes, variant=config.variant)
-        optimizer = keras.optimizers.Adam(config.learning_rate)
-    training.compile_model(
-        model,
-        strategy,
-        optimizer=optimizer,
+    summary, _ = _run(
+        config,
+        train=train,
+        test=test,
+        preprocess=preprocess,
+        build_model=lambda: cnn.build_cnn(image_shape, num_classes, variant=config.variant),
+        make_optimizer=lambda total_steps: keras.optimizers.Adam(config.learning_rate),
         loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
-        steps_per_execution=config.steps_per_execution,
     )
-    start = time.perf_counter()
-    history = model.fit(
-        train_ds, epochs=config.epochs, steps_per_epoch=steps_per_epoch, verbose=config.verbose
-    )
-    train_seconds = time.perf_counter() - start
-    test_metrics = training.evaluate(model, eval_data)
+    summary["dataset"] = config.dataset
+    return summary
 
-    batching = eval_data.batching
-    trained = config.epochs * steps_per_epoch * batching.global_batch
-    summary = {
-        "model": model.name,
-        "parameters": int(model.count_params()),
-        "dataset": config.dataset,
-        "train_examples": data.count_examples(train),
-        "test_examples": test_metrics.pop("examples"),
-        "per_replica_batch": batching.per_replica,
-        "global_batch": batching.global_batch,
-        "replicas": batching.replicas,
-        "epochs": config.epochs,
-        "steps_per_epoch": steps_per_epoch,
-        "final_train_loss": float(history.history["loss"][-1]),
-        "test": test_metrics,
-        "train_seconds": round(train_seconds, 3),
-        "train_examples_per_second": round(trained / train_seconds, 1),
-        "strategy": info,
-        "config": dataclasses.asdict(config),
-    }
-    if config.model_dir:
-        os.makedirs(config.model_dir, exist_ok=True)
-        with open(os.path.join(config.model_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
+
+def _text_data(config):
+    if config.tfds_name:
+        if config.train_file or config.eval_file:
+            raise ValueError("pass either --tfds_name or --train_file/--eval_file, not both.")
+        return (
+            data.tfds_source(config.tfds_name, "train", data_dir=config.data_dir),
+            data.tfds_source(config.tfds_name, "test", data_dir=config.data_dir),
+        )
+    if not (config.train_file and config.eval_file):
+        raise ValueError("BERT needs --train_file and --eval_file (TSV) or --tfds_name.")
+    return tuple(
+        data.load_tsv(f, num_classes=config.num_classes)
+        for f in (config.train_file, config.eval_file)
+    )
+
+
+def _preprocessor(config):
+    if bool(config.preprocess_handle) == bool(config.vocab_file):
+        raise ValueError("BERT needs exactly one of --preprocess_handle or --vocab_file.")
+    if config.preprocess_handle:
+        return text.HubBertPreprocessor(config.preprocess_handle, config.seq_length)
+    return text.BertPreprocessor(config.vocab_file, config.seq_length, config.lower_case)
+
+
+def train_bert(config):
+    """Fine-tune a TF Hub BERT encoder for sentence classification; return the summary."""
+    if not config.encoder_handle:
+        raise ValueError("BERT needs --encoder_handle (a TF Hub handle or a local export).")
+    _resolve(config)
+    train, test = _text_data(config)
+    preprocessor = _preprocessor(config)
+    summary, _ = _run(
+        config,
+        train=train,
+        test=test,
+        preprocess=preprocessor.preprocess,
+        build_model=lambda: bert.build_bert_classifier(
+            config.encoder_handle, config.num_classes, config.seq_length, dropout=config.dropout
+        ),
+        make_optimizer=lambda total_steps: optimizers.bert_adamw(
+            config.learning_rate, total_steps, config.warmup_fraction
+        ),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        flops_per_example=lambda model: bert.training_flops_per_example(model, config.seq_length),
+        export=lambda model, export_dir, strategy: export.export_text_classifier(
+            model, preprocessor, export_dir, strategy
+        ),
+    )
     return summary

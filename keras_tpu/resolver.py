@@ -144,6 +144,19 @@ def _configure_cpu_replicas(n):
         ) from e
 
 
+def _single_device_strategy(device):
+    """Return a one-replica MirroredStrategy on `device`.
+
+    Not OneDeviceStrategy: tf_keras's BackupAndRestore refuses it ("only supports
+    empty strategy, MirroredStrategy, MultiWorkerMirroredStrategy and
+    TPUStrategy"), and one replica of MirroredStrategy runs the same code path
+    as the multi-replica runs it rehearses.
+    """
+    return tf.distribute.MirroredStrategy(
+        [device], cross_device_ops=tf.distribute.ReductionToOneDevice(device)
+    )
+
+
 def _gpu_capability(gpus):
     if not gpus:
         return None
@@ -241,12 +254,12 @@ def _build(strategy, tpu, cpu_replicas, connect_timeout, init_timeout, environ, 
                 "strategy='one_device' but TensorFlow sees no GPU; use strategy='cpu'."
             )
         info["kind"] = "one_device"
-        result = tf.distribute.OneDeviceStrategy("/gpu:0")
+        result = _single_device_strategy("/gpu:0")
     else:
         if strategy == "auto":
             reasons.append("no GPU")
         info["kind"] = "cpu"
-        result = tf.distribute.OneDeviceStrategy("/cpu:0")
+        result = _single_device_strategy("/cpu:0")
     if strategy == "auto" and reasons:
         info["fallback_reason"] = "; ".join(reasons)
         log.warning("keras_tpu: using %s (%s).", info["kind"], info["fallback_reason"])

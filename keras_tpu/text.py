@@ -141,7 +141,13 @@ class HubBertPreprocessor(tf.Module):
 
         if not isinstance(seq_length, int) or seq_length < 3:
             raise ValueError(f"seq_length={seq_length!r} must be an integer >= 3 ([CLS] x [SEP]).")
-        self.model = hub.load(handle)
+        try:
+            self.model = hub.load(handle)
+        except (OSError, ValueError, tf.errors.OpError) as e:
+            raise ValueError(
+                f"Could not load the TF Hub preprocessing model {handle!r} "
+                f"({type(e).__name__}: {str(e)[:200]}). Check the handle, or use --vocab_file."
+            ) from e
         for attribute in ("tokenize", "bert_pack_inputs"):
             if not hasattr(self.model, attribute):
                 raise ValueError(
@@ -167,3 +173,35 @@ class HubBertPreprocessor(tf.Module):
 def hub_preprocess(handle, seq_length=128):
     """Return a tf.data preprocess function backed by a TF Hub preprocessing model."""
     return HubBertPreprocessor(handle, seq_length).preprocess
+
+
+def learn_wordpiece_vocab(sentences, vocab_size=8000, lower_case=True):
+    """Learn a WordPiece vocabulary from `sentences` (for models trained from scratch).
+
+    Uses tensorflow_text's BERT vocabulary learner, with BERT's special tokens first.
+
+    Args:
+      sentences: an iterable of str.
+      vocab_size: the approximate vocabulary size to learn.
+      lower_case: lower-case and strip accents first (must match the preprocessor).
+
+    Returns:
+      The vocabulary as a list of tokens, "[PAD]" first.
+    """
+    from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset  # pylint: disable=g-import-not-at-top
+
+    dataset = tf.data.Dataset.from_tensor_slices([str(s) for s in sentences]).batch(1024)
+    return bert_vocab_from_dataset.bert_vocab_from_dataset(
+        dataset,
+        vocab_size=vocab_size,
+        reserved_tokens=list(SPECIAL_TOKENS),
+        bert_tokenizer_params={"lower_case": lower_case},
+        learn_params={},
+    )
+
+
+def write_vocab(vocab, path):
+    """Write one token per line (BERT's vocab.txt format) and return the path."""
+    with tf.io.gfile.GFile(path, "w") as f:
+        f.write("\n".join(vocab) + "\n")
+    return path

@@ -6,6 +6,57 @@ from keras_tpu import resolver
 keras = compat.keras
 
 WEIGHTED_LOSS = "weighted_loss"
+PRECISIONS = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
+# steps_per_execution="auto": how many steps one host round trip runs. On a TPU
+# each round trip costs far more than a small step, so run many; on CPU the
+# step itself dominates and a few suffice (CNN on this 2-core CPU: 1 -> 4 steps
+# gave 1.7x, more gave nothing; see benchmarks/bench_steps_per_execution.py).
+AUTO_STEPS_PER_EXECUTION = {"tpu": 100, "one_device": 16, "mirrored": 16, "multi_worker": 4}
+AUTO_STEPS_PER_EXECUTION_CPU = 4
+
+
+def set_precision(precision, strategy):
+    """Set the global Keras mixed-precision policy; call it before building models.
+
+    Args:
+      precision: "auto" (the device's recommendation in describe(strategy)),
+        "bf16", "fp16" or "fp32". Under fp16, compile wraps the optimizer in a
+        LossScaleOptimizer; outputs and losses stay float32 in keras_tpu models.
+      strategy: the strategy the models will be built under.
+
+    Returns:
+      The policy name set, e.g. "mixed_bfloat16".
+    """
+    info = resolver.describe(strategy)
+    if precision == "auto":
+        policy = info["precision_policy"]
+    elif precision in PRECISIONS:
+        policy = PRECISIONS[precision]
+    else:
+        raise ValueError(f"precision={precision!r} is not one of auto, {', '.join(PRECISIONS)}.")
+    if policy == "mixed_float16" and info["kind"] == "tpu":
+        raise ValueError("precision='fp16' is not supported on TPU; use 'bf16' (or 'auto').")
+    keras.mixed_precision.set_global_policy(policy)
+    return policy
+
+
+def resolve_steps_per_execution(steps_per_execution, strategy, steps_per_epoch):
+    """Return the integer steps per execution for "auto" or a user value (capped)."""
+    if steps_per_execution == "auto":
+        kind = resolver.describe(strategy)["kind"]
+        steps_per_execution = AUTO_STEPS_PER_EXECUTION.get(kind, AUTO_STEPS_PER_EXECUTION_CPU)
+    if not isinstance(steps_per_execution, int) or steps_per_execution < 1:
+        raise ValueError(
+            f"steps_per_execution={steps_per_execution!r} must be an integer >= 1 or 'auto'."
+        )
+    # More steps per execution than per epoch would only delay the epoch's end.
+    return min(steps_per_execution, steps_per_epoch)
+
+
+def is_chief(strategy):
+    """Return True on the worker that writes summaries, exports and checkpoints."""
+    return bool(strategy.extended.should_checkpoint)
 
 
 def _weighted_loss_metric(loss):

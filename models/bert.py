@@ -21,7 +21,9 @@ matmul, head h owning columns h*head_dim:(h+1)*head_dim, as in HF and the origin
 
 import dataclasses
 import math
+import re
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_hub as hub
 
@@ -326,7 +328,13 @@ def build_bert_classifier(encoder_handle, num_classes, seq_length, dropout=0.1, 
             f"seq_length={seq_length!r} must be an integer in 1..{MAX_SEQ_LENGTH} (BERT's "
             f"max_position_embeddings); truncate longer texts in preprocessing."
         )
-    encoder = hub.KerasLayer(encoder_handle, trainable=trainable, name="encoder")
+    try:
+        encoder = hub.KerasLayer(encoder_handle, trainable=trainable, name="encoder")
+    except (OSError, ValueError, tf.errors.OpError) as e:
+        raise ValueError(
+            f"Could not load the TF Hub encoder {encoder_handle!r} ({type(e).__name__}: "
+            f"{str(e)[:200]}). Check the handle, or pass a local export directory."
+        ) from e
     _check_new_interface(encoder, encoder_handle)
     inputs = {
         name: keras.Input(shape=(seq_length,), dtype=tf.int32, name=name) for name in INPUT_NAMES
@@ -341,3 +349,25 @@ def build_bert_classifier(encoder_handle, num_classes, seq_length, dropout=0.1, 
         name="logits",
     )(x)
     return keras.Model(inputs, logits, name="bert_classifier")
+
+
+def training_flops_per_example(model, seq_length):
+    """Return the training FLOPs (forward + backward) of one example of `seq_length`.
+
+    Counted from the model's variables, so it also works through a TF Hub
+    encoder: 6 FLOPs per non-embedding weight per token (2 forward, 4 backward)
+    plus attention's two [seq, seq] matmuls per layer, 12 * layers * seq^2 * hidden.
+    """
+    weights, layers, hidden = 0, set(), None
+    for variable in model.trainable_variables:
+        name = variable.name
+        layer = re.search(r"layer_(\d+)/", name)
+        if layer:
+            layers.add(layer.group(1))
+        if "pooler" in name and name.endswith("kernel:0"):
+            hidden = int(variable.shape[0])
+        if "embeddings" not in name:
+            weights += int(np.prod(variable.shape))
+    if not layers or hidden is None:
+        raise ValueError(f"model {model.name!r} has no BERT layers (transformer/layer_i) or pooler.")
+    return 6 * weights * seq_length + 12 * len(layers) * seq_length**2 * hidden

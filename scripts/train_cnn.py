@@ -3,66 +3,34 @@
 Offline quickstart (real data bundled with scikit-learn, about a minute on CPU):
   python scripts/train_cnn.py --dataset=digits --model_dir=/tmp/cnn
 Rehearse an 8-replica TPU run on the CPU:
-  python scripts/train_cnn.py --dataset=digits --cpu_replicas=8 --per_replica_batch=16
+  python scripts/train_cnn.py --dataset=digits --cpu_replicas=8 --per_replica_batch_size=16
 On a TPU (Colab/Kaggle/Cloud TPU VM, detected automatically):
-  python scripts/train_cnn.py --dataset=fashion_mnist --per_replica_batch=128
+  python scripts/train_cnn.py --dataset=fashion_mnist --per_replica_batch_size=128
 """
 
-import dataclasses
-import json
 import os
-import sys
 
 from absl import app
-from absl import flags
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import flag_utils  # noqa: E402
 from keras_tpu import recipes  # noqa: E402  (after quieting TensorFlow's C++ logs)
 
-_DEFAULTS = recipes.CNNConfig()
-FLAGS = flags.FLAGS
-flags.DEFINE_string(
-    "dataset", _DEFAULTS.dataset, "'digits' (offline), 'synthetic', or a tfds image dataset name."
-)
-flags.DEFINE_string("data_dir", None, "tfds data_dir.")
-flags.DEFINE_enum("variant", _DEFAULTS.variant, ["default", "seed"], "CNN variant.")
-flags.DEFINE_integer("epochs", _DEFAULTS.epochs, "Training epochs.")
-flags.DEFINE_integer(
-    "per_replica_batch",
-    _DEFAULTS.per_replica_batch,
-    "Batch per replica; global batch = this x replicas.",
-)
-flags.DEFINE_float("learning_rate", _DEFAULTS.learning_rate, "Adam learning rate.")
-flags.DEFINE_integer(
-    "steps_per_execution", _DEFAULTS.steps_per_execution, "Training steps per host round trip."
-)
-flags.DEFINE_integer("seed", _DEFAULTS.seed, "Random seed.")
-flags.DEFINE_string("model_dir", None, "Directory for summary.json.")
-flags.DEFINE_string("tpu", None, "TPU address: 'local', 'grpc://host:port' or a Cloud TPU name.")
-flags.DEFINE_enum(
-    "strategy",
-    _DEFAULTS.strategy,
-    list(recipes.resolver.STRATEGIES),
-    "Distribution strategy; only 'auto' falls back.",
-)
-flags.DEFINE_integer("cpu_replicas", 0, "Rehearse N replicas on the host CPU.")
-flags.DEFINE_float(
-    "connect_timeout", _DEFAULTS.connect_timeout, "Seconds to wait for a TPU address to answer."
+flag_utils.define_flags(
+    recipes.CNNConfig,
+    {
+        **flag_utils.RUN_HELP,
+        "dataset": "'digits' (offline), 'synthetic', or a tfds image dataset (fashion_mnist, mnist).",
+        "variant": "CNN variant: 'default' or 'seed' (the reference notebook's model).",
+    },
 )
 
 
 def main(argv):
     del argv
-    # Every flag is named after the CNNConfig field it sets.
-    fields = {f.name for f in dataclasses.fields(recipes.CNNConfig)} & set(FLAGS)
-    config = recipes.CNNConfig(**{name: FLAGS[name].value for name in fields})
-    try:
-        summary = recipes.train_cnn(config)
-    except (ValueError, recipes.resolver.StrategyError, recipes.data.DatasetUnavailableError) as e:
-        # Configuration problems get one clear line, not a TensorFlow traceback.
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    config = flag_utils.config_from_flags(recipes.CNNConfig)
+    summary = flag_utils.run_or_explain(recipes.train_cnn, config, recipes.CONFIG_ERRORS)
     test = summary["test"]
     print(
         f"test accuracy {test['accuracy']:.4f}, loss {test['loss']:.4f} on "
@@ -70,8 +38,6 @@ def main(argv):
         f"{summary['global_batch']} ({summary['per_replica_batch']} per replica); "
         f"{summary['train_examples_per_second']:.0f} train examples/s"
     )
-    if config.model_dir:
-        print(json.dumps({"summary": os.path.join(config.model_dir, "summary.json")}))
 
 
 if __name__ == "__main__":

@@ -237,3 +237,8 @@ def test_bad_arguments_are_explained(exported):
     short = bert.build_bert_encoder(_tiny(max_position_embeddings=8))
     with pytest.raises(ValueError, match="Sequence length 16 exceeds max_position_embeddings=8"):
         short(_random_inputs())
+
+
+def test_encoder_handle_that_does_not_load_is_explained(tmp_path):
+    with pytest.raises(ValueError, match="Could not load the TF Hub encoder"):
+        bert.build_bert_classifier(str(tmp_path / "missing"), 2, 16)

@@ -9,6 +9,7 @@ import tensorflow_datasets as tfds
 
 from keras_tpu import recipes
 from tests.conftest import CPU_REPLICAS
+from tests.conftest import run_python
 from tests.conftest import run_script
 
 
@@ -35,7 +36,7 @@ def test_script_rehearses_two_replicas(tmp_path):
         "--dataset=digits",
         "--cpu_replicas=2",
         "--epochs=2",
-        "--per_replica_batch=16",
+        "--per_replica_batch_size=16",
         "--steps_per_execution=4",
         f"--model_dir={tmp_path}",
     )
@@ -50,8 +51,8 @@ def test_script_rehearses_two_replicas(tmp_path):
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--per_replica_batch=0"], "per-replica batch 0 must be an integer >= 1"),
-        (["--per_replica_batch=2000"], "fewer than one global batch of 2000"),
+        (["--per_replica_batch_size=0"], "per-replica batch 0 must be an integer >= 1"),
+        (["--per_replica_batch_size=2000"], "fewer than one global batch of 2000"),
         (["--strategy=tpu"], "strategy='tpu' but no TPU found"),
         (
             ["--dataset=fashion_mnist", "--data_dir=/nonexistent/tfds"],
@@ -70,7 +71,7 @@ def test_train_cnn_on_tfds_mock_data_with_four_replicas(tmp_path):
         dataset="fashion_mnist",
         variant="seed",
         epochs=2,
-        per_replica_batch=8,
+        per_replica_batch_size=8,
         cpu_replicas=CPU_REPLICAS,
         model_dir=str(tmp_path),
         verbose=0,
@@ -80,5 +81,168 @@ def test_train_cnn_on_tfds_mock_data_with_four_replicas(tmp_path):
     assert summary["parameters"] == 108_810  # The reference model, on 28x28x1.
     assert (summary["replicas"], summary["global_batch"]) == (CPU_REPLICAS, 8 * CPU_REPLICAS)
     assert (summary["train_examples"], summary["test_examples"]) == (100, 100)
-    assert np.isfinite(summary["final_train_loss"])
+    assert np.isfinite(summary["final_train"]["loss"])
     assert os.path.exists(tmp_path / "summary.json")
+
+
+def _backup_step(model_dir):
+    """Return the optimizer step of the newest complete backup, or None."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    path = tf.train.latest_checkpoint(os.path.join(model_dir, "backup", "chief"))
+    if path is None:
+        return None
+    return int(
+        tf.train.load_checkpoint(path).get_tensor(
+            "model/optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"
+        )
+    )
+
+
+def test_killed_run_resumes_from_its_last_backup(tmp_path):
+    import signal  # pylint: disable=g-import-not-at-top
+    import subprocess  # pylint: disable=g-import-not-at-top
+    import sys  # pylint: disable=g-import-not-at-top
+    import time  # pylint: disable=g-import-not-at-top
+
+    from tests.conftest import REPO, subprocess_env  # pylint: disable=g-import-not-at-top
+
+    flags = [
+        "--variant=seed",
+        "--epochs=12",
+        "--per_replica_batch_size=16",
+        "--steps_per_execution=1",
+        "--backup_every_steps=10",
+        f"--model_dir={tmp_path}",
+    ]
+    command = [sys.executable, os.path.join(REPO, "scripts", "train_cnn.py"), *flags]
+    run = subprocess.Popen(
+        command, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and run.poll() is None:
+            step = _backup_step(str(tmp_path))
+            if step is not None and step >= 200:
+                break
+            time.sleep(0.2)
+        assert run.poll() is None, "the run ended before it could be killed"
+        run.send_signal(signal.SIGKILL)
+    finally:
+        run.kill()
+        run.wait(timeout=60)
+    saved = _backup_step(str(tmp_path))
+    assert saved is not None and saved % 10 == 0 and not (tmp_path / "summary.json").exists()
+    # A checkpoint torn by a kill mid-write: data files of a newer checkpoint the
+    # index file never pointed at. Resuming must ignore it.
+    chief = tmp_path / "backup" / "chief"
+    (chief / "ckpt-999.index").write_bytes(b"\x00torn")
+    (chief / "ckpt-999.data-00000-of-00001").write_bytes(b"\x00" * 10)
+
+    result = run_script("train_cnn.py", *flags, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["resumed_from_step"] == saved  # Nothing before the last backup re-run.
+    assert summary["final_step"] == 12 * (1437 // 16)  # The same total as an unbroken run.
+
+
+def test_tensorboard_has_the_scalars(tmp_path):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    result = run_script("train_cnn.py", "--epochs=2", "--variant=seed", f"--model_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    tags = set()
+    for events in (tmp_path / "tensorboard").rglob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(events)):
+            tags.update(value.tag for value in event.summary.value)
+    for tag in (
+        "epoch_loss",
+        "epoch_accuracy",
+        "epoch_learning_rate",
+        "epoch_examples_per_second",
+        "epoch_step_time_ms",
+    ):
+        assert tag in tags, sorted(tags)
+
+
+@pytest.fixture(scope="module")
+def sst2_vocab(tmp_path_factory):
+    """A WordPiece vocabulary learned from SST-2 train (no BERT vocab is available offline)."""
+    from keras_tpu import text  # pylint: disable=g-import-not-at-top
+
+    train = recipes.data.load_tsv(os.path.join(SST2, "train.tsv"))
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    return text.write_vocab(text.learn_wordpiece_vocab(train.x, 4000), str(path))
+
+
+SST2 = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "sst2")
+
+
+TSV_FLAGS = [f"--train_file={SST2}/dev.tsv", f"--eval_file={SST2}/dev.tsv"]
+
+
+def test_train_bert_end_to_end_on_sst2(tmp_path, sst2_vocab):
+    exported = run_script(
+        "export_bert_hub.py",
+        "--preset=tiny",
+        f"--vocab_file={sst2_vocab}",
+        f"--export_dir={tmp_path / 'hub'}",
+    )
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    handles = json.loads(exported.stdout.strip().splitlines()[-1])
+    result = run_script(
+        "train_bert.py",
+        f"--encoder_handle={handles['encoder']}",
+        f"--preprocess_handle={handles['preprocess']}",
+        f"--train_file={os.path.join(SST2, 'train.tsv')}",
+        f"--eval_file={os.path.join(SST2, 'dev.tsv')}",
+        "--cpu_replicas=2",
+        "--seq_length=64",
+        "--per_replica_batch_size=32",
+        "--epochs=2",
+        "--steps_per_epoch=100",
+        "--learning_rate=1e-3",  # A randomly initialised encoder needs more than 3e-5.
+        f"--model_dir={tmp_path / 'run'}",
+        f"--export_dir={tmp_path / 'export'}",
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["test_examples"], summary["train_examples"]) == (872, 67_349)
+    assert (summary["replicas"], summary["global_batch"], summary["final_step"]) == (2, 64, 200)
+    # Chance is 0.51 (444 of 872 positive); a broken pipeline or frozen encoder stays near it.
+    assert summary["test"]["accuracy"] >= 0.65
+    assert summary["throughput"][-1]["model_tflops_per_second"] > 0  # BERT FLOPs are counted.
+
+    # The export serves raw strings: preprocessing travels inside it.
+    probe = run_python(
+        "import json, tensorflow as tf, tensorflow_text\n"
+        f"serve = tf.saved_model.load({str(tmp_path / 'export')!r}).signatures['serving_default']\n"
+        "out = serve(text=tf.constant(['a wonderful , moving film .', 'dull and lifeless .']))\n"
+        "print(json.dumps({k: v.numpy().tolist() for k, v in out.items()}))\n",
+        timeout=120,
+    )
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    served = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert len(served["probabilities"]) == 2
+    assert all(abs(sum(p) - 1) < 1e-5 for p in served["probabilities"])
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--epochs=0"], "epochs=0 must be an integer >= 1"),
+        (["--mixed_precision=fp8"], "mixed_precision='fp8' is not one of"),
+        (["--seq_length=1000"], "seq_length=1000 must be an integer in 3..512"),
+        (
+            ["--encoder_handle=/none", "--preprocess_handle=/none", *TSV_FLAGS],
+            "Could not load the TF Hub preprocessing model '/none'",
+        ),
+        (["--encoder_handle=/none", *TSV_FLAGS], "needs exactly one of --preprocess_handle"),
+        ([], "BERT needs --encoder_handle"),
+    ],
+)
+def test_train_bert_bad_flags_are_one_line(flags, message):
+    result = run_script("train_bert.py", *flags, timeout=180)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr

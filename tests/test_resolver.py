@@ -31,7 +31,7 @@ def _closed_port():
 def test_auto_falls_back_to_cpu_and_says_why(fresh_resolver, tmp_path):
     strategy = keras_tpu.resolve_strategy(environ=NO_TPU, root=str(tmp_path))
     info = keras_tpu.describe(strategy)
-    assert isinstance(strategy, tf.distribute.OneDeviceStrategy)
+    assert isinstance(strategy, tf.distribute.MirroredStrategy)
     assert (info["kind"], info["replicas"], info["workers"]) == ("cpu", 1, 1)
     assert "no TPU found" in info["fallback_reason"] and "no GPU" in info["fallback_reason"]
     assert (info["precision_policy"], info["jit_compile"]) == ("float32", False)

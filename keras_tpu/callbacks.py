@@ -1,0 +1,174 @@
+"""Training callbacks: throughput and MFU, NaN guard, backups, best checkpoint, TensorBoard."""
+
+import logging
+import math
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from keras_tpu.compat import keras
+
+log = logging.getLogger(__name__)
+
+
+class ThroughputMeter(keras.callbacks.Callback):
+    """Add examples/second, step time and (when FLOPs are known) MFU to the epoch logs.
+
+    Runs before TensorBoard in the callback list, so the values it adds to
+    `logs` are written as scalars. Timing spans whole epochs: with
+    steps_per_execution > 1, per-batch callbacks only fire per execution.
+    """
+
+    def __init__(self, global_batch, flops_per_example=None, peak_flops=None):
+        """Create the meter.
+
+        Args:
+          global_batch: examples per step across all replicas.
+          flops_per_example: training FLOPs (forward + backward) per example, if known.
+          peak_flops: the devices' combined peak FLOP/s, for model FLOPs utilisation.
+        """
+        super().__init__()
+        self.global_batch = global_batch
+        self.flops_per_example = flops_per_example
+        self.peak_flops = peak_flops
+        self.history = []
+        self.start_step = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.start_step is None:
+            # Read at the first step, after BackupAndRestore restored a backup.
+            self.start_step = int(self.model.optimizer.iterations.numpy())
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.perf_counter()
+        self._steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        # `batch` is the index of the last step of the execution that ended.
+        self._steps = batch + 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        seconds = time.perf_counter() - self._start
+        if logs is None or not self._steps or seconds <= 0:
+            return
+        rate = self._steps * self.global_batch / seconds
+        logs["examples_per_second"] = rate
+        logs["step_time_ms"] = 1000.0 * seconds / self._steps
+        if self.flops_per_example:
+            logs["model_tflops_per_second"] = rate * self.flops_per_example / 1e12
+            if self.peak_flops:
+                logs["mfu"] = rate * self.flops_per_example / self.peak_flops
+        self.history.append(dict(epoch=epoch, **{k: float(v) for k, v in logs.items()}))
+
+
+class LearningRateLogger(keras.callbacks.Callback):
+    """Add the learning rate in effect at the end of each epoch to the logs."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None:
+            return
+        rate = self.model.optimizer.learning_rate
+        if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
+            rate = rate(self.model.optimizer.iterations)
+        logs["learning_rate"] = float(keras.backend.get_value(rate))
+
+
+class NaNGuard(keras.callbacks.Callback):
+    """Stop training at the first non-finite loss and name the epoch and step."""
+
+    def __init__(self):
+        super().__init__()
+        self._epoch = 0
+        self.stopped_at = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(np.asarray(loss))):
+            self.stopped_at = (self._epoch, batch)
+            log.error(
+                "keras_tpu: loss became %s at epoch %d, step %d; stopping. Lower the learning "
+                "rate, enable gradient clipping, or use fp32 to find the overflow.",
+                loss,
+                self._epoch + 1,
+                batch + 1,
+            )
+            self.model.stop_training = True
+
+
+def io_options(strategy):
+    """Return CheckpointOptions for `strategy`: local I/O for a remote TPU node.
+
+    A TPU node (grpc:// or a Cloud TPU name) would otherwise write checkpoints
+    from its own host, which cannot see this machine's disk
+    (tensorflow/tensorflow#36447).
+    """
+    from keras_tpu import resolver  # pylint: disable=g-import-not-at-top
+
+    tpu = resolver.describe(strategy).get("tpu")
+    if tpu and tpu["address"] != "local":
+        return tf.train.CheckpointOptions(experimental_io_device="/job:localhost")
+    return None
+
+
+def make_callbacks(
+    model_dir,
+    strategy,
+    global_batch,
+    *,
+    backup_every_steps=None,
+    best_metric=None,
+    flops_per_example=None,
+    peak_flops=None,
+    tensorboard=True,
+):
+    """Return the standard callback list for a run writing under `model_dir`.
+
+    Args:
+      model_dir: run directory (local or gs://); None gives only the meter and guard.
+      strategy: the run's strategy (for chief-only writes and remote-TPU I/O).
+      global_batch: examples per step across replicas.
+      backup_every_steps: BackupAndRestore frequency in steps; None backs up per epoch.
+      best_metric: e.g. "val_accuracy": keep the best weights in model_dir/best.
+      flops_per_example: training FLOPs per example, for MFU.
+      peak_flops: combined peak FLOP/s of the devices, for MFU.
+      tensorboard: write TensorBoard logs to model_dir/tensorboard.
+    """
+    meter = ThroughputMeter(global_batch, flops_per_example, peak_flops)
+    callbacks = [meter, LearningRateLogger(), NaNGuard()]
+    if not model_dir:
+        return callbacks
+    options = io_options(strategy)
+    if options is None:
+        # A backup lets a killed run resume where it stopped: restarting the
+        # same command restores weights, optimizer state, epoch and step.
+        callbacks.append(
+            keras.callbacks.BackupAndRestore(
+                os.path.join(model_dir, "backup"), save_freq=backup_every_steps or "epoch"
+            )
+        )
+    else:
+        log.warning(
+            "keras_tpu: BackupAndRestore cannot route its writes through this host for a "
+            "remote TPU node; use a gs:// model_dir to keep preemption backups."
+        )
+    if best_metric:
+        callbacks.append(
+            keras.callbacks.ModelCheckpoint(
+                os.path.join(model_dir, "best", "checkpoint"),
+                monitor=best_metric,
+                mode="min" if "loss" in best_metric else "max",
+                save_best_only=True,
+                save_weights_only=True,
+                options=options,
+            )
+        )
+    if tensorboard:
+        callbacks.append(
+            keras.callbacks.TensorBoard(os.path.join(model_dir, "tensorboard"), update_freq="epoch")
+        )
+    return callbacks

@@ -1,0 +1,66 @@
+"""Export trained models as SavedModels for serving."""
+
+import tensorflow as tf
+
+from keras_tpu import callbacks
+from keras_tpu import compat
+
+
+def _save_options(strategy):
+    options = callbacks.io_options(strategy)
+    device = options.experimental_io_device if options else None
+    return tf.saved_model.SaveOptions(experimental_io_device=device)
+
+
+def export_model(model, export_dir, strategy):
+    """Write `model` as a SavedModel (Keras format inside, loadable by TF Serving).
+
+    For a remote TPU node the files are written by this host, so a local
+    export_dir works (tensorflow/tensorflow#36447).
+    """
+    compat.ensure_tf_keras(model)
+    model.save(
+        export_dir, include_optimizer=False, save_format="tf", options=_save_options(strategy)
+    )
+    return export_dir
+
+
+class _TextClassifierServing(tf.Module):
+    """Raw strings in, class probabilities out: preprocessing travels with the model."""
+
+    def __init__(self, model, preprocess):
+        super().__init__(name="text_classifier")
+        self.model = model
+        self.preprocess = preprocess
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serve(self, text):
+        logits = self.model(self.preprocess(text), training=False)
+        probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
+        return {"probabilities": probabilities, "class_ids": tf.argmax(probabilities, axis=-1)}
+
+
+def export_text_classifier(model, preprocess, export_dir, strategy):
+    """Export a text classifier whose serving signature takes raw strings.
+
+    Args:
+      model: a keras_tpu.keras model from BERT input dicts to logits.
+      preprocess: a trackable strings -> BERT-input-dict callable with a fixed
+        sequence length, e.g. a `text.BertPreprocessor` (its vocabulary is
+        copied into the export as an asset).
+      export_dir: where to write the SavedModel.
+      strategy: the training strategy (remote TPUs write through this host).
+
+    Returns:
+      export_dir. `tf.saved_model.load(export_dir).signatures["serving_default"]
+      (text=tf.constant([...]))` returns "probabilities" and "class_ids".
+    """
+    compat.ensure_tf_keras(model)
+    module = _TextClassifierServing(model, preprocess)
+    tf.saved_model.save(
+        module,
+        export_dir,
+        signatures={"serving_default": module.serve},
+        options=_save_options(strategy),
+    )
+    return export_dir

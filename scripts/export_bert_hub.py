@@ -1,0 +1,73 @@
+"""Export a BERT encoder and its preprocessing as a pair of TF Hub SavedModels.
+
+From a pretrained Hugging Face BERT folder (config.json, model.safetensors, vocab.txt
+or tokenizer.json; never pytorch_model.bin):
+  python scripts/export_bert_hub.py --from_hf=/path/to/bert --export_dir=/tmp/bert_hub
+A randomly initialised preset, offline (demos and tests; vocab_size = vocabulary length):
+  python scripts/export_bert_hub.py --preset=tiny --vocab_file=vocab.txt --export_dir=/tmp/tiny
+Prints one JSON line {"encoder": DIR, "preprocess": DIR} for hub.KerasLayer and
+keras_tpu.text.hub_preprocess.
+"""
+
+import json
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from keras_tpu import hf_bert  # noqa: E402  (after quieting TensorFlow's C++ logs)
+from keras_tpu.models import bert  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("from_hf", None, "Hugging Face BERT folder to convert.")
+flags.DEFINE_enum("preset", None, list(bert.PRESETS), "Export a randomly initialised preset.")
+flags.DEFINE_string("vocab_file", None, "WordPiece vocabulary for --preset.")
+flags.DEFINE_bool(
+    "lower_case",
+    True,
+    "--preset only: lower-case and strip accents (--nolower_case for cased vocabularies); "
+    "--from_hf reads do_lower_case from the folder's tokenizer_config.json.",
+)
+flags.DEFINE_string("export_dir", None, "Output directory for encoder/ and preprocess/.")
+flags.DEFINE_integer("seq_length", 128, "Packed sequence length of the preprocessing.")
+
+
+def _export():
+    """Run the export the flags ask for; raise ValueError for inconsistent flags."""
+    if not FLAGS.export_dir:
+        raise ValueError("--export_dir is required.")
+    if bool(FLAGS.from_hf) == bool(FLAGS.preset):
+        raise ValueError("give exactly one of --from_hf=DIR or --preset=NAME.")
+    if FLAGS.from_hf:
+        for name in ("vocab_file", "lower_case"):
+            if FLAGS[name].present:
+                raise ValueError(
+                    f"--{name} applies to --preset only; --from_hf takes the vocabulary and "
+                    f"lower-casing from the Hugging Face folder."
+                )
+        return hf_bert.export_hf_bert(FLAGS.from_hf, FLAGS.export_dir, FLAGS.seq_length)
+    if not FLAGS.vocab_file:
+        raise ValueError("--preset needs --vocab_file (its length sets the vocab_size).")
+    return hf_bert.export_preset_bert(
+        FLAGS.preset, FLAGS.vocab_file, FLAGS.export_dir, FLAGS.seq_length, FLAGS.lower_case
+    )
+
+
+def main(argv):
+    if len(argv) > 1:
+        print(f"error: unexpected arguments {argv[1:]}.", file=sys.stderr)
+        return 2
+    try:
+        paths = _export()
+    except (ValueError, FileNotFoundError, ImportError) as e:
+        # Configuration problems get one clear line, not a TensorFlow traceback.
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(paths._asdict()))
+
+
+if __name__ == "__main__":
+    app.run(main)

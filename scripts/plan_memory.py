@@ -1,0 +1,118 @@
+"""Print a BERT training step's memory per replica and the largest batch that fits.
+
+  python scripts/plan_memory.py --preset=base --seq_length=512 --accelerator=v3
+  python scripts/plan_memory.py --preset=large --accelerator=v5e --per_replica_batch=16
+  python scripts/plan_memory.py --preset=base --accelerator=cpu --precision=fp32 --json
+Without --per_replica_batch the breakdown is shown at the largest batch that fits. With
+--json, stdout holds exactly one JSON object (logs go to stderr).
+"""
+
+import dataclasses
+import json
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from keras_tpu import memory  # noqa: E402  (after quieting TensorFlow's C++ logs)
+from keras_tpu.models import bert  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum(
+    "preset", "base", [*bert.PRESETS, *memory.PLANNING_PRESETS], "BERT size to plan for."
+)
+flags.DEFINE_integer("seq_length", 128, "Tokens per example.", lower_bound=1)
+flags.DEFINE_enum(
+    "precision", "bf16", list(memory.PRECISION_BYTES), "Compute precision (variables stay fp32)."
+)
+flags.DEFINE_enum("accelerator", "v3", list(memory.ACCELERATORS), "Device of one replica.")
+flags.DEFINE_integer(
+    "per_replica_batch", None, "Batch to check; default: the largest that fits.", lower_bound=1
+)
+flags.DEFINE_enum("optimizer", "adamw", list(memory.OPTIMIZER_SLOTS), "Optimizer (slot count).")
+flags.DEFINE_enum(
+    "runtime", None, list(memory.RUNTIMES), "xla or tf; default: xla on TPUs, tf elsewhere."
+)
+flags.DEFINE_float("margin", 0.1, "Fraction of the device's memory kept free.")
+flags.DEFINE_bool("json", False, "Print one JSON object instead of the table.")
+
+
+def _parse_flags(argv):
+    """Parse flags; on a bad flag print one line and exit 2 (absl would print usage)."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def result():
+    """Return (estimate, plan, warning or None) for the flags."""
+    config = memory.config_from_name(FLAGS.preset)
+    runtime = FLAGS.runtime or memory.default_runtime(FLAGS.accelerator)
+    best = memory.plan(
+        config,
+        FLAGS.seq_length,
+        FLAGS.precision,
+        FLAGS.accelerator,
+        FLAGS.optimizer,
+        FLAGS.margin,
+        runtime=runtime,
+    )
+    if FLAGS.per_replica_batch is None:
+        return best.estimate, best, None
+    est = memory.estimate(
+        config,
+        FLAGS.per_replica_batch,
+        FLAGS.seq_length,
+        FLAGS.optimizer,
+        FLAGS.precision,
+        runtime=runtime,
+    )
+    warning = memory.check_fits(
+        config,
+        FLAGS.per_replica_batch,
+        FLAGS.seq_length,
+        FLAGS.precision,
+        FLAGS.accelerator,
+        FLAGS.optimizer,
+        FLAGS.margin,
+        runtime=runtime,
+    )
+    return est, best, warning
+
+
+def main(argv):
+    del argv
+    try:
+        est, best, warning = result()
+    except ValueError as e:
+        # A clear one-line error, not a traceback: these are bad inputs.
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    device = memory.ACCELERATORS[FLAGS.accelerator]
+    if FLAGS.json:
+        summary = {
+            "preset": FLAGS.preset,
+            "accelerator": {"key": FLAGS.accelerator, **dataclasses.asdict(device)},
+            "estimate": est.to_dict(),
+            "plan": best.to_dict(),
+            "fits": warning is None if FLAGS.per_replica_batch else best.fits,
+            "warning": warning,
+        }
+        del summary["plan"]["estimate"]  # the same numbers as "estimate" or at its batch
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(est.table())
+    print(f"\n{device.name}: {device.replica}.")
+    print(best.message)
+    if FLAGS.per_replica_batch:
+        print(warning or f"per_replica_batch={FLAGS.per_replica_batch} fits.")
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=_parse_flags)

@@ -1,0 +1,56 @@
+"""Fine-tune a TF Hub BERT encoder for sentence classification (SST-2, IMDB, your TSV).
+
+Offline, on an encoder exported by scripts/export_bert_hub.py:
+  python scripts/train_bert.py --encoder_handle=/tmp/bert/encoder \
+    --preprocess_handle=/tmp/bert/preprocess \
+    --train_file=../shared/data/sst2/train.tsv --eval_file=../shared/data/sst2/dev.tsv \
+    --model_dir=/tmp/bert_run --export_dir=/tmp/bert_run/export
+On a TPU with a tfhub.dev encoder:
+  python scripts/train_bert.py \
+    --encoder_handle=https://tfhub.dev/tensorflow/small_bert/bert_en_uncased_L-4_H-512_A-8/2 \
+    --preprocess_handle=https://tfhub.dev/tensorflow/bert_en_uncased_preprocess/3 \
+    --tfds_name=imdb_reviews --per_replica_batch_size=32
+"""
+
+import os
+
+from absl import app
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import flag_utils  # noqa: E402
+from keras_tpu import recipes  # noqa: E402  (after quieting TensorFlow's C++ logs)
+
+flag_utils.define_flags(
+    recipes.BertRunConfig,
+    {
+        **flag_utils.RUN_HELP,
+        "encoder_handle": "TF Hub BERT encoder: https URL, Kaggle model URL or local directory.",
+        "preprocess_handle": "TF Hub BERT preprocessing handle (or give --vocab_file).",
+        "vocab_file": "WordPiece vocab.txt, tokenised with tensorflow_text (or --preprocess_handle).",
+        "lower_case": "Lower-case and strip accents (uncased checkpoints); with --vocab_file.",
+        "train_file": "Training TSV: sentence<TAB>label with a header row.",
+        "eval_file": "Evaluation TSV (every example is evaluated exactly once).",
+        "tfds_name": "Or a tfds text classification dataset with train/test splits.",
+        "seq_length": "Tokens per example, [CLS] and [SEP] included.",
+        "num_classes": "Number of label classes.",
+        "dropout": "Dropout on the pooled output.",
+        "warmup_fraction": "Share of steps with linear learning-rate warm-up.",
+    },
+)
+
+
+def main(argv):
+    del argv
+    config = flag_utils.config_from_flags(recipes.BertRunConfig)
+    summary = flag_utils.run_or_explain(recipes.train_bert, config, recipes.CONFIG_ERRORS)
+    test = summary["test"]
+    print(
+        f"eval accuracy {test['accuracy']:.4f} on {summary['test_examples']} examples; "
+        f"{summary['replicas']} replica(s), global batch {summary['global_batch']}; "
+        f"{summary['train_examples_per_second']:.1f} train examples/s"
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)
