@@ -120,6 +120,7 @@ def make_callbacks(
     strategy,
     global_batch,
     *,
+    backup=True,
     backup_every_steps=None,
     best_metric=None,
     flops_per_example=None,
@@ -132,6 +133,7 @@ def make_callbacks(
       model_dir: run directory (local or gs://); None gives only the meter and guard.
       strategy: the run's strategy (for chief-only writes and remote-TPU I/O).
       global_batch: examples per step across replicas.
+      backup: add BackupAndRestore under model_dir/backup.
       backup_every_steps: BackupAndRestore frequency in steps; None backs up per epoch.
       best_metric: e.g. "val_accuracy": keep the best weights in model_dir/best.
       flops_per_example: training FLOPs per example, for MFU.
@@ -143,7 +145,9 @@ def make_callbacks(
     if not model_dir:
         return callbacks
     options = io_options(strategy)
-    if options is None:
+    if not backup:
+        pass
+    elif options is None:
         # A backup lets a killed run resume where it stopped: restarting the
         # same command restores weights, optimizer state, epoch and step.
         callbacks.append(

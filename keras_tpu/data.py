@@ -20,6 +20,7 @@ from keras_tpu.sources import ArraySplit  # noqa: F401  (re-exported: keras_tpu.
 from keras_tpu.sources import DatasetUnavailableError  # noqa: F401
 from keras_tpu.sources import Source  # noqa: F401
 from keras_tpu.sources import as_source
+from keras_tpu.sources import load_csv  # noqa: F401
 from keras_tpu.sources import load_digits  # noqa: F401
 from keras_tpu.sources import load_tsv  # noqa: F401
 from keras_tpu.sources import synthetic_images  # noqa: F401

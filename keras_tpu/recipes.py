@@ -55,6 +55,9 @@ class RunConfig:
     export_dir: str | None = None  # SavedModel for serving.
     seed: int = 0
     backup_every_steps: int | None = None  # None: back up every epoch.
+    backup: bool = True  # BackupAndRestore under model_dir/backup: a killed run resumes.
+    keep_best: bool = True  # Keep the best weights (val_accuracy) under model_dir/best.
+    tensorboard: bool = True  # TensorBoard logs under model_dir/tensorboard.
     peak_tflops: float | None = None  # Devices' combined peak, for MFU (e.g. bench_peak.py).
     verbose: int = 2
 
@@ -95,7 +98,10 @@ class BertRunConfig(RunConfig):
     lower_case: bool = True
     train_file: str | None = None  # sentence<TAB>label TSV, with header.
     eval_file: str | None = None
-    tfds_name: str | None = None  # Or a tfds text dataset, e.g. "imdb_reviews".
+    tfds_name: str | None = None  # Or a tfds text dataset, e.g. "imdb_reviews", "glue/sst2".
+    tfds_eval_split: str = "test"  # glue/sst2: "validation" (its test labels are hidden).
+    tfds_keys: str | None = None  # "text_feature,label_feature" for datasets without
+    # supervised keys, e.g. "sentence,label" for glue/sst2.
     seq_length: int = 128
     num_classes: int = 2
     dropout: float = 0.1
@@ -164,8 +170,10 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
             config.model_dir,
             strategy,
             eval_data.batching.global_batch,
+            backup=config.backup,
             backup_every_steps=config.backup_every_steps,
-            best_metric="val_accuracy",
+            best_metric="val_accuracy" if config.keep_best else None,
+            tensorboard=config.tensorboard,
             flops_per_example=flops,
             peak_flops=config.peak_tflops and config.peak_tflops * 1e12,
         )
@@ -266,9 +274,14 @@ def _text_data(config):
     if config.tfds_name:
         if config.train_file or config.eval_file:
             raise ValueError("pass either --tfds_name or --train_file/--eval_file, not both.")
-        return (
-            data.tfds_source(config.tfds_name, "train", data_dir=config.data_dir),
-            data.tfds_source(config.tfds_name, "test", data_dir=config.data_dir),
+        keys = tuple(config.tfds_keys.split(",")) if config.tfds_keys else None
+        if keys is not None and len(keys) != 2:
+            raise ValueError(
+                f"tfds_keys={config.tfds_keys!r} must be 'text_feature,label_feature'."
+            )
+        return tuple(
+            data.tfds_source(config.tfds_name, split, data_dir=config.data_dir, keys=keys)
+            for split in ("train", config.tfds_eval_split)
         )
     if not (config.train_file and config.eval_file):
         raise ValueError("BERT needs --train_file and --eval_file (TSV) or --tfds_name.")

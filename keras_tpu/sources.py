@@ -110,14 +110,17 @@ def synthetic_images(num_examples, image_shape=(28, 28, 1), num_classes=10, seed
     return ArraySplit(np.clip(templates[y] + noise, 0, 1), y)
 
 
-def load_tsv(path, text_column="sentence", label_column="label", num_classes=None):
+def load_tsv(path, text_column="sentence", label_column="label", num_classes=None, delimiter="\t"):
     """Read a `sentence<TAB>label` file with a header row into an ArraySplit.
 
     Args:
-      path: the TSV file (GLUE layout, e.g. SST-2's train.tsv / dev.tsv).
+      path: the TSV file (GLUE layout, e.g. SST-2's train.tsv / dev.tsv), or a
+        CSV file with delimiter=",".
       text_column: header name of the text column.
       label_column: header name of the integer label column.
       num_classes: if given, every label must be in [0, num_classes).
+      delimiter: "\t" for TSV (quotes are plain text, as in GLUE), "," for CSV
+        (standard CSV quoting).
 
     Returns:
       ArraySplit with x the sentences (str) and y the int32 labels.
@@ -131,8 +134,9 @@ def load_tsv(path, text_column="sentence", label_column="label", num_classes=Non
         raise FileNotFoundError(f"TSV file {path} does not exist.")
     sentences, labels = [], []
     with open(path, newline="", encoding="utf-8") as f:
-        # QUOTE_NONE: GLUE text keeps its quote characters as ordinary text.
-        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        # QUOTE_NONE for TSV: GLUE text keeps its quote characters as ordinary text.
+        quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+        reader = csv.reader(f, delimiter=delimiter, quoting=quoting)
         header = next(reader, None)
         if header is None:
             raise ValueError(f"{path} is empty; expected a header row and examples.")
@@ -144,7 +148,8 @@ def load_tsv(path, text_column="sentence", label_column="label", num_classes=Non
             where = f"{path}:{reader.line_num}"
             if len(row) != len(header):
                 raise ValueError(
-                    f"{where}: {len(row)} tab-separated fields, the header has {len(header)}."
+                    f"{where}: {len(row)} fields separated by {delimiter!r}, the header has "
+                    f"{len(header)}."
                 )
             try:
                 label = int(row[label_at])
@@ -157,6 +162,11 @@ def load_tsv(path, text_column="sentence", label_column="label", num_classes=Non
     if not sentences:
         raise ValueError(f"{path} has a header but no examples.")
     return ArraySplit(np.array(sentences, dtype=object), np.array(labels, dtype=np.int32))
+
+
+def load_csv(path, text_column="sentence", label_column="label", num_classes=None):
+    """Read a CSV file with a header row into an ArraySplit (see load_tsv)."""
+    return load_tsv(path, text_column, label_column, num_classes, delimiter=",")
 
 
 def tfrecord_source(pattern, parse_fn, num_examples=None, name=None):
@@ -189,8 +199,11 @@ def tfrecord_source(pattern, parse_fn, num_examples=None, name=None):
     return Source(name or str(pattern), num_examples, open_shard, tuple(files))
 
 
-def tfds_source(name, split, data_dir=None, try_gcs=False):
+def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
     """Return a Source over a tfds split, as (features, label) pairs.
+
+    Datasets with supervised keys (mnist, imdb_reviews, ...) need no `keys`;
+    others name their feature and label, e.g. glue/sst2: keys=("sentence", "label").
 
     Training pipelines read whole files per pipeline through tfds's own
     `ReadConfig(input_context=...)`; evaluation shards by element.
@@ -219,17 +232,31 @@ def tfds_source(name, split, data_dir=None, try_gcs=False):
     except KeyError:
         num_examples = None  # No split metadata (e.g. tfds.testing.mock_data): count on use.
 
+    supervised = keys is None
+    if supervised and not builder.info.supervised_keys:
+        features = list(builder.info.features.keys())
+        raise ValueError(
+            f"tfds dataset {name!r} has no supervised keys; name the feature and label, "
+            f"e.g. keys=('sentence', 'label'), from its features {features}."
+        )
+
+    def pairs(ds):
+        return ds if supervised else ds.map(lambda example: (example[keys[0]], example[keys[1]]))
+
     def open_shard(num_pipelines, pipeline_id, by_file):
         if by_file:
             context = tf.distribute.InputContext(num_pipelines, pipeline_id)
             config = tfds.ReadConfig(input_context=context, shuffle_seed=pipeline_id)
-            return builder.as_dataset(
-                split=split, as_supervised=True, shuffle_files=True, read_config=config
+            return pairs(
+                builder.as_dataset(
+                    split=split, as_supervised=supervised, shuffle_files=True, read_config=config
+                )
             )
-        ds = builder.as_dataset(split=split, as_supervised=True, shuffle_files=False)
-        return ds.shard(num_pipelines, pipeline_id)
+        ds = builder.as_dataset(split=split, as_supervised=supervised, shuffle_files=False)
+        return pairs(ds).shard(num_pipelines, pipeline_id)
 
-    label = builder.info.features["label"] if "label" in builder.info.features else None
+    label_key = "label" if keys is None else keys[1]
+    label = builder.info.features[label_key] if label_key in builder.info.features else None
     return Source(
         f"tfds:{name}/{split}",
         num_examples,

@@ -92,6 +92,9 @@ RUN_HELP = {
     "export_dir": "Write a SavedModel for serving here.",
     "seed": "Random seed.",
     "backup_every_steps": "Back up every N steps for resuming (default: every epoch).",
+    "backup": "Back up under model_dir/backup so a killed run resumes when restarted.",
+    "keep_best": "Keep the weights with the best val_accuracy under model_dir/best.",
+    "tensorboard": "Write TensorBoard logs under model_dir/tensorboard.",
     "peak_tflops": "Combined peak TFLOP/s of the devices, to report MFU.",
     "verbose": "Keras fit verbosity (0, 1 or 2).",
 }

@@ -246,3 +246,22 @@ def test_train_bert_bad_flags_are_one_line(flags, message):
     result = run_script("train_bert.py", *flags, timeout=180)
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_four_replicas_reach_95_percent_on_digits(tmp_path):
+    result = run_script(
+        "train_cnn.py",
+        "--cpu_replicas=4",
+        "--per_replica_batch_size=16",
+        "--notensorboard",
+        "--nobackup",
+        f"--model_dir={tmp_path}",
+        f"--export_dir={tmp_path / 'export'}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["replicas"], summary["global_batch"]) == (4, 64)
+    assert summary["test"]["accuracy"] >= 0.95
+    assert not (tmp_path / "tensorboard").exists() and not (tmp_path / "backup").exists()
+    assert list((tmp_path / "best").glob("checkpoint*"))  # Best weights kept.
+    assert (tmp_path / "export" / "saved_model.pb").exists()

@@ -33,7 +33,7 @@ def test_sst2_dev_has_872_labelled_sentences():
         (
             "sentence\tlabel\ngood\t1\nbad\n",
             ValueError,
-            r"bad.tsv:3: 1 tab-separated fields, the header has 2",
+            r"bad.tsv:3: 1 fields separated by '\\t', the header has 2",
         ),
         (
             "sentence\tlabel\ngood\t1\nbad\t2\n",
@@ -123,3 +123,18 @@ def test_tfds_source_on_mock_data():
 def test_unknown_tfds_name():
     with pytest.raises(sources.DatasetUnavailableError, match="tfds has no dataset 'no_such_set'"):
         sources.tfds_source("no_such_set", "train")
+
+
+def test_csv_with_quoted_commas(tmp_path):
+    path = _write_tsv(tmp_path / "a.csv", 'sentence,label\n"good, really good",1\nbad,0\n')
+    split = sources.load_csv(path, num_classes=2)
+    assert split.x.tolist() == ["good, really good", "bad"] and split.y.tolist() == [1, 0]
+
+
+def test_tfds_text_dataset_by_feature_keys():
+    with tfds.testing.mock_data(num_examples=6):
+        source = sources.tfds_source("glue/sst2", "validation", keys=("sentence", "label"))
+        (sentence, label), *_ = list(source.open_shard(1, 0, False))
+        assert sentence.dtype == tf.string and label.dtype == tf.int64
+        with pytest.raises(ValueError, match="has no supervised keys; name the feature and label"):
+            sources.tfds_source("glue/sst2", "validation")

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_tpu import data
 from keras_tpu import keras
@@ -81,3 +82,122 @@ def test_training_loss_goes_down_on_4_replicas(mirrored):
     )
     history = model.fit(dataset, epochs=3, steps_per_epoch=steps, verbose=0)
     assert history.history["loss"][-1] < history.history["loss"][0] / 2
+
+
+def test_set_precision(mirrored):
+    try:
+        assert training.set_precision("auto", mirrored) == "float32"  # CPU recommendation.
+        assert training.set_precision("bf16", mirrored) == "mixed_bfloat16"
+        assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
+        assert training.set_precision("fp16", mirrored) == "mixed_float16"
+        with pytest.raises(ValueError, match="precision='int8' is not one of auto, fp32"):
+            training.set_precision("int8", mirrored)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_fp16_refused_on_tpu(mirrored, monkeypatch):
+    from keras_tpu import resolver  # pylint: disable=g-import-not-at-top
+
+    monkeypatch.setattr(
+        resolver, "describe", lambda s: {"kind": "tpu", "precision_policy": "mixed_bfloat16"}
+    )
+    with pytest.raises(ValueError, match="'fp16' is not supported on TPU; use 'bf16'"):
+        training.set_precision("fp16", mirrored)
+
+
+def test_fp16_gets_loss_scaling(mirrored):
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        with mirrored.scope():
+            model = _tiny_model()
+        training.compile_model(model, mirrored, optimizer="adam", loss="mse")
+        assert isinstance(model.optimizer, keras.mixed_precision.LossScaleOptimizer)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_steps_per_execution_rule(mirrored, monkeypatch):
+    assert training.resolve_steps_per_execution("auto", mirrored, 1000) == 4  # CPU.
+    assert training.resolve_steps_per_execution(64, mirrored, 10) == 10  # Capped at an epoch.
+    with pytest.raises(ValueError, match="steps_per_execution='many' must be an integer"):
+        training.resolve_steps_per_execution("many", mirrored, 10)
+    from keras_tpu import resolver  # pylint: disable=g-import-not-at-top
+
+    monkeypatch.setattr(resolver, "describe", lambda s: {"kind": "tpu"})
+    assert training.resolve_steps_per_execution("auto", mirrored, 1000) == 100
+
+
+def test_loss_is_not_scaled_by_the_replica_count(mirrored):
+    # The same weights and batch give the same loss on 1 and on 4 replicas.
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(32, 4)).astype(np.float32)
+    y = rng.integers(0, 3, 32).astype(np.int32)
+    losses = []
+    single = tf.distribute.MirroredStrategy(["/cpu:0"])
+    for strategy in (single, mirrored):
+        with strategy.scope():
+            model = _tiny_model()
+            model.set_weights([np.full((4, 3), 0.1, np.float32), np.zeros(3, np.float32)])
+        training.compile_model(
+            model, strategy, optimizer="sgd", loss="sparse_categorical_crossentropy"
+        )
+        losses.append(model.evaluate(x, y, batch_size=32, verbose=0, return_dict=True)["loss"])
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+
+
+def test_nan_guard_names_the_step(mirrored, caplog):
+    from keras_tpu import callbacks  # pylint: disable=g-import-not-at-top
+
+    with mirrored.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])  # Linear: can blow up.
+    training.compile_model(model, mirrored, optimizer=keras.optimizers.SGD(1e30), loss="mse")
+    guard = callbacks.NaNGuard()
+    x = np.full((64, 4), 1e20, np.float32)
+    with caplog.at_level("ERROR", logger="keras_tpu.callbacks"):
+        model.fit(
+            x, np.ones((64, 3), np.float32), batch_size=8, epochs=3, callbacks=[guard], verbose=0
+        )
+    assert guard.stopped_at is not None
+    epoch, step = guard.stopped_at
+    assert f"at epoch {epoch + 1}, step {step + 1}; stopping" in caplog.text
+
+
+def test_throughput_meter_reports_mfu():
+    from keras_tpu import callbacks  # pylint: disable=g-import-not-at-top
+
+    meter = callbacks.ThroughputMeter(global_batch=10, flops_per_example=1e9, peak_flops=1e12)
+    meter.on_epoch_begin(0)
+    meter.on_train_batch_end(4)  # Five steps of 10 examples.
+    meter._start -= 1.0  # Pretend the epoch took (at least) a second.
+    logs = {}
+    meter.on_epoch_end(0, logs)
+    assert logs["examples_per_second"] == pytest.approx(50, rel=0.05)
+    assert logs["mfu"] == pytest.approx(50 * 1e9 / 1e12, rel=0.05)
+
+
+def test_remote_tpu_writes_through_this_host(mirrored, monkeypatch):
+    from keras_tpu import callbacks  # pylint: disable=g-import-not-at-top
+    from keras_tpu import resolver  # pylint: disable=g-import-not-at-top
+
+    assert callbacks.io_options(mirrored) is None
+    monkeypatch.setattr(resolver, "describe", lambda s: {"tpu": {"address": "grpc://1.2.3.4:8470"}})
+    assert callbacks.io_options(mirrored).experimental_io_device == "/job:localhost"
+    monkeypatch.setattr(resolver, "describe", lambda s: {"tpu": {"address": "local"}})
+    assert callbacks.io_options(mirrored) is None
+
+
+def test_bert_optimizer_recipe():
+    from keras_tpu import optimizers  # pylint: disable=g-import-not-at-top
+
+    schedule = optimizers.WarmupLinearDecay(3e-5, total_steps=100, warmup_steps=10)
+    rates = [float(schedule(step)) for step in (0, 5, 10, 55, 100)]
+    assert rates == pytest.approx([0, 1.5e-5, 3e-5, 1.5e-5, 0], rel=1e-6, abs=1e-11)
+    optimizer = optimizers.bert_adamw(3e-5, total_steps=100)
+    assert optimizer.global_clipnorm == 1.0 and optimizer.weight_decay == 0.01
+    assert optimizer._learning_rate.warmup_steps == 10  # 10% warm-up.
+    layer_norm = tf.Variable(1.0, name="encoder/layer_norm/gamma")
+    kernel = tf.Variable(1.0, name="encoder/dense/kernel")
+    assert optimizer._use_weight_decay(kernel) and not optimizer._use_weight_decay(layer_norm)
+    with pytest.raises(ValueError, match="warmup_steps=100 must be in"):
+        optimizers.WarmupLinearDecay(1e-3, total_steps=100, warmup_steps=100)
