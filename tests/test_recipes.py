@@ -51,7 +51,7 @@ def test_script_rehearses_two_replicas(tmp_path):
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--per_replica_batch_size=0"], "per-replica batch 0 must be an integer >= 1"),
+        (["--per_replica_batch_size=0"], "per_replica_batch_size=0 must be an integer >= 1"),
         (["--per_replica_batch_size=2000"], "fewer than one global batch of 2000"),
         (["--strategy=tpu"], "strategy='tpu' but no TPU found"),
         (
