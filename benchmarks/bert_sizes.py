@@ -3,12 +3,14 @@
 Usage: python benchmarks/bert_sizes.py [--json PATH] [--check PRESET]
 
 Training state per replica (data parallelism keeps a full copy on every replica):
-weights + gradients + Adam's two slots (m and v). Under Keras "mixed_bfloat16" the
-variables stay float32 master copies, so the gradients (taken w.r.t. those float32
-variables) and the Adam slots are float32 too: the state is the same 16 bytes per
-parameter as in float32. Mixed precision adds a bfloat16 copy of each weight read by
-the forward pass (2 bytes per parameter at most, transient) and saves on activations,
-which this table does not count (they depend on batch and sequence length).
+weights + gradients + Adam's two slots (m and v), from keras_tpu.memory.estimate (its
+batch-independent part). Under Keras "mixed_bfloat16" the variables stay float32 master
+copies, so the gradients (taken w.r.t. those float32 variables) and the Adam slots are
+float32 too: 16 bytes per parameter as in float32. Mixed precision adds the bfloat16
+casts of the matmul kernels that the backward pass keeps (2 bytes per kernel parameter;
+embeddings, biases and layer norms are not cast whole) and saves on activations, which
+this table does not count: `python scripts/plan_memory.py` adds them for a batch and
+sequence length.
 """
 
 import argparse
@@ -19,10 +21,15 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from keras_tpu import memory  # noqa: E402
 from keras_tpu.models import bert  # noqa: E402
 
 FP32_STATE_BYTES = 4 + 4 + 2 * 4  # weights, gradients, Adam m and v.
-MIXED_BF16_STATE_BYTES = FP32_STATE_BYTES + 2  # + transient bfloat16 weight casts.
+
+
+def _state(config, precision):
+    # The state does not depend on batch or length; any valid pair gives it.
+    return memory.estimate(config, 1, 1, "adam", precision).state
 
 
 def sizes(preset):
@@ -35,8 +42,8 @@ def sizes(preset):
         "hidden": config.hidden_size,
         "heads": config.num_heads,
         "parameters": params,
-        "fp32_bytes_per_replica": FP32_STATE_BYTES * params,
-        "mixed_bfloat16_bytes_per_replica": MIXED_BF16_STATE_BYTES * params,
+        "fp32_bytes_per_replica": _state(config, "fp32"),
+        "mixed_bfloat16_bytes_per_replica": _state(config, "bf16"),
     }
 
 
@@ -72,8 +79,9 @@ def main(argv=None):
             f"{_mib(r['mixed_bfloat16_bytes_per_replica']):>22}"
         )
     print(
-        f"Bytes per parameter: fp32 {FP32_STATE_BYTES} (W 4 + G 4 + Adam 8); mixed_bfloat16 "
-        f"{MIXED_BF16_STATE_BYTES} (float32 master W, G and Adam + <= 2 bytes of bfloat16 casts)."
+        f"Bytes per parameter: fp32 {FP32_STATE_BYTES} (W 4 + G 4 + Adam 8); mixed_bfloat16 the "
+        f"same float32 master W, G and Adam + 2 bytes per matmul-kernel parameter (bfloat16 "
+        f"casts kept for the backward pass). Activations: scripts/plan_memory.py."
     )
 
     formula, built, seconds = cross_check(args.check)

@@ -8,6 +8,7 @@ SavedModel and returns (and writes) the run's summary.
 
 import dataclasses
 import json
+import logging
 import os
 import time
 
@@ -17,6 +18,7 @@ from keras_tpu import callbacks
 from keras_tpu import compat
 from keras_tpu import data
 from keras_tpu import export
+from keras_tpu import memory
 from keras_tpu import optimizers
 from keras_tpu import resolver
 from keras_tpu import text
@@ -25,6 +27,7 @@ from keras_tpu.models import bert
 from keras_tpu.models import cnn
 
 keras = compat.keras
+log = logging.getLogger(__name__)
 
 IMAGE_DATASETS = ("digits", "synthetic")
 # Errors that mean "the configuration is wrong": scripts print them as one line.
@@ -156,6 +159,10 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
         with strategy.scope():
             model = build_model()
             optimizer = make_optimizer(steps_per_epoch * config.epochs)
+        memory_warning = extras.get("check_memory") and extras["check_memory"](model, info, policy)
+        if memory_warning:
+            # Warn before compiling: an OOM would only show after minutes of XLA compilation.
+            log.warning("keras_tpu: %s", memory_warning)
         training.compile_model(
             model,
             strategy,
@@ -210,6 +217,7 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
         "steps_per_epoch": steps_per_epoch,
         "steps_per_execution": steps_per_execution,
         "final_step": final_step,
+        "memory_warning": memory_warning or None,
         "resumed_from_step": meter.start_step or 0,
         "final_train": {k: float(v[-1]) for k, v in history.history.items() if "val_" not in k},
         "test": test_metrics,
@@ -299,6 +307,17 @@ def _preprocessor(config):
     return text.BertPreprocessor(config.vocab_file, config.seq_length, config.lower_case)
 
 
+def _check_bert_memory(model, info, policy, config):
+    """Return the memory planner's warning for this BERT step on this device, or None."""
+    try:
+        accelerator = memory.accelerator_from_describe(info)
+    except ValueError as e:  # A GPU the planner does not know: say so, do not stop the run.
+        return f"memory check skipped: {e}"
+    return memory.check_fits(
+        model, config.per_replica_batch_size, config.seq_length, policy, accelerator
+    )
+
+
 def train_bert(config):
     """Fine-tune a TF Hub BERT encoder for sentence classification; return the summary."""
     if not config.encoder_handle:
@@ -319,6 +338,7 @@ def train_bert(config):
         ),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         flops_per_example=lambda model: bert.training_flops_per_example(model, config.seq_length),
+        check_memory=lambda model, info, policy: _check_bert_memory(model, info, policy, config),
         export=lambda model, export_dir, strategy: export.export_text_classifier(
             model, preprocessor, export_dir, strategy
         ),

@@ -213,6 +213,7 @@ def test_train_bert_end_to_end_on_sst2(tmp_path, sst2_vocab):
     # Chance is 0.51 (444 of 872 positive); a broken pipeline or frozen encoder stays near it.
     assert summary["test"]["accuracy"] >= 0.65
     assert summary["throughput"][-1]["model_tflops_per_second"] > 0  # BERT FLOPs are counted.
+    assert summary["memory_warning"] is None  # The planner ran and the step fits in host RAM.
 
     # The export serves raw strings: preprocessing travels inside it.
     probe = run_python(

@@ -1,0 +1,814 @@
+"""Plan per-replica memory for BERT training: will it fit on this device, and at what batch?
+
+    from keras_tpu import memory
+    est = memory.estimate("base", per_replica_batch=32, seq_length=128, precision="bf16")
+    print(est.table())
+    print(memory.plan("base", 512, "bf16", "v3").message)
+
+Everything is bytes per replica (one TensorFlow device: a TPU v2/v3 core, a v4/v5p
+megacore chip, a v5e/v6e chip, a GPU): data parallelism keeps a full copy of the
+training state on every replica, and each replica runs `per_replica_batch` examples.
+
+  total = weights + gradients + optimizer slots + low-precision weight copies
+          + activations kept for the backward pass + backward workspace
+          + optimizer update temporaries
+
+Weights, gradients and slots come from the variables (counted exactly from a built
+model, or from `count_parameters` for a config). Activations follow what the gradient
+functions of models/bert.py keep under TensorFlow, op by op (docs/memory.md lists
+every term); benchmarks/bench_memory.py checks them against the allocator on CPU.
+
+Two runtimes differ in the embedding table's gradient and update:
+  "xla": the step is one XLA program (every TPU step; GPUs under jit_compile).
+    TPUStrategy's all-reduce (cross_replica_sum) densifies the gathered embedding
+    gradients, and the optimizer update fuses in place.
+  "tf": TensorFlow's op-by-op executor (CPU; GPUs without XLA). The gathered tables'
+    gradients stay sparse ([batch * seq, hidden] rows), but tf_keras Adam's sparse
+    update materialises table-sized temporaries (copies of m and v, the new value),
+    part of which the executor schedules during the forward pass.
+"""
+
+import dataclasses
+import os
+import re
+
+from keras_tpu.models import bert
+
+GiB = 2**30
+MiB = 2**20
+
+RUNTIMES = ("xla", "tf")
+
+# Slot variables per trainable variable, each the variable's size and dtype.
+OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "rmsprop": 1, "adagrad": 1, "adam": 2, "adamw": 2}
+
+# Canonical precision -> bytes per element of the compute dtype. Variables, their
+# gradients and optimizer slots are float32 under all three (Keras mixed precision
+# keeps float32 variables and casts them when a layer reads them).
+PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+_PRECISION_ALIASES = {
+    "fp32": "fp32",
+    "float32": "fp32",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "mixed_bfloat16": "bf16",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "mixed_float16": "fp16",
+}
+_POLICY_PRECISION = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+# BERT-large (Devlin et al. 2019) for planning only: models/bert.py does not ship it
+# as a preset, so nothing here builds it.
+PLANNING_PRESETS = {
+    "large": dict(num_layers=24, hidden_size=1024, num_heads=16, intermediate_size=4096),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Accelerator:
+    """Memory of one TensorFlow device, i.e. of one replica under a distribution strategy.
+
+    Attributes:
+      name: human name, e.g. "TPU v3".
+      memory_bytes: memory of one device (one replica), nominal; the runtime keeps some.
+      replica: what TensorFlow sees as one device on this hardware.
+      source: where the number comes from.
+    """
+
+    name: str
+    memory_bytes: int
+    replica: str
+    source: str
+
+
+def _host_memory_bytes():
+    try:
+        import psutil  # pylint: disable=g-import-not-at-top
+
+        return int(psutil.virtual_memory().total)
+    except ImportError:  # psutil is optional; POSIX reports the same total.
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+_TPU_DOCS = "https://cloud.google.com/tpu/docs/"
+ACCELERATORS = {
+    "v2": Accelerator(
+        "TPU v2",
+        8 * GiB,
+        "one TensorCore (a v2 chip has 2 cores sharing 16 GiB HBM; v2-8 = 8 replicas)",
+        "16 GiB HBM per chip: Jouppi et al., 'A domain-specific supercomputer for training "
+        "deep neural networks', CACM 2020",
+    ),
+    "v3": Accelerator(
+        "TPU v3",
+        16 * GiB,
+        "one TensorCore (a v3 chip has 2 cores sharing 32 GiB HBM; v3-8 = 8 replicas)",
+        _TPU_DOCS + "v3 (32 GiB HBM2 per chip, 2 TensorCores per chip)",
+    ),
+    "v2/v3": Accelerator(
+        "TPU v2 or v3",
+        8 * GiB,
+        "one TensorCore; v2 and v3 share a PCI id, so the smaller v2 core (8 GiB) is "
+        "assumed: pass accelerator='v3' (16 GiB) when you know it is a v3",
+        "as 'v2' and 'v3'",
+    ),
+    "v4": Accelerator(
+        "TPU v4",
+        32 * GiB,
+        "one chip: its 2 TensorCores form one megacore device (v4-8 = 4 chips = 4 replicas)",
+        _TPU_DOCS + "v4 (32 GiB HBM2 per chip, 2 TensorCores per chip)",
+    ),
+    "v5e": Accelerator(
+        "TPU v5e",
+        16 * GiB,
+        "one chip (1 TensorCore per chip; v5litepod-8 = 8 replicas)",
+        _TPU_DOCS + "v5e ('16 GB' HBM2 per chip, 1 TensorCore per chip)",
+    ),
+    "v5p": Accelerator(
+        "TPU v5p",
+        95 * GiB,
+        "one chip: its 2 TensorCores form one megacore device (v5p-8 = 4 chips = 4 replicas)",
+        _TPU_DOCS + "v5p ('95 GB' HBM2e per chip; 8 cores on 4 chips in a 2x2x1 slice)",
+    ),
+    "v6e": Accelerator(
+        "TPU v6e (Trillium)",
+        32 * GiB,
+        "one chip (1 TensorCore per chip; v6e-8 = 8 replicas)",
+        _TPU_DOCS + "v6e ('32 GB' HBM per chip, 1 TensorCore per chip)",
+    ),
+    "t4": Accelerator("NVIDIA T4", 16 * GiB, "one GPU", "NVIDIA T4 datasheet: 16 GB GDDR6"),
+    "v100": Accelerator(
+        "NVIDIA V100 16 GB", 16 * GiB, "one GPU", "NVIDIA V100 datasheet: 16 or 32 GB HBM2"
+    ),
+    "v100-32gb": Accelerator(
+        "NVIDIA V100 32 GB", 32 * GiB, "one GPU", "NVIDIA V100 datasheet: 16 or 32 GB HBM2"
+    ),
+    "a100": Accelerator(
+        "NVIDIA A100 40 GB", 40 * GiB, "one GPU", "NVIDIA A100 datasheet: 40 or 80 GB"
+    ),
+    "a100-80gb": Accelerator(
+        "NVIDIA A100 80 GB", 80 * GiB, "one GPU", "NVIDIA A100 datasheet: 40 or 80 GB"
+    ),
+    "l4": Accelerator("NVIDIA L4", 24 * GiB, "one GPU", "NVIDIA L4 datasheet: 24 GB GDDR6"),
+    "h100": Accelerator(
+        "NVIDIA H100 80 GB", 80 * GiB, "one GPU", "NVIDIA H100 datasheet: 80 GB (SXM, PCIe)"
+    ),
+    "cpu": Accelerator(
+        "this host's CPU",
+        _host_memory_bytes(),
+        "the host (all logical CPU replicas of a rehearsal share this RAM)",
+        "total RAM of this machine (psutil.virtual_memory().total)",
+    ),
+}
+
+TPUS = ("v2", "v3", "v2/v3", "v4", "v5e", "v5p", "v6e")
+
+# GPU product names as TensorFlow reports them (get_device_details()["device_name"],
+# e.g. "Tesla T4", "NVIDIA A100-SXM4-80GB"), most specific first. Word boundaries keep
+# an L40 (48 GB) from matching L4.
+_GPU_NAMES = (
+    (r"\bA100\b.*80\s*GB", "a100-80gb"),
+    (r"\bA100\b", "a100"),
+    (r"\bV100\b.*32\s*GB", "v100-32gb"),
+    (r"\bV100\b", "v100"),
+    (r"\bH100\b", "h100"),
+    (r"\bT4\b", "t4"),
+    (r"\bL4\b", "l4"),
+)
+_GPU_KEYS = ("t4", "v100", "v100-32gb", "a100", "a100-80gb", "l4", "h100")
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per replica of one BERT training step, by component.
+
+    Attributes:
+      per_replica_batch, seq_length, precision, optimizer, runtime: what was estimated.
+      parameters, trainable_parameters: variable element counts.
+      weights: every variable (float32 under all precisions), size x dtype bytes.
+      gradients: one gradient per trainable variable, in the variable's dtype: dense
+        under "xla"; under "tf" the gathered embedding tables get sparse
+        [batch * seq, hidden] rows (plus int32 indices) instead.
+      optimizer_slots: slot variables (Adam/AdamW: m and v), each a trainable's size.
+      weight_copies: bf16/fp16 casts of the matmul kernels that the backward pass keeps
+        (0 under fp32).
+      activations: tensors the forward pass keeps for the backward pass.
+      workspace: the largest gradient temporaries alive at once during the backward pass.
+      update_temporaries: table-sized buffers of the sparse optimizer update ("tf" only).
+      activation_breakdown: activations by kind, summing to `activations`.
+      architecture: the BertConfig the activations were computed for.
+      source: where weights came from ("config" or the model's counted variables).
+      notes: assumptions worth knowing for this estimate.
+    """
+
+    per_replica_batch: int
+    seq_length: int
+    precision: str
+    optimizer: str
+    runtime: str
+    parameters: int
+    trainable_parameters: int
+    weights: int
+    gradients: int
+    optimizer_slots: int
+    weight_copies: int
+    activations: int
+    workspace: int
+    update_temporaries: int
+    activation_breakdown: dict
+    architecture: bert.BertConfig
+    source: str
+    notes: tuple = ()
+
+    @property
+    def state(self):
+        """Weights, gradients, slots and copies: batch-independent but for "tf" gradients."""
+        return self.weights + self.gradients + self.optimizer_slots + self.weight_copies
+
+    @property
+    def total(self):
+        """Bytes per replica of the whole training step."""
+        return self.state + self.activations + self.workspace + self.update_temporaries
+
+    def components(self):
+        """Return [(name, bytes)] of the top-level components, total last."""
+        slots = OPTIMIZER_SLOTS[self.optimizer]
+        copies = f"{self.precision} weight copies" if self.weight_copies else "weight copies"
+        return [
+            ("weights (float32 variables)", self.weights),
+            (f"gradients (float32, {self.runtime})", self.gradients),
+            (f"optimizer slots ({self.optimizer}: {slots} per weight)", self.optimizer_slots),
+            (copies, self.weight_copies),
+            ("activations kept for backward", self.activations),
+            ("backward workspace", self.workspace),
+            ("optimizer update temporaries", self.update_temporaries),
+            ("total", self.total),
+        ]
+
+    def table(self):
+        """Return the per-component breakdown as a fixed-width text table."""
+        c = self.architecture
+        lines = [
+            f"BERT L={c.num_layers} H={c.hidden_size} A={c.num_heads} "
+            f"I={c.intermediate_size} V={c.vocab_size}: {self.parameters:,} parameters "
+            f"({self.source})",
+            f"per replica: batch {self.per_replica_batch} x seq {self.seq_length}, "
+            f"{self.precision}, {self.optimizer}, runtime {self.runtime}",
+            f"{'component':<44}{'bytes':>17}{'MiB':>12}",
+        ]
+        lines.append("-" * len(lines[-1]))
+        for name, value in self.components():
+            if name == "total":
+                lines.append("-" * len(lines[2]))
+            lines.append(f"{name:<44}{value:>17,}{value / MiB:>12,.1f}")
+            if name.startswith("activations"):
+                for part, part_bytes in self.activation_breakdown.items():
+                    lines.append(f"  {part:<42}{part_bytes:>17,}{part_bytes / MiB:>12,.1f}")
+        lines.extend(f"note: {note}" for note in self.notes)
+        return "\n".join(lines)
+
+    def to_dict(self):
+        """Return a JSON-serialisable dict of the estimate (bytes as integers)."""
+        return {
+            "per_replica_batch": self.per_replica_batch,
+            "seq_length": self.seq_length,
+            "precision": self.precision,
+            "optimizer": self.optimizer,
+            "runtime": self.runtime,
+            "parameters": self.parameters,
+            "trainable_parameters": self.trainable_parameters,
+            "weights": self.weights,
+            "gradients": self.gradients,
+            "optimizer_slots": self.optimizer_slots,
+            "weight_copies": self.weight_copies,
+            "activations": self.activations,
+            "workspace": self.workspace,
+            "update_temporaries": self.update_temporaries,
+            "state": self.state,
+            "total": self.total,
+            "activation_breakdown": dict(self.activation_breakdown),
+            "architecture": dataclasses.asdict(self.architecture),
+            "source": self.source,
+            "notes": list(self.notes),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The largest per-replica batch that fits on an accelerator, or by how much none does.
+
+    Attributes:
+      accelerator: the ACCELERATORS key.
+      runtime: "xla" or "tf", as estimated.
+      capacity_bytes: memory of one device (one replica).
+      budget_bytes: capacity less the margin; what the estimate must stay within.
+      margin: fraction of the capacity kept free.
+      fits: whether batch 1 fits.
+      max_per_replica_batch: the largest batch whose estimate fits (0 if none does).
+      bytes_over: how far batch 1 is over the budget (0 when it fits).
+      fixed_bytes: bytes independent of the batch (weights, gradients, slots, copies,
+        update temporaries).
+      bytes_per_example: bytes each example of the batch adds (activations, workspace,
+        and under "tf" the sparse embedding gradients).
+      estimate: the estimate at max_per_replica_batch (at batch 1 when nothing fits).
+      message: one paragraph for a person.
+    """
+
+    accelerator: str
+    runtime: str
+    capacity_bytes: int
+    budget_bytes: int
+    margin: float
+    fits: bool
+    max_per_replica_batch: int
+    bytes_over: int
+    fixed_bytes: int
+    bytes_per_example: int
+    estimate: MemoryEstimate
+    message: str
+
+    def to_dict(self):
+        """Return a JSON-serialisable dict of the plan."""
+        result = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        result["estimate"] = self.estimate.to_dict()
+        return result
+
+
+def _gib(num_bytes):
+    return f"{num_bytes / GiB:,.2f} GiB"
+
+
+def canonical_precision(precision):
+    """Return "fp32", "bf16" or "fp16" for a precision or Keras policy name."""
+    key = precision.lower() if isinstance(precision, str) else precision
+    if key not in _PRECISION_ALIASES:
+        raise ValueError(
+            f"precision={precision!r} is not one of fp32, bf16, fp16 (or the Keras policy "
+            f"names float32, mixed_bfloat16, mixed_float16)."
+        )
+    return _PRECISION_ALIASES[key]
+
+
+def config_from_name(name):
+    """Return the BertConfig of a models/bert.py preset or of a planning-only preset."""
+    if name in PLANNING_PRESETS:
+        return bert.BertConfig(**PLANNING_PRESETS[name])
+    if name in bert.PRESETS:
+        return bert.bert_config(name)
+    names = ", ".join([*bert.PRESETS, *PLANNING_PRESETS])
+    raise ValueError(f"preset={name!r} is not one of {names}.")
+
+
+def _check_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}={value!r} must be an integer >= 1.")
+
+
+def _model_architecture(model):
+    """Return (BertConfig, notes) of a built model: from its layers, else its variables."""
+    for module in [model, *model.submodules]:
+        config = getattr(module, "config", None)
+        if isinstance(config, bert.BertConfig):
+            return config, ()
+    # A SavedModel encoder (hub.KerasLayer) keeps no config, but its variable names
+    # follow models/bert.py (and the TF Hub BERTs): read the sizes off the shapes.
+    shapes = {v.name: tuple(v.shape) for v in model.variables}
+    found = {}
+    layers = set()
+    for name, shape in shapes.items():
+        for key in ("word_embeddings", "position_embeddings", "type_embeddings"):
+            if key in name and len(shape) == 2:
+                found[key] = shape
+        if "intermediate/kernel" in name and len(shape) == 2:
+            found["intermediate"] = shape
+        for part in name.split("/"):
+            if part.startswith("layer_") and part[len("layer_") :].isdigit():
+                layers.add(part)
+    if not {"word_embeddings", "intermediate"} <= set(found) or not layers:
+        raise ValueError(
+            f"Cannot tell the BERT sizes of model {model.name!r}: it has no layer with a "
+            f"BertConfig and no variables named like models/bert.py's. Pass "
+            f"config=BertConfig(...) (e.g. memory.config_from_name('base'))."
+        )
+    vocab, hidden = found["word_embeddings"]
+    heads = max(1, hidden // 64)
+    config = bert.BertConfig(
+        hidden_size=hidden,
+        num_layers=len(layers),
+        num_heads=heads if hidden % heads == 0 else 1,
+        intermediate_size=found["intermediate"][1],
+        vocab_size=vocab,
+        max_position_embeddings=found.get("position_embeddings", (bert.MAX_SEQ_LENGTH,))[0],
+        type_vocab_size=found.get("type_embeddings", (2,))[0],
+    )
+    note = (
+        f"sizes read from the variable shapes of {model.name!r}; num_heads={config.num_heads} "
+        f"assumed (hidden_size // 64, as in every published BERT): pass config= if not."
+    )
+    return config, (note,)
+
+
+def _model_precision(model):
+    """Return the precision the model's layers compute in, or None if not a Keras model."""
+    for module in [*model.submodules, model]:
+        if hasattr(module, "config") and hasattr(module, "compute_dtype"):
+            return _POLICY_PRECISION.get(module.compute_dtype)
+    return _POLICY_PRECISION.get(getattr(model, "compute_dtype", None))
+
+
+def _kernel_parameters(config):
+    """Elements of the matmul kernels (encoder and pooler): the weights cast under bf16."""
+    h, i = config.hidden_size, config.intermediate_size
+    return config.num_layers * (4 * h * h + 2 * h * i) + h * h
+
+
+def activation_breakdown(config, per_replica_batch, seq_length, precision):
+    """Return {kind: bytes} of the tensors one step keeps for its backward pass.
+
+    Each term is what a TensorFlow gradient function of models/bert.py needs, under
+    the compute dtype (c bytes): softmax and layer norms run in float32, dropout
+    keeps a 1-byte boolean mask, and the exact GELU keeps four [b, s, I] tensors.
+    """
+    c = PRECISION_BYTES[canonical_precision(precision)]
+    b, s = per_replica_batch, seq_length
+    h, i, a, n = config.hidden_size, config.intermediate_size, config.num_heads, config.num_layers
+    bs, bsh, bsi = b * s, b * s * h, b * s * i
+    # Layer norm (tf_keras, unfused for epsilon < 1e-5): float32 input and the float32
+    # [b, s, h] scale rsqrt(var + eps) * gamma, plus mean and rsqrt per position.
+    layer_norm = 8 * bsh + 8 * bs
+    return {
+        "inputs (3 int32 [b, s])": 3 * 4 * bs,
+        "embeddings (layer norm, dropout mask)": layer_norm + bsh,
+        # softmax output (float32), dropout mask (bool) and dropped probs (compute dtype).
+        "attention probabilities [b, A, s, s]": n * a * s * s * b * (4 + 1 + c),
+        "attention Q, K, V, context": n * 4 * c * bsh,
+        "layer and FFN inputs": n * 2 * c * bsh,
+        "layer norms (float32)": n * 2 * layer_norm,
+        "FFN intermediate (GELU) [b, s, I]": n * 4 * c * bsi,
+        "dropout masks [b, s, H]": n * 2 * bsh,
+        "pooler": 2 * c * b * h,
+    }
+
+
+def workspace_bytes(config, per_replica_batch, seq_length, precision):
+    """Return the backward pass's largest set of gradient temporaries alive at once.
+
+    The backward pass of one layer holds two gradients of its largest tensors at a
+    time: of the GELU ([b, s, I], compute dtype) or of the softmax ([b, A, s, s],
+    float32). Gradients of the weights are counted separately.
+    """
+    c = PRECISION_BYTES[canonical_precision(precision)]
+    b, s = per_replica_batch, seq_length
+    ffn = 2 * c * b * s * config.intermediate_size
+    softmax = 2 * 4 * b * config.num_heads * s * s
+    return max(ffn, softmax)
+
+
+_GATHERED = ("word_embeddings", "type_embeddings")  # tf.gather'ed: sparse gradients
+
+
+def _variable_bytes(model_or_config):
+    """Return (parameters, trainable, weight bytes, trainable bytes, gathered table bytes)."""
+    if isinstance(model_or_config, bert.BertConfig):
+        c = model_or_config
+        params = bert.count_parameters(c)
+        tables = [4 * c.vocab_size * c.hidden_size, 4 * c.type_vocab_size * c.hidden_size]
+        return params, params, 4 * params, 4 * params, tables
+    # model.variables can list a shared variable twice; count each once.
+    variables = list({id(v): v for v in model_or_config.variables}.values())
+    trainables = list({id(v): v for v in model_or_config.trainable_variables}.values())
+    nbytes = [v.shape.num_elements() * v.dtype.size for v in trainables]
+    tables = [
+        size
+        for v, size in zip(trainables, nbytes)
+        if len(v.shape) == 2 and any(name in v.name for name in _GATHERED)
+    ]
+    return (
+        sum(v.shape.num_elements() for v in variables),
+        sum(v.shape.num_elements() for v in trainables),
+        sum(v.shape.num_elements() * v.dtype.size for v in variables),
+        sum(nbytes),
+        tables,
+    )
+
+
+def estimate(
+    model_or_config,
+    per_replica_batch,
+    seq_length,
+    optimizer="adamw",
+    precision=None,
+    *,
+    runtime="xla",
+    config=None,
+):
+    """Estimate the bytes per replica of one BERT training step, by component.
+
+    Args:
+      model_or_config: a built keras_tpu.keras model (its variables are counted
+        exactly), a BertConfig, or a preset name ("tiny" ... "base", "large").
+      per_replica_batch: examples per replica per step (global batch / replicas).
+      seq_length: tokens per example (<= max_position_embeddings).
+      optimizer: one of OPTIMIZER_SLOTS ("adamw", "adam", "momentum", "sgd", ...).
+      precision: "fp32", "bf16" or "fp16" (or a Keras policy name). None means the
+        model's own compute dtype, or fp32 for a config.
+      runtime: "xla" (TPU, or GPU with jit_compile) or "tf" (TensorFlow's op-by-op
+        executor: CPU, GPU without XLA); see the module docstring.
+      config: the BertConfig of a model whose layers do not carry one (a TF Hub
+        encoder), to override the sizes read from its variables.
+
+    Returns:
+      A MemoryEstimate; `.total` is the bytes, `.table()` the breakdown.
+
+    Raises:
+      ValueError: for an unknown optimizer, precision, runtime or preset, a
+        non-positive batch or length, a length over max_position_embeddings, or a
+        precision that contradicts the model's.
+    """
+    _check_positive_int("per_replica_batch", per_replica_batch)
+    _check_positive_int("seq_length", seq_length)
+    if optimizer not in OPTIMIZER_SLOTS:
+        raise ValueError(f"optimizer={optimizer!r} is not one of {', '.join(OPTIMIZER_SLOTS)}.")
+    if runtime not in RUNTIMES:
+        raise ValueError(
+            f"runtime={runtime!r} is not one of {', '.join(RUNTIMES)}: 'xla' for TPUs (and "
+            f"GPUs under jit_compile), 'tf' for the CPU and GPUs without XLA."
+        )
+    notes = []
+    if isinstance(model_or_config, str):
+        model_or_config = config_from_name(model_or_config)
+    if isinstance(model_or_config, bert.BertConfig):
+        arch = config or model_or_config
+        precision = canonical_precision(precision or "fp32")
+        source = "config"
+    elif hasattr(type(model_or_config), "variables"):  # not the property: it may raise
+        model = model_or_config
+        try:
+            built = bool(model.variables)
+        except ValueError:  # tf_keras raises for a Sequential model never built
+            built = False
+        if not built:
+            raise ValueError(
+                f"Model {model.name!r} has no variables yet; build it first (call it on a "
+                f"batch, or use build_bert_encoder, whose model is built)."
+            )
+        if config is not None:
+            arch = config
+        else:
+            arch, found_notes = _model_architecture(model)
+            notes.extend(found_notes)
+        model_precision = _model_precision(model)
+        precision = canonical_precision(precision or model_precision or "fp32")
+        if model_precision and model_precision != precision:
+            raise ValueError(
+                f"precision={precision!r} but model {model.name!r} computes in "
+                f"{model_precision}; pass precision={model_precision!r}, or rebuild the model "
+                f"under the policy you mean (keras.mixed_precision.set_global_policy)."
+            )
+        source = f"counted from {len(model.variables)} variables of model {model.name!r}"
+    else:
+        raise TypeError(
+            f"model_or_config must be a built keras_tpu.keras model, a BertConfig or a preset "
+            f"name, got {type(model_or_config).__name__}."
+        )
+    if seq_length > arch.max_position_embeddings:
+        raise ValueError(
+            f"seq_length={seq_length} exceeds max_position_embeddings="
+            f"{arch.max_position_embeddings}; use at most {arch.max_position_embeddings}."
+        )
+    parameters, trainable, weights, trainable_bytes, tables = _variable_bytes(model_or_config)
+    slots = OPTIMIZER_SLOTS[optimizer]
+    gradients, update = trainable_bytes, 0
+    if runtime == "tf":
+        # Each gathered table's gradient is float32 rows plus int32 indices, one per token.
+        rows = per_replica_batch * seq_length
+        gradients += sum(rows * (4 * arch.hidden_size + 4) - table for table in tables)
+        # tf_keras Adam on a sparse gradient reads m and v whole (a copy each: scatter
+        # updates put them in copy-on-read mode) and writes the table anew; SGD
+        # scatters in place. Measured: 3 table-sized buffers for AdamW.
+        update = (slots + 1) * max(tables, default=0) if slots else 0
+    breakdown = activation_breakdown(arch, per_replica_batch, seq_length, precision)
+    copies = 0 if precision == "fp32" else PRECISION_BYTES[precision] * _kernel_parameters(arch)
+    return MemoryEstimate(
+        per_replica_batch=per_replica_batch,
+        seq_length=seq_length,
+        precision=precision,
+        optimizer=optimizer,
+        runtime=runtime,
+        parameters=parameters,
+        trainable_parameters=trainable,
+        weights=weights,
+        gradients=gradients,
+        optimizer_slots=slots * trainable_bytes,
+        weight_copies=copies,
+        activations=sum(breakdown.values()),
+        workspace=workspace_bytes(arch, per_replica_batch, seq_length, precision),
+        update_temporaries=update,
+        activation_breakdown=breakdown,
+        architecture=arch,
+        source=source,
+        notes=tuple(notes),
+    )
+
+
+def default_runtime(accelerator):
+    """Return "xla" for a TPU accelerator key, "tf" (the larger estimate) for others."""
+    return "xla" if accelerator in TPUS else "tf"
+
+
+def _accelerator(accelerator):
+    if accelerator not in ACCELERATORS:
+        raise ValueError(
+            f"accelerator={accelerator!r} is not one of {', '.join(ACCELERATORS)}; "
+            f"accelerator_from_describe(describe(strategy)) picks it for this machine."
+        )
+    return ACCELERATORS[accelerator]
+
+
+def _check_margin(margin):
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < 1:
+        raise ValueError(f"margin={margin!r} must be a fraction in [0, 1), e.g. 0.1.")
+
+
+def plan(
+    config_or_model,
+    seq_length,
+    precision,
+    accelerator,
+    optimizer="adamw",
+    margin=0.1,
+    *,
+    runtime=None,
+):
+    """Find the largest per-replica batch that fits on `accelerator` with `margin` free.
+
+    The estimate is linear in the batch (fixed state + batch x bytes per example), so
+    the answer is solved for, then checked against `estimate` itself: the batch
+    returned fits and one more does not.
+
+    Args:
+      config_or_model: as `estimate`'s first argument.
+      seq_length: tokens per example.
+      precision: "fp32", "bf16" or "fp16".
+      accelerator: an ACCELERATORS key ("v3", "v5e", "a100", "cpu", ...).
+      optimizer: as for `estimate`.
+      margin: fraction of the device's memory kept free (runtime reservations, XLA
+        temporaries this model does not count, fragmentation), in [0, 1).
+      runtime: "xla" or "tf"; None picks `default_runtime(accelerator)`.
+
+    Returns:
+      A Plan; `.max_per_replica_batch` is 0 and `.bytes_over` > 0 when even batch 1
+      does not fit, which is the case for model parallelism.
+    """
+    device = _accelerator(accelerator)
+    _check_margin(margin)
+    runtime = runtime or default_runtime(accelerator)
+    budget = int(device.memory_bytes * (1 - margin))
+
+    def total(batch):
+        return estimate(
+            config_or_model, batch, seq_length, optimizer, precision, runtime=runtime
+        ).total
+
+    one = estimate(config_or_model, 1, seq_length, optimizer, precision, runtime=runtime)
+    per_example = total(2) - one.total
+    fixed = one.total - per_example
+    batch = max(0, (budget - fixed) // per_example)
+    # The closed form is exact for a linear estimate; stepping keeps it right regardless.
+    while batch > 0 and total(batch) > budget:
+        batch -= 1
+    while total(batch + 1) <= budget:
+        batch += 1
+    c = one.architecture
+    what = (
+        f"BERT L={c.num_layers}/H={c.hidden_size}/A={c.num_heads} at seq {seq_length}, "
+        f"{one.precision}, {optimizer}, runtime {runtime} on {device.name} "
+        f"({_gib(device.memory_bytes)} per replica; budget {_gib(budget)} with a "
+        f"{margin:.0%} margin)"
+    )
+    if batch >= 1:
+        est = estimate(config_or_model, batch, seq_length, optimizer, precision, runtime=runtime)
+        over = 0
+        message = (
+            f"{what}: the largest per-replica batch that fits is {batch} ({_gib(est.total)}; "
+            f"batch {batch + 1} would need {_gib(total(batch + 1))}). Fixed state "
+            f"{_gib(fixed)}, then {per_example / MiB:,.1f} MiB per example."
+        )
+    else:
+        est = one
+        over = one.total - budget
+        if fixed > budget:
+            why = (
+                f"the batch-independent part alone (weights, gradients, optimizer slots and "
+                f"copies: {_gib(fixed)}) exceeds the budget, so no batch fits: shard the "
+                f"weights and optimizer state across devices (model parallelism), or use a "
+                f"smaller model or an optimizer with fewer slots"
+            )
+        else:
+            why = (
+                f"the state takes {_gib(fixed)} and one example adds {_gib(per_example)}: "
+                f"use a shorter sequence, recompute activations in the backward pass, or "
+                f"split the model across devices (model parallelism)"
+            )
+        message = (
+            f"{what}: batch 1 does not fit: it needs {_gib(one.total)}, {_gib(over)} over; {why}."
+        )
+    return Plan(
+        accelerator=accelerator,
+        runtime=runtime,
+        capacity_bytes=device.memory_bytes,
+        budget_bytes=budget,
+        margin=margin,
+        fits=batch >= 1,
+        max_per_replica_batch=batch,
+        bytes_over=over,
+        fixed_bytes=fixed,
+        bytes_per_example=per_example,
+        estimate=est,
+        message=message,
+    )
+
+
+def check_fits(
+    config_or_model,
+    per_replica_batch,
+    seq_length,
+    precision,
+    accelerator,
+    optimizer="adamw",
+    margin=0.1,
+    *,
+    runtime=None,
+):
+    """Return None if the step fits on `accelerator` with `margin` free, else a warning.
+
+    Call it before compiling; the warning names the bytes needed, the budget, and the
+    largest batch that fits (or that none does). Arguments are as for `plan`.
+    """
+    device = _accelerator(accelerator)
+    _check_margin(margin)
+    runtime = runtime or default_runtime(accelerator)
+    est = estimate(
+        config_or_model, per_replica_batch, seq_length, optimizer, precision, runtime=runtime
+    )
+    if est.total <= int(device.memory_bytes * (1 - margin)):
+        return None
+    best = plan(
+        config_or_model, seq_length, est.precision, accelerator, optimizer, margin, runtime=runtime
+    )
+    if best.fits:
+        advice = (
+            f"use per_replica_batch <= {best.max_per_replica_batch} (global batch = that x "
+            f"replicas)"
+        )
+    else:
+        advice = (
+            f"even batch 1 is {_gib(best.bytes_over)} over, so this model needs model "
+            f"parallelism, a shorter sequence or a smaller configuration (see memory.plan)"
+        )
+    return (
+        f"per_replica_batch={per_replica_batch} at seq_length={seq_length} ({est.precision}, "
+        f"{optimizer}) needs about {_gib(est.total)} per replica, more than the "
+        f"{_gib(best.budget_bytes)} budget on {device.name} ({_gib(device.memory_bytes)} "
+        f"less a {margin:.0%} margin): {advice}."
+    )
+
+
+def _gpu_name(info):
+    if info.get("gpu_name"):
+        return info["gpu_name"]
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return None
+    return tf.config.experimental.get_device_details(gpus[0]).get("device_name")
+
+
+def accelerator_from_describe(info):
+    """Map a `keras_tpu.describe(strategy)` dict to an ACCELERATORS key.
+
+    TPUs map by chip ("v5e", ...; a chip that cannot be told apart, as "v2/v3" or an
+    unknown one, maps to "v2/v3", the smallest per-replica memory). GPUs map by the
+    product name TensorFlow reports. Everything else is "cpu".
+
+    Raises:
+      ValueError: for a GPU whose model is not in ACCELERATORS; pass the nearest key.
+    """
+    kind = info.get("kind")
+    if kind == "tpu":
+        chip = ((info.get("tpu") or {}).get("chip") or "").lower()
+        chip = {"v5litepod": "v5e", "v5lite": "v5e"}.get(chip, chip)
+        return chip if chip in TPUS else "v2/v3"
+    devices = " ".join(info.get("devices") or ()).upper()
+    if kind in ("one_device", "mirrored") or (kind == "multi_worker" and "GPU" in devices):
+        name = _gpu_name(info)
+        for pattern, key in _GPU_NAMES:
+            if re.search(pattern, (name or "").upper().replace("-", " ")):
+                return key
+        raise ValueError(
+            f"GPU {name!r} is not in memory.ACCELERATORS; pass accelerator= the key with the "
+            f"same memory per GPU, one of {', '.join(_GPU_KEYS)}."
+        )
+    return "cpu"

@@ -1,0 +1,338 @@
+"""Tests for keras_tpu.memory: exact variable bytes, linear/quadratic terms, plan and check."""
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_tpu
+from keras_tpu import keras
+from keras_tpu import memory
+from keras_tpu.models import bert
+from tests.conftest import run_script
+
+TINY = dict(vocab_size=100, num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64)
+SEQ = 16
+ATTENTION = "attention probabilities [b, A, s, s]"
+
+
+def _tiny(**overrides):
+    return bert.BertConfig(**{**TINY, **overrides})
+
+
+def _variable_bytes(variables):
+    return sum(v.shape.num_elements() * v.dtype.size for v in variables)
+
+
+@pytest.fixture
+def policy():
+    """Restore the global mixed-precision policy after the test."""
+    before = keras.mixed_precision.global_policy()
+    yield keras.mixed_precision.set_global_policy
+    keras.mixed_precision.set_global_policy(before)
+
+
+@pytest.fixture
+def device(monkeypatch):
+    """Add an accelerator of a chosen size under the key "test"."""
+
+    def make(num_bytes):
+        accelerator = memory.Accelerator("test device", num_bytes, "one device", "this test")
+        monkeypatch.setitem(memory.ACCELERATORS, "test", accelerator)
+        return "test"
+
+    return make
+
+
+def test_weights_counted_exactly_from_a_built_model():
+    config = _tiny()
+    encoder = bert.build_bert_encoder(config)
+    est = memory.estimate(encoder, 4, SEQ)
+    assert est.weights == _variable_bytes(encoder.variables)
+    assert est.parameters == encoder.count_params() == bert.count_parameters(config)
+    assert est.weights == memory.estimate(config, 4, SEQ).weights == 4 * est.parameters
+    # Gradients: one per trainable variable, its size and dtype; Adam keeps two slots.
+    trainable = _variable_bytes(encoder.trainable_variables)
+    assert est.gradients == trainable
+    assert est.optimizer_slots == 2 * trainable
+    assert memory.estimate(encoder, 4, SEQ, "sgd").optimizer_slots == 0
+    assert memory.estimate(encoder, 4, SEQ, "momentum").optimizer_slots == trainable
+    assert est.architecture == config and est.precision == "fp32"
+
+
+def test_frozen_variables_have_no_gradients_or_slots():
+    encoder = bert.build_bert_encoder(_tiny())
+    encoder.get_layer("embeddings").trainable = False
+    est = memory.estimate(encoder, 4, SEQ)
+    trainable = _variable_bytes(encoder.trainable_variables)
+    assert 0 < trainable < est.weights == _variable_bytes(encoder.variables)
+    assert (est.gradients, est.optimizer_slots) == (trainable, 2 * trainable)
+
+
+def test_mixed_bfloat16_keeps_variables_gradients_and_slots_float32(policy):
+    # What the estimate assumes about tf_keras, checked on a real training step.
+    policy("mixed_bfloat16")
+    encoder = bert.build_bert_encoder(_tiny())
+    logits = keras.layers.Dense(2, dtype="float32")(encoder.output["pooled_output"])
+    model = keras.Model(encoder.input, logits)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    ids = np.random.default_rng(0).integers(0, 100, (4, SEQ)).astype("int32")
+    inputs = {"input_word_ids": ids, "input_mask": np.ones_like(ids), "input_type_ids": 0 * ids}
+    model.train_on_batch(inputs, np.array([0, 1, 0, 1]))
+    assert encoder.output["sequence_output"].dtype == tf.bfloat16
+    assert {v.dtype for v in model.variables} == {tf.float32}
+    slots = [v for v in model.optimizer.variables() if v.shape.rank]
+    assert len(slots) == 2 * len(model.trainable_variables)
+    assert {v.dtype for v in slots} == {tf.float32}
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(inputs, training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    assert {g.dtype for g in grads} == {tf.float32}
+
+    est = memory.estimate(model, 4, SEQ)  # precision read from the model
+    assert est.precision == "bf16"
+    assert est.weights == _variable_bytes(model.variables)
+    assert est.optimizer_slots == _variable_bytes(slots)
+    with pytest.raises(ValueError, match="computes in bf16"):
+        memory.estimate(model, 4, SEQ, precision="fp32")
+
+
+def test_bf16_activations_are_smaller_but_the_state_is_not():
+    fp32 = memory.estimate("base", 32, 128, precision="fp32")
+    bf16 = memory.estimate("base", 32, 128, precision="bf16")
+    assert bf16.activations < fp32.activations
+    for kind, fp32_bytes in fp32.activation_breakdown.items():
+        assert bf16.activation_breakdown[kind] <= fp32_bytes, kind
+    assert (bf16.weights, bf16.gradients, bf16.optimizer_slots) == (
+        fp32.weights,
+        fp32.gradients,
+        fp32.optimizer_slots,
+    )
+    assert fp32.weight_copies == 0 < bf16.weight_copies
+    assert bf16.total < fp32.total
+
+
+@pytest.mark.parametrize("runtime", memory.RUNTIMES)
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_estimate_is_linear_in_batch(runtime, precision):
+    def est(batch):
+        return memory.estimate(_tiny(), batch, SEQ, precision=precision, runtime=runtime)
+
+    for b in (1, 3, 8):
+        one, two, three = est(b), est(2 * b), est(3 * b)
+        for field in ("activations", "workspace", "gradients", "total"):
+            first = getattr(two, field) - getattr(one, field)
+            assert first == getattr(three, field) - getattr(two, field), field
+        assert one.activations > 0 and two.activations == 2 * one.activations
+        for kind in one.activation_breakdown:
+            assert two.activation_breakdown[kind] == 2 * one.activation_breakdown[kind], kind
+        assert one.state == three.state - (three.gradients - one.gradients)
+
+
+def test_attention_term_is_quadratic_in_sequence_length():
+    def parts(seq):
+        return memory.estimate("base", 4, seq, precision="bf16").activation_breakdown
+
+    s1, s2, s3 = parts(64), parts(128), parts(192)
+    assert s2[ATTENTION] == 4 * s1[ATTENTION] and s3[ATTENTION] == 9 * s1[ATTENTION]
+    # base: 12 layers x 12 heads x s^2 x b x (4 softmax + 1 mask + 2 bf16 dropped probs).
+    assert s1[ATTENTION] == 12 * 12 * 64 * 64 * 4 * 7
+    assert s1["pooler"] == s2["pooler"]  # the [CLS] token only
+    for kind in s1:  # every other term is linear in the sequence length
+        if kind not in (ATTENTION, "pooler"):
+            assert s2[kind] == 2 * s1[kind] and s3[kind] == 3 * s1[kind], kind
+
+
+def test_tf_runtime_has_sparse_embedding_gradients_and_update_temporaries():
+    config = bert.bert_config("tiny")
+    xla = memory.estimate(config, 8, 128, runtime="xla")
+    tf_ = memory.estimate(config, 8, 128, runtime="tf")
+    word, types = 4 * config.vocab_size * 128, 4 * config.type_vocab_size * 128
+    rows = 8 * 128 * (4 * 128 + 4)
+    assert tf_.gradients == xla.gradients - word - types + 2 * rows
+    assert tf_.update_temporaries == 3 * word and xla.update_temporaries == 0
+    assert memory.estimate(config, 8, 128, "sgd", runtime="tf").update_temporaries == 0
+    assert tf_.activations == xla.activations
+
+
+@pytest.mark.parametrize("accelerator", ["v3", "v5e", "cpu"])
+def test_plan_returns_the_largest_batch_that_fits(accelerator):
+    result = memory.plan("base", 128, "bf16", accelerator)
+    budget = int(memory.ACCELERATORS[accelerator].memory_bytes * 0.9)
+    assert result.budget_bytes == budget and result.fits
+    b = result.max_per_replica_batch
+    runtime = memory.default_runtime(accelerator)
+    assert result.runtime == runtime == ("tf" if accelerator == "cpu" else "xla")
+
+    def total(batch):
+        return memory.estimate("base", batch, 128, "adamw", "bf16", runtime=runtime).total
+
+    assert total(b) <= budget < total(b + 1)
+    assert result.estimate.total == total(b)
+    assert result.fixed_bytes + b * result.bytes_per_example == total(b)
+    assert f"largest per-replica batch that fits is {b}" in result.message
+
+
+def test_plan_on_a_small_device(device):
+    config = _tiny()
+    key = device(10 * memory.MiB)
+    result = memory.plan(config, SEQ, "fp32", key, margin=0.0, runtime="xla")
+    b = result.max_per_replica_batch
+    assert memory.estimate(config, b, SEQ).total <= 10 * memory.MiB
+    assert memory.estimate(config, b + 1, SEQ).total > 10 * memory.MiB
+
+
+def test_plan_reports_bytes_over_when_batch_one_does_not_fit(device):
+    key = device(1 * memory.GiB)
+    result = memory.plan("base", 512, "fp32", key, runtime="xla")
+    one = memory.estimate("base", 1, 512, precision="fp32")
+    assert not result.fits and result.max_per_replica_batch == 0
+    assert result.bytes_over == one.total - result.budget_bytes > 0
+    assert result.fixed_bytes > result.budget_bytes  # the state alone is too big
+    assert "batch 1 does not fit" in result.message
+    assert "model parallelism" in result.message
+    assert f"{result.bytes_over / memory.GiB:,.2f} GiB over" in result.message
+    # Activations alone too big for batch 1: a different reason, the same report.
+    key = device(int(1.05 * memory.estimate("base", 1, 512).state / 0.9))
+    result = memory.plan("base", 512, "fp32", key, runtime="xla")
+    assert not result.fits and "shorter sequence" in result.message
+
+
+def test_check_fits():
+    assert memory.check_fits("base", 8, 128, "bf16", "v3") is None
+    warning = memory.check_fits("base", 512, 512, "bf16", "v3")
+    best = memory.plan("base", 512, "bf16", "v3").max_per_replica_batch
+    assert "per_replica_batch=512" in warning and "TPU v3" in warning
+    assert f"per_replica_batch <= {best}" in warning
+    warning = memory.check_fits("large", 1, 512, "fp32", "v2", margin=0.5)
+    assert "even batch 1" in warning and "model parallelism" in warning
+
+
+def test_table_and_dict_list_every_component():
+    est = memory.estimate("mini", 16, 128, precision="bf16")
+    text = est.table()
+    for name, value in est.components():
+        assert name in text and f"{value:,}" in text
+    for kind in est.activation_breakdown:
+        assert kind in text
+    as_dict = json.loads(json.dumps(est.to_dict()))
+    assert as_dict["total"] == est.total == sum(v for n, v in est.components()[:-1])
+    assert sum(as_dict["activation_breakdown"].values()) == as_dict["activations"]
+
+
+def test_planning_preset_large():
+    large = memory.config_from_name("large")
+    assert (large.num_layers, large.hidden_size, large.num_heads) == (24, 1024, 16)
+    assert "large" not in bert.PRESETS  # planning only: models/bert.py is unchanged
+    # BERT-large has about 335M parameters (Devlin et al. 2019: 340M).
+    assert 330e6 < memory.estimate("large", 1, 128).parameters < 340e6
+
+
+def test_sizes_read_from_variable_names_when_layers_keep_no_config():
+    class Encoder:  # what a hub.KerasLayer exposes: variables, no BertConfig
+        name = "hub_encoder"
+        submodules = ()
+        variables = [
+            tf.Variable(tf.zeros([100, 64]), name="embeddings/word_embeddings"),
+            tf.Variable(tf.zeros([128, 64]), name="embeddings/position_embeddings"),
+            tf.Variable(tf.zeros([2, 64]), name="embeddings/token_type_embeddings"),
+        ] + [
+            tf.Variable(tf.zeros([64, 256]), name=f"transformer/layer_{i}/intermediate/kernel")
+            for i in range(3)
+        ]
+        trainable_variables = variables
+
+    est = memory.estimate(Encoder(), 2, SEQ)
+    arch = est.architecture
+    assert (arch.vocab_size, arch.hidden_size, arch.num_layers) == (100, 64, 3)
+    assert (arch.intermediate_size, arch.num_heads, arch.max_position_embeddings) == (256, 1, 128)
+    assert est.weights == _variable_bytes(Encoder.variables)
+    assert any("num_heads=1 assumed" in note for note in est.notes)
+    override = memory.estimate(Encoder(), 2, SEQ, config=_tiny(hidden_size=64, num_layers=3))
+    assert override.architecture.num_heads == 2 and not override.notes
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: memory.estimate("base", 0, 128), "per_replica_batch=0 must be an integer >= 1"),
+        (lambda: memory.estimate("base", 8, 1.5), "seq_length=1.5 must be an integer >= 1"),
+        (lambda: memory.estimate("base", 8, 513), "exceeds max_position_embeddings=512"),
+        (lambda: memory.estimate("base", 8, 128, "lamb"), "optimizer='lamb' is not one of"),
+        (lambda: memory.estimate("base", 8, 128, precision="int8"), "precision='int8'"),
+        (lambda: memory.estimate("huge", 8, 128), "preset='huge' is not one of"),
+        (lambda: memory.estimate("base", 8, 128, runtime="gpu"), "runtime='gpu' is not one of"),
+        (lambda: memory.plan("base", 128, "bf16", "v9"), "accelerator='v9' is not one of"),
+        (lambda: memory.plan("base", 128, "bf16", "v3", margin=1.0), "margin=1.0 must be"),
+        (lambda: memory.check_fits("base", 8, 128, "bf16", "v3", margin=-0.1), "margin=-0.1"),
+    ],
+)
+def test_bad_inputs_name_the_value_and_the_fix(call, match):
+    with pytest.raises(ValueError, match=match.replace("[", r"\[")):
+        call()
+
+
+def test_bad_models():
+    with pytest.raises(TypeError, match="got int"):
+        memory.estimate(3, 8, 128)
+    unbuilt = keras.Sequential([keras.layers.Dense(4)], name="unbuilt")
+    with pytest.raises(ValueError, match="'unbuilt' has no variables yet"):
+        memory.estimate(unbuilt, 8, 128)
+    cnn = keras.Sequential([keras.layers.Dense(4)], name="cnn")
+    cnn.build((None, 3))
+    with pytest.raises(ValueError, match="Cannot tell the BERT sizes of model 'cnn'.*config="):
+        memory.estimate(cnn, 8, 128)
+
+
+@pytest.mark.parametrize(
+    "info, key",
+    [
+        ({"kind": "tpu", "tpu": {"chip": "v5e"}}, "v5e"),
+        ({"kind": "tpu", "tpu": {"chip": "v5litepod"}}, "v5e"),
+        ({"kind": "tpu", "tpu": {"chip": "v4"}}, "v4"),
+        ({"kind": "tpu", "tpu": {"chip": "v2/v3"}}, "v2/v3"),
+        ({"kind": "tpu", "tpu": {"chip": None}}, "v2/v3"),
+        ({"kind": "one_device", "gpu_name": "Tesla T4"}, "t4"),
+        ({"kind": "mirrored", "gpu_name": "NVIDIA A100-SXM4-80GB"}, "a100-80gb"),
+        ({"kind": "mirrored", "gpu_name": "NVIDIA A100-SXM4-40GB"}, "a100"),
+        ({"kind": "one_device", "gpu_name": "Tesla V100-SXM2-32GB"}, "v100-32gb"),
+        ({"kind": "one_device", "gpu_name": "NVIDIA L4"}, "l4"),
+        ({"kind": "one_device", "gpu_name": "NVIDIA H100 80GB HBM3"}, "h100"),
+        ({"kind": "cpu"}, "cpu"),
+        ({"kind": "multi_worker", "devices": ["/job:worker/replica:0/task:0/device:CPU:0"]}, "cpu"),
+    ],
+)
+def test_accelerator_from_describe(info, key):
+    assert memory.accelerator_from_describe(info) == key
+
+
+def test_accelerator_from_describe_unknown_gpu_and_real_describe(mirrored):
+    with pytest.raises(ValueError, match="GPU 'NVIDIA L40S' is not in memory.ACCELERATORS"):
+        memory.accelerator_from_describe({"kind": "one_device", "gpu_name": "NVIDIA L40S"})
+    assert memory.accelerator_from_describe(keras_tpu.describe(mirrored)) == "cpu"
+    assert memory.ACCELERATORS["cpu"].memory_bytes > 2**30
+
+
+def test_script_json_and_errors():
+    done = run_script(
+        "plan_memory.py", "--json", "--preset=tiny", "--accelerator=v5e", "--seq_length=128"
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert set(result) >= {"preset", "accelerator", "estimate", "plan", "fits", "warning"}
+    assert result["accelerator"]["memory_bytes"] == 16 * memory.GiB
+    assert result["fits"] and result["warning"] is None
+    plan = memory.plan("tiny", 128, "bf16", "v5e")
+    assert result["plan"]["max_per_replica_batch"] == plan.max_per_replica_batch
+    assert result["estimate"]["total"] == plan.estimate.total
+
+    done = run_script("plan_memory.py", "--precision=int8")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("error: flag --precision=int8")
+    done = run_script("plan_memory.py", "--seq_length=600")
+    assert done.returncode == 2 and done.stdout == ""
+    assert "max_position_embeddings=512" in done.stderr.strip().splitlines()[-1]
