@@ -100,15 +100,17 @@ class NaNGuard(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-def io_options(strategy):
-    """Return CheckpointOptions for `strategy`: local I/O for a remote TPU node.
+def io_options(strategy, path=None):
+    """Return CheckpointOptions for writing `path` under `strategy`, or None.
 
-    A TPU node (grpc:// or a Cloud TPU name) would otherwise write checkpoints
+    A TPU node (grpc:// or a Cloud TPU name) would otherwise write a local path
     from its own host, which cannot see this machine's disk
-    (tensorflow/tensorflow#36447).
+    (tensorflow/tensorflow#36447); a gs:// path it can write itself.
     """
     from keras_tpu import resolver  # pylint: disable=g-import-not-at-top
 
+    if path is not None and "://" in str(path):
+        return None
     tpu = resolver.describe(strategy).get("tpu")
     if tpu and tpu["address"] != "local":
         return tf.train.CheckpointOptions(experimental_io_device="/job:localhost")
@@ -144,21 +146,19 @@ def make_callbacks(
     callbacks = [meter, LearningRateLogger(), NaNGuard()]
     if not model_dir:
         return callbacks
-    options = io_options(strategy)
-    if not backup:
-        pass
-    elif options is None:
+    options = io_options(strategy, model_dir)
+    if backup and options is not None:
+        log.warning(
+            "keras_tpu: BackupAndRestore cannot route its writes through this host for a "
+            "remote TPU node; use a gs:// model_dir to keep preemption backups."
+        )
+    elif backup:
         # A backup lets a killed run resume where it stopped: restarting the
         # same command restores weights, optimizer state, epoch and step.
         callbacks.append(
             keras.callbacks.BackupAndRestore(
                 os.path.join(model_dir, "backup"), save_freq=backup_every_steps or "epoch"
             )
-        )
-    else:
-        log.warning(
-            "keras_tpu: BackupAndRestore cannot route its writes through this host for a "
-            "remote TPU node; use a gs:// model_dir to keep preemption backups."
         )
     if best_metric:
         callbacks.append(

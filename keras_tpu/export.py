@@ -6,8 +6,8 @@ from keras_tpu import callbacks
 from keras_tpu import compat
 
 
-def _save_options(strategy):
-    options = callbacks.io_options(strategy)
+def _save_options(strategy, export_dir):
+    options = callbacks.io_options(strategy, export_dir)
     device = options.experimental_io_device if options else None
     return tf.saved_model.SaveOptions(experimental_io_device=device)
 
@@ -20,7 +20,10 @@ def export_model(model, export_dir, strategy):
     """
     compat.ensure_tf_keras(model)
     model.save(
-        export_dir, include_optimizer=False, save_format="tf", options=_save_options(strategy)
+        export_dir,
+        include_optimizer=False,
+        save_format="tf",
+        options=_save_options(strategy, export_dir),
     )
     return export_dir
 
@@ -61,6 +64,6 @@ def export_text_classifier(model, preprocess, export_dir, strategy):
         module,
         export_dir,
         signatures={"serving_default": module.serve},
-        options=_save_options(strategy),
+        options=_save_options(strategy, export_dir),
     )
     return export_dir

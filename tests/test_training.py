@@ -183,6 +183,7 @@ def test_remote_tpu_writes_through_this_host(mirrored, monkeypatch):
     assert callbacks.io_options(mirrored) is None
     monkeypatch.setattr(resolver, "describe", lambda s: {"tpu": {"address": "grpc://1.2.3.4:8470"}})
     assert callbacks.io_options(mirrored).experimental_io_device == "/job:localhost"
+    assert callbacks.io_options(mirrored, "gs://bucket/run") is None  # The TPU host writes GCS.
     monkeypatch.setattr(resolver, "describe", lambda s: {"tpu": {"address": "local"}})
     assert callbacks.io_options(mirrored) is None
 

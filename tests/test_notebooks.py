@@ -1,0 +1,154 @@
+"""Tests for notebooks/: they run headlessly on the CPU fallback and are committed clean.
+
+Each notebook is executed with nbclient in a fresh kernel after an injected
+cell (right after the one tagged "parameters", as papermill does) shrinks the
+run: the offline `digits` dataset, or a tiny random BERT exported offline with
+a WordPiece vocabulary learned from SST-2 sentences, on 2 logical CPU replicas.
+"""
+
+import os
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+pytest.importorskip("matplotlib")
+
+from tests.conftest import REPO  # noqa: E402
+
+NOTEBOOKS = os.path.join(REPO, "notebooks")
+SST2 = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "sst2"))
+CELL_TIMEOUT = 300  # seconds per cell
+
+
+def _read(name):
+    return nbformat.read(os.path.join(NOTEBOOKS, name), as_version=4)
+
+
+def _inject_parameters(nb, overrides):
+    """Insert a cell assigning `overrides` right after the "parameters" cell."""
+    index = next(
+        i
+        for i, cell in enumerate(nb.cells)
+        if "parameters" in cell.get("metadata", {}).get("tags", [])
+    )
+    source = "\n".join(f"{name} = {value!r}" for name, value in overrides.items())
+    cell = nbformat.v4.new_code_cell(source)
+    cell.metadata["tags"] = ["injected-parameters"]
+    nb.cells.insert(index + 1, cell)
+    return nb
+
+
+def _execute(nb, cwd, monkeypatch):
+    """Run every cell in a fresh kernel; a cell error raises CellExecutionError."""
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    for key in ("TPU_NAME", "COLAB_TPU_ADDR", "TF_CONFIG", "TPU_ACCELERATOR_TYPE"):
+        monkeypatch.delenv(key, raising=False)
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(cwd)}},
+    )
+    client.execute()
+    return nb
+
+
+def _text_outputs(nb):
+    return "\n".join(
+        output.get("text", "") for cell in nb.cells for output in cell.get("outputs", [])
+    )
+
+
+def _count_figures(nb):
+    """Append a cell printing how many matplotlib figures are open (Agg never closes them)."""
+    nb.cells.append(
+        nbformat.v4.new_code_cell(
+            'import matplotlib.pyplot as plt\nprint(f"open figures: {len(plt.get_fignums())}")'
+        )
+    )
+    return nb
+
+
+@pytest.mark.parametrize("name", ["cnn_tpu.ipynb", "bert_tpu.ipynb"])
+def test_committed_without_outputs(name):
+    nb = _read(name)
+    nbformat.validate(nb)
+    tags = [cell.metadata.get("tags", []) for cell in nb.cells]
+    assert sum("parameters" in t for t in tags) == 1
+    assert nb.cells[1].cell_type == "code" and "%pip install" in nb.cells[1].source
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [], f"{name}: a cell has outputs: {cell.source[:60]!r}"
+            assert cell.execution_count is None, f"{name}: {cell.source[:60]!r} has a count"
+
+
+def test_cnn_notebook_runs_on_cpu(tmp_path, monkeypatch):
+    nb = _inject_parameters(
+        _read("cnn_tpu.ipynb"),
+        dict(
+            DATASET="digits",
+            EPOCHS=2,
+            CPU_REPLICAS=2,
+            PER_REPLICA_BATCH_SIZE=32,
+            MODEL_DIR=str(tmp_path / "run"),
+            EXPORT_DIR=str(tmp_path / "export"),
+            VERBOSE=0,
+        ),
+    )
+    _execute(_count_figures(nb), tmp_path, monkeypatch)
+    text = _text_outputs(nb)
+    assert "MirroredStrategy" in text or "replicas" in text
+    assert "2 replicas, global batch 64" in text
+    assert "on 360 test examples" in text  # digits: 20% of 1,797, every one evaluated.
+    assert "open figures: 3" in text  # curves, confusion matrix, misclassified images.
+    assert os.path.exists(tmp_path / "run" / "summary.json")
+    assert os.path.exists(tmp_path / "export" / "saved_model.pb")
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_export(tmp_path_factory):
+    """A tiny random BERT + preprocessing, with a vocabulary learned from SST-2 sentences."""
+    from keras_tpu import data
+    from keras_tpu import hf_bert
+    from keras_tpu import text
+
+    train_file = os.path.join(SST2, "train.tsv")
+    if not os.path.exists(train_file):
+        pytest.skip(f"SST-2 is not at {SST2}")
+    root = tmp_path_factory.mktemp("tiny_bert")
+    sentences = [str(s) for s in data.load_tsv(train_file).x[:3000]]
+    vocab = text.write_vocab(text.learn_wordpiece_vocab(sentences, 1000), str(root / "vocab.txt"))
+    hf_bert.export_preset_bert("tiny", vocab, str(root / "hub"), seq_length=32)
+    return str(root / "hub")
+
+
+def test_bert_notebook_runs_on_cpu(tiny_bert_export, tmp_path, monkeypatch):
+    nb = _inject_parameters(
+        _read("bert_tpu.ipynb"),
+        dict(
+            LOCAL_EXPORT=tiny_bert_export,
+            TRAIN_FILE=os.path.join(SST2, "train.tsv"),
+            EVAL_FILE=os.path.join(SST2, "dev.tsv"),
+            SEQ_LENGTH=32,
+            EPOCHS=2,
+            STEPS_PER_EPOCH=10,
+            PER_REPLICA_BATCH_SIZE=8,
+            LEARNING_RATE=1e-3,
+            CPU_REPLICAS=2,
+            MODEL_DIR=str(tmp_path / "run"),
+            EXPORT_DIR=str(tmp_path / "export"),
+            VERBOSE=0,
+        ),
+    )
+    _execute(_count_figures(nb), tmp_path, monkeypatch)
+    text = _text_outputs(nb)
+    assert "2 replicas, global batch 16" in text
+    assert "on 872 examples" in text  # every SST-2 dev sentence.
+    assert "open figures: 1" in text  # the training curves.
+    for sentence in ("a gripping, beautifully acted film.", "i want those two hours"):
+        assert sentence in text
+    assert os.path.exists(tmp_path / "export" / "saved_model.pb")
