@@ -150,8 +150,6 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
             strategy, train, batch, preprocess=preprocess, seed=config.seed
         )
         steps_per_epoch = config.steps_per_epoch or full_pass
-        if steps_per_epoch < 1:
-            raise ValueError(f"steps_per_epoch={steps_per_epoch} must be >= 1.")
         eval_data = data.eval_dataset(strategy, test, batch, preprocess=preprocess)
         steps_per_execution = training.resolve_steps_per_execution(
             config.steps_per_execution, strategy, steps_per_epoch
@@ -173,7 +171,7 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
         )
         flops = extras.get("flops_per_example") and extras["flops_per_example"](model)
         chief = training.is_chief(strategy)
-        meter, *others = callbacks.make_callbacks(
+        run_callbacks = callbacks.make_callbacks(
             config.model_dir,
             strategy,
             eval_data.batching.global_batch,
@@ -191,10 +189,11 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
             steps_per_epoch=steps_per_epoch,
             validation_data=eval_data.dataset,
             validation_steps=eval_data.steps,
-            callbacks=[meter, *others],
+            callbacks=run_callbacks,
             verbose=config.verbose,
         )
         seconds = time.perf_counter() - start
+        meter = run_callbacks[0]  # make_callbacks puts the ThroughputMeter first.
         test_metrics = training.evaluate(model, eval_data)
         if config.export_dir and chief:
             extras.get("export", export.export_model)(model, config.export_dir, strategy)
