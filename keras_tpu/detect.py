@@ -157,6 +157,15 @@ class ClusterSpec:
     workers: int
     task_type: str | None
     task_index: int | None
+    jobs: dict = dataclasses.field(default_factory=dict, compare=False)  # job -> addresses
+
+    @property
+    def address(self):
+        """This task's host:port, or None when TF_CONFIG does not name it."""
+        addresses = self.jobs.get(self.task_type) or []
+        if isinstance(self.task_index, int) and 0 <= self.task_index < len(addresses):
+            return addresses[self.task_index]
+        return None
 
     @property
     def is_chief(self):
@@ -187,7 +196,10 @@ def parse_tf_config(environ=None):
         )
     workers = sum(len(cluster.get(kind, [])) for kind in ("chief", "worker"))
     task = config.get("task") or {}
-    return ClusterSpec(workers=workers, task_type=task.get("type"), task_index=task.get("index"))
+    jobs = {kind: list(cluster[kind]) for kind in ("chief", "worker") if cluster.get(kind)}
+    return ClusterSpec(
+        workers=workers, task_type=task.get("type"), task_index=task.get("index"), jobs=jobs
+    )
 
 
 @dataclasses.dataclass(frozen=True)

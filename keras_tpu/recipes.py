@@ -7,14 +7,19 @@ SavedModel and returns (and writes) the run's summary.
 """
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
+import shutil
+import tempfile
 import time
 
+import numpy as np
 import tensorflow as tf
 
 from keras_tpu import callbacks
+from keras_tpu import cluster
 from keras_tpu import compat
 from keras_tpu import data
 from keras_tpu import export
@@ -36,6 +41,7 @@ CONFIG_ERRORS = (
     FileNotFoundError,
     resolver.StrategyError,
     data.DatasetUnavailableError,
+    cluster.ClusterError,
 )
 
 
@@ -47,6 +53,9 @@ class RunConfig:
     strategy: str = "auto"
     cpu_replicas: int = 0
     connect_timeout: float = resolver.DEFAULT_CONNECT_TIMEOUT
+    worker_hosts: str | None = None  # "host:port,..." of every worker (writes TF_CONFIG).
+    task_index: int | None = None  # This worker's position in worker_hosts; 0 is the chief.
+    collective_timeout: float = cluster.DEFAULT_COLLECTIVE_TIMEOUT
     per_replica_batch_size: int = 64
     epochs: int = 30
     steps_per_epoch: int | None = None  # None: one pass over the training data.
@@ -72,6 +81,15 @@ class RunConfig:
                 raise ValueError(f"{name}={value!r} must be an integer >= 1.")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate={self.learning_rate!r} must be > 0.")
+        if not self.collective_timeout > 0:
+            raise ValueError(f"collective_timeout={self.collective_timeout!r} must be > 0 s.")
+        if self.worker_hosts is not None or self.task_index is not None:
+            if self.task_index is None or self.worker_hosts is None:
+                raise ValueError(
+                    "worker_hosts and task_index go together: every worker gets the same "
+                    "worker_hosts and its own task_index."
+                )
+            cluster.tf_config_from_hosts(self.worker_hosts, self.task_index)
         if self.mixed_precision not in ("auto", *training.PRECISIONS):
             raise ValueError(
                 f"mixed_precision={self.mixed_precision!r} is not one of auto, "
@@ -134,7 +152,35 @@ def _resolve(config):
         strategy=config.strategy,
         cpu_replicas=config.cpu_replicas,
         connect_timeout=config.connect_timeout,
+        worker_hosts=config.worker_hosts,
+        task_index=config.task_index,
+        collective_timeout=config.collective_timeout,
     )
+
+
+def weights_checksum(model):
+    """Return a short SHA-256 of the model's weights: equal on every worker of a run."""
+    digest = hashlib.sha256()
+    for weight in model.get_weights():
+        digest.update(np.ascontiguousarray(weight).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _export_on_every_worker(export_fn, model, export_dir, strategy):
+    """Export from the chief to export_dir; other workers save to a temp dir and delete it.
+
+    Under MultiWorkerMirroredStrategy every worker must save: saving can run
+    collectives, so a chief saving alone would wait for its peers forever
+    (TensorFlow's multi-worker Keras tutorial, "Model saving and loading").
+    """
+    if training.is_chief(strategy):
+        return export_fn(model, export_dir, strategy)
+    scratch = tempfile.mkdtemp(prefix="keras_tpu_worker_export_")
+    try:
+        export_fn(model, os.path.join(scratch, "export"), strategy)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return None
 
 
 def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, **extras):
@@ -183,20 +229,26 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
             peak_flops=config.peak_tflops and config.peak_tflops * 1e12,
         )
         start = time.perf_counter()
-        history = model.fit(
-            train_ds,
-            epochs=config.epochs,
-            steps_per_epoch=steps_per_epoch,
-            validation_data=eval_data.dataset,
-            validation_steps=eval_data.steps,
-            callbacks=run_callbacks,
-            verbose=config.verbose,
-        )
-        seconds = time.perf_counter() - start
+        try:
+            history = model.fit(
+                train_ds,
+                epochs=config.epochs,
+                steps_per_epoch=steps_per_epoch,
+                validation_data=eval_data.dataset,
+                validation_steps=eval_data.steps,
+                callbacks=run_callbacks,
+                verbose=config.verbose,
+            )
+            seconds = time.perf_counter() - start
+            test_metrics = training.evaluate(model, eval_data)
+            if config.export_dir:
+                export_fn = extras.get("export", export.export_model)
+                _export_on_every_worker(export_fn, model, config.export_dir, strategy)
+        except cluster.FAILURE_ERRORS as e:
+            if info["kind"] != "multi_worker":
+                raise
+            raise cluster.worker_failure(e, info, config.model_dir, config.backup) from e
         meter = run_callbacks[0]  # make_callbacks puts the ThroughputMeter first.
-        test_metrics = training.evaluate(model, eval_data)
-        if config.export_dir and chief:
-            extras.get("export", export.export_model)(model, config.export_dir, strategy)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
 
@@ -223,6 +275,8 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
         "train_seconds": round(seconds, 3),
         "train_examples_per_second": round(steps_run * batching.global_batch / seconds, 1),
         "throughput": meter.history,
+        "weights_sha256": weights_checksum(model),
+        "chief": chief,
         "strategy": info,
         "config": dataclasses.asdict(config),
     }

@@ -13,8 +13,11 @@ import socket
 import threading
 import time
 
+import os
+
 import tensorflow as tf
 
+from keras_tpu import cluster as cluster_lib
 from keras_tpu import compat
 from keras_tpu import detect
 
@@ -164,7 +167,29 @@ def _gpu_capability(gpus):
     return details.get("compute_capability")
 
 
-def _build(strategy, tpu, cpu_replicas, connect_timeout, init_timeout, environ, root):
+def _multi_worker(cluster, connect_timeout, collective_timeout):
+    """Return MultiWorkerMirroredStrategy for `cluster` once every worker is up."""
+    waited = cluster_lib.wait_for_workers(cluster, connect_timeout)
+    strategy = cluster_lib.multi_worker_strategy(cluster, collective_timeout)
+    info = {
+        "kind": "multi_worker",
+        "workers": cluster.workers,
+        "task": {
+            "type": cluster.task_type,
+            "index": cluster.task_index,
+            "chief": cluster.is_chief,
+            "address": cluster.address,
+        },
+        "cluster": cluster.jobs,
+        "collective_timeout": collective_timeout,
+        "waited_for_workers_seconds": round(waited, 3),
+    }
+    return strategy, info
+
+
+def _build(
+    strategy, tpu, cpu_replicas, connect_timeout, init_timeout, collective_timeout, environ, root
+):
     """Return (strategy object, info dict) for the arguments; no caching here."""
     info = {"requested": strategy, "fallback_reason": None, "tpu": None, "workers": 1}
     reasons = []
@@ -216,16 +241,9 @@ def _build(strategy, tpu, cpu_replicas, connect_timeout, init_timeout, environ, 
     if strategy in ("auto", "multi_worker"):
         cluster = detect.parse_tf_config(environ)
         if cluster is not None and cluster.workers > 1:
-            info.update(
-                kind="multi_worker",
-                workers=cluster.workers,
-                task={
-                    "type": cluster.task_type,
-                    "index": cluster.task_index,
-                    "chief": cluster.is_chief,
-                },
-            )
-            return tf.distribute.MultiWorkerMirroredStrategy(), info
+            result, cluster_info = _multi_worker(cluster, connect_timeout, collective_timeout)
+            info.update(cluster_info)
+            return result, info
         why = (
             "TF_CONFIG unset"
             if cluster is None
@@ -273,6 +291,9 @@ def resolve_strategy(
     connect_timeout=DEFAULT_CONNECT_TIMEOUT,
     init_timeout=DEFAULT_INIT_TIMEOUT,
     *,
+    worker_hosts=None,
+    task_index=None,
+    collective_timeout=cluster_lib.DEFAULT_COLLECTIVE_TIMEOUT,
     environ=None,
     root="/",
 ):
@@ -285,8 +306,15 @@ def resolve_strategy(
         "tpu", "multi_worker", "mirrored", "one_device", "cpu", which never fall back.
       cpu_replicas: if > 0, split the host CPU into this many logical devices and
         return a MirroredStrategy over them, to rehearse an N-replica run.
-      connect_timeout: seconds to wait for a TPU address to answer.
+      connect_timeout: seconds to wait for a TPU address to answer, or for every
+        worker of a multi-worker cluster to start.
       init_timeout: seconds to wait for the TPU system to initialise.
+      worker_hosts: "host:port,host:port,..." of every worker, the same on all of
+        them; with task_index, writes TF_CONFIG into `environ` (worker 0 is the chief).
+      task_index: this worker's position in worker_hosts.
+      collective_timeout: seconds one multi-worker all-reduce may wait for its
+        peers before failing (a worker that is alive but stuck); a worker that
+        dies is detected by TensorFlow's heartbeats within seconds.
       environ: environment to read (tests); defaults to os.environ.
       root: filesystem root for device detection (tests); defaults to "/".
 
@@ -307,9 +335,28 @@ def resolve_strategy(
             f"tpu={tpu!r} and cpu_replicas={cpu_replicas} contradict each other: "
             f"pick the TPU or the CPU rehearsal."
         )
-    for name, value in (("connect_timeout", connect_timeout), ("init_timeout", init_timeout)):
+    for name, value in (
+        ("connect_timeout", connect_timeout),
+        ("init_timeout", init_timeout),
+        ("collective_timeout", collective_timeout),
+    ):
         if not value > 0:
             raise ValueError(f"{name}={value!r} must be > 0 seconds.")
+    if worker_hosts is not None:
+        if tpu is not None or cpu_replicas:
+            raise ValueError(
+                "worker_hosts describes a multi-worker cluster; it cannot be combined with "
+                "tpu or cpu_replicas."
+            )
+        # Written into the environment, as tensorflow/models does, so anything
+        # else reading TF_CONFIG in this process sees the same cluster.
+        cluster_lib.set_tf_config(
+            worker_hosts, task_index, os.environ if environ is None else environ
+        )
+    elif task_index is not None:
+        raise ValueError(
+            f"task_index={task_index!r} needs worker_hosts (every worker's host:port)."
+        )
     env_key = None if environ is None else tuple(sorted(environ.items()))
     key = (tpu, strategy, cpu_replicas, env_key, root)
     with _lock:
@@ -317,7 +364,14 @@ def resolve_strategy(
             return _strategies[key]
         start = time.monotonic()
         result, info = _build(
-            strategy, tpu, cpu_replicas, connect_timeout, init_timeout, environ, root
+            strategy,
+            tpu,
+            cpu_replicas,
+            connect_timeout,
+            init_timeout,
+            collective_timeout,
+            environ,
+            root,
         )
         info["resolve_seconds"] = round(time.monotonic() - start, 3)
         _strategies[key] = result
@@ -397,6 +451,10 @@ def _summary(info):
             f"; TPU at {t['address']} (found via {t['source']}), topology mesh "
             f"{t['mesh_shape']}, {t['num_tasks']} host(s) x {t['num_tpus_per_task']} core(s)"
         )
+    if info.get("task"):
+        t = info["task"]
+        role = "chief" if t["chief"] else "not the chief"
+        text += f"; this is {t['type']} {t['index']} at {t['address']} ({role})"
     if info.get("rehearsal"):
         text += "; a CPU rehearsal of a multi-replica run (host CPU split into logical devices)"
     text += (

@@ -76,11 +76,28 @@ def run_or_explain(fn, config, known_errors):
         sys.exit(2)
 
 
+def print_run(summary):
+    """Print where the run ran and its weights' checksum (equal on every worker)."""
+    info = summary["strategy"]
+    where = f"{summary['replicas']} replica(s) across {info['workers']} worker(s)"
+    if info.get("task"):
+        task = info["task"]
+        role = "chief" if task["chief"] else "not the chief: wrote no summary"
+        where += f"; this is {task['type']} {task['index']} ({role})"
+    print(
+        f"run: {where}; final step {summary['final_step']} (resumed from "
+        f"{summary['resumed_from_step']}); weights sha256 {summary['weights_sha256']}"
+    )
+
+
 RUN_HELP = {
     "tpu": "TPU address: 'local', 'grpc://host:port' or a Cloud TPU name (default: detect).",
     "strategy": "auto|tpu|multi_worker|mirrored|one_device|cpu; only 'auto' falls back.",
     "cpu_replicas": "Rehearse N replicas on the host CPU (logical devices).",
-    "connect_timeout": "Seconds to wait for a TPU address to answer.",
+    "connect_timeout": "Seconds to wait for a TPU address to answer or every worker to start.",
+    "worker_hosts": "Multi-worker: every worker's host:port, comma-separated, the same on all.",
+    "task_index": "Multi-worker: this worker's index in --worker_hosts (0 is the chief).",
+    "collective_timeout": "Multi-worker: seconds one all-reduce may wait for a stuck peer.",
     "per_replica_batch_size": "Batch per replica; global batch = this x replicas.",
     "epochs": "Training epochs.",
     "steps_per_epoch": "Steps per epoch (default: one pass over the training data).",

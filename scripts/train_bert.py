@@ -52,6 +52,7 @@ def main(argv):
         f"{summary['replicas']} replica(s), global batch {summary['global_batch']}; "
         f"{summary['train_examples_per_second']:.1f} train examples/s"
     )
+    flag_utils.print_run(summary)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ def main(argv):
         f"{summary['global_batch']} ({summary['per_replica_batch']} per replica); "
         f"{summary['train_examples_per_second']:.0f} train examples/s"
     )
+    flag_utils.print_run(summary)
 
 
 if __name__ == "__main__":

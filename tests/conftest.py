@@ -66,6 +66,18 @@ def run_script(name, *args, timeout=300, env=None):
     )
 
 
+def backup_step(model_dir):
+    """Return the optimizer step of the chief's newest complete backup in model_dir, or None."""
+    path = tf.train.latest_checkpoint(os.path.join(model_dir, "backup", "chief"))
+    if path is None:
+        return None
+    return int(
+        tf.train.load_checkpoint(path).get_tensor(
+            "model/optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"
+        )
+    )
+
+
 @pytest.fixture(scope="session")
 def mirrored():
     """The resolver's CPU rehearsal strategy over the session's 4 logical CPUs."""

@@ -9,6 +9,7 @@ import tensorflow_datasets as tfds
 
 from keras_tpu import recipes
 from tests.conftest import CPU_REPLICAS
+from tests.conftest import backup_step
 from tests.conftest import run_python
 from tests.conftest import run_script
 
@@ -85,20 +86,6 @@ def test_train_cnn_on_tfds_mock_data_with_four_replicas(tmp_path):
     assert os.path.exists(tmp_path / "summary.json")
 
 
-def _backup_step(model_dir):
-    """Return the optimizer step of the newest complete backup, or None."""
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-    path = tf.train.latest_checkpoint(os.path.join(model_dir, "backup", "chief"))
-    if path is None:
-        return None
-    return int(
-        tf.train.load_checkpoint(path).get_tensor(
-            "model/optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"
-        )
-    )
-
-
 def test_killed_run_resumes_from_its_last_backup(tmp_path):
     import signal  # pylint: disable=g-import-not-at-top
     import subprocess  # pylint: disable=g-import-not-at-top
@@ -122,7 +109,7 @@ def test_killed_run_resumes_from_its_last_backup(tmp_path):
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and run.poll() is None:
-            step = _backup_step(str(tmp_path))
+            step = backup_step(str(tmp_path))
             if step is not None and step >= 200:
                 break
             time.sleep(0.2)
@@ -131,7 +118,7 @@ def test_killed_run_resumes_from_its_last_backup(tmp_path):
     finally:
         run.kill()
         run.wait(timeout=60)
-    saved = _backup_step(str(tmp_path))
+    saved = backup_step(str(tmp_path))
     assert saved is not None and saved % 10 == 0 and not (tmp_path / "summary.json").exists()
     # A checkpoint torn by a kill mid-write: data files of a newer checkpoint the
     # index file never pointed at. Resuming must ignore it.
