@@ -168,7 +168,8 @@ for _ in range(2):
         seen += [int(v) for v in strategy.experimental_local_results(x)[0].numpy()]
     epochs.append(seen)
 json.dump({"steps": steps, "epochs": epochs, "workers": info["workers"],
-           "replicas": info["replicas"], "task": info["task"]}, open(out, "w"))
+           "replicas": info["replicas"], "task": info["task"],
+           "summary": info["summary"]}, open(out, "w"))
 """
 
 
@@ -194,6 +195,9 @@ def test_each_example_is_used_once_per_epoch_across_two_workers(tmp_path):
     runs = [json.loads((tmp_path / f"ids{i}.json").read_text()) for i in range(2)]
     assert [r["task"]["index"] for r in runs] == [0, 1]
     assert [r["task"]["chief"] for r in runs] == [True, False]
+    second = hosts.split(",")[1]
+    assert f"this is worker 1 at {second} (not the chief)" in runs[1]["summary"]
+    assert "across 2 worker(s)" in runs[1]["summary"]
     assert all((r["workers"], r["replicas"], r["steps"]) == (2, 2, 12) for r in runs)
     for epoch in range(2):
         first, second = (r["epochs"][epoch] for r in runs)
@@ -364,3 +368,14 @@ def test_two_workers_fine_tune_bert_identically(tmp_path, tiny_hub_bert):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert (summary["replicas"], summary["global_batch"], summary["final_step"]) == (2, 32, 8)
     assert summary["test_examples"] == 872  # Every dev sentence once, across both workers.
+
+
+def test_resolver_rejects_contradictory_cluster_arguments():
+    import keras_tpu  # pylint: disable=g-import-not-at-top
+
+    with pytest.raises(ValueError, match="task_index=0 needs worker_hosts"):
+        keras_tpu.resolve_strategy(task_index=0, environ={})
+    with pytest.raises(ValueError, match="cannot be combined with tpu or cpu_replicas"):
+        keras_tpu.resolve_strategy(worker_hosts="a:1,b:2", task_index=0, cpu_replicas=2)
+    with pytest.raises(ValueError, match="collective_timeout=0 must be > 0"):
+        keras_tpu.resolve_strategy(collective_timeout=0, environ={})
