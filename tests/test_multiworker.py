@@ -154,7 +154,10 @@ import numpy as np
 import keras_tpu
 from keras_tpu import data
 hosts, index, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-strategy = keras_tpu.resolve_strategy(worker_hosts=hosts, task_index=index, connect_timeout=60)
+if hosts == "TF_CONFIG":  # The cluster comes from the environment, as launchers set it.
+    strategy = keras_tpu.resolve_strategy(connect_timeout=60)
+else:
+    strategy = keras_tpu.resolve_strategy(worker_hosts=hosts, task_index=index, connect_timeout=60)
 info = keras_tpu.describe(strategy)
 n = 96
 ids = np.arange(n, dtype=np.int64)
@@ -181,12 +184,16 @@ def test_each_example_is_used_once_per_epoch_across_two_workers(tmp_path):
         logs.append(tmp_path / f"worker{i}.log")
         out = tmp_path / f"ids{i}.json"
         log = open(logs[-1], "w")  # pylint: disable=consider-using-with
+        # Worker 0 gets --worker_hosts-style arguments, worker 1 a TF_CONFIG: both routes agree.
+        env = subprocess_env()
+        if i == 1:
+            env["TF_CONFIG"] = cluster.tf_config_from_hosts(hosts, 1)
         workers.append(
             subprocess.Popen(
-                [*command, hosts, str(i), str(out)],
+                [*command, hosts if i == 0 else "TF_CONFIG", str(i), str(out)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=subprocess_env(),
+                env=env,
                 cwd=REPO,
             )
         )
