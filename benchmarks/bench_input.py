@@ -85,7 +85,9 @@ def bench_bert(strategy, steps, tmp_dir):
     preprocessor = text.BertPreprocessor(vocab_file, seq_length=FLAGS.seq_length)
     per_replica = 32
     global_batch = per_replica * strategy.num_replicas_in_sync
-    dataset, _ = data.train_dataset(strategy, train, per_replica, preprocess=preprocessor.preprocess)
+    dataset, _ = data.train_dataset(
+        strategy, train, per_replica, preprocess=preprocessor.preprocess
+    )
     pipeline = _examples_per_second(iter(dataset), steps * 3, global_batch)
     config = bert.bert_config(FLAGS.bert_preset, vocab_size=len(vocab))
     encoder_dir = bert.export_encoder(bert.build_bert_encoder(config), os.path.join(tmp_dir, "enc"))

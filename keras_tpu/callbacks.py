@@ -17,8 +17,10 @@ class ThroughputMeter(keras.callbacks.Callback):
     """Add examples/second, step time and (when FLOPs are known) MFU to the epoch logs.
 
     Runs before TensorBoard in the callback list, so the values it adds to
-    `logs` are written as scalars. Timing spans whole epochs: with
-    steps_per_execution > 1, per-batch callbacks only fire per execution.
+    `logs` are written as scalars. Timing spans an epoch's training steps,
+    from the epoch's start to the end of its last execution: with
+    steps_per_execution > 1 per-batch callbacks fire only per execution, and
+    the validation fit runs after the last step is not training.
     """
 
     def __init__(self, global_batch, flops_per_example=None, peak_flops=None):
@@ -43,14 +45,16 @@ class ThroughputMeter(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self._start = time.perf_counter()
+        self._end = self._start
         self._steps = 0
 
     def on_train_batch_end(self, batch, logs=None):
         # `batch` is the index of the last step of the execution that ended.
         self._steps = batch + 1
+        self._end = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
-        seconds = time.perf_counter() - self._start
+        seconds = self._end - self._start
         if logs is None or not self._steps or seconds <= 0:
             return
         rate = self._steps * self.global_batch / seconds

@@ -18,6 +18,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from keras_tpu import accelerators
 from keras_tpu import callbacks
 from keras_tpu import cluster
 from keras_tpu import compat
@@ -312,12 +313,42 @@ def load_image_data(name, data_dir=None, seed=0):
     return train, test, preprocess, image_shape, train.num_classes
 
 
-def train_cnn(config):
-    """Train and evaluate the CNN described by `config`; return the summary dict."""
+def _in_memory_images(train, test):
+    """Return (train, test, None, image_shape, num_classes) for caller-supplied splits."""
+    if train is None or test is None:
+        raise ValueError("pass both train and test (or neither, to load config.dataset).")
+    train, test = data.as_source(train, "train"), data.as_source(test, "test")
+    image_shape = tuple(train.open_shard(1, 0, False).element_spec[0].shape)
+    num_classes = train.num_classes
+    if num_classes is None:  # One pass over the labels: the largest + 1.
+        largest = [
+            source.open_shard(1, 0, False).reduce(
+                tf.constant(0, tf.int64), lambda m, e: tf.maximum(m, tf.cast(e[1], tf.int64))
+            )
+            for source in (train, test)
+        ]
+        num_classes = int(max(largest)) + 1
+    return train, test, None, image_shape, num_classes
+
+
+def train_cnn(config, train=None, test=None):
+    """Train and evaluate the CNN described by `config`; return the summary dict.
+
+    Args:
+      config: a CNNConfig.
+      train: optional training images instead of `config.dataset`: an
+        ArraySplit, an (images, labels) tuple of arrays (float32 images, integer
+        labels 0..K-1) or a Source; with `test`.
+      test: the matching evaluation split.
+    """
     _resolve(config)
-    train, test, preprocess, image_shape, num_classes = load_image_data(
-        config.dataset, config.data_dir, config.seed
-    )
+    supplied = None if train is None and test is None else (train, test)
+    if supplied is None:
+        train, test, preprocess, image_shape, num_classes = load_image_data(
+            config.dataset, config.data_dir, config.seed
+        )
+    else:
+        train, test, preprocess, image_shape, num_classes = _in_memory_images(train, test)
     summary, _ = _run(
         config,
         train=train,
@@ -327,7 +358,7 @@ def train_cnn(config):
         make_optimizer=lambda total_steps: keras.optimizers.Adam(config.learning_rate),
         loss="sparse_categorical_crossentropy",
     )
-    summary["dataset"] = config.dataset
+    summary["dataset"] = config.dataset if supplied is None else "in-memory arrays"
     return summary
 
 
@@ -363,7 +394,7 @@ def _preprocessor(config):
 def _check_bert_memory(model, info, policy, config):
     """Return the memory planner's warning for this BERT step on this device, or None."""
     try:
-        accelerator = memory.accelerator_from_describe(info)
+        accelerator = accelerators.accelerator_from_describe(info)
     except ValueError as e:  # A GPU the planner does not know: say so, do not stop the run.
         return f"memory check skipped: {e}"
     return memory.check_fits(

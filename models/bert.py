@@ -369,5 +369,7 @@ def training_flops_per_example(model, seq_length):
         if "embeddings" not in name:
             weights += int(np.prod(variable.shape))
     if not layers or hidden is None:
-        raise ValueError(f"model {model.name!r} has no BERT layers (transformer/layer_i) or pooler.")
+        raise ValueError(
+            f"model {model.name!r} has no BERT layers (transformer/layer_i) or pooler."
+        )
     return 6 * weights * seq_length + 12 * len(layers) * seq_length**2 * hidden

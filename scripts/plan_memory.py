@@ -17,7 +17,8 @@ from absl import flags
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from keras_tpu import memory  # noqa: E402  (after quieting TensorFlow's C++ logs)
+from keras_tpu import accelerators  # noqa: E402  (after quieting TensorFlow's C++ logs)
+from keras_tpu import memory  # noqa: E402
 from keras_tpu.models import bert  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -28,7 +29,7 @@ flags.DEFINE_integer("seq_length", 128, "Tokens per example.", lower_bound=1)
 flags.DEFINE_enum(
     "precision", "bf16", list(memory.PRECISION_BYTES), "Compute precision (variables stay fp32)."
 )
-flags.DEFINE_enum("accelerator", "v3", list(memory.ACCELERATORS), "Device of one replica.")
+flags.DEFINE_enum("accelerator", "v3", list(accelerators.ACCELERATORS), "Device of one replica.")
 flags.DEFINE_integer(
     "per_replica_batch", None, "Batch to check; default: the largest that fits.", lower_bound=1
 )
@@ -93,7 +94,7 @@ def main(argv):
         # A clear one-line error, not a traceback: these are bad inputs.
         print(f"error: {e}", file=sys.stderr)
         return 2
-    device = memory.ACCELERATORS[FLAGS.accelerator]
+    device = accelerators.ACCELERATORS[FLAGS.accelerator]
     if FLAGS.json:
         summary = {
             "preset": FLAGS.preset,

@@ -86,6 +86,27 @@ def test_train_cnn_on_tfds_mock_data_with_four_replicas(tmp_path):
     assert os.path.exists(tmp_path / "summary.json")
 
 
+def test_train_cnn_on_in_memory_arrays():
+    rng = np.random.default_rng(0)
+    images = rng.random((203, 12, 12, 1), dtype=np.float32)
+    labels = rng.integers(0, 3, 203).astype(np.int32)
+    labels[0] = 4  # Five classes: the largest label + 1, across both splits.
+    config = recipes.CNNConfig(
+        variant="seed", epochs=1, per_replica_batch_size=16, cpu_replicas=CPU_REPLICAS, verbose=0
+    )
+    summary = recipes.train_cnn(
+        config, train=(images[:150], labels[:150]), test=(images[150:], labels[150:])
+    )
+    assert summary["dataset"] == "in-memory arrays"
+    assert (summary["train_examples"], summary["test_examples"]) == (150, 53)
+    assert summary["steps_per_epoch"] == 150 // (16 * CPU_REPLICAS)
+    # The model was sized from the arrays: 12x12x1 images, 5 classes.
+    expected = recipes.cnn.build_cnn((12, 12, 1), 5, variant="seed").count_params()
+    assert summary["parameters"] == expected
+    with pytest.raises(ValueError, match="pass both train and test"):
+        recipes.train_cnn(config, train=(images, labels))
+
+
 def test_killed_run_resumes_from_its_last_backup(tmp_path):
     import signal  # pylint: disable=g-import-not-at-top
     import subprocess  # pylint: disable=g-import-not-at-top

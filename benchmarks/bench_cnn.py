@@ -1,0 +1,206 @@
+"""Images/second of CNN training: the notebook idiom, a hand-tuned baseline, the toolkit.
+
+Side by side in one process, on the same model (the reference notebook's CNN,
+`build_cnn(variant="seed")`, 28x28x1 -> 10 classes, Adam 1e-3, float32) and the
+same 60,000 Fashion-MNIST-shaped synthetic images (no download here), each
+side timed over the same number of examples per repeat (--timed_examples):
+
+  (a) notebook: the reference post's idiom (../shared/reference/
+      keras_cnn_on_tpu_example.txt): NumPy arrays straight into `model.fit`,
+      default batch 32, `steps_per_epoch=60`, no strategy. One fit call runs
+      timed_examples / 1920 of those epochs, as the notebook does; it is slow,
+      so it gets --notebook_repeats calls.
+  (b) baseline: hand-tuned plain tf_keras: tf.data (cache, shuffle, repeat,
+      batch with drop_remainder, prefetch), batch --batch, steps_per_execution
+      --baseline_steps_per_execution, no strategy.
+  (c) toolkit: `recipes.train_cnn(CNNConfig(...))` with per_replica_batch_size
+      --batch and everything else at its defaults (steps_per_execution "auto",
+      precision "auto"), fed the same arrays in place of its dataset loader.
+      Its rate is the ThroughputMeter's per-epoch examples/second.
+
+Every side first runs one untimed warm-up (tracing, first-iteration costs);
+(b) and (c) then time one epoch of timed_examples per repeat and report the
+median. Goals: (c) >= 0.9x (b) and >= 20x (a).
+
+  python benchmarks/bench_cnn.py --wait_quiet=600 --json=benchmarks/results/cnn.json \
+      --png=benchmarks/results/cnn.png
+"""
+
+import time
+
+from absl import app
+from absl import flags
+
+import _common
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("train_examples", 60_000, "Synthetic 28x28x1 training images.")
+flags.DEFINE_integer(
+    "timed_examples", 15_360, "Examples per timed repeat, every side (a multiple of 1920)."
+)
+flags.DEFINE_integer("batch", 128, "Batch of the baseline and the toolkit (per replica).")
+flags.DEFINE_integer("baseline_steps_per_execution", 16, "steps_per_execution of (b).")
+flags.DEFINE_string(
+    "toolkit_steps_per_execution", "auto", "steps_per_execution of (c): 'auto' or an integer."
+)
+flags.DEFINE_integer("notebook_repeats", 1, "Timed fit calls of (a), the slow idiom.")
+flags.DEFINE_list("sides", ["notebook", "baseline", "toolkit"], "Which sides to run.")
+
+NOTEBOOK_BATCH = 32  # Keras's default batch_size, which the notebook keeps.
+NOTEBOOK_STEPS = 60  # The notebook's steps_per_epoch.
+IMAGE_SHAPE = (28, 28, 1)
+
+
+def _build():
+    from keras_tpu.models import cnn  # pylint: disable=g-import-not-at-top
+
+    return cnn.build_cnn(IMAGE_SHAPE, 10, variant="seed")
+
+
+def run_notebook(split, timed_examples, repeats):
+    """(a): NumPy arrays into model.fit, batch 32, steps_per_epoch=60."""
+    from keras_tpu import keras  # pylint: disable=g-import-not-at-top
+
+    model = _build()
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate=1e-3),
+        loss=keras.losses.sparse_categorical_crossentropy,
+        metrics=[keras.metrics.sparse_categorical_accuracy],
+    )
+    x, y = split.x, split.y.astype("float32")  # The notebook passes float32 labels.
+    model.fit(x, y, epochs=1, steps_per_epoch=2, verbose=0)  # Warm-up: trace the step.
+    epochs = max(1, timed_examples // (NOTEBOOK_BATCH * NOTEBOOK_STEPS))
+    examples = epochs * NOTEBOOK_BATCH * NOTEBOOK_STEPS
+    rates, epoch_rates = [], []
+    for _ in range(repeats):
+        timer = _common.EpochTimer()
+        start = time.perf_counter()
+        model.fit(x, y, epochs=epochs, steps_per_epoch=NOTEBOOK_STEPS, callbacks=[timer], verbose=0)
+        rates.append(examples / (time.perf_counter() - start))
+        epoch_rates += [NOTEBOOK_BATCH * NOTEBOOK_STEPS / s for s in timer.seconds]
+    return {
+        "images_per_second": round(_common.median(rates), 1),
+        "samples": [round(r, 1) for r in rates],
+        "per_epoch_images_per_second": [round(r, 1) for r in epoch_rates],
+        "batch": NOTEBOOK_BATCH,
+        "steps_per_execution": 1,
+        "timed_examples_per_repeat": examples,
+    }
+
+
+def run_baseline(split, timed_examples, batch, steps_per_execution, repeats):
+    """(b): plain tf_keras with a tuned tf.data pipeline and steps_per_execution."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from keras_tpu import keras  # pylint: disable=g-import-not-at-top
+
+    ds = tf.data.Dataset.from_tensor_slices((split.x, split.y)).cache()
+    ds = ds.shuffle(10_000, seed=0).repeat().batch(batch, drop_remainder=True)
+    ds = ds.prefetch(tf.data.AUTOTUNE)
+    model = _build()
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+        steps_per_execution=steps_per_execution,
+    )
+    steps = max(1, timed_examples // batch)
+    timer = _common.EpochTimer()
+    model.fit(ds, epochs=1 + repeats, steps_per_epoch=steps, callbacks=[timer], verbose=0)
+    rates = [steps * batch / s for s in timer.seconds[1:]]  # Epoch 0 traces: not timed.
+    return {
+        "images_per_second": round(_common.median(rates), 1),
+        "samples": [round(r, 1) for r in rates],
+        "batch": batch,
+        "steps_per_execution": steps_per_execution,
+        "timed_examples_per_repeat": steps * batch,
+    }
+
+
+def _int_or_auto(value):
+    return value if value == "auto" else int(value)
+
+
+def run_toolkit(split, test, timed_examples, batch, repeats):
+    """(c): recipes.train_cnn with the benchmark's arrays; the meter's per-epoch rates."""
+    from keras_tpu import recipes  # pylint: disable=g-import-not-at-top
+
+    steps = max(1, timed_examples // batch)
+    config = recipes.CNNConfig(
+        dataset="synthetic",
+        variant="seed",
+        per_replica_batch_size=batch,
+        epochs=1 + repeats,
+        steps_per_epoch=steps,
+        verbose=0,
+        steps_per_execution=_int_or_auto(FLAGS.toolkit_steps_per_execution),
+    )
+    summary = recipes.train_cnn(config, train=split, test=test)
+    rates = [row["examples_per_second"] for row in summary["throughput"][1:]]
+    return {
+        "images_per_second": round(_common.median(rates), 1),
+        "samples": [round(r, 1) for r in rates],
+        "batch": summary["global_batch"],
+        "steps_per_execution": summary["steps_per_execution"],
+        "precision_policy": summary["precision_policy"],
+        "strategy": summary["strategy"]["strategy"],
+        "timed_examples_per_repeat": steps * summary["global_batch"],
+        "test_accuracy": round(summary["test"]["accuracy"], 4),
+    }
+
+
+def main(argv):
+    del argv
+    from keras_tpu import data  # pylint: disable=g-import-not-at-top
+
+    split = data.synthetic_images(FLAGS.train_examples, IMAGE_SHAPE, seed=0)
+    # One global batch of test images: the recipe validates every epoch, and the
+    # meter's epoch time includes that validation, so keep it to one step.
+    # (Taken from the training images: another seed would draw other class templates.)
+    test = data.ArraySplit(split.x[: FLAGS.batch], split.y[: FLAGS.batch])
+    load = _common.wait_for_quiet()
+    results = {"train_examples": FLAGS.train_examples, "sides": {}}
+    sides = results["sides"]
+    if "notebook" in FLAGS.sides:
+        sides["notebook"] = run_notebook(split, FLAGS.timed_examples, FLAGS.notebook_repeats)
+    if "baseline" in FLAGS.sides:
+        sides["baseline"] = run_baseline(
+            split, FLAGS.timed_examples, FLAGS.batch, FLAGS.baseline_steps_per_execution,
+            FLAGS.repeats,
+        )  # fmt: skip
+    if "toolkit" in FLAGS.sides:
+        sides["toolkit"] = run_toolkit(
+            split, test, FLAGS.timed_examples, FLAGS.batch, FLAGS.repeats
+        )
+    toolkit = sides.get("toolkit", {}).get("images_per_second")
+    goals = {}
+    if toolkit and "baseline" in sides:
+        goals["toolkit_vs_baseline"] = round(toolkit / sides["baseline"]["images_per_second"], 3)
+    if toolkit and "notebook" in sides:
+        goals["toolkit_vs_notebook"] = round(toolkit / sides["notebook"]["images_per_second"], 1)
+    results["ratios"] = goals
+    _common.finish(results, load)
+    print("CNN training (reference notebook model, 28x28x1, fp32):")
+    _common.print_table(
+        ["side", "img/s", "batch", "steps/exec", "repeats"],
+        [
+            [name, r["images_per_second"], r["batch"], r["steps_per_execution"], len(r["samples"])]
+            for name, r in sides.items()
+        ],
+    )
+    for name, value in goals.items():
+        print(f"{name}: {value}x  (goal {'>= 0.9' if 'baseline' in name else '>= 20'}x)")
+    names = list(sides)
+    fig = _common.bar_plot(
+        names,
+        ["images/s"],
+        [[sides[n]["images_per_second"] for n in names]],
+        ylabel="training images/second",
+        title="CNN training throughput (log scale)",
+        log=True,
+    )
+    _common.save_figure(fig)
+
+
+if __name__ == "__main__":
+    app.run(main)

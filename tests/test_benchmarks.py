@@ -1,0 +1,141 @@
+"""Smoke runs of every benchmark with tiny sizes, so the scripts cannot rot.
+
+Each benchmark runs in a fresh interpreter (as a user runs it) and must exit 0,
+print its table, write JSON with the expected keys and rows, and write its PNG.
+Speed is never asserted: these machines are shared and the sizes are tiny.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from keras_tpu import training
+from tests.conftest import REPO
+from tests.conftest import subprocess_env
+
+BENCHMARKS = os.path.join(REPO, "benchmarks")
+
+
+def run_benchmark(tmp_path, name, *args, timeout=300):
+    """Run benchmarks/<name> with `args`; return (parsed JSON, stdout)."""
+    out_json, out_png = tmp_path / f"{name}.json", tmp_path / f"{name}.png"
+    result = subprocess.run(
+        [sys.executable, os.path.join(BENCHMARKS, name), f"--json={out_json}",
+         f"--png={out_png}", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=subprocess_env(),
+        cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert out_png.stat().st_size > 1000, "no plot written"
+    with open(out_json) as f:
+        results = json.load(f)
+    assert set(results["machine"]) >= {"cpu", "cores", "isa", "tensorflow"}
+    assert len(results["load"]["load_before"]) == 3
+    return results, result.stdout
+
+
+def test_bench_peak(tmp_path):
+    results, stdout = run_benchmark(
+        tmp_path, "bench_peak.py", "--size=256", "--repeats=2", "--dtypes=float32,bfloat16"
+    )
+    assert set(results["peak"]) == {"float32", "bfloat16"}
+    for row in results["peak"].values():
+        assert row["gflops_median"] > 0 and len(row["samples"]) == 2
+    assert "GFLOP/s" in stdout
+
+
+def test_bench_cnn(tmp_path):
+    results, stdout = run_benchmark(
+        tmp_path,
+        "bench_cnn.py",
+        "--train_examples=2000",
+        "--timed_examples=1920",
+        "--batch=64",
+        "--repeats=1",
+    )
+    sides = results["sides"]
+    assert list(sides) == ["notebook", "baseline", "toolkit"]
+    assert sides["notebook"]["batch"] == 32 and sides["notebook"]["steps_per_execution"] == 1
+    # The CPU "auto" value (30 steps an epoch: not capped).
+    assert sides["toolkit"]["steps_per_execution"] == training.AUTO_STEPS_PER_EXECUTION_CPU
+    for side in sides.values():
+        assert side["images_per_second"] > 0
+        assert side["timed_examples_per_repeat"] == 1920
+    assert set(results["ratios"]) == {"toolkit_vs_baseline", "toolkit_vs_notebook"}
+    assert "toolkit_vs_notebook" in stdout
+
+
+def test_bench_bert(tmp_path):
+    results, stdout = run_benchmark(
+        tmp_path,
+        "bench_bert.py",
+        "--presets=tiny",
+        "--precisions=fp32,bf16",
+        "--seq_length=16",
+        "--batch=8",
+        "--steps_per_epoch=2",
+        "--repeats=1",
+        "--peak_size=256",
+        "--plain_steps_per_execution=2",
+    )
+    assert [(r["preset"], r["precision"]) for r in results["runs"]] == [
+        ("tiny", "fp32"),
+        ("tiny", "bf16"),
+    ]
+    for run in results["runs"]:
+        assert run["toolkit_vs_plain"] > 0
+        for side in ("toolkit", "plain"):
+            assert run[side]["examples_per_second"] > 0
+            assert 0 < run[side]["mfu_vs_fp32_peak"]
+        # Same architecture and sequence length: the same FLOPs on both sides.
+        assert run["toolkit"]["flops_per_example"] == run["plain"]["flops_per_example"]
+    assert results["runs"][1]["toolkit"]["precision_policy"] == "mixed_bfloat16"
+    assert "float32" in results["peak"]
+    assert "MFU" in stdout
+
+
+def test_bench_steps_per_execution(tmp_path):
+    results, stdout = run_benchmark(
+        tmp_path,
+        "bench_steps_per_execution.py",
+        "--values=1,2",
+        "--cnn_batches=16",
+        "--cnn_steps=4",
+        "--bert_seq_length=16",
+        "--bert_batch=8",
+        "--bert_steps=2",
+        "--repeats=1",
+    )
+    assert results["auto_on_this_device"] == training.AUTO_STEPS_PER_EXECUTION_CPU
+    assert [s["model"] for s in results["sweeps"]] == ["cnn_batch16", "bert_tiny_seq16"]
+    for sweep in results["sweeps"]:
+        assert [r["steps_per_execution"] for r in sweep["rows"]] == [1, 2]
+        assert sweep["rows"][0]["speedup_vs_first"] == 1.0
+    assert "spe=2" in stdout
+
+
+def test_bench_startup(tmp_path):
+    results, stdout = run_benchmark(tmp_path, "bench_startup.py", "--repeats=1")
+    assert set(results["sides"]) == {"tensorflow", "tensorflow_legacy_keras", "keras_tpu"}
+    for side in results["sides"].values():
+        assert side["total"] > 0 and side["process"] >= side["total"]
+    assert results["ratio_total"] > 0
+    assert "goal <= 1.2x" in stdout
+
+
+@pytest.mark.parametrize("load, quiet", [(1e9, True), (0.0, False)])
+def test_wait_for_quiet_is_bounded(load, quiet):
+    sys.path.insert(0, BENCHMARKS)
+    try:
+        import _common  # pylint: disable=g-import-not-at-top
+    finally:
+        sys.path.remove(BENCHMARKS)
+    waited = _common.wait_for_quiet(max_wait=0.2, threshold=load, poll=0.05)
+    assert waited["quiet"] is quiet
+    assert waited["waited_seconds"] <= 1.0
