@@ -205,8 +205,16 @@ def worker_failure(error, info, model_dir=None, backup=True):
         resume = f"training resumes from the last backup in {model_dir}/backup"
     else:
         resume = "training starts over (run with model_dir and backups on to resume)"
+    if isinstance(error, tf.errors.DeadlineExceededError):
+        what = (
+            f"{'a worker' if who == 'a worker' else who} did not reach an all-reduce within "
+            f"collective_timeout={info.get('collective_timeout')} s: it is stuck or far slower "
+            f"than this one"
+        )
+    else:
+        what = f"the cluster lost {who} during training"
     return ClusterError(
-        f"the cluster lost {who} during training ({kind}: {reason[:300]}); this is "
+        f"{what} ({kind}: {reason[:300]}); this is "
         f"{task.get('type')} {task.get('index')} of {info.get('workers')}. Restart every "
         f"worker with the same flags: {resume}."
     )

@@ -39,10 +39,15 @@ def _hosts(n):
 
 
 def _start(command, hosts, index, log_path):
-    """Start one worker process writing stdout+stderr to log_path."""
+    """Start one worker process writing stdout+stderr to log_path.
+
+    With `hosts` the worker gets --worker_hosts/--task_index; with None the
+    command already says which worker it is.
+    """
     log = open(log_path, "w")  # pylint: disable=consider-using-with
+    flags = [f"--worker_hosts={hosts}", f"--task_index={index}"] if hosts else []
     return subprocess.Popen(
-        [*command, f"--worker_hosts={hosts}", f"--task_index={index}"],
+        [*command, *flags],
         stdout=log,
         stderr=subprocess.STDOUT,
         env=subprocess_env(),
@@ -334,6 +339,48 @@ def test_a_killed_worker_stops_the_other_and_a_restart_resumes(tmp_path, victim)
     assert summary["resumed_from_step"] == saved
     assert summary["final_step"] == 8 * (DIGITS_TRAIN // 128)
     assert _checksum(log0) == _checksum(log1)
+
+
+_STUCK_PROGRAM = """
+import sys, time
+import numpy as np
+import keras_tpu
+from keras_tpu import cluster, keras
+hosts, index = sys.argv[1], int(sys.argv[2])
+strategy = keras_tpu.resolve_strategy(worker_hosts=hosts, task_index=index, collective_timeout=3)
+with strategy.scope():
+    model = keras.Sequential([keras.layers.Dense(4, input_shape=(8,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+
+class Stall(keras.callbacks.Callback):
+    def on_train_batch_begin(self, batch, logs=None):
+        if index == 1 and batch == 3:
+            time.sleep(120)  # Alive (its heartbeats go on) but never reaches the next all-reduce.
+
+x = np.ones((64, 8), np.float32)
+start = time.monotonic()
+try:
+    model.fit(x, x[:, :1], batch_size=8, steps_per_epoch=8, verbose=0, callbacks=[Stall()])
+except cluster.FAILURE_ERRORS as e:
+    print(f"stopped after {time.monotonic() - start:.1f} s", flush=True)
+    print(cluster.worker_failure(e, keras_tpu.describe(strategy)), flush=True)
+    sys.exit(3)
+"""
+
+
+def test_a_stuck_worker_fails_the_others_after_the_collective_timeout(tmp_path):
+    hosts = _hosts(2)
+    logs = [tmp_path / "worker0.log", tmp_path / "worker1.log"]
+    workers = [_start([sys.executable, "-c", _STUCK_PROGRAM, hosts, str(i)], None, i, logs[i])
+               for i in range(2)]  # fmt: skip
+    [(rc, log)] = _finish(workers[:1], logs[:1], timeout=120)
+    _finish(workers[1:], logs[1:], timeout=1)  # The sleeper: killed, not awaited.
+    assert rc == 3, log[-3000:]
+    seconds = float(log.split("stopped after ", 1)[1].split(" s", 1)[0])
+    print(f"worker 0 stopped {seconds:.1f} s into fit with a 3 s collective timeout")
+    assert seconds < 30  # 3 s timeout; the stalled worker sleeps 120 s.
+    assert "did not reach an all-reduce within collective_timeout=3 s" in log
+    assert "DeadlineExceededError" in log
 
 
 @pytest.fixture(scope="module")
