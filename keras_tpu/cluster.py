@@ -207,7 +207,7 @@ def worker_failure(error, info, model_dir=None, backup=True):
         resume = "training starts over (run with model_dir and backups on to resume)"
     if isinstance(error, tf.errors.DeadlineExceededError):
         what = (
-            f"{'a worker' if who == 'a worker' else who} did not reach an all-reduce within "
+            f"{who} did not reach an all-reduce within "
             f"collective_timeout={info.get('collective_timeout')} s: it is stuck or far slower "
             f"than this one"
         )

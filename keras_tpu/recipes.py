@@ -342,8 +342,8 @@ def train_cnn(config, train=None, test=None):
       test: the matching evaluation split.
     """
     _resolve(config)
-    supplied = None if train is None and test is None else (train, test)
-    if supplied is None:
+    from_config = train is None and test is None
+    if from_config:
         train, test, preprocess, image_shape, num_classes = load_image_data(
             config.dataset, config.data_dir, config.seed
         )
@@ -358,7 +358,7 @@ def train_cnn(config, train=None, test=None):
         make_optimizer=lambda total_steps: keras.optimizers.Adam(config.learning_rate),
         loss="sparse_categorical_crossentropy",
     )
-    summary["dataset"] = config.dataset if supplied is None else "in-memory arrays"
+    summary["dataset"] = config.dataset if from_config else "in-memory arrays"
     return summary
 
 

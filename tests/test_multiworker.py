@@ -38,7 +38,7 @@ def _hosts(n):
             s.close()
 
 
-def _start(command, hosts, index, log_path):
+def _start(command, hosts, index, log_path, env=None):
     """Start one worker process writing stdout+stderr to log_path.
 
     With `hosts` the worker gets --worker_hosts/--task_index; with None the
@@ -50,9 +50,15 @@ def _start(command, hosts, index, log_path):
         [*command, *flags],
         stdout=log,
         stderr=subprocess.STDOUT,
-        env=subprocess_env(),
+        env=env or subprocess_env(),
         cwd=REPO,
     )
+
+
+def _start_two(command, hosts, tmp_path):
+    """Start workers 0 and 1 of `hosts` with the same command; return (workers, logs)."""
+    logs = [tmp_path / "worker0.log", tmp_path / "worker1.log"]
+    return [_start(command, hosts, i, logs[i]) for i in range(2)], logs
 
 
 def _script(name):
@@ -184,24 +190,18 @@ json.dump({"steps": steps, "epochs": epochs, "workers": info["workers"],
 def test_each_example_is_used_once_per_epoch_across_two_workers(tmp_path):
     hosts = _hosts(2)
     command = [sys.executable, "-c", _SHARDING_PROGRAM]
-    workers, logs = [], []
-    for i in range(2):
-        logs.append(tmp_path / f"worker{i}.log")
-        out = tmp_path / f"ids{i}.json"
-        log = open(logs[-1], "w")  # pylint: disable=consider-using-with
-        # Worker 0 gets --worker_hosts-style arguments, worker 1 a TF_CONFIG: both routes agree.
-        env = subprocess_env()
-        if i == 1:
-            env["TF_CONFIG"] = cluster.tf_config_from_hosts(hosts, 1)
-        workers.append(
-            subprocess.Popen(
-                [*command, hosts if i == 0 else "TF_CONFIG", str(i), str(out)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=REPO,
-            )
-        )
+    logs = [tmp_path / "worker0.log", tmp_path / "worker1.log"]
+    # Worker 0 gets --worker_hosts-style arguments, worker 1 a TF_CONFIG: both routes agree.
+    workers = [
+        _start([*command, hosts, "0", str(tmp_path / "ids0.json")], None, 0, logs[0]),
+        _start(
+            [*command, "TF_CONFIG", "1", str(tmp_path / "ids1.json")],
+            None,
+            1,
+            logs[1],
+            env=subprocess_env(TF_CONFIG=cluster.tf_config_from_hosts(hosts, 1)),
+        ),
+    ]
     results = _finish(workers, logs, timeout=180)
     assert [rc for rc, _ in results] == [0, 0], results[0][1][-2000:] + results[1][1][-2000:]
     runs = [json.loads((tmp_path / f"ids{i}.json").read_text()) for i in range(2)]
@@ -300,8 +300,7 @@ def test_a_killed_worker_stops_the_other_and_a_restart_resumes(tmp_path, victim)
         "--verbose=0",
         f"--model_dir={model_dir}",
     ]
-    logs = [tmp_path / "worker0.log", tmp_path / "worker1.log"]
-    workers = [_start(command, hosts, i, logs[i]) for i in range(2)]
+    workers, logs = _start_two(command, hosts, tmp_path)
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and all(w.poll() is None for w in workers):
@@ -332,7 +331,7 @@ def test_a_killed_worker_stops_the_other_and_a_restart_resumes(tmp_path, victim)
     assert not (model_dir / "summary.json").exists()
 
     # Restart both with the same flags: training resumes from the last backup.
-    workers = [_start(command, hosts, i, logs[i]) for i in range(2)]
+    workers, logs = _start_two(command, hosts, tmp_path)
     (rc0, log0), (rc1, log1) = _finish(workers, logs, timeout=400)
     assert (rc0, rc1) == (0, 0), log0[-3000:] + log1[-3000:]
     summary = json.loads((model_dir / "summary.json").read_text())
@@ -414,8 +413,7 @@ def test_two_workers_fine_tune_bert_identically(tmp_path, tiny_hub_bert):
         "--verbose=0",
         f"--model_dir={tmp_path / 'run'}",
     ]
-    logs = [tmp_path / "worker0.log", tmp_path / "worker1.log"]
-    workers = [_start(command, hosts, i, logs[i]) for i in range(2)]
+    workers, logs = _start_two(command, hosts, tmp_path)
     (rc0, log0), (rc1, log1) = _finish(workers, logs, timeout=400)
     assert (rc0, rc1) == (0, 0), log0[-3000:] + log1[-3000:]
     assert _checksum(log0) == _checksum(log1)
