@@ -67,15 +67,21 @@ def run_script(name, *args, timeout=300, env=None):
 
 
 def backup_step(model_dir):
-    """Return the optimizer step of the chief's newest complete backup in model_dir, or None."""
-    path = tf.train.latest_checkpoint(os.path.join(model_dir, "backup", "chief"))
-    if path is None:
-        return None
-    return int(
-        tf.train.load_checkpoint(path).get_tensor(
-            "model/optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"
-        )
-    )
+    """Return the optimizer step of the chief's newest complete backup in model_dir, or None.
+
+    Safe to poll while a run writes: a backup the run deletes between reading the
+    checkpoint index and opening the files (it keeps only the newest) is read again.
+    """
+    for _ in range(10):
+        path = tf.train.latest_checkpoint(os.path.join(model_dir, "backup", "chief"))
+        if path is None:
+            return None
+        try:
+            reader = tf.train.load_checkpoint(path)
+        except tf.errors.NotFoundError:
+            continue  # Rotated away under us: the index now names a newer backup.
+        return int(reader.get_tensor("model/optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"))
+    return None
 
 
 @pytest.fixture(scope="session")
