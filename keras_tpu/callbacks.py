@@ -1,5 +1,6 @@
 """Training callbacks: throughput and MFU, NaN guard, backups, best checkpoint, TensorBoard."""
 
+import dataclasses
 import logging
 import math
 import os
@@ -9,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu.compat import keras
+from keras_tpu.strategy_info import StrategyInfo
 
 log = logging.getLogger(__name__)
 
@@ -111,14 +113,17 @@ def io_options(strategy, path=None):
     from its own host, which cannot see this machine's disk
     (tensorflow/tensorflow#36447); a gs:// path it can write itself.
     """
-    from keras_tpu import resolver  # pylint: disable=g-import-not-at-top
+    device = StrategyInfo.of(strategy).io_device(path)
+    return tf.train.CheckpointOptions(experimental_io_device=device) if device else None
 
-    if path is not None and "://" in str(path):
-        return None
-    tpu = resolver.describe(strategy).get("tpu")
-    if tpu and tpu["address"] != "local":
-        return tf.train.CheckpointOptions(experimental_io_device="/job:localhost")
-    return None
+
+@dataclasses.dataclass(frozen=True)
+class RunCallbacks:
+    """The standard callbacks of a run, by name, and all of them in `fit` order."""
+
+    meter: ThroughputMeter
+    nan_guard: NaNGuard
+    all: tuple  # Every callback for model.fit, the meter first (TensorBoard logs its values).
 
 
 def make_callbacks(
@@ -145,11 +150,23 @@ def make_callbacks(
       flops_per_example: training FLOPs per example, for MFU.
       peak_flops: combined peak FLOP/s of the devices, for MFU.
       tensorboard: write TensorBoard logs to model_dir/tensorboard.
+
+    Returns:
+      A RunCallbacks; pass `list(result.all)` to model.fit.
     """
     meter = ThroughputMeter(global_batch, flops_per_example, peak_flops)
-    callbacks = [meter, LearningRateLogger(), NaNGuard()]
-    if not model_dir:
-        return callbacks
+    guard = NaNGuard()
+    callbacks = [meter, LearningRateLogger(), guard]
+    if model_dir:
+        callbacks += _file_callbacks(
+            model_dir, strategy, backup, backup_every_steps, best_metric, tensorboard
+        )
+    return RunCallbacks(meter=meter, nan_guard=guard, all=tuple(callbacks))
+
+
+def _file_callbacks(model_dir, strategy, backup, backup_every_steps, best_metric, tensorboard):
+    """Return the callbacks that write under model_dir: backups, best weights, TensorBoard."""
+    callbacks = []
     options = io_options(strategy, model_dir)
     if backup and options is not None:
         log.warning(

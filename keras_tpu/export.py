@@ -2,13 +2,12 @@
 
 import tensorflow as tf
 
-from keras_tpu import callbacks
 from keras_tpu import compat
+from keras_tpu.strategy_info import StrategyInfo
 
 
 def _save_options(strategy, export_dir):
-    options = callbacks.io_options(strategy, export_dir)
-    device = options.experimental_io_device if options else None
+    device = StrategyInfo.of(strategy).io_device(export_dir)
     return tf.saved_model.SaveOptions(experimental_io_device=device)
 
 

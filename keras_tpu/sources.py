@@ -12,6 +12,8 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
+from keras_tpu import checks
+
 
 class DatasetUnavailableError(RuntimeError):
     """A dataset could not be loaded (e.g. it needs a download and there is no internet)."""
@@ -30,7 +32,7 @@ class ArraySplit:
 
     def __post_init__(self):
         if len(self.x) != len(self.y):
-            raise ValueError(f"x has {len(self.x)} examples but y has {len(self.y)}.")
+            raise checks.ConfigError(f"x has {len(self.x)} examples but y has {len(self.y)}.")
 
     def __len__(self):
         return len(self.x)
@@ -68,7 +70,7 @@ def as_source(data, name="arrays"):
     if not isinstance(data, ArraySplit):
         raise TypeError(f"expected a Source, ArraySplit or (x, y) tuple, got {type(data).__name__}")
     if len(data) == 0:
-        raise ValueError(f"source {name!r} is empty.")
+        raise checks.ConfigError(f"source {name!r} is empty.")
 
     def open_shard(num_pipelines, pipeline_id, by_file):
         del by_file  # One block of memory: shard by element.
@@ -131,7 +133,7 @@ def load_tsv(path, text_column="sentence", label_column="label", num_classes=Non
         bad label (naming file and line), or an empty file.
     """
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"TSV file {path} does not exist.")
+        raise checks.MissingFileError(f"TSV file {path} does not exist.")
     sentences, labels = [], []
     with open(path, newline="", encoding="utf-8") as f:
         # QUOTE_NONE for TSV: GLUE text keeps its quote characters as ordinary text.
@@ -139,28 +141,30 @@ def load_tsv(path, text_column="sentence", label_column="label", num_classes=Non
         reader = csv.reader(f, delimiter=delimiter, quoting=quoting)
         header = next(reader, None)
         if header is None:
-            raise ValueError(f"{path} is empty; expected a header row and examples.")
+            raise checks.ConfigError(f"{path} is empty; expected a header row and examples.")
         for column in (text_column, label_column):
             if column not in header:
-                raise ValueError(f"{path}:1: header {header} has no column {column!r}.")
+                raise checks.ConfigError(f"{path}:1: header {header} has no column {column!r}.")
         text_at, label_at = header.index(text_column), header.index(label_column)
         for row in reader:
             where = f"{path}:{reader.line_num}"
             if len(row) != len(header):
-                raise ValueError(
+                raise checks.ConfigError(
                     f"{where}: {len(row)} fields separated by {delimiter!r}, the header has "
                     f"{len(header)}."
                 )
             try:
                 label = int(row[label_at])
             except ValueError:
-                raise ValueError(f"{where}: label {row[label_at]!r} is not an integer.") from None
+                raise checks.ConfigError(
+                    f"{where}: label {row[label_at]!r} is not an integer."
+                ) from None
             if num_classes is not None and not 0 <= label < num_classes:
-                raise ValueError(f"{where}: label {label} is outside [0, {num_classes}).")
+                raise checks.ConfigError(f"{where}: label {label} is outside [0, {num_classes}).")
             sentences.append(row[text_at])
             labels.append(label)
     if not sentences:
-        raise ValueError(f"{path} has a header but no examples.")
+        raise checks.ConfigError(f"{path} has a header but no examples.")
     return ArraySplit(np.array(sentences, dtype=object), np.array(labels, dtype=np.int32))
 
 
@@ -180,7 +184,7 @@ def tfrecord_source(pattern, parse_fn, num_examples=None, name=None):
     """
     files = sorted(tf.io.gfile.glob(pattern)) if isinstance(pattern, str) else list(pattern)
     if not files:
-        raise FileNotFoundError(f"no TFRecord files match {pattern!r}.")
+        raise checks.MissingFileError(f"no TFRecord files match {pattern!r}.")
 
     def open_shard(num_pipelines, pipeline_id, by_file):
         if by_file and len(files) >= num_pipelines:
@@ -235,7 +239,7 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
     supervised = keys is None
     if supervised and not builder.info.supervised_keys:
         features = list(builder.info.features.keys())
-        raise ValueError(
+        raise checks.ConfigError(
             f"tfds dataset {name!r} has no supervised keys; name the feature and label, "
             f"e.g. keys=('sentence', 'label'), from its features {features}."
         )

@@ -27,11 +27,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_hub as hub
 
+from keras_tpu import checks
 from keras_tpu.compat import keras
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 NEW_INTERFACE_HANDLE = "https://tfhub.dev/tensorflow/bert_en_uncased_L-12_H-768_A-12/4"
-MAX_SEQ_LENGTH = 512  # max_position_embeddings of every published BERT.
+MAX_SEQ_LENGTH = checks.MAX_SEQ_LENGTH
 _SIZE_FIELDS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size")
 _SIZE_FIELDS += ("max_position_embeddings", "type_vocab_size")
 
@@ -55,20 +56,17 @@ class BertConfig:
 
     def __post_init__(self):
         for name in _SIZE_FIELDS:
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"BertConfig.{name}={value!r} must be an integer >= 1.")
+            checks.integer(f"BertConfig.{name}", getattr(self, name))
         if self.hidden_size % self.num_heads:
-            raise ValueError(
+            raise checks.ConfigError(
                 f"BertConfig.hidden_size={self.hidden_size} is not divisible by "
                 f"num_heads={self.num_heads}; choose num_heads dividing hidden_size "
                 f"(BERT uses hidden_size // 64)."
             )
         for name in ("hidden_dropout", "attention_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"BertConfig.{name}={getattr(self, name)!r} must be in [0, 1).")
+            checks.fraction(f"BertConfig.{name}", getattr(self, name))
         if self.hidden_act != "gelu":
-            raise ValueError(
+            raise checks.ConfigError(
                 f"BertConfig.hidden_act={self.hidden_act!r}: only 'gelu' is supported."
             )
 
@@ -91,8 +89,7 @@ PRESETS = {
 
 def bert_config(preset, **overrides):
     """Return the BertConfig of a named preset, with any field overridden."""
-    if preset not in PRESETS:
-        raise ValueError(f"preset={preset!r} is not one of {', '.join(PRESETS)}.")
+    checks.one_of("preset", preset, PRESETS)
     return BertConfig(**{**PRESETS[preset], **overrides})
 
 
@@ -141,7 +138,7 @@ class BertEmbeddings(keras.layers.Layer):
     def call(self, word_ids, type_ids, training=None):
         seq_length = word_ids.shape[1]
         if seq_length is not None and seq_length > self.config.max_position_embeddings:
-            raise ValueError(
+            raise checks.ConfigError(
                 f"Sequence length {seq_length} exceeds max_position_embeddings="
                 f"{self.config.max_position_embeddings}; truncate the inputs or use a config "
                 f"with more positions."
@@ -291,12 +288,12 @@ def _check_new_interface(layer, handle):
     )
     obj = layer.resolved_object
     if getattr(layer, "_is_hub_module_v1", False) or not callable(obj):
-        raise ValueError(
+        raise checks.ConfigError(
             f"Encoder {handle!r} is in the TF1 Hub format, which cannot be fine-tuned in TF2. {fix}"
         )
     structures = list(_first_argument_structures(getattr(obj, "__call__", None)))
     if any(isinstance(s, (list, tuple)) for s in structures):
-        raise ValueError(
+        raise checks.ConfigError(
             f"Encoder {handle!r} uses the old TF Hub BERT interface (a list [input_word_ids, "
             f"input_mask, segment_ids] in, a (pooled_output, sequence_output) tuple out). {fix}"
         )
@@ -321,17 +318,12 @@ def build_bert_classifier(encoder_handle, num_classes, seq_length, dropout=0.1, 
       A keras_tpu.keras Model from the dict of int32 inputs to float32 logits of
       shape (batch, num_classes), also under a mixed precision policy.
     """
-    if not isinstance(num_classes, int) or num_classes < 2:
-        raise ValueError(f"num_classes={num_classes!r} must be an integer >= 2.")
-    if not isinstance(seq_length, int) or not 1 <= seq_length <= MAX_SEQ_LENGTH:
-        raise ValueError(
-            f"seq_length={seq_length!r} must be an integer in 1..{MAX_SEQ_LENGTH} (BERT's "
-            f"max_position_embeddings); truncate longer texts in preprocessing."
-        )
+    checks.integer("num_classes", num_classes, minimum=2)
+    checks.seq_length(seq_length)
     try:
         encoder = hub.KerasLayer(encoder_handle, trainable=trainable, name="encoder")
     except (OSError, ValueError, tf.errors.OpError) as e:
-        raise ValueError(
+        raise checks.ConfigError(
             f"Could not load the TF Hub encoder {encoder_handle!r} ({type(e).__name__}: "
             f"{str(e)[:200]}). Check the handle, or pass a local export directory."
         ) from e
@@ -369,7 +361,7 @@ def training_flops_per_example(model, seq_length):
         if "embeddings" not in name:
             weights += int(np.prod(variable.shape))
     if not layers or hidden is None:
-        raise ValueError(
+        raise checks.ConfigError(
             f"model {model.name!r} has no BERT layers (transformer/layer_i) or pooler."
         )
     return 6 * weights * seq_length + 12 * len(layers) * seq_length**2 * hidden

@@ -1,5 +1,6 @@
 """The Fashion-MNIST-style CNN everyone runs first on a TPU, for any image shape."""
 
+from keras_tpu import checks
 from keras_tpu.compat import keras
 
 VARIANTS = ("seed", "default")
@@ -22,19 +23,17 @@ def build_cnn(input_shape=(28, 28, 1), num_classes=10, variant="default", dropou
     Returns:
       A keras_tpu.keras.Model mapping float images to (batch, num_classes) probabilities.
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"variant={variant!r} is not one of {', '.join(VARIANTS)}.")
+    checks.one_of("variant", variant, VARIANTS)
     if len(input_shape) != 3 or any(int(d) < 1 for d in input_shape):
-        raise ValueError(
+        raise checks.ConfigError(
             f"input_shape={tuple(input_shape)} must be (height, width, channels) "
             f"with every size >= 1."
         )
-    if num_classes < 2:
-        raise ValueError(f"num_classes={num_classes} must be >= 2.")
+    checks.integer("num_classes", num_classes, minimum=2)
     # Each variant halves the image twice (valid 3x3 conv + 2x2 pool for seed).
     smallest = min(input_shape[:2])
     if smallest < 4:
-        raise ValueError(
+        raise checks.ConfigError(
             f"input_shape={tuple(input_shape)}: height and width must be >= 4 for "
             f"the {variant!r} CNN, got {smallest}."
         )

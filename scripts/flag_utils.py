@@ -1,15 +1,12 @@
 """Define absl flags from a recipe's config dataclass, so flags and fields never drift."""
 
 import dataclasses
-import os
 import sys
-import traceback
 import typing
 
 from absl import flags
 
-import keras_tpu
-import keras_tpu.models
+from keras_tpu import recipes
 
 
 def define_flags(config_cls, helps):
@@ -52,26 +49,19 @@ def config_from_flags(config_cls):
         ):
             value = int(value)
         values[field.name] = value
-    return run_or_explain(lambda v: config_cls(**v), values, ValueError)
+    return run_or_explain(lambda v: config_cls(**v), values)
 
 
-_OWN_CODE = tuple(
-    os.path.dirname(module.__file__) + os.sep for module in (keras_tpu, keras_tpu.models)
-)
-
-
-def run_or_explain(fn, config, known_errors):
+def run_or_explain(fn, config, known_errors=recipes.CONFIG_ERRORS):
     """Call fn(config); print a configuration error as one line and exit with 2.
 
-    Only errors raised by keras_tpu's own checks count as configuration errors;
-    anything raised deeper (TensorFlow, Keras) keeps its traceback for a bug report.
+    Configuration errors are keras_tpu's own (`checks.ConfigError` and the
+    strategy, dataset and cluster errors, see `recipes.CONFIG_ERRORS`); anything
+    else (TensorFlow, Keras, a bug) keeps its traceback for a bug report.
     """
     try:
         return fn(config)
     except known_errors as e:
-        frames = traceback.extract_tb(e.__traceback__)
-        if frames and not frames[-1].filename.startswith(_OWN_CODE):
-            raise
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 

@@ -18,6 +18,7 @@ from absl import flags
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from keras_tpu import accelerators  # noqa: E402  (after quieting TensorFlow's C++ logs)
+from keras_tpu import checks  # noqa: E402
 from keras_tpu import memory  # noqa: E402
 from keras_tpu.models import bert  # noqa: E402
 
@@ -27,7 +28,7 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_integer("seq_length", 128, "Tokens per example.", lower_bound=1)
 flags.DEFINE_enum(
-    "precision", "bf16", list(memory.PRECISION_BYTES), "Compute precision (variables stay fp32)."
+    "precision", "bf16", list(checks.PRECISION_POLICIES), "Compute precision (variables stay fp32)."
 )
 flags.DEFINE_enum("accelerator", "v3", list(accelerators.ACCELERATORS), "Device of one replica.")
 flags.DEFINE_integer(
@@ -90,7 +91,7 @@ def main(argv):
     del argv
     try:
         est, best, warning = result()
-    except ValueError as e:
+    except checks.ConfigError as e:
         # A clear one-line error, not a traceback: these are bad inputs.
         print(f"error: {e}", file=sys.stderr)
         return 2

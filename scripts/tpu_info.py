@@ -42,7 +42,7 @@ def main(argv):
             cpu_replicas=FLAGS.cpu_replicas,
             connect_timeout=FLAGS.connect_timeout,
         )
-    except (ValueError, keras_tpu.StrategyError) as e:
+    except (keras_tpu.ConfigError, keras_tpu.StrategyError) as e:
         # A clear one-line error, not a traceback: these are configuration problems.
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -45,7 +45,7 @@ flag_utils.define_flags(
 def main(argv):
     del argv
     config = flag_utils.config_from_flags(recipes.BertRunConfig)
-    summary = flag_utils.run_or_explain(recipes.train_bert, config, recipes.CONFIG_ERRORS)
+    summary = flag_utils.run_or_explain(recipes.train_bert, config)
     test = summary["test"]
     print(
         f"eval accuracy {test['accuracy']:.4f} on {summary['test_examples']} examples; "

@@ -30,7 +30,7 @@ flag_utils.define_flags(
 def main(argv):
     del argv
     config = flag_utils.config_from_flags(recipes.CNNConfig)
-    summary = flag_utils.run_or_explain(recipes.train_cnn, config, recipes.CONFIG_ERRORS)
+    summary = flag_utils.run_or_explain(recipes.train_cnn, config)
     test = summary["test"]
     print(
         f"test accuracy {test['accuracy']:.4f}, loss {test['loss']:.4f} on "

@@ -94,8 +94,10 @@ def mirrored():
 def fresh_resolver(monkeypatch):
     """Give the test empty resolver caches, restored afterwards."""
     from keras_tpu import resolver  # pylint: disable=g-import-not-at-top
+    from keras_tpu import strategy_info  # pylint: disable=g-import-not-at-top
+    from keras_tpu import tpu_connect  # pylint: disable=g-import-not-at-top
 
-    monkeypatch.setattr(resolver, "_tpu_systems", {})
+    monkeypatch.setattr(tpu_connect, "_tpu_systems", {})
     monkeypatch.setattr(resolver, "_strategies", {})
-    monkeypatch.setattr(resolver, "_infos", {})
+    monkeypatch.setattr(strategy_info, "_registry", {})
     return resolver

@@ -232,7 +232,7 @@ def test_bad_arguments_are_explained(exported):
     with pytest.raises(ValueError, match="num_classes=1 must be an integer >= 2"):
         bert.build_bert_classifier(export_dir, num_classes=1, seq_length=SEQ)
     for bad in (0, 513):
-        with pytest.raises(ValueError, match=rf"seq_length={bad} must be an integer in 1\.\.512"):
+        with pytest.raises(ValueError, match=rf"seq_length={bad} must be an integer in 3\.\.512"):
             bert.build_bert_classifier(export_dir, num_classes=2, seq_length=bad)
     short = bert.build_bert_encoder(_tiny(max_position_embeddings=8))
     with pytest.raises(ValueError, match="Sequence length 16 exceeds max_position_embeddings=8"):

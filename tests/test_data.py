@@ -35,9 +35,9 @@ def test_batching_arithmetic(mirrored):
 @pytest.mark.parametrize(
     "per_replica, message",
     [
-        (0, "per-replica batch 0 must be an integer >= 1"),
-        (-3, "per-replica batch -3"),
-        (2.5, "per-replica batch 2.5"),
+        (0, "per_replica_batch_size=0 must be an integer >= 1"),
+        (-3, "per_replica_batch_size=-3"),
+        (2.5, "per_replica_batch_size=2.5"),
     ],
 )
 def test_bad_per_replica_batch(mirrored, per_replica, message):
