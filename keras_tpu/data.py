@@ -12,7 +12,6 @@ N logical CPUs, a multi-worker cluster or a multi-host TPU pod.
 import dataclasses
 import math
 
-import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checks
@@ -74,19 +73,32 @@ class Batching:
         return cls(global_batch // replicas, replicas)
 
 
-def to_device_dtypes(structure, path="element"):
-    """Cast a batch to TPU-friendly dtypes; raise ValueError on string tensors."""
+def _map_paths(fn, structure, path="element"):
+    """Apply fn(leaf, path) to every tensor (or spec) of a nested element."""
     if isinstance(structure, dict):
-        return {k: to_device_dtypes(v, f"{path}[{k!r}]") for k, v in structure.items()}
+        return {k: _map_paths(fn, v, f"{path}[{k!r}]") for k, v in structure.items()}
     if isinstance(structure, (tuple, list)):
-        return type(structure)(to_device_dtypes(v, f"{path}[{i}]") for i, v in enumerate(structure))
-    if structure.dtype == tf.string:
+        return type(structure)(_map_paths(fn, v, f"{path}[{i}]") for i, v in enumerate(structure))
+    return fn(structure, path)
+
+
+def _refuse_strings(leaf, path):
+    if leaf.dtype == tf.string:
         raise checks.ConfigError(
             f"{path} is a string tensor; strings cannot be sent to a TPU. Tokenise on the "
             f"host inside the pipeline (pass preprocess=, e.g. keras_tpu.text.BertPreprocessor)."
         )
-    target = _DEVICE_DTYPES.get(structure.dtype)
-    return tf.cast(structure, target) if target else structure
+    return leaf
+
+
+def to_device_dtypes(structure):
+    """Cast a batch to TPU-friendly dtypes; raise ConfigError on string tensors."""
+
+    def cast(leaf, path):
+        target = _DEVICE_DTYPES.get(_refuse_strings(leaf, path).dtype)
+        return tf.cast(leaf, target) if target else leaf
+
+    return _map_paths(cast, structure)
 
 
 def check_readable_by_tpu_host(source, strategy):
@@ -136,6 +148,9 @@ def _finish(ds, pipeline_batch, preprocess, deterministic):
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=deterministic,
         )
+    # Checked on the spec, before tracing: an error raised inside a traced map
+    # function would reach the caller wrapped in autograph's StagingError.
+    _map_paths(_refuse_strings, tuple(ds.element_spec))
     ds = ds.map(lambda *element: to_device_dtypes(element))
     return ds.prefetch(tf.data.AUTOTUNE).with_options(_options(deterministic))
 

@@ -125,6 +125,7 @@ def read_hf_config(folder):
       ValueError: the model is not a BERT the native encoder computes exactly (another
         architecture, a non-erf activation, relative position embeddings, a decoder).
     """
+    # Long because each unsupported Hugging Face field gets its own message with the fix.
     _check_folder(folder)
     path = os.path.join(folder, CONFIG_FILE)
     if not os.path.isfile(path):

@@ -398,6 +398,8 @@ def estimate(
         non-positive batch or length, a length over max_position_embeddings, or a
         precision that contradicts the model's.
     """
+    # Long because it accepts three kinds of input (model, config, preset name) and
+    # checks each before counting; the counting itself is in the helpers it calls.
     checks.integer("per_replica_batch", per_replica_batch)
     checks.one_of("optimizer", optimizer, OPTIMIZER_SLOTS)
     if runtime not in RUNTIMES:
@@ -526,6 +528,8 @@ def plan(
       A Plan; `.max_per_replica_batch` is 0 and `.bytes_over` > 0 when even batch 1
       does not fit, which is the case for model parallelism.
     """
+    # Long because of its docstring and the search over batch sizes with its two
+    # messages (largest batch that fits, or by how much batch 1 is over).
     device = _accelerator(accelerator)
     _check_margin(margin)
     runtime = runtime or default_runtime(accelerator)

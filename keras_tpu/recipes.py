@@ -27,20 +27,21 @@ from keras_tpu import data
 from keras_tpu import export
 from keras_tpu import memory
 from keras_tpu import optimizers
+from keras_tpu import recipe_inputs
 from keras_tpu import resolver
-from keras_tpu import text
 from keras_tpu import training
 from keras_tpu.configs import BertRunConfig  # noqa: F401  (keras_tpu.recipes.BertRunConfig)
 from keras_tpu.configs import CNNConfig  # noqa: F401  (keras_tpu.recipes.CNNConfig)
 from keras_tpu.configs import RunConfig  # noqa: F401
 from keras_tpu.models import bert
 from keras_tpu.models import cnn
+from keras_tpu.recipe_inputs import IMAGE_DATASETS  # noqa: F401  (used by the notebooks)
+from keras_tpu.recipe_inputs import load_image_data
 from keras_tpu.strategy_info import StrategyInfo
 
 keras = compat.keras
 log = logging.getLogger(__name__)
 
-IMAGE_DATASETS = ("digits", "synthetic")
 # Errors that mean "the configuration is wrong": scripts print them as one line.
 CONFIG_ERRORS = (
     checks.ConfigError,
@@ -124,11 +125,28 @@ class Task:
     export: Callable = export.export_model
 
 
+@dataclasses.dataclass(frozen=True)
+class _Trained:
+    """What one training run produced, for its summary."""
+
+    model: keras.Model
+    history: dict  # keras History.history: metric -> one value per epoch.
+    seconds: float
+    test_metrics: dict
+    batching: data.Batching
+    steps_per_epoch: int
+    steps_per_execution: int
+    memory_warning: str | None
+    meter: callbacks.ThroughputMeter
+
+
 def _fit(config, strategy, task, splits, policy):
-    """Build, compile, train, evaluate and export; return what the summary reports.
+    """Build, compile, train, evaluate and export the task's model under `strategy`.
 
     The body of every recipe; tf.distribute work only, no file writing but the
-    callbacks' and the export's.
+    callbacks' and the export's. One function on purpose: it is the recipe's
+    sequence (data, model in scope, compile, callbacks, fit, evaluate, export),
+    one call per step; split, its halves would pass a dozen values between them.
     """
     info = StrategyInfo.of(strategy)
     keras.utils.set_random_seed(config.seed)
@@ -185,10 +203,26 @@ def _fit(config, strategy, task, splits, policy):
         if not info.is_multi_worker:
             raise
         raise cluster.worker_failure(e, info, config.model_dir, config.backup) from e
-    meter = run_callbacks.meter
-    batching = eval_data.batching
+    return _Trained(
+        model=model,
+        history=history.history,
+        seconds=seconds,
+        test_metrics=test_metrics,
+        batching=eval_data.batching,
+        steps_per_epoch=steps_per_epoch,
+        steps_per_execution=steps_per_execution,
+        memory_warning=memory_warning or None,
+        meter=run_callbacks.meter,
+    )
+
+
+def _summary(config, info, splits, policy, trained):
+    """Return the run's summary: what summary.json holds and the recipes return."""
+    model, meter, batching = trained.model, trained.meter, trained.batching
+    test_metrics = dict(trained.test_metrics)
     final_step = int(model.optimizer.iterations.numpy())
     steps_run = final_step - (meter.start_step or 0)
+    history, seconds = trained.history, trained.seconds
     return {
         "model": model.name,
         "parameters": int(model.count_params()),
@@ -199,12 +233,12 @@ def _fit(config, strategy, task, splits, policy):
         "replicas": batching.replicas,
         "precision_policy": policy,
         "epochs": config.epochs,
-        "steps_per_epoch": steps_per_epoch,
-        "steps_per_execution": steps_per_execution,
+        "steps_per_epoch": trained.steps_per_epoch,
+        "steps_per_execution": trained.steps_per_execution,
         "final_step": final_step,
-        "memory_warning": memory_warning or None,
+        "memory_warning": trained.memory_warning,
         "resumed_from_step": meter.start_step or 0,
-        "final_train": {k: float(v[-1]) for k, v in history.history.items() if "val_" not in k},
+        "final_train": {k: float(v[-1]) for k, v in history.items() if "val_" not in k},
         "test": test_metrics,
         "train_seconds": round(seconds, 3),
         "train_examples_per_second": round(steps_run * batching.global_batch / seconds, 1),
@@ -222,7 +256,8 @@ def _run(config, strategy, task, splits):
     previous_policy = keras.mixed_precision.global_policy()
     policy = training.set_precision(config.mixed_precision, strategy)
     try:
-        summary = _fit(config, strategy, task, splits, policy)
+        trained = _fit(config, strategy, task, splits, policy)
+        summary = _summary(config, StrategyInfo.of(strategy), splits, policy, trained)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
     if summary["chief"]:
@@ -239,49 +274,6 @@ def write_summary(summary, model_dir):
     with tf.io.gfile.GFile(path, "w") as f:
         json.dump(summary, f, indent=2)
     return path
-
-
-def load_image_data(name, data_dir=None, seed=0):
-    """Return (train, test, preprocess, image_shape, num_classes) for an image dataset.
-
-    "digits" and "synthetic" are in memory and already float32 in [0, 1]; any
-    other name is a tfds dataset streamed from its files, whose uint8 images
-    are scaled on the host by `preprocess`.
-    """
-    if name in IMAGE_DATASETS:
-        if name == "digits":
-            train, test = data.load_digits(seed=seed)
-        else:
-            train = data.synthetic_images(2048, (28, 28, 1), seed=seed)
-            test = data.synthetic_images(512, (28, 28, 1), seed=seed + 1)
-        num_classes = int(max(train.y.max(), test.y.max())) + 1
-        return train, test, None, train.x.shape[1:], num_classes
-    train = data.tfds_source(name, "train", data_dir=data_dir)
-    test = data.tfds_source(name, "test", data_dir=data_dir)
-    image_shape = tuple(train.open_shard(1, 0, False).element_spec[0].shape)
-
-    def preprocess(images, labels):
-        return tf.cast(images, tf.float32) / 255.0, labels
-
-    return train, test, preprocess, image_shape, train.num_classes
-
-
-def _in_memory_images(train, test):
-    """Return (train, test, None, image_shape, num_classes) for caller-supplied splits."""
-    if train is None or test is None:
-        raise checks.ConfigError("pass both train and test (or neither, to load config.dataset).")
-    train, test = data.as_source(train, "train"), data.as_source(test, "test")
-    image_shape = tuple(train.open_shard(1, 0, False).element_spec[0].shape)
-    num_classes = train.num_classes
-    if num_classes is None:  # One pass over the labels: the largest + 1.
-        largest = [
-            source.open_shard(1, 0, False).reduce(
-                tf.constant(0, tf.int64), lambda m, e: tf.maximum(m, tf.cast(e[1], tf.int64))
-            )
-            for source in (train, test)
-        ]
-        num_classes = int(max(largest)) + 1
-    return train, test, None, image_shape, num_classes
 
 
 def train_cnn(config, train=None, test=None):
@@ -301,7 +293,9 @@ def train_cnn(config, train=None, test=None):
         )
         name = config.dataset
     else:
-        train, test, preprocess, image_shape, num_classes = _in_memory_images(train, test)
+        train, test, preprocess, image_shape, num_classes = recipe_inputs.in_memory_images(
+            train, test
+        )
         name = "in-memory arrays"
     task = Task(
         build_model=lambda: cnn.build_cnn(image_shape, num_classes, variant=config.variant),
@@ -309,37 +303,6 @@ def train_cnn(config, train=None, test=None):
         loss="sparse_categorical_crossentropy",
     )
     return _run(config, strategy, task, Splits(train, test, preprocess, name))
-
-
-def _text_data(config):
-    if config.tfds_name:
-        if config.train_file or config.eval_file:
-            raise checks.ConfigError(
-                "pass either --tfds_name or --train_file/--eval_file, not both."
-            )
-        keys = tuple(config.tfds_keys.split(",")) if config.tfds_keys else None
-        if keys is not None and len(keys) != 2:
-            raise checks.ConfigError(
-                f"tfds_keys={config.tfds_keys!r} must be 'text_feature,label_feature'."
-            )
-        return tuple(
-            data.tfds_source(config.tfds_name, split, data_dir=config.data_dir, keys=keys)
-            for split in ("train", config.tfds_eval_split)
-        )
-    if not (config.train_file and config.eval_file):
-        raise checks.ConfigError("BERT needs --train_file and --eval_file (TSV) or --tfds_name.")
-    return tuple(
-        data.load_tsv(f, num_classes=config.num_classes)
-        for f in (config.train_file, config.eval_file)
-    )
-
-
-def _preprocessor(config):
-    if bool(config.preprocess_handle) == bool(config.vocab_file):
-        raise checks.ConfigError("BERT needs exactly one of --preprocess_handle or --vocab_file.")
-    if config.preprocess_handle:
-        return text.HubBertPreprocessor(config.preprocess_handle, config.seq_length)
-    return text.BertPreprocessor(config.vocab_file, config.seq_length, config.lower_case)
 
 
 def _check_bert_memory(model, info, policy, config):
@@ -358,8 +321,8 @@ def train_bert(config):
     if not config.encoder_handle:
         raise checks.ConfigError("BERT needs --encoder_handle (a TF Hub handle or a local export).")
     strategy = _resolve(config)
-    train, test = _text_data(config)
-    preprocessor = _preprocessor(config)
+    train, test = recipe_inputs.text_splits(config)
+    preprocessor = recipe_inputs.bert_preprocessor(config)
     task = Task(
         build_model=lambda: bert.build_bert_classifier(
             config.encoder_handle, config.num_classes, config.seq_length, dropout=config.dropout

@@ -23,7 +23,7 @@ from keras_tpu import strategy_info as strategy_info_lib
 from keras_tpu import tpu_connect
 from keras_tpu.strategy_info import StrategyError
 from keras_tpu.strategy_info import StrategyInfo
-from keras_tpu.tpu_connect import TPUConnectionError
+from keras_tpu.tpu_connect import TPUConnectionError  # noqa: F401  (keras_tpu.resolver.*)
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +239,24 @@ def _build(request):
     raise AssertionError("the CPU builder always succeeds")
 
 
+def _check_arguments(strategy, tpu, cpu_replicas, connect_timeout, init_timeout, collective):
+    """Raise ConfigError for resolve_strategy arguments that are malformed or contradict."""
+    checks.one_of("strategy", strategy, STRATEGIES)
+    checks.integer("cpu_replicas", cpu_replicas, minimum=0)
+    if tpu is not None and cpu_replicas:
+        raise checks.ConfigError(
+            f"tpu={tpu!r} and cpu_replicas={cpu_replicas} contradict each other: "
+            f"pick the TPU or the CPU rehearsal."
+        )
+    if tpu is not None and strategy not in ("auto", "tpu"):
+        raise checks.ConfigError(
+            f"tpu={tpu!r} was given with strategy={strategy!r}; use strategy='tpu' or 'auto'."
+        )
+    checks.positive("connect_timeout", connect_timeout, unit="seconds")
+    checks.positive("init_timeout", init_timeout, unit="seconds")
+    checks.positive("collective_timeout", collective, unit="seconds")
+
+
 def resolve_strategy(
     tpu=None,
     strategy="auto",
@@ -282,16 +300,7 @@ def resolve_strategy(
       StrategyError: when an explicit strategy is impossible here (subclasses:
         TPUConnectionError, DeviceConfigError).
     """
-    checks.one_of("strategy", strategy, STRATEGIES)
-    checks.integer("cpu_replicas", cpu_replicas, minimum=0)
-    if tpu is not None and cpu_replicas:
-        raise checks.ConfigError(
-            f"tpu={tpu!r} and cpu_replicas={cpu_replicas} contradict each other: "
-            f"pick the TPU or the CPU rehearsal."
-        )
-    checks.positive("connect_timeout", connect_timeout, unit="seconds")
-    checks.positive("init_timeout", init_timeout, unit="seconds")
-    checks.positive("collective_timeout", collective_timeout, unit="seconds")
+    _check_arguments(strategy, tpu, cpu_replicas, connect_timeout, init_timeout, collective_timeout)
     if worker_hosts is not None:
         if tpu is not None or cpu_replicas:
             raise checks.ConfigError(
@@ -306,10 +315,6 @@ def resolve_strategy(
     elif task_index is not None:
         raise checks.ConfigError(
             f"task_index={task_index!r} needs worker_hosts (every worker's host:port)."
-        )
-    if tpu is not None and strategy not in ("auto", "tpu"):
-        raise checks.ConfigError(
-            f"tpu={tpu!r} was given with strategy={strategy!r}; use strategy='tpu' or 'auto'."
         )
     env_key = None if environ is None else tuple(sorted(environ.items()))
     key = (tpu, strategy, cpu_replicas, env_key, root)

@@ -215,6 +215,7 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
     Raises:
       DatasetUnavailableError: unknown name, or not prepared and no download.
     """
+    # Long because of the offline and missing-data errors, each naming what to do.
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
     try:

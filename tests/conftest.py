@@ -84,6 +84,23 @@ def backup_step(model_dir):
     return None
 
 
+def pretend(monkeypatch, strategy, *, kind=None, tpu_address=None):
+    """Make StrategyInfo.of(strategy) report another kind or a TPU at `tpu_address`."""
+    import dataclasses  # pylint: disable=g-import-not-at-top
+
+    from keras_tpu import detect  # pylint: disable=g-import-not-at-top
+    from keras_tpu import strategy_info  # pylint: disable=g-import-not-at-top
+
+    info = strategy_info.StrategyInfo.of(strategy)
+    changes = {}
+    if kind:
+        changes.update(kind=kind, defaults=detect.device_defaults(kind, info.replicas))
+    if tpu_address:
+        location = detect.TPULocation(tpu_address, "test")
+        changes.update(kind="tpu", tpu=strategy_info.TPUSystem(location, (1,), 1, info.replicas))
+    monkeypatch.setitem(strategy_info._registry, id(strategy), dataclasses.replace(info, **changes))
+
+
 @pytest.fixture(scope="session")
 def mirrored():
     """The resolver's CPU rehearsal strategy over the session's 4 logical CPUs."""
