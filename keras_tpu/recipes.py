@@ -72,6 +72,7 @@ class RunConfig:
     keep_best: bool = True  # Keep the best weights (val_accuracy) under model_dir/best.
     tensorboard: bool = True  # TensorBoard logs under model_dir/tensorboard.
     peak_tflops: float | None = None  # Devices' combined peak, for MFU (e.g. bench_peak.py).
+    rehearse_tpu: bool = False  # Compile the steps for the TPU on the CPU first; stop on a finding.
     verbose: int = 2
 
     def __post_init__(self):
@@ -216,6 +217,8 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
             metrics=["accuracy"],
             steps_per_execution=steps_per_execution,
         )
+        if config.rehearse_tpu:  # Before any callback writes to model_dir.
+            training.rehearse_or_raise(model, train_ds, eval_dataset=eval_data)
         flops = extras.get("flops_per_example") and extras["flops_per_example"](model)
         chief = training.is_chief(strategy)
         run_callbacks = callbacks.make_callbacks(

@@ -14,10 +14,11 @@ some things the TPU does not, so the traced graphs (nested functions included)
 are also checked explicitly: Python ops (`tf.py_function`, `tf.numpy_function`),
 strings, float64 (no TPU support), and batches without a static shape.
 
-The TPU's own op registry is not available off-TPU (checked against the
-`tensorflow-tpu` 2.20.0 wheel, see `tpu_kernel_registry`), so the TPU-only rules
-above stand in for it; the XLA_CPU_JIT compile catches every op XLA cannot
-lower at all.
+With the `tensorflow` wheel the TPU's own op registry (XLA_TPU_JIT kernels)
+is not available, so the rules above stand in for it and the XLA_CPU_JIT compile
+catches every op XLA cannot lower at all; with the `tensorflow-tpu` wheel the
+registry is there but XLA on the CPU is not (see `tpu_kernel_registry`), and each
+node is checked against the registry instead.
 
 The user's model is never touched: the step is traced on a copy
 (`keras.models.clone_model`, no weights copied: compiling does not need their
@@ -30,6 +31,7 @@ MirroredStrategy fails on its own.
 
 import dataclasses
 import re
+import sys
 
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
@@ -43,6 +45,8 @@ keras = compat.keras
 PY_FUNC_OPS = frozenset({"EagerPyFunc", "PyFunc", "PyFuncStateless"})
 # String-typed ops XLA drops or folds at compile time (assertion messages).
 HARMLESS_STRING_OPS = frozenset({"Assert", "Print", "PrintV2", "StringFormat", "NoOp"})
+# The tensorflow-tpu wheel has no XLA CPU backend (its XLA_CPU_JIT compile fails so).
+NO_XLA_CPU = "could not find registered transfer manager for platform Host"
 # Stand-in size for unknown dimensions, so the rest of the step still compiles.
 UNKNOWN_DIM_STAND_IN = 2
 
@@ -167,16 +171,26 @@ def rehearse_tpu(model, dataset, *, eval_dataset=None):
         if static is None:
             notes.append(f"{step} step not compiled: its input has no fixed rank or is not dense.")
             continue
-        step_findings, ok = _rehearse_step(copy, step, static, layers)
+        step_findings, ok, note = _rehearse_step(copy, step, static, layers)
         findings += step_findings
-        if ok:
-            compiled.append(step)
-    if not tpu_kernel_registry():
-        notes.append(
-            "checked against XLA on the CPU plus TPU-only rules (Python ops, strings, float64, "
-            "static shapes); the TPU's own op registry is not available without a TPU."
-        )
+        compiled += [step] if ok else []
+        notes += [note] if note else []
+    notes.append(
+        "checked against the TPU's op registry (XLA_TPU_JIT kernels)"
+        if tpu_kernel_registry()
+        else "the TPU's op registry (XLA_TPU_JIT kernels) is not in this TensorFlow build; "
+        "checked with XLA on the CPU and the TPU-only rules (Python ops, strings, float64, "
+        "static shapes)"
+    )
     return RehearsalReport(model.name, _merge(findings), tuple(compiled), tuple(notes))
+
+
+def rehearse_or_raise(model, dataset, *, eval_dataset=None, stream=None):
+    """Rehearse, print the report's lines to `stream` (stderr), raise TPURehearsalError on a finding."""
+    report = rehearse_tpu(model, dataset, eval_dataset=eval_dataset)
+    print(report, file=stream or sys.stderr, flush=True)
+    report.raise_if_failed()
+    return report
 
 
 def element_spec(data):
@@ -309,20 +323,26 @@ def _step_function(model, step, structure):
 
 
 def _rehearse_step(model, step, spec, layers):
-    """Trace and XLA-compile one step; return (findings, whether it compiled)."""
+    """Trace and XLA-compile one step; return (findings, compiled, note or None)."""
     flat = tf.nest.flatten(spec)
     function = _step_function(model, step, spec)
     concrete = function.get_concrete_function(*flat)
-    findings = list(_graph_findings(concrete.graph.as_graph_def(), model.name, layers, step))
+    compile_findings, compiled, note = [], True, None
     try:
         # stage="hlo" lowers TensorFlow ops to XLA (where unsupported ops are
         # found) without running XLA's optimisations or generating code.
         function.experimental_get_compiler_ir(*flat)(stage="hlo")
     except (ValueError, tf.errors.OpError) as e:
-        named = {f.op_name for f in findings}
-        more = _compile_findings(str(e), model.name, layers, step)
-        return findings + [f for f in more if f.op_name not in named], False
-    return findings, True
+        compiled = False
+        if NO_XLA_CPU in str(e):
+            note = f"{step} step not compiled: this TensorFlow build has no XLA CPU backend."
+        else:
+            compile_findings = _compile_findings(str(e), model.name, layers, step)
+    # After the compile attempt: it registers XLA's kernels (the TPU's too, if built in).
+    findings = list(_graph_findings(concrete.graph.as_graph_def(), model.name, layers, step))
+    named = {f.op_name for f in findings}
+    findings += [f for f in compile_findings if f.op_name not in named]
+    return findings, compiled, note
 
 
 def _called_functions(node):
@@ -427,28 +447,36 @@ def _compile_findings(message, model_name, layers, step):
 
 
 def _merge(findings):
-    """Keep one finding per (problem, op type, origin), counting its distinct nodes.
+    """Keep one finding per (problem, origin): its op types joined, its distinct nodes counted.
 
     The same node found in both steps (or by the graph walk and by XLA) counts once.
     """
-    merged, names = {}, {}
+    merged, names, types = {}, {}, {}
     for f in findings:
-        key = (f.problem, f.op_type, f.origin)
+        key = (f.problem, f.origin)
         names.setdefault(key, set()).add(f.op_name)
+        types.setdefault(key, {})[f.op_type] = None
         merged.setdefault(key, f)
-    return tuple(dataclasses.replace(f, count=len(names[k])) for k, f in merged.items())
+    return tuple(
+        dataclasses.replace(f, op_type=", ".join(t for t in types[k] if t), count=len(names[k]))
+        for k, f in merged.items()
+    )
 
 
 def tpu_kernel_registry():
     """Return True if this TensorFlow has kernels registered for the TPU's XLA device.
 
     TensorFlow lists, per op, the kernels registered for each device type
-    (`kernels.get_registered_kernels_for_op`); XLA registers one per op it can
-    lower for XLA_CPU_JIT (and XLA_GPU_JIT) once a function is XLA-compiled.
-    The TPU's XLA_TPU_JIT backend is registered only by libtpu when a TPU
-    system initialises, so off-TPU this is False — with the plain `tensorflow`
-    wheel and with `tensorflow-tpu` 2.20.0 alike (probed with both here: the
-    TPU wheel registers no XLA_TPU_JIT kernel for MatMul without a TPU).
+    (`kernels.get_registered_kernels_for_op`); XLA registers its kernels
+    (XLA_CPU_JIT, XLA_GPU_JIT, ...) when a function is first XLA-compiled.
+    Probed here (TensorFlow 2.21 and the tensorflow-tpu 2.20.0 wheel, no TPU):
+    - the `tensorflow` wheel has no XLA_TPU_JIT kernels, so this is False;
+    - `tensorflow-tpu` 2.20.0 has them off-TPU (537 ops after one compile
+      attempt; EagerPyFunc and string ops have none, so they are caught), but it
+      has no XLA CPU backend ("could not find registered transfer manager for
+      platform Host"), so steps are not compiled there; and with libtpu 0.0.52
+      its import aborts unless TPU_LOAD_LIBRARY=0. Its kernels accept float64
+      (MatMul's T allows DT_DOUBLE), so the float64 rule stays a separate check.
     """
     return _has_kernels("MatMul", "XLA_TPU_JIT")
 

@@ -2,6 +2,8 @@
 
 from keras_tpu import compat
 from keras_tpu import resolver
+from keras_tpu.tpu_rehearsal import rehearse_or_raise  # noqa: F401  (keras_tpu.training.*)
+from keras_tpu.tpu_rehearsal import rehearse_tpu  # noqa: F401
 
 keras = compat.keras
 
