@@ -17,8 +17,8 @@ strings, float64 (no TPU support), and batches without a static shape.
 With the `tensorflow` wheel the TPU's own op registry (XLA_TPU_JIT kernels)
 is not available, so the rules above stand in for it and the XLA_CPU_JIT compile
 catches every op XLA cannot lower at all; with the `tensorflow-tpu` wheel the
-registry is there but XLA on the CPU is not (see `tpu_kernel_registry`), and each
-node is checked against the registry instead.
+registry is there but XLA on the CPU is not (see
+`graph_inspect.tpu_kernel_registry`), and each node is checked against the registry instead.
 
 The user's model is never touched: the step is traced on a copy
 (`keras.models.clone_model`, no weights copied: compiling does not need their
@@ -35,10 +35,9 @@ import sys
 
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
-from tensorflow.python.framework import kernels
-from tensorflow.python.framework import op_def_registry
 
 from keras_tpu import compat
+from keras_tpu import graph_inspect
 
 keras = compat.keras
 
@@ -177,7 +176,7 @@ def rehearse_tpu(model, dataset, *, eval_dataset=None):
         notes += [note] if note else []
     notes.append(
         "checked against the TPU's op registry (XLA_TPU_JIT kernels)"
-        if tpu_kernel_registry()
+        if graph_inspect.tpu_kernel_registry()
         else "the TPU's op registry (XLA_TPU_JIT kernels) is not in this TensorFlow build; "
         "checked with XLA on the CPU and the TPU-only rules (Python ops, strings, float64, "
         "static shapes)"
@@ -186,7 +185,7 @@ def rehearse_tpu(model, dataset, *, eval_dataset=None):
 
 
 def rehearse_or_raise(model, dataset, *, eval_dataset=None, stream=None):
-    """Rehearse, print the report's lines to `stream` (stderr), raise TPURehearsalError on a finding."""
+    """Rehearse; print the report to `stream` (stderr); raise TPURehearsalError on a finding."""
     report = rehearse_tpu(model, dataset, eval_dataset=eval_dataset)
     print(report, file=stream or sys.stderr, flush=True)
     report.raise_if_failed()
@@ -345,48 +344,6 @@ def _rehearse_step(model, step, spec, layers):
     return findings, compiled, note
 
 
-def _called_functions(node):
-    """Yield the names of the library functions `node` calls (call ops, loop and cond bodies)."""
-    yield node.op  # A direct call uses the function's name as its op type.
-    for value in node.attr.values():
-        if value.HasField("func"):
-            yield value.func.name
-        for func in value.list.func:
-            yield func.name
-
-
-def walk_nodes(graph_def):
-    """Yield (path, node) for every node of a graph and of the functions it calls.
-
-    A node inside a called function (a while/cond body, a PartitionedCall of a
-    TF Hub layer) gets its caller's path as prefix, so it maps to a layer too.
-    """
-    library = {f.signature.name: f for f in graph_def.library.function}
-    pending, seen = [("", graph_def.node)], set()
-    while pending:
-        prefix, nodes = pending.pop()
-        for node in nodes:
-            path = f"{prefix}/{node.name}" if prefix else node.name
-            yield path, node
-            for name in _called_functions(node):
-                if name in library and name not in seen:
-                    seen.add(name)
-                    pending.append((path, library[name].node_def))
-
-
-def _node_dtypes(node):
-    """Return the dtypes `node` takes or makes: its type attributes and fixed arg types."""
-    dtypes = set()
-    for value in node.attr.values():
-        if value.HasField("type"):
-            dtypes.add(value.type)
-        dtypes.update(value.list.type)
-    op_def = op_def_registry.get(node.op)
-    if op_def is not None:
-        dtypes.update(arg.type for arg in (*op_def.input_arg, *op_def.output_arg) if arg.type)
-    return dtypes
-
-
 def _origin(path, model_name, layers):
     """Name the layer (or step scope) an op's path comes from."""
     parts = path.split("/")[:-1]
@@ -406,19 +363,23 @@ def _graph_findings(graph_def, model_name, layers, step):
     Where the TPU's op registry is available (`tpu_kernel_registry`), ops with
     no XLA_TPU_JIT kernel for their dtypes are findings too.
     """
-    tpu_registry = tpu_kernel_registry()
+    tpu_registry = graph_inspect.tpu_kernel_registry()
     library = {f.signature.name for f in graph_def.library.function}
-    for path, node in walk_nodes(graph_def):
+    for path, node in graph_inspect.walk_nodes(graph_def):
         if node.op in ("Placeholder", "Const"):
             continue  # Inputs are checked from the element spec; constants by their users.
-        dtypes = _node_dtypes(node)
+        dtypes = graph_inspect.node_dtypes(node)
         if node.op in PY_FUNC_OPS:
             problem = "py_function"
         elif types_pb2.DT_STRING in dtypes and node.op not in HARMLESS_STRING_OPS:
             problem = "string"
         elif types_pb2.DT_DOUBLE in dtypes:
             problem = "float64"
-        elif tpu_registry and node.op not in library and lacks_kernel(node, "XLA_TPU_JIT"):
+        elif (
+            tpu_registry
+            and node.op not in library
+            and graph_inspect.lacks_kernel(node, "XLA_TPU_JIT")
+        ):
             problem = "xla"
         else:
             continue
@@ -461,46 +422,3 @@ def _merge(findings):
         dataclasses.replace(f, op_type=", ".join(t for t in types[k] if t), count=len(names[k]))
         for k, f in merged.items()
     )
-
-
-def tpu_kernel_registry():
-    """Return True if this TensorFlow has kernels registered for the TPU's XLA device.
-
-    TensorFlow lists, per op, the kernels registered for each device type
-    (`kernels.get_registered_kernels_for_op`); XLA registers its kernels
-    (XLA_CPU_JIT, XLA_GPU_JIT, ...) when a function is first XLA-compiled.
-    Probed here (TensorFlow 2.21 and the tensorflow-tpu 2.20.0 wheel, no TPU):
-    - the `tensorflow` wheel has no XLA_TPU_JIT kernels, so this is False;
-    - `tensorflow-tpu` 2.20.0 has them off-TPU (537 ops after one compile
-      attempt; EagerPyFunc and string ops have none, so they are caught), but it
-      has no XLA CPU backend ("could not find registered transfer manager for
-      platform Host"), so steps are not compiled there; and with libtpu 0.0.52
-      its import aborts unless TPU_LOAD_LIBRARY=0. Its kernels accept float64
-      (MatMul's T allows DT_DOUBLE), so the float64 rule stays a separate check.
-    """
-    return _has_kernels("MatMul", "XLA_TPU_JIT")
-
-
-def _has_kernels(op_type, device_type):
-    registered = kernels.get_registered_kernels_for_op(op_type).kernel
-    return any(k.device_type == device_type for k in registered)
-
-
-def lacks_kernel(node, device_type):
-    """Return True if no kernel of `device_type` accepts `node`'s op with its dtypes."""
-    for kernel in kernels.get_registered_kernels_for_op(node.op).kernel:
-        if kernel.device_type != device_type:
-            continue
-        allowed = {
-            c.name: set(c.allowed_values.list.type)
-            for c in kernel.constraint
-            if c.allowed_values.list.type
-        }
-        if all(_attr_types(node, name) <= types for name, types in allowed.items()):
-            return False
-    return True
-
-
-def _attr_types(node, name):
-    value = node.attr[name]
-    return {value.type} if value.HasField("type") else set(value.list.type)

@@ -9,7 +9,9 @@ import tensorflow as tf
 
 from tests.conftest import REPO
 from tests.conftest import run_python
+from tests.conftest import run_script
 from keras_tpu import data
+from keras_tpu import graph_inspect
 from keras_tpu import keras
 from keras_tpu import optimizers
 from keras_tpu import text
@@ -79,7 +81,8 @@ def bert_assets(tmp_path_factory):
     """A tiny exported TF Hub encoder, a WordPiece vocabulary and an SST-2-like TSV."""
     root = tmp_path_factory.mktemp("rehearse_bert")
     encoder_dir = bert.export_encoder(bert.build_bert_encoder(TINY_BERT), str(root / "encoder"))
-    vocab = text.write_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS], str(root / "v"))
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+    vocab = text.write_vocab(tokens, str(root / "vocab.txt"))
     rng = np.random.default_rng(0)
     rows = [f"{' '.join(rng.choice(WORDS, 5))}\t{i % 2}" for i in range(48)]
     tsv = root / "train.tsv"
@@ -149,7 +152,8 @@ def test_py_function_layer_is_named_with_its_op_and_fix():
     assert [f.problem for f in report.findings] == ["py_function"]
     assert report.compiled == ()  # XLA refused both steps as well.
     _assert_unchanged(model, before)
-    with pytest.raises(tpu_rehearsal.TPURehearsalError, match="EagerPyFunc op .* in layer 'python_layer'"):
+    error = "EagerPyFunc op .* in layer 'python_layer'"
+    with pytest.raises(tpu_rehearsal.TPURehearsalError, match=error):
         report.raise_if_failed()
     _fit_two_steps(model, _dataset(*_numbers()).repeat())  # The CPU runs it happily.
 
@@ -207,12 +211,27 @@ def test_string_batches_and_a_distributed_eval_set_are_read_per_replica(mirrored
 def test_registry_check_matches_xla_cpu_kernels_and_reports_no_tpu_registry():
     graph = tf.function(lambda a: tf.py_function(lambda b: b, [tf.matmul(a, a)], tf.float32))
     graph_def = graph.get_concrete_function(tf.TensorSpec((2, 2))).graph.as_graph_def()
-    nodes = {node.op: node for _, node in tpu_rehearsal.walk_nodes(graph_def)}
+    nodes = {node.op: node for _, node in graph_inspect.walk_nodes(graph_def)}
     tf.function(lambda a: a + 1, jit_compile=True)(tf.ones(1))  # Registers XLA's kernels.
-    assert not tpu_rehearsal.lacks_kernel(nodes["MatMul"], "XLA_CPU_JIT")
-    assert tpu_rehearsal.lacks_kernel(nodes["EagerPyFunc"], "XLA_CPU_JIT")
+    assert not graph_inspect.lacks_kernel(nodes["MatMul"], "XLA_CPU_JIT")
+    assert graph_inspect.lacks_kernel(nodes["EagerPyFunc"], "XLA_CPU_JIT")
     # The `tensorflow` wheel has no TPU XLA backend (see tpu_kernel_registry).
-    assert tpu_rehearsal.tpu_kernel_registry() is False
+    assert graph_inspect.tpu_kernel_registry() is False
+
+
+def test_ops_in_nested_functions_map_to_the_calling_layer():
+    def python_in_a_branch(t):  # tf.cond: the py_function lives in a branch function.
+        return tf.cond(
+            tf.reduce_sum(t) > 0.0, lambda: _python_identity(t), lambda: tf.identity(t)
+        )
+
+    model = _tiny_model(keras.layers.Lambda(python_in_a_branch, name="branchy"), name="nest")
+    report = tpu_rehearsal.rehearse_tpu(model, _dataset(*_numbers()))
+    finding = _only(report, "py_function")
+    assert finding.origin == "layer 'branchy'"
+    assert finding.op_name.startswith("nest/branchy/cond/") and finding.op_name.endswith(
+        "/EagerPyFunc"
+    )
 
 
 def test_uncompiled_model_and_strategy_scope_are_explained(mirrored):
@@ -226,20 +245,22 @@ def test_uncompiled_model_and_strategy_scope_are_explained(mirrored):
 
 @pytest.mark.slow
 def test_train_cnn_script_rehearses_then_trains_or_exits_2(tmp_path):
-    script = os.path.join(REPO, "scripts", "train_cnn.py")
-    common = (
-        "import runpy, sys, tensorflow as tf\n"
-        "from keras_tpu import keras\n"
-        "from keras_tpu.models import cnn\n"
-        f"sys.argv = [{script!r}, '--dataset=digits', '--epochs=1', '--steps_per_epoch=3', "
-        "'--per_replica_batch_size=16', '--rehearse_tpu', '--nobackup', '--nokeep_best', "
-        f"'--notensorboard', '--model_dir={tmp_path}/run']\n"
-    )
-    passing = run_python(common + f"runpy.run_path({script!r}, run_name='__main__')\n")
+    flags = [
+        "--dataset=digits", "--epochs=1", "--steps_per_epoch=3", "--per_replica_batch_size=16",
+        "--rehearse_tpu", "--nobackup", "--nokeep_best", "--notensorboard",
+    ]
+    passing = run_script("train_cnn.py", *flags, f"--model_dir={tmp_path}/run")
     assert passing.returncode == 0, passing.stderr[-3000:]
     assert "0 problem(s) the TPU would refuse" in passing.stderr
     assert "test accuracy" in passing.stdout
-    patched = common.replace("run']", "bad']") + (
+    # The same script with a py_function layer appended to the CNN.
+    scripts = os.path.join(REPO, "scripts")
+    argv = [os.path.join(scripts, "train_cnn.py"), *flags, f"--model_dir={tmp_path}/bad"]
+    failing = run_python(
+        "import runpy, sys, tensorflow as tf\n"
+        "from keras_tpu import keras\n"
+        "from keras_tpu.models import cnn\n"
+        f"sys.path.insert(0, {scripts!r}); sys.argv = {argv!r}\n"
         "build = cnn.build_cnn\n"
         "def with_python(*args, **kwargs):\n"
         "    model = build(*args, **kwargs)\n"
@@ -247,12 +268,12 @@ def test_train_cnn_script_rehearses_then_trains_or_exits_2(tmp_path):
         "        lambda a: a, [t], tf.float32), t.shape), name='python_layer')\n"
         "    return keras.Model(model.input, py(model.output), name=model.name)\n"
         "cnn.build_cnn = with_python\n"
-        f"runpy.run_path({script!r}, run_name='__main__')\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
-    failing = run_python(patched)
     assert failing.returncode == 2, failing.stderr[-3000:]
     lines = failing.stderr.strip().splitlines()
     assert lines[-1].startswith("error: TPU rehearsal of model 'cnn_default' found 1 problem")
-    assert "py_function: EagerPyFunc op" in failing.stderr and "layer 'python_layer'" in failing.stderr
+    assert "py_function: EagerPyFunc op" in failing.stderr
+    assert "layer 'python_layer'" in failing.stderr
     assert "Traceback" not in failing.stderr
     assert not os.path.exists(tmp_path / "bad")
