@@ -38,6 +38,7 @@ class RunConfig:
     keep_best: bool = True  # Keep the best weights (val_accuracy) under model_dir/best.
     tensorboard: bool = True  # TensorBoard logs under model_dir/tensorboard.
     peak_tflops: float | None = None  # Devices' combined peak, for MFU (e.g. bench_peak.py).
+    rehearse_tpu: bool = False  # Compile the steps for the TPU on the CPU first; stop on a finding.
     verbose: int = 2
 
     def __post_init__(self):

@@ -173,6 +173,8 @@ def _fit(config, strategy, task, splits, policy):
         metrics=["accuracy"],
         steps_per_execution=steps_per_execution,
     )
+    if config.rehearse_tpu:  # Before any callback writes to model_dir.
+        training.rehearse_or_raise(model, train_ds, eval_dataset=eval_data)
     run_callbacks = callbacks.make_callbacks(
         config.model_dir,
         strategy,

@@ -3,6 +3,8 @@
 from keras_tpu import checks
 from keras_tpu import compat
 from keras_tpu.strategy_info import StrategyInfo
+from keras_tpu.tpu_rehearsal import rehearse_or_raise  # noqa: F401  (keras_tpu.training.*)
+from keras_tpu.tpu_rehearsal import rehearse_tpu  # noqa: F401
 
 keras = compat.keras
 

@@ -104,4 +104,6 @@ RUN_HELP = {
     "tensorboard": "Write TensorBoard logs under model_dir/tensorboard.",
     "peak_tflops": "Combined peak TFLOP/s of the devices, to report MFU.",
     "verbose": "Keras fit verbosity (0, 1 or 2).",
+    "rehearse_tpu": "Before training, compile one train and eval step for the TPU with XLA on "
+    "the CPU; print what the TPU would refuse and exit 2.",
 }
