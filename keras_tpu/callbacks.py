@@ -8,6 +8,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from keras_tpu import checkpointing
 from keras_tpu.compat import keras
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class NaNGuard(keras.callbacks.Callback):
         super().__init__()
         self._epoch = 0
         self.stopped_at = None
+        self.step = None  # Optimizer step at the end of the execution with the NaN.
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -94,6 +96,7 @@ class NaNGuard(keras.callbacks.Callback):
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(float(np.asarray(loss))):
             self.stopped_at = (self._epoch, batch)
+            self.step = int(self.model.optimizer.iterations.numpy())
             log.error(
                 "keras_tpu: loss became %s at epoch %d, step %d; stopping. Lower the learning "
                 "rate, enable gradient clipping, or use fp32 to find the overflow.",
@@ -132,6 +135,7 @@ def make_callbacks(
     flops_per_example=None,
     peak_flops=None,
     tensorboard=True,
+    steps_per_execution=1,
 ):
     """Return the standard callback list for a run writing under `model_dir`.
 
@@ -139,34 +143,35 @@ def make_callbacks(
       model_dir: run directory (local or gs://); None gives only the meter and guard.
       strategy: the run's strategy (for chief-only writes and remote-TPU I/O).
       global_batch: examples per step across replicas.
-      backup: add BackupAndRestore under model_dir/backup.
-      backup_every_steps: BackupAndRestore frequency in steps; None backs up per epoch.
+      backup: add a checkpointing.Backup under model_dir/backup.
+      backup_every_steps: backup frequency in optimizer steps; None backs up per epoch.
       best_metric: e.g. "val_accuracy": keep the best weights in model_dir/best.
       flops_per_example: training FLOPs per example, for MFU.
       peak_flops: combined peak FLOP/s of the devices, for MFU.
       tensorboard: write TensorBoard logs to model_dir/tensorboard.
+      steps_per_execution: the model's, to say where step backups can land.
     """
     meter = ThroughputMeter(global_batch, flops_per_example, peak_flops)
     callbacks = [meter, LearningRateLogger(), NaNGuard()]
     if not model_dir:
         return callbacks
     options = io_options(strategy, model_dir)
-    if backup and options is not None:
-        log.warning(
-            "keras_tpu: BackupAndRestore cannot route its writes through this host for a "
-            "remote TPU node; use a gs:// model_dir to keep preemption backups."
-        )
-    elif backup:
-        # A backup lets a killed run resume where it stopped: restarting the
-        # same command restores weights, optimizer state, epoch and step.
+    if backup:
+        # A backup lets a killed or preempted run resume where it stopped: restarting
+        # the same command restores weights, optimizer state and the step (see
+        # checkpointing.py for why this is not tf_keras's BackupAndRestore).
         callbacks.append(
-            keras.callbacks.BackupAndRestore(
-                os.path.join(model_dir, "backup"), save_freq=backup_every_steps or "epoch"
+            checkpointing.Backup(
+                model_dir,
+                strategy,
+                every_steps=backup_every_steps,
+                steps_per_execution=steps_per_execution,
+                options=options,
             )
         )
     if best_metric:
         callbacks.append(
-            keras.callbacks.ModelCheckpoint(
+            checkpointing.FiniteModelCheckpoint(
                 os.path.join(model_dir, "best", "checkpoint"),
                 monitor=best_metric,
                 mode="min" if "loss" in best_metric else "max",

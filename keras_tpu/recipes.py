@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from keras_tpu import accelerators
 from keras_tpu import callbacks
+from keras_tpu import checkpointing
 from keras_tpu import cluster
 from keras_tpu import compat
 from keras_tpu import data
@@ -27,6 +28,7 @@ from keras_tpu import export
 from keras_tpu import memory
 from keras_tpu import optimizers
 from keras_tpu import resolver
+from keras_tpu import run_dir
 from keras_tpu import text
 from keras_tpu import training
 from keras_tpu.models import bert
@@ -68,7 +70,8 @@ class RunConfig:
     export_dir: str | None = None  # SavedModel for serving.
     seed: int = 0
     backup_every_steps: int | None = None  # None: back up every epoch.
-    backup: bool = True  # BackupAndRestore under model_dir/backup: a killed run resumes.
+    backup: bool = True  # Backups under model_dir/backup: a killed or preempted run resumes.
+    overwrite: bool = False  # Start over in a model_dir (or export_dir) holding another run.
     keep_best: bool = True  # Keep the best weights (val_accuracy) under model_dir/best.
     tensorboard: bool = True  # TensorBoard logs under model_dir/tensorboard.
     peak_tflops: float | None = None  # Devices' combined peak, for MFU (e.g. bench_peak.py).
@@ -190,6 +193,7 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
     info = resolver.describe(strategy)
     previous_policy = keras.mixed_precision.global_policy()
     policy = training.set_precision(config.mixed_precision, strategy)
+    lock = backup = None
     try:
         keras.utils.set_random_seed(config.seed)
         batch = config.per_replica_batch_size
@@ -228,7 +232,13 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
             tensorboard=config.tensorboard,
             flops_per_example=flops,
             peak_flops=config.peak_tflops and config.peak_tflops * 1e12,
+            steps_per_execution=steps_per_execution,
         )
+        lock, backup, start_step = _claim_and_restore(config, model, eval_data, run_callbacks)
+        if start_step:  # Skip the examples of the steps already trained.
+            train_ds, _ = data.train_dataset(
+                strategy, train, batch, preprocess=preprocess, seed=config.seed, start_step=start_step
+            )
         start = time.perf_counter()
         try:
             history = model.fit(
@@ -241,6 +251,7 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
                 verbose=config.verbose,
             )
             seconds = time.perf_counter() - start
+            _raise_if_stopped(config, model, run_callbacks, info)
             test_metrics = training.evaluate(model, eval_data)
             if config.export_dir:
                 export_fn = extras.get("export", export.export_model)
@@ -252,11 +263,16 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
         meter = run_callbacks[0]  # make_callbacks puts the ThroughputMeter first.
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
+        if backup:
+            backup.close()
+        if lock:
+            lock.release()
 
     batching = eval_data.batching
     final_step = int(model.optimizer.iterations.numpy())
     steps_run = final_step - (meter.start_step or 0)
     summary = {
+        "status": "ok",
         "model": model.name,
         "parameters": int(model.count_params()),
         "train_examples": data.count_examples(train),
@@ -281,11 +297,63 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
         "strategy": info,
         "config": dataclasses.asdict(config),
     }
+    _write_summary(config, chief, summary)
+    if backup:  # Only now: a failed export or summary leaves the backup for the rerun.
+        backup.finish()
+    return summary, model
+
+
+def _write_summary(config, chief, summary):
     if config.model_dir and chief:
         tf.io.gfile.makedirs(config.model_dir)
         with tf.io.gfile.GFile(os.path.join(config.model_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
-    return summary, model
+
+
+def _claim_and_restore(config, model, eval_data, run_callbacks):
+    """Lock model_dir, check it holds this run, restore its backup; return (lock, backup, step)."""
+    lock = None
+    strategy = _resolve(config)
+    if config.model_dir and training.is_chief(strategy):
+        identity = run_dir.RunIdentity.of(
+            config, global_batch=eval_data.batching.global_batch, model=model
+        )
+        lock = run_dir.open_run(
+            config.model_dir,
+            identity=identity,
+            overwrite=config.overwrite,
+            needed_bytes=2 * checkpointing.checkpoint_bytes(model),
+        )
+    backup = checkpointing.find(run_callbacks)
+    try:
+        return lock, backup, backup.restore(model) if backup else 0
+    except BaseException:
+        if lock:
+            lock.release()
+        raise
+
+
+def _raise_if_stopped(config, model, run_callbacks, info):
+    """Raise RunStopped for a preempted run, or for a NaN loss (after a "nan" summary)."""
+    backup = checkpointing.find(run_callbacks)
+    if backup and backup.stop_reason():
+        raise backup.stop_reason()
+    guard = next(c for c in run_callbacks if isinstance(c, callbacks.NaNGuard))
+    if guard.stopped_at is None:
+        return
+    kept = backup and backup.saved_step
+    message = (
+        f"loss became NaN at step {guard.step}; stopped. "
+        + (f"The last finite backup (step {kept}) is kept in {backup.directory}. " if kept else "")
+        + "Lower --learning_rate, or use fp32, then run again (with --overwrite to start over)."
+    )
+    _write_summary(
+        config,
+        training.is_chief(_resolve(config)),
+        {"status": "nan", "nan_step": guard.step, "final_step": int(model.optimizer.iterations.numpy()),
+         "message": message, "strategy": info, "config": dataclasses.asdict(config)},
+    )  # fmt: skip
+    raise checkpointing.RunStopped(message, exit_code=3)
 
 
 def load_image_data(name, data_dir=None, seed=0):

@@ -10,6 +10,7 @@ from absl import flags
 
 import keras_tpu
 import keras_tpu.models
+from keras_tpu import checkpointing
 
 
 def define_flags(config_cls, helps):
@@ -68,6 +69,9 @@ def run_or_explain(fn, config, known_errors):
     """
     try:
         return fn(config)
+    except checkpointing.RunStopped as e:  # Preempted, NaN, full disk: the run's own line.
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
     except known_errors as e:
         frames = traceback.extract_tb(e.__traceback__)
         if frames and not frames[-1].filename.startswith(_OWN_CODE):
@@ -110,6 +114,7 @@ RUN_HELP = {
     "seed": "Random seed.",
     "backup_every_steps": "Back up every N steps for resuming (default: every epoch).",
     "backup": "Back up under model_dir/backup so a killed run resumes when restarted.",
+    "overwrite": "Start over in a model_dir (or export_dir) that holds another run.",
     "keep_best": "Keep the weights with the best val_accuracy under model_dir/best.",
     "tensorboard": "Write TensorBoard logs under model_dir/tensorboard.",
     "peak_tflops": "Combined peak TFLOP/s of the devices, to report MFU.",
