@@ -41,7 +41,7 @@ class ThroughputMeter(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         if self.start_step is None:
-            # Read at the first step, after BackupAndRestore restored a backup.
+            # Read at the first step, after checkpointing.Backup restored a backup.
             self.start_step = int(self.model.optimizer.iterations.numpy())
 
     def on_epoch_begin(self, epoch, logs=None):

@@ -176,8 +176,10 @@ class Backup(keras.callbacks.Callback):
                     signal.Signals(signum).name)  # fmt: skip
 
     def close(self):
-        """Give SIGTERM/SIGINT back their handlers; call when fit raised (no on_train_end)."""
+        """Give SIGTERM/SIGINT back their handlers, drop a worker's scratch; idempotent."""
         self._restore_handlers()
+        if getattr(self, "_scratch", None):
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
     def _restore_handlers(self):
         for signum, handler in self._previous_handlers.items():
@@ -207,8 +209,6 @@ class Backup(keras.callbacks.Callback):
         self.model._training_state = None  # pylint: disable=protected-access
         if self.nan_step is None and self.signal is None:
             self.save()  # A failed export then finds the trained weights, not an older step.
-        if not self.chief and getattr(self, "_scratch", None):
-            shutil.rmtree(self._scratch, ignore_errors=True)
 
     def stop_reason(self):
         """Return RunStopped for a preempted run, else None."""

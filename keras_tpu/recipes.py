@@ -270,7 +270,7 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
 
     batching = eval_data.batching
     final_step = int(model.optimizer.iterations.numpy())
-    steps_run = final_step - (meter.start_step or 0)
+    steps_run = final_step - start_step
     summary = {
         "status": "ok",
         "model": model.name,
@@ -286,7 +286,7 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
         "steps_per_execution": steps_per_execution,
         "final_step": final_step,
         "memory_warning": memory_warning or None,
-        "resumed_from_step": meter.start_step or 0,
+        "resumed_from_step": start_step,
         "final_train": {k: float(v[-1]) for k, v in history.history.items() if "val_" not in k},
         "test": test_metrics,
         "train_seconds": round(seconds, 3),
