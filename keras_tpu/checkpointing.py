@@ -145,9 +145,9 @@ class Backup(keras.callbacks.Callback):
         free = shutil.disk_usage(where).free if "://" not in directory else None
         if free is not None and free < 2 * needed:
             return (f"no space left on the device of {directory}: a backup needs about "
-                    f"{run_dir._mb(needed)} free, {run_dir._mb(free)} is; free space there or "
-                    f"use another --model_dir ({kept}).")  # fmt: skip
-        return f"cannot write a backup to {directory}: {run_dir._first_line(error)} ({kept})."
+                    f"{run_dir.megabytes(needed)} free, {run_dir.megabytes(free)} is; free space "
+                    f"there or use another --model_dir ({kept}).")  # fmt: skip
+        return f"cannot write a backup to {directory}: {run_dir.first_line(error)} ({kept})."
 
     def finish(self):
         """Delete the backups: call once the run's summary and export are safely written."""

@@ -237,8 +237,9 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
         lock, backup, start_step = _claim_and_restore(config, model, eval_data, run_callbacks)
         if start_step:  # Skip the examples of the steps already trained.
             train_ds, _ = data.train_dataset(
-                strategy, train, batch, preprocess=preprocess, seed=config.seed, start_step=start_step
-            )
+                strategy, train, batch, preprocess=preprocess, seed=config.seed,
+                start_step=start_step,
+            )  # fmt: skip
         start = time.perf_counter()
         try:
             history = model.fit(
@@ -350,8 +351,9 @@ def _raise_if_stopped(config, model, run_callbacks, info):
     _write_summary(
         config,
         training.is_chief(_resolve(config)),
-        {"status": "nan", "nan_step": guard.step, "final_step": int(model.optimizer.iterations.numpy()),
-         "message": message, "strategy": info, "config": dataclasses.asdict(config)},
+        {"status": "nan", "nan_step": guard.step,
+         "final_step": int(model.optimizer.iterations.numpy()), "message": message,
+         "strategy": info, "config": dataclasses.asdict(config)},
     )  # fmt: skip
     raise checkpointing.RunStopped(message, exit_code=3)
 

@@ -182,7 +182,7 @@ def check_writable(model_dir, needed_bytes):
     try:
         tf.io.gfile.makedirs(model_dir)
     except (tf.errors.OpError, OSError) as e:
-        raise RunDirError(f"cannot create model_dir {model_dir}: {_first_line(e)}") from e
+        raise RunDirError(f"cannot create model_dir {model_dir}: {first_line(e)}") from e
     if "://" in model_dir:
         return
     if not os.access(model_dir, os.W_OK):
@@ -190,17 +190,17 @@ def check_writable(model_dir, needed_bytes):
     free = shutil.disk_usage(model_dir).free
     if free < needed_bytes:
         raise RunDirError(
-            f"model_dir {model_dir} has {_mb(free)} free; its backups need about "
-            f"{_mb(needed_bytes)}. Free space there or use another --model_dir."
+            f"model_dir {model_dir} has {megabytes(free)} free; its backups need about "
+            f"{megabytes(needed_bytes)}. Free space there or use another --model_dir."
         )
 
 
-def _first_line(error):
+def first_line(error):
     text = getattr(error, "message", None) or str(error)
     return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
 
-def _mb(nbytes):
+def megabytes(nbytes):
     return f"{nbytes / 2**20:.1f} MB"
 
 

@@ -106,7 +106,9 @@ def test_a_failed_save_names_the_path_and_leaves_no_litter(tmp_path, monkeypatch
         raise tf.errors.ResourceExhaustedError(None, None, "No space left on device")
 
     monkeypatch.setattr(write, "save", full)
-    monkeypatch.setattr(checkpointing.shutil, "disk_usage", lambda p: types.SimpleNamespace(free=100))
+    monkeypatch.setattr(
+        checkpointing.shutil, "disk_usage", lambda path: types.SimpleNamespace(free=100)
+    )
     with pytest.raises(checkpointing.RunStopped) as e:
         backup.save()
     message = str(e.value)
