@@ -34,7 +34,8 @@ class RunConfig:
     export_dir: str | None = None  # SavedModel for serving.
     seed: int = 0
     backup_every_steps: int | None = None  # None: back up every epoch.
-    backup: bool = True  # BackupAndRestore under model_dir/backup: a killed run resumes.
+    backup: bool = True  # Backups under model_dir/backup: a killed or preempted run resumes.
+    overwrite: bool = False  # Start over in a model_dir (or export_dir) holding another run.
     keep_best: bool = True  # Keep the best weights (val_accuracy) under model_dir/best.
     tensorboard: bool = True  # TensorBoard logs under model_dir/tensorboard.
     peak_tflops: float | None = None  # Devices' combined peak, for MFU (e.g. bench_peak.py).

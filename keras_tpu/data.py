@@ -191,6 +191,7 @@ def train_dataset_fn(
     shuffle=True,
     shuffle_buffer=DEFAULT_SHUFFLE_BUFFER,
     cache="memory",
+    start_step=0,
 ):
     """Return (dataset_fn(input_context), steps per epoch) for training.
 
@@ -204,6 +205,10 @@ def train_dataset_fn(
       shuffle_buffer: shuffle buffer size (capped at the examples per pipeline).
       cache: "memory", a file path prefix, or None: cache the raw examples
         after the first pass (before shuffling, so epochs still differ).
+      start_step: steps already trained (a resumed run): their examples are read
+        and skipped, so the stream continues as if never interrupted. The order is
+        the same only if the source reads in a fixed order (in-memory arrays do;
+        a tfds or TFRecord source read with parallel interleave may not).
     """
     source = as_source(data)
     n = count_examples(source)
@@ -228,7 +233,11 @@ def train_dataset_fn(
         batch = input_context.get_per_replica_batch_size(batching.global_batch)
         # One pipeline feeds several replicas (all of a host's): it batches per
         # replica and the strategy hands consecutive batches to its replicas.
-        return _finish(ds.repeat(), batch, preprocess, deterministic=not shuffle)
+        ds = ds.repeat()
+        if start_step:
+            replicas_per_pipeline = input_context.num_replicas_in_sync // pipelines
+            ds = ds.skip(start_step * batch * replicas_per_pipeline)
+        return _finish(ds, batch, preprocess, deterministic=not shuffle)
 
     return dataset_fn, steps
 

@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu import callbacks
+from keras_tpu import checkpointing
 from keras_tpu import checks
 from keras_tpu import cluster
 from keras_tpu import compat
@@ -29,6 +30,7 @@ from keras_tpu import memory
 from keras_tpu import optimizers
 from keras_tpu import recipe_inputs
 from keras_tpu import resolver
+from keras_tpu import run_dir
 from keras_tpu import training
 from keras_tpu.configs import BertRunConfig  # noqa: F401  (keras_tpu.recipes.BertRunConfig)
 from keras_tpu.configs import CNNConfig  # noqa: F401  (keras_tpu.recipes.CNNConfig)
@@ -138,6 +140,8 @@ class _Trained:
     steps_per_execution: int
     memory_warning: str | None
     meter: callbacks.ThroughputMeter
+    start_step: int  # The optimizer step the run resumed from (0: a fresh run).
+    backup: checkpointing.Backup | None  # Deleted by _run once summary and export are safe.
 
 
 def _fit(config, strategy, task, splits, policy):
@@ -185,7 +189,18 @@ def _fit(config, strategy, task, splits, policy):
         tensorboard=config.tensorboard,
         flops_per_example=task.flops_per_example and task.flops_per_example(model),
         peak_flops=config.peak_tflops and config.peak_tflops * 1e12,
+        steps_per_execution=steps_per_execution,
     )
+    lock, start_step = _claim_and_restore(config, info, model, eval_data, run_callbacks.backup)
+    if start_step:  # Skip the examples of the steps already trained.
+        train_ds, _ = data.train_dataset(
+            strategy,
+            splits.train,
+            batch,
+            preprocess=splits.preprocess,
+            seed=config.seed,
+            start_step=start_step,
+        )
     start = time.perf_counter()
     try:
         history = model.fit(
@@ -198,6 +213,7 @@ def _fit(config, strategy, task, splits, policy):
             verbose=config.verbose,
         )
         seconds = time.perf_counter() - start
+        _raise_if_stopped(config, info, model, run_callbacks)
         test_metrics = training.evaluate(model, eval_data)
         if config.export_dir:
             _export_on_every_worker(task.export, model, config.export_dir, strategy)
@@ -205,6 +221,11 @@ def _fit(config, strategy, task, splits, policy):
         if not info.is_multi_worker:
             raise
         raise cluster.worker_failure(e, info, config.model_dir, config.backup) from e
+    finally:
+        if run_callbacks.backup:
+            run_callbacks.backup.close()
+        if lock:
+            lock.release()
     return _Trained(
         model=model,
         history=history.history,
@@ -215,6 +236,8 @@ def _fit(config, strategy, task, splits, policy):
         steps_per_execution=steps_per_execution,
         memory_warning=memory_warning or None,
         meter=run_callbacks.meter,
+        start_step=start_step,
+        backup=run_callbacks.backup,
     )
 
 
@@ -223,9 +246,10 @@ def _summary(config, info, splits, policy, trained):
     model, meter, batching = trained.model, trained.meter, trained.batching
     test_metrics = dict(trained.test_metrics)
     final_step = int(model.optimizer.iterations.numpy())
-    steps_run = final_step - (meter.start_step or 0)
+    steps_run = final_step - trained.start_step
     history, seconds = trained.history, trained.seconds
     return {
+        "status": "ok",
         "model": model.name,
         "parameters": int(model.count_params()),
         "train_examples": data.count_examples(splits.train),
@@ -239,7 +263,7 @@ def _summary(config, info, splits, policy, trained):
         "steps_per_execution": trained.steps_per_execution,
         "final_step": final_step,
         "memory_warning": trained.memory_warning,
-        "resumed_from_step": meter.start_step or 0,
+        "resumed_from_step": trained.start_step,
         "final_train": {k: float(v[-1]) for k, v in history.items() if "val_" not in k},
         "test": test_metrics,
         "train_seconds": round(seconds, 3),
@@ -264,7 +288,56 @@ def _run(config, strategy, task, splits):
         keras.mixed_precision.set_global_policy(previous_policy)
     if summary["chief"]:
         write_summary(summary, config.model_dir)
+    if trained.backup:  # Only now: a failed export or summary leaves the backup for the rerun.
+        trained.backup.finish()
     return summary
+
+
+def _claim_and_restore(config, info, model, eval_data, backup):
+    """Lock model_dir, check it holds this run, restore its backup; return (lock, step)."""
+    lock = None
+    if config.model_dir and info.is_chief:
+        identity = run_dir.RunIdentity.of(
+            config, global_batch=eval_data.batching.global_batch, model=model
+        )
+        lock = run_dir.open_run(
+            config.model_dir,
+            identity=identity,
+            overwrite=config.overwrite,
+            needed_bytes=2 * checkpointing.checkpoint_bytes(model),
+        )
+    try:
+        return lock, backup.restore(model) if backup else 0
+    except BaseException:
+        if lock:
+            lock.release()
+        raise
+
+
+def _raise_if_stopped(config, info, model, run_callbacks):
+    """Raise RunStopped for a preempted run, or for a NaN loss (after a "nan" summary)."""
+    backup, guard = run_callbacks.backup, run_callbacks.nan_guard
+    if backup and backup.stop_reason():
+        raise backup.stop_reason()
+    if guard.stopped_at is None:
+        return
+    kept = backup and backup.saved_step
+    message = (
+        f"loss became NaN at step {guard.step}; stopped. "
+        + (f"The last finite backup (step {kept}) is kept in {backup.directory}. " if kept else "")
+        + "Lower --learning_rate, or use fp32, then run again (with --overwrite to start over)."
+    )
+    if info.is_chief:
+        nan_summary = {
+            "status": "nan",
+            "nan_step": guard.step,
+            "final_step": int(model.optimizer.iterations.numpy()),
+            "message": message,
+            "strategy": info.to_dict(),
+            "config": dataclasses.asdict(config),
+        }
+        write_summary(nan_summary, config.model_dir)
+    raise checkpointing.RunStopped(message, exit_code=3)
 
 
 def write_summary(summary, model_dir):

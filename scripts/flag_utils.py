@@ -6,6 +6,7 @@ import typing
 
 from absl import flags
 
+from keras_tpu import checkpointing
 from keras_tpu import recipes
 
 
@@ -61,6 +62,9 @@ def run_or_explain(fn, config, known_errors=recipes.CONFIG_ERRORS):
     """
     try:
         return fn(config)
+    except checkpointing.RunStopped as e:  # Preempted, NaN, full disk: the run's own line.
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
     except known_errors as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -100,6 +104,7 @@ RUN_HELP = {
     "seed": "Random seed.",
     "backup_every_steps": "Back up every N steps for resuming (default: every epoch).",
     "backup": "Back up under model_dir/backup so a killed run resumes when restarted.",
+    "overwrite": "Start over in a model_dir (or export_dir) that holds another run.",
     "keep_best": "Keep the weights with the best val_accuracy under model_dir/best.",
     "tensorboard": "Write TensorBoard logs under model_dir/tensorboard.",
     "peak_tflops": "Combined peak TFLOP/s of the devices, to report MFU.",

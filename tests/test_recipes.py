@@ -307,4 +307,6 @@ def test_train_cnn_in_process_on_four_replicas(tmp_path):
     assert len(losses) == 3 and losses[-1] < losses[0]
     with open(tmp_path / "summary.json") as f:
         assert json.load(f)["weights_sha256"] == summary["weights_sha256"]
-    assert {"backup", "best", "tensorboard"} <= set(os.listdir(tmp_path))
+    files = set(os.listdir(tmp_path))
+    assert {"best", "tensorboard", "run.json"} <= files and "backup" not in files  # Done: deleted.
+    assert summary["status"] == "ok" and summary["resumed_from_step"] == 0
