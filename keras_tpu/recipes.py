@@ -7,6 +7,7 @@ SavedModel and returns (and writes) the run's summary.
 """
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -26,6 +27,7 @@ from keras_tpu import data
 from keras_tpu import export
 from keras_tpu import memory
 from keras_tpu import optimizers
+from keras_tpu import outputs
 from keras_tpu import resolver
 from keras_tpu import text
 from keras_tpu import training
@@ -66,6 +68,7 @@ class RunConfig:
     model_dir: str | None = None  # summary.json, backups, best weights, TensorBoard.
     data_dir: str | None = None  # tfds data_dir.
     export_dir: str | None = None  # SavedModel for serving.
+    overwrite: bool = False  # Replace an export_dir that holds something else.
     seed: int = 0
     backup_every_steps: int | None = None  # None: back up every epoch.
     backup: bool = True  # BackupAndRestore under model_dir/backup: a killed run resumes.
@@ -82,6 +85,8 @@ class RunConfig:
                 raise ValueError(f"{name}={value!r} must be an integer >= 1.")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate={self.learning_rate!r} must be > 0.")
+        outputs.check_directory_path("model_dir", self.model_dir)
+        outputs.check_export_dir(self.export_dir, overwrite=self.overwrite)
         if not self.collective_timeout > 0:
             raise ValueError(f"collective_timeout={self.collective_timeout!r} must be > 0 s.")
         if self.worker_hosts is not None or self.task_index is not None:
@@ -204,6 +209,7 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
         with strategy.scope():
             model = build_model()
             optimizer = make_optimizer(steps_per_epoch * config.epochs)
+        outputs.check_export_dir(config.export_dir, overwrite=config.overwrite, model=model)
         memory_warning = extras.get("check_memory") and extras["check_memory"](model, info, policy)
         if memory_warning:
             # Warn before compiling: an OOM would only show after minutes of XLA compilation.
@@ -243,7 +249,9 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
             seconds = time.perf_counter() - start
             test_metrics = training.evaluate(model, eval_data)
             if config.export_dir:
-                export_fn = extras.get("export", export.export_model)
+                export_fn = functools.partial(
+                    extras.get("export", export.export_model), overwrite=config.overwrite
+                )
                 _export_on_every_worker(export_fn, model, config.export_dir, strategy)
         except cluster.FAILURE_ERRORS as e:
             if info["kind"] != "multi_worker":
@@ -253,6 +261,13 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
 
+    accuracy_warning = training.chance_warning(
+        train_accuracy=(history.history.get("accuracy") or [None])[-1],
+        eval_accuracy=test_metrics.get("accuracy"),
+        num_classes=int(model.output_shape[-1]),
+    )
+    if accuracy_warning:
+        log.warning("keras_tpu: %s", accuracy_warning)
     batching = eval_data.batching
     final_step = int(model.optimizer.iterations.numpy())
     steps_run = final_step - (meter.start_step or 0)
@@ -273,6 +288,7 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
         "resumed_from_step": meter.start_step or 0,
         "final_train": {k: float(v[-1]) for k, v in history.history.items() if "val_" not in k},
         "test": test_metrics,
+        "accuracy_warning": accuracy_warning,
         "train_seconds": round(seconds, 3),
         "train_examples_per_second": round(steps_run * batching.global_batch / seconds, 1),
         "throughput": meter.history,
@@ -423,8 +439,8 @@ def train_bert(config):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         flops_per_example=lambda model: bert.training_flops_per_example(model, config.seq_length),
         check_memory=lambda model, info, policy: _check_bert_memory(model, info, policy, config),
-        export=lambda model, export_dir, strategy: export.export_text_classifier(
-            model, preprocessor, export_dir, strategy
+        export=lambda model, export_dir, strategy, overwrite: export.export_text_classifier(
+            model, preprocessor, export_dir, strategy, overwrite=overwrite
         ),
     )
     return summary
