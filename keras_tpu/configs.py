@@ -9,6 +9,7 @@ import dataclasses
 
 from keras_tpu import checks
 from keras_tpu import cluster
+from keras_tpu import outputs
 from keras_tpu import tpu_connect
 
 
@@ -35,7 +36,9 @@ class RunConfig:
     seed: int = 0
     backup_every_steps: int | None = None  # None: back up every epoch.
     backup: bool = True  # Backups under model_dir/backup: a killed or preempted run resumes.
-    overwrite: bool = False  # Start over in a model_dir (or export_dir) holding another run.
+    overwrite: bool = (
+        False  # Start over in a model_dir, or replace an export_dir, holding another run.
+    )
     keep_best: bool = True  # Keep the best weights (val_accuracy) under model_dir/best.
     tensorboard: bool = True  # TensorBoard logs under model_dir/tensorboard.
     peak_tflops: float | None = None  # Devices' combined peak, for MFU (e.g. bench_peak.py).
@@ -47,6 +50,8 @@ class RunConfig:
         for name in ("epochs", "per_replica_batch_size", "steps_per_epoch", "backup_every_steps"):
             checks.optional_integer(name, getattr(self, name))
         checks.positive("learning_rate", self.learning_rate)
+        outputs.check_directory_path("model_dir", self.model_dir)
+        outputs.check_export_dir(self.export_dir, overwrite=self.overwrite)
         checks.positive("collective_timeout", self.collective_timeout, unit="s")
         if self.worker_hosts is not None or self.task_index is not None:
             if self.task_index is None or self.worker_hosts is None:

@@ -202,6 +202,7 @@ def _refuse_other_formats(folder):
 
 def _load_safetensors(path):
     try:
+        import safetensors  # pylint: disable=g-import-not-at-top
         from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
     except ImportError:
         raise ImportError(
@@ -209,6 +210,12 @@ def _load_safetensors(path):
         ) from None
     try:
         return st_numpy.load_file(path)
+    except safetensors.SafetensorError as e:
+        # The Rust error ("incomplete metadata, file not fully covered") names no file.
+        raise checks.ConfigError(
+            f"{path} ({os.path.getsize(path):,} bytes) is not a readable safetensors file: {e}. "
+            f"It is probably truncated (an interrupted download or copy); download it again."
+        ) from None
     except TypeError as e:
         if "bfloat16" in str(e):
             # NumPy has no bfloat16, so safetensors.numpy cannot return these tensors.

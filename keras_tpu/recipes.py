@@ -7,6 +7,7 @@ SavedModel and returns (and writes) the run's summary.
 """
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -28,6 +29,7 @@ from keras_tpu import data
 from keras_tpu import export
 from keras_tpu import memory
 from keras_tpu import optimizers
+from keras_tpu import outputs
 from keras_tpu import recipe_inputs
 from keras_tpu import resolver
 from keras_tpu import run_dir
@@ -116,7 +118,7 @@ class Task:
       flops_per_example: model -> training FLOPs per example, for MFU.
       check_memory: (model, StrategyInfo, policy) -> a warning or None, run
         before compiling (an OOM would only show after minutes of XLA compilation).
-      export: (model, export_dir, strategy) -> export_dir, for `--export_dir`.
+      export: (model, export_dir, strategy, *, overwrite) -> export_dir, for `--export_dir`.
     """
 
     build_model: Callable[[], keras.Model]
@@ -166,6 +168,7 @@ def _fit(config, strategy, task, splits, policy):
     with strategy.scope():
         model = task.build_model()
         optimizer = task.make_optimizer(steps_per_epoch * config.epochs)
+    outputs.check_export_dir(config.export_dir, overwrite=config.overwrite, model=model)
     memory_warning = task.check_memory and task.check_memory(model, info, policy)
     if memory_warning:
         log.warning("keras_tpu: %s", memory_warning)
@@ -216,7 +219,8 @@ def _fit(config, strategy, task, splits, policy):
         _raise_if_stopped(config, info, model, run_callbacks)
         test_metrics = training.evaluate(model, eval_data)
         if config.export_dir:
-            _export_on_every_worker(task.export, model, config.export_dir, strategy)
+            export_fn = functools.partial(task.export, overwrite=config.overwrite)
+            _export_on_every_worker(export_fn, model, config.export_dir, strategy)
     except cluster.FAILURE_ERRORS as e:
         if not info.is_multi_worker:
             raise
@@ -245,6 +249,13 @@ def _summary(config, info, splits, policy, trained):
     """Return the run's summary: what summary.json holds and the recipes return."""
     model, meter, batching = trained.model, trained.meter, trained.batching
     test_metrics = dict(trained.test_metrics)
+    accuracy_warning = training.chance_warning(
+        train_accuracy=(trained.history.get("accuracy") or [None])[-1],
+        eval_accuracy=test_metrics.get("accuracy"),
+        num_classes=int(model.output_shape[-1]),
+    )
+    if accuracy_warning:
+        log.warning("keras_tpu: %s", accuracy_warning)
     final_step = int(model.optimizer.iterations.numpy())
     steps_run = final_step - trained.start_step
     history, seconds = trained.history, trained.seconds
@@ -266,6 +277,7 @@ def _summary(config, info, splits, policy, trained):
         "resumed_from_step": trained.start_step,
         "final_train": {k: float(v[-1]) for k, v in history.items() if "val_" not in k},
         "test": test_metrics,
+        "accuracy_warning": accuracy_warning,
         "train_seconds": round(seconds, 3),
         "train_examples_per_second": round(steps_run * batching.global_batch / seconds, 1),
         "throughput": meter.history,
@@ -408,8 +420,8 @@ def train_bert(config):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         flops_per_example=lambda model: bert.training_flops_per_example(model, config.seq_length),
         check_memory=lambda model, info, policy: _check_bert_memory(model, info, policy, config),
-        export=lambda model, export_dir, strategy: export.export_text_classifier(
-            model, preprocessor, export_dir, strategy
+        export=lambda model, export_dir, strategy, overwrite: export.export_text_classifier(
+            model, preprocessor, export_dir, strategy, overwrite=overwrite
         ),
     )
     return _run(config, strategy, task, Splits(train, test, preprocessor.preprocess))

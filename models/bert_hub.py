@@ -54,6 +54,24 @@ def _check_new_interface(layer, handle):
             f"Encoder {handle!r} uses the old TF Hub BERT interface (a list [input_word_ids, "
             f"input_mask, segment_ids] in, a (pooled_output, sequence_output) tuple out). {fix}"
         )
+    if structures and not any(
+        isinstance(s, dict) and set(INPUT_NAMES) <= set(s) for s in structures
+    ):
+        # Another kind of SavedModel (e.g. an image model's export): calling it
+        # with BERT's dict would fail deep inside KerasLayer with a long traceback.
+        takes = ", ".join(sorted({_describe_input(s) for s in structures}))
+        raise checks.ConfigError(
+            f"Encoder {handle!r} is not a BERT encoder: it takes {takes}. {fix}"
+        )
+
+
+def _describe_input(structure):
+    """Return a short description of a traced input structure, for messages."""
+    if isinstance(structure, dict):
+        return f"a dict of {sorted(structure)}"
+    if isinstance(structure, tf.TensorSpec):
+        return f"one {structure.dtype.name} tensor of shape {structure.shape.as_list()}"
+    return type(structure).__name__
 
 
 def load_encoder(handle, trainable=True):

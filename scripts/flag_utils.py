@@ -70,6 +70,20 @@ def run_or_explain(fn, config, known_errors=recipes.CONFIG_ERRORS):
         sys.exit(2)
 
 
+def parse_flags(argv):
+    """Parse absl flags; a bad flag prints one `error:` line and exits with 2.
+
+    Pass as `app.run(main, flags_parser=flag_utils.parse_flags)`: absl's own
+    parser prints "FATAL Flags parsing error" and exits with 1. absl's message
+    already carries its "Did you mean" suggestion for a mistyped name.
+    """
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        print(f"error: {e} (see --helpfull)", file=sys.stderr)
+        sys.exit(2)
+
+
 def print_run(summary):
     """Print where the run ran and its weights' checksum (equal on every worker)."""
     info = summary["strategy"]
@@ -100,11 +114,12 @@ RUN_HELP = {
     "learning_rate": "Peak learning rate.",
     "model_dir": "Run directory: summary.json, backups (resume), best weights, TensorBoard.",
     "data_dir": "tfds data_dir.",
-    "export_dir": "Write a SavedModel for serving here.",
+    "export_dir": "Write a SavedModel for serving here (written beside it, renamed into place).",
+    "overwrite": "Start over in a --model_dir holding another run, and replace an --export_dir "
+    "holding something else (another model, other files).",
     "seed": "Random seed.",
     "backup_every_steps": "Back up every N steps for resuming (default: every epoch).",
     "backup": "Back up under model_dir/backup so a killed run resumes when restarted.",
-    "overwrite": "Start over in a model_dir (or export_dir) that holds another run.",
     "keep_best": "Keep the weights with the best val_accuracy under model_dir/best.",
     "tensorboard": "Write TensorBoard logs under model_dir/tensorboard.",
     "peak_tflops": "Combined peak TFLOP/s of the devices, to report MFU.",

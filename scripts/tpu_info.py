@@ -14,6 +14,10 @@ from absl import flags
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+if __package__:  # python -m scripts.tpu_info
+    from scripts import flag_utils  # noqa: E402
+else:  # python scripts/tpu_info.py
+    import flag_utils  # noqa: E402
 import keras_tpu  # noqa: E402  (after quieting TensorFlow's C++ logs)
 
 FLAGS = flags.FLAGS
@@ -52,4 +56,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=flag_utils.parse_flags)

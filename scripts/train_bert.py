@@ -18,7 +18,10 @@ from absl import app
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import flag_utils  # noqa: E402
+if __package__:  # python -m scripts.train_bert
+    from scripts import flag_utils  # noqa: E402
+else:  # python scripts/train_bert.py
+    import flag_utils  # noqa: E402
 from keras_tpu import recipes  # noqa: E402  (after quieting TensorFlow's C++ logs)
 
 flag_utils.define_flags(
@@ -56,4 +59,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=flag_utils.parse_flags)
