@@ -8,6 +8,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from keras_tpu import progress
 from keras_tpu.compat import keras
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,7 @@ class ThroughputMeter(keras.callbacks.Callback):
           peak_flops: the devices' combined peak FLOP/s, for model FLOPs utilisation.
         """
         super().__init__()
+        self._supports_tf_logs = True  # Batch hooks never read logs: no tensor-to-host copy.
         self.global_batch = global_batch
         self.flops_per_example = flops_per_example
         self.peak_flops = peak_flops
@@ -53,6 +55,16 @@ class ThroughputMeter(keras.callbacks.Callback):
         self._steps = batch + 1
         self._end = time.perf_counter()
 
+    @property
+    def epoch_steps(self):
+        """Training steps of the current epoch so far (as of the last execution)."""
+        return self._steps
+
+    def epoch_examples_per_second(self):
+        """Return the current epoch's training examples/second so far, or None."""
+        seconds = self._end - self._start
+        return self._steps * self.global_batch / seconds if self._steps and seconds > 0 else None
+
     def on_epoch_end(self, epoch, logs=None):
         seconds = self._end - self._start
         if logs is None or not self._steps or seconds <= 0:
@@ -71,12 +83,8 @@ class LearningRateLogger(keras.callbacks.Callback):
     """Add the learning rate in effect at the end of each epoch to the logs."""
 
     def on_epoch_end(self, epoch, logs=None):
-        if logs is None:
-            return
-        rate = self.model.optimizer.learning_rate
-        if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
-            rate = rate(self.model.optimizer.iterations)
-        logs["learning_rate"] = float(keras.backend.get_value(rate))
+        if logs is not None:
+            logs["learning_rate"] = progress.current_learning_rate(self.model.optimizer)
 
 
 class NaNGuard(keras.callbacks.Callback):
@@ -132,6 +140,7 @@ def make_callbacks(
     flops_per_example=None,
     peak_flops=None,
     tensorboard=True,
+    progress_seconds=None,
 ):
     """Return the standard callback list for a run writing under `model_dir`.
 
@@ -145,9 +154,13 @@ def make_callbacks(
       flops_per_example: training FLOPs per example, for MFU.
       peak_flops: combined peak FLOP/s of the devices, for MFU.
       tensorboard: write TensorBoard logs to model_dir/tensorboard.
+      progress_seconds: print a progress line this often and after each epoch;
+        None prints none.
     """
     meter = ThroughputMeter(global_batch, flops_per_example, peak_flops)
     callbacks = [meter, LearningRateLogger(), NaNGuard()]
+    if progress_seconds is not None:  # After the meter, which it reads.
+        callbacks.append(progress.ProgressLogger(meter, interval=progress_seconds))
     if not model_dir:
         return callbacks
     options = io_options(strategy, model_dir)
