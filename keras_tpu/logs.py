@@ -45,6 +45,10 @@ _STARTUP_INFO = re.compile(
     r"^(I\d{4} [\d:.]+ +\d+ \S+:\d+\] |"
     r"WARNING: All log messages before absl::InitializeLog\(\) is called)"
 )
+# With CUDA_VISIBLE_DEVICES="" (or -1) the user has ruled GPUs out, so TensorFlow's CUDA
+# probe failing ("E... cuda_platform.cc:52] failed call to cuInit") is expected, not an error.
+# Without it the line stays: on a GPU host it is the broken driver's diagnostic.
+_NO_GPU_PROBE = re.compile(_STARTUP_INFO.pattern + r"|^E\d{4} .*\] failed call to cuInit")
 
 
 def check_level(level):
@@ -81,9 +85,14 @@ def quiet_startup():
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = _CPP_LEVELS[level]
     if level in ("debug", "info"):
         return
-    with _filtered_stderr(lambda line: bool(_STARTUP_INFO.match(line))):
+    no_gpus = os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1")
+    drop = _NO_GPU_PROBE if no_gpus else _STARTUP_INFO
+    with _filtered_stderr(lambda line: bool(drop.match(line))):
         # compat imports TensorFlow after setting TF_USE_LEGACY_KERAS.
-        from keras_tpu import compat  # noqa: F401  pylint: disable=g-import-not-at-top
+        from keras_tpu import compat  # pylint: disable=g-import-not-at-top
+
+        if no_gpus:  # Probe now, inside the filter; listing physical devices fixes no config.
+            compat.tf.config.list_physical_devices("GPU")
 
 
 def configure(level=DEFAULT_LEVEL):

@@ -22,6 +22,7 @@ from keras_tpu import accelerators
 from keras_tpu import callbacks
 from keras_tpu import cluster
 from keras_tpu import compat
+from keras_tpu import config_files
 from keras_tpu import data
 from keras_tpu import export
 from keras_tpu import memory
@@ -72,7 +73,8 @@ class RunConfig:
     keep_best: bool = True  # Keep the best weights (val_accuracy) under model_dir/best.
     tensorboard: bool = True  # TensorBoard logs under model_dir/tensorboard.
     peak_tflops: float | None = None  # Devices' combined peak, for MFU (e.g. bench_peak.py).
-    verbose: int = 2
+    verbose: int = 2  # 2: progress lines; 1: Keras's progress bar; 0: silent.
+    progress_seconds: float = 30.0  # verbose=2: a progress line at most this often.
 
     def __post_init__(self):
         # Checked here, before TensorFlow starts, so a bad flag costs nothing.
@@ -82,6 +84,10 @@ class RunConfig:
                 raise ValueError(f"{name}={value!r} must be an integer >= 1.")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate={self.learning_rate!r} must be > 0.")
+        if not self.progress_seconds > 0:
+            raise ValueError(f"progress_seconds={self.progress_seconds!r} must be > 0 s.")
+        if self.verbose not in (0, 1, 2):
+            raise ValueError(f"verbose={self.verbose!r} must be 0, 1 or 2.")
         if not self.collective_timeout > 0:
             raise ValueError(f"collective_timeout={self.collective_timeout!r} must be > 0 s.")
         if self.worker_hosts is not None or self.task_index is not None:
@@ -228,6 +234,7 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
             tensorboard=config.tensorboard,
             flops_per_example=flops,
             peak_flops=config.peak_tflops and config.peak_tflops * 1e12,
+            progress_seconds=config.progress_seconds if config.verbose == 2 else None,
         )
         start = time.perf_counter()
         try:
@@ -238,7 +245,7 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
                 validation_data=eval_data.dataset,
                 validation_steps=eval_data.steps,
                 callbacks=run_callbacks,
-                verbose=config.verbose,
+                verbose=1 if config.verbose == 1 else 0,  # 2: ProgressLogger's lines.
             )
             seconds = time.perf_counter() - start
             test_metrics = training.evaluate(model, eval_data)
@@ -285,6 +292,7 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
         tf.io.gfile.makedirs(config.model_dir)
         with tf.io.gfile.GFile(os.path.join(config.model_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
+        config_files.write(config, os.path.join(config.model_dir, "config.yaml"))
     return summary, model
 
 

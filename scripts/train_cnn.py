@@ -8,14 +8,10 @@ On a TPU (Colab/Kaggle/Cloud TPU VM, detected automatically):
   python scripts/train_cnn.py --dataset=fashion_mnist --per_replica_batch_size=128
 """
 
-import os
-
 from absl import app
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import flag_utils  # noqa: E402
-from keras_tpu import recipes  # noqa: E402  (after quieting TensorFlow's C++ logs)
+import flag_utils  # First: it sets how loud TensorFlow is before TensorFlow loads.
+from keras_tpu import recipes
 
 flag_utils.define_flags(
     recipes.CNNConfig,
