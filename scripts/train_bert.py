@@ -10,6 +10,8 @@ On a TPU with a tfhub.dev encoder:
     --encoder_handle=https://tfhub.dev/tensorflow/small_bert/bert_en_uncased_L-4_H-512_A-8/2 \
     --preprocess_handle=https://tfhub.dev/tensorflow/bert_en_uncased_preprocess/3 \
     --tfds_name=imdb_reviews --per_replica_batch_size=32
+An experiment file (configs/; each documents its own set-up), flags given winning:
+  python scripts/train_bert.py --config_file=configs/sst2_tiny_bert.yaml --epochs=1
 """
 
 from absl import app

@@ -6,6 +6,9 @@ Rehearse an 8-replica TPU run on the CPU:
   python scripts/train_cnn.py --dataset=digits --cpu_replicas=8 --per_replica_batch_size=16
 On a TPU (Colab/Kaggle/Cloud TPU VM, detected automatically):
   python scripts/train_cnn.py --dataset=fashion_mnist --per_replica_batch_size=128
+An experiment file (configs/), flags given on the command line winning; rerun a run:
+  python scripts/train_cnn.py --config_file=configs/digits_cnn.yaml --epochs=2
+  python scripts/train_cnn.py --config_file=/tmp/cnn/config.yaml --model_dir=/tmp/cnn_again
 """
 
 from absl import app
