@@ -19,7 +19,8 @@ side timed over the same number of examples per repeat (--timed_examples):
       Its rate is the ThroughputMeter's per-epoch examples/second.
   (d) toolkit_progress: (c) with verbose=2, i.e. with the ProgressLogger printing a
       line every --progress_seconds and per epoch ((c) runs verbose=0, without it).
-      progress_vs_toolkit = (d) / (c) shows the callback costs no host round trips.
+      progress_vs_toolkit = (d) / (c) shows the callback costs no host round trips;
+      (c) and (d) take turns (one timed epoch per call) so load changes hit both.
 
 Every side first runs one untimed warm-up (tracing, first-iteration costs);
 (b) and (c) then time one epoch of timed_examples per repeat and report the
@@ -156,6 +157,33 @@ def run_toolkit(split, test, timed_examples, batch, repeats, progress_seconds=No
     }
 
 
+def run_toolkit_sides(split, test, names):
+    """(c) and/or (d); both: interleaved, one timed epoch per call, alternating which goes first.
+
+    The ratio (d)/(c) is a few percent at most, well inside this machine's
+    run-to-run spread, so the two sides take turns instead of running one after
+    the other: a load change then hits both alike.
+    """
+    interval = {"toolkit": None, "toolkit_progress": FLAGS.progress_seconds}
+    args = (split, test, FLAGS.timed_examples, FLAGS.batch)
+    if len(names) < 2:
+        return {name: run_toolkit(*args, FLAGS.repeats, interval[name]) for name in names}
+    runs = {name: [] for name in names}
+    for i in range(FLAGS.repeats):
+        for name in names if i % 2 == 0 else names[::-1]:
+            runs[name].append(run_toolkit(*args, 1, interval[name]))
+    results = {}
+    for name, parts in runs.items():
+        samples = [sample for part in parts for sample in part["samples"]]
+        results[name] = {
+            **parts[-1],
+            "images_per_second": round(_common.median(samples), 1),
+            "samples": samples,
+            "interleaved": True,
+        }
+    return results
+
+
 def main(argv):
     del argv
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
@@ -175,14 +203,7 @@ def main(argv):
             split, FLAGS.timed_examples, FLAGS.batch, FLAGS.baseline_steps_per_execution,
             FLAGS.repeats,
         )  # fmt: skip
-    if "toolkit" in FLAGS.sides:
-        sides["toolkit"] = run_toolkit(
-            split, test, FLAGS.timed_examples, FLAGS.batch, FLAGS.repeats
-        )
-    if "toolkit_progress" in FLAGS.sides:
-        sides["toolkit_progress"] = run_toolkit(
-            split, test, FLAGS.timed_examples, FLAGS.batch, FLAGS.repeats, FLAGS.progress_seconds
-        )
+    sides.update(run_toolkit_sides(split, test, [s for s in FLAGS.sides if "toolkit" in s]))
     toolkit = sides.get("toolkit", {}).get("images_per_second")
     goals = {}
     if toolkit and "toolkit_progress" in sides:

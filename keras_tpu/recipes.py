@@ -224,6 +224,9 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
         )
         flops = extras.get("flops_per_example") and extras["flops_per_example"](model)
         chief = training.is_chief(strategy)
+        if config.model_dir and chief:  # Before training: even a killed run can be rerun.
+            tf.io.gfile.makedirs(config.model_dir)
+            config_files.write(config, os.path.join(config.model_dir, "config.yaml"))
         run_callbacks = callbacks.make_callbacks(
             config.model_dir,
             strategy,
@@ -292,7 +295,6 @@ def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, 
         tf.io.gfile.makedirs(config.model_dir)
         with tf.io.gfile.GFile(os.path.join(config.model_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
-        config_files.write(config, os.path.join(config.model_dir, "config.yaml"))
     return summary, model
 
 
