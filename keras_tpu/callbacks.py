@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checkpointing
+from keras_tpu import progress
 from keras_tpu.compat import keras
 from keras_tpu.strategy_info import StrategyInfo
 
@@ -35,6 +36,7 @@ class ThroughputMeter(keras.callbacks.Callback):
           peak_flops: the devices' combined peak FLOP/s, for model FLOPs utilisation.
         """
         super().__init__()
+        self._supports_tf_logs = True  # Batch hooks never read logs: no tensor-to-host copy.
         self.global_batch = global_batch
         self.flops_per_example = flops_per_example
         self.peak_flops = peak_flops
@@ -56,6 +58,16 @@ class ThroughputMeter(keras.callbacks.Callback):
         self._steps = batch + 1
         self._end = time.perf_counter()
 
+    @property
+    def epoch_steps(self):
+        """Training steps of the current epoch so far (as of the last execution)."""
+        return self._steps
+
+    def epoch_examples_per_second(self):
+        """Return the current epoch's training examples/second so far, or None."""
+        seconds = self._end - self._start
+        return self._steps * self.global_batch / seconds if self._steps and seconds > 0 else None
+
     def on_epoch_end(self, epoch, logs=None):
         seconds = self._end - self._start
         if logs is None or not self._steps or seconds <= 0:
@@ -74,12 +86,8 @@ class LearningRateLogger(keras.callbacks.Callback):
     """Add the learning rate in effect at the end of each epoch to the logs."""
 
     def on_epoch_end(self, epoch, logs=None):
-        if logs is None:
-            return
-        rate = self.model.optimizer.learning_rate
-        if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
-            rate = rate(self.model.optimizer.iterations)
-        logs["learning_rate"] = float(keras.backend.get_value(rate))
+        if logs is not None:
+            logs["learning_rate"] = progress.current_learning_rate(self.model.optimizer)
 
 
 class NaNGuard(keras.callbacks.Callback):
@@ -126,6 +134,7 @@ class RunCallbacks:
 
     meter: ThroughputMeter
     nan_guard: NaNGuard
+    progress: progress.ProgressLogger | None  # None unless progress_seconds is given.
     backup: checkpointing.Backup | None  # None without model_dir or with backup=False.
     all: tuple  # Every callback for model.fit, the meter first (TensorBoard logs its values).
 
@@ -142,6 +151,7 @@ def make_callbacks(
     peak_flops=None,
     tensorboard=True,
     steps_per_execution=1,
+    progress_seconds=None,
 ):
     """Return the standard callback list for a run writing under `model_dir`.
 
@@ -156,6 +166,8 @@ def make_callbacks(
       peak_flops: combined peak FLOP/s of the devices, for MFU.
       tensorboard: write TensorBoard logs to model_dir/tensorboard.
       steps_per_execution: the model's, to say where step backups can land.
+      progress_seconds: print a progress line this often and after each epoch;
+        None prints none.
 
     Returns:
       A RunCallbacks; pass `list(result.all)` to model.fit.
@@ -163,6 +175,10 @@ def make_callbacks(
     meter = ThroughputMeter(global_batch, flops_per_example, peak_flops)
     guard = NaNGuard()
     callbacks = [meter, LearningRateLogger(), guard]
+    progress_logger = None
+    if progress_seconds is not None:  # After the meter, which it reads.
+        progress_logger = progress.ProgressLogger(meter, interval=progress_seconds)
+        callbacks.append(progress_logger)
     backup_callback = None
     if model_dir and backup:
         # A backup lets a killed or preempted run resume where it stopped: restarting
@@ -178,7 +194,13 @@ def make_callbacks(
         callbacks.append(backup_callback)
     if model_dir:
         callbacks += _file_callbacks(model_dir, strategy, best_metric, tensorboard)
-    return RunCallbacks(meter=meter, nan_guard=guard, backup=backup_callback, all=tuple(callbacks))
+    return RunCallbacks(
+        meter=meter,
+        nan_guard=guard,
+        progress=progress_logger,
+        backup=backup_callback,
+        all=tuple(callbacks),
+    )
 
 
 def _file_callbacks(model_dir, strategy, best_metric, tensorboard):

@@ -43,13 +43,16 @@ class RunConfig:
     tensorboard: bool = True  # TensorBoard logs under model_dir/tensorboard.
     peak_tflops: float | None = None  # Devices' combined peak, for MFU (e.g. bench_peak.py).
     rehearse_tpu: bool = False  # Compile the steps for the TPU on the CPU first; stop on a finding.
-    verbose: int = 2
+    verbose: int = 2  # 2: progress lines; 1: Keras's progress bar; 0: silent.
+    progress_seconds: float = 30.0  # verbose=2: a progress line at most this often.
 
     def __post_init__(self):
         # Checked here, before TensorFlow starts, so a bad flag costs nothing.
         for name in ("epochs", "per_replica_batch_size", "steps_per_epoch", "backup_every_steps"):
             checks.optional_integer(name, getattr(self, name))
         checks.positive("learning_rate", self.learning_rate)
+        checks.positive("progress_seconds", self.progress_seconds, unit="s")
+        checks.one_of("verbose", self.verbose, (0, 1, 2))
         outputs.check_directory_path("model_dir", self.model_dir)
         outputs.check_export_dir(self.export_dir, overwrite=self.overwrite)
         checks.positive("collective_timeout", self.collective_timeout, unit="s")

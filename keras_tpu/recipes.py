@@ -25,6 +25,7 @@ from keras_tpu import checkpointing
 from keras_tpu import checks
 from keras_tpu import cluster
 from keras_tpu import compat
+from keras_tpu import config_files
 from keras_tpu import data
 from keras_tpu import export
 from keras_tpu import memory
@@ -193,8 +194,11 @@ def _fit(config, strategy, task, splits, policy):
         flops_per_example=task.flops_per_example and task.flops_per_example(model),
         peak_flops=config.peak_tflops and config.peak_tflops * 1e12,
         steps_per_execution=steps_per_execution,
+        progress_seconds=config.progress_seconds if config.verbose == 2 else None,
     )
     lock, start_step = _claim_and_restore(config, info, model, eval_data, run_callbacks.backup)
+    if config.model_dir and info.is_chief:  # Before training: even a killed run can be rerun.
+        config_files.write(config, os.path.join(config.model_dir, "config.yaml"))
     if start_step:  # Skip the examples of the steps already trained.
         train_ds, _ = data.train_dataset(
             strategy,
@@ -213,7 +217,7 @@ def _fit(config, strategy, task, splits, policy):
             validation_data=eval_data.dataset,
             validation_steps=eval_data.steps,
             callbacks=list(run_callbacks.all),
-            verbose=config.verbose,
+            verbose=1 if config.verbose == 1 else 0,  # 2: the ProgressLogger's lines.
         )
         seconds = time.perf_counter() - start
         _raise_if_stopped(config, info, model, run_callbacks)

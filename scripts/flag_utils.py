@@ -1,13 +1,38 @@
-"""Define absl flags from a recipe's config dataclass, so flags and fields never drift."""
+"""Define absl flags from a recipe's config dataclass, so flags and fields never drift.
+
+Importing this module sets how loud TensorFlow is (keras_tpu.logs) from --log_level,
+so scripts import it before anything that imports TensorFlow.
+"""
 
 import dataclasses
+import os
 import sys
 import typing
 
 from absl import flags
 
-from keras_tpu import checkpointing
-from keras_tpu import recipes
+
+def _log_level_from_argv(argv, default):
+    """Return --log_level's value from argv: TensorFlow's start-up needs it before absl parses."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("--log_level="):
+            return arg.split("=", 1)[1]
+        if arg == "--log_level" and i + 1 < len(argv):
+            return argv[i + 1]
+    return default
+
+
+# Read by keras_tpu.logs.quiet_startup when keras_tpu is first imported (just below).
+os.environ["KERAS_TPU_LOG_LEVEL"] = _log_level_from_argv(
+    sys.argv, os.environ.get("KERAS_TPU_LOG_LEVEL", "warning")
+).lower()
+
+from keras_tpu import checkpointing  # noqa: E402
+from keras_tpu import config_files  # noqa: E402
+from keras_tpu import logs  # noqa: E402
+from keras_tpu import recipes  # noqa: E402
+
+FLAGS = flags.FLAGS
 
 
 def define_flags(config_cls, helps):
@@ -33,24 +58,44 @@ def define_flags(config_cls, helps):
             flags.DEFINE_float(*args)
         else:  # str, str | None, and int | str ("auto" or a number).
             flags.DEFINE_string(field.name, None if default is None else str(default), args[2])
+    flags.DEFINE_string("config_file", None, FILE_HELP["config_file"])
+    flags.DEFINE_string("params_override", None, FILE_HELP["params_override"])
+    flags.DEFINE_enum("log_level", logs.DEFAULT_LEVEL, list(logs.LEVELS), FILE_HELP["log_level"])
 
 
-def config_from_flags(config_cls):
-    """Return `config_cls` filled from the parsed flags ("auto"/digits kept apart).
-
-    A bad value ends the program with one line on stderr and exit code 2.
-    """
-    values = {}
+def _given_flags(config_cls):
+    """Return {field: Setting} for the fields whose flags were given on the command line."""
+    settings = {}
     for field in dataclasses.fields(config_cls):
-        value = flags.FLAGS[field.name].value
+        if not FLAGS[field.name].present:
+            continue
+        value = FLAGS[field.name].value
         if (
             isinstance(value, str)
             and value.isdigit()
             and typing.get_type_hints(config_cls)[field.name] == (int | str)
         ):
             value = int(value)
-        values[field.name] = value
-    return run_or_explain(lambda v: config_cls(**v), values)
+        settings[field.name] = config_files.Setting(value, f"--{field.name}")
+    return settings
+
+
+def config_from_flags(config_cls):
+    """Return `config_cls` from --config_file, then the flags given, then --params_override.
+
+    Also applies --log_level. A bad file, key or value ends the program with one
+    `error:` line on stderr and exit code 2.
+    """
+    logs.configure(FLAGS.log_level)
+
+    def build(_):
+        from_file = (
+            config_files.load_file(FLAGS.config_file, config_cls) if FLAGS.config_file else {}
+        )
+        overrides = config_files.parse_overrides(FLAGS.params_override, config_cls)
+        return config_files.build(config_cls, from_file, _given_flags(config_cls), overrides)
+
+    return run_or_explain(build, None)
 
 
 def run_or_explain(fn, config, known_errors=recipes.CONFIG_ERRORS):
@@ -98,6 +143,14 @@ def print_run(summary):
     )
 
 
+FILE_HELP = {
+    "config_file": "YAML/JSON file of flag values (e.g. configs/, or a run's model_dir/config.yaml); "
+    "flags given on the command line win.",
+    "params_override": "'name=value,name=value' applied last, as in tensorflow/models.",
+    "log_level": "TensorFlow's log level: warning (default) hides its INFO chatter; info "
+    "or debug bring it back.",
+}
+
 RUN_HELP = {
     "tpu": "TPU address: 'local', 'grpc://host:port' or a Cloud TPU name (default: detect).",
     "strategy": "auto|tpu|multi_worker|mirrored|one_device|cpu; only 'auto' falls back.",
@@ -123,7 +176,9 @@ RUN_HELP = {
     "keep_best": "Keep the weights with the best val_accuracy under model_dir/best.",
     "tensorboard": "Write TensorBoard logs under model_dir/tensorboard.",
     "peak_tflops": "Combined peak TFLOP/s of the devices, to report MFU.",
-    "verbose": "Keras fit verbosity (0, 1 or 2).",
+    "verbose": "2: progress lines (every --progress_seconds and per epoch); 1: Keras's "
+    "progress bar; 0: only the final lines.",
+    "progress_seconds": "With --verbose=2, print a progress line at most this often (seconds).",
     "rehearse_tpu": "Before training, compile one train and eval step for the TPU with XLA on "
     "the CPU; print what the TPU would refuse and exit 2.",
 }

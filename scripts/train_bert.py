@@ -10,19 +10,18 @@ On a TPU with a tfhub.dev encoder:
     --encoder_handle=https://tfhub.dev/tensorflow/small_bert/bert_en_uncased_L-4_H-512_A-8/2 \
     --preprocess_handle=https://tfhub.dev/tensorflow/bert_en_uncased_preprocess/3 \
     --tfds_name=imdb_reviews --per_replica_batch_size=32
+An experiment file (configs/; each documents its own set-up), flags given winning:
+  python scripts/train_bert.py --config_file=configs/sst2_tiny_bert.yaml --epochs=1
 """
-
-import os
 
 from absl import app
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
+# flag_utils first: it sets how loud TensorFlow is before TensorFlow loads.
 if __package__:  # python -m scripts.train_bert
-    from scripts import flag_utils  # noqa: E402
+    from scripts import flag_utils
 else:  # python scripts/train_bert.py
-    import flag_utils  # noqa: E402
-from keras_tpu import recipes  # noqa: E402  (after quieting TensorFlow's C++ logs)
+    import flag_utils
+from keras_tpu import recipes  # noqa: E402
 
 flag_utils.define_flags(
     recipes.BertRunConfig,

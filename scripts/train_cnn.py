@@ -6,19 +6,19 @@ Rehearse an 8-replica TPU run on the CPU:
   python scripts/train_cnn.py --dataset=digits --cpu_replicas=8 --per_replica_batch_size=16
 On a TPU (Colab/Kaggle/Cloud TPU VM, detected automatically):
   python scripts/train_cnn.py --dataset=fashion_mnist --per_replica_batch_size=128
+An experiment file (configs/), flags given on the command line winning; rerun a run:
+  python scripts/train_cnn.py --config_file=configs/digits_cnn.yaml --epochs=2
+  python scripts/train_cnn.py --config_file=/tmp/cnn/config.yaml --model_dir=/tmp/cnn_again
 """
-
-import os
 
 from absl import app
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
+# flag_utils first: it sets how loud TensorFlow is before TensorFlow loads.
 if __package__:  # python -m scripts.train_cnn
-    from scripts import flag_utils  # noqa: E402
+    from scripts import flag_utils
 else:  # python scripts/train_cnn.py
-    import flag_utils  # noqa: E402
-from keras_tpu import recipes  # noqa: E402  (after quieting TensorFlow's C++ logs)
+    import flag_utils
+from keras_tpu import recipes  # noqa: E402
 
 flag_utils.define_flags(
     recipes.CNNConfig,

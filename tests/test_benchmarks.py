@@ -63,15 +63,20 @@ def test_bench_cnn(tmp_path):
         "--repeats=1",
     )
     sides = results["sides"]
-    assert list(sides) == ["notebook", "baseline", "toolkit"]
+    assert list(sides) == ["notebook", "baseline", "toolkit", "toolkit_progress"]
     assert sides["notebook"]["batch"] == 32 and sides["notebook"]["steps_per_execution"] == 1
     # The CPU "auto" value (30 steps an epoch: not capped).
     assert sides["toolkit"]["steps_per_execution"] == training.AUTO_STEPS_PER_EXECUTION_CPU
     for side in sides.values():
         assert side["images_per_second"] > 0
         assert side["timed_examples_per_repeat"] == 1920
-    assert set(results["ratios"]) == {"toolkit_vs_baseline", "toolkit_vs_notebook"}
+    assert set(results["ratios"]) == {
+        "toolkit_vs_baseline",
+        "toolkit_vs_notebook",
+        "progress_vs_toolkit",
+    }
     assert "toolkit_vs_notebook" in stdout
+    assert "epoch 2/2 step 30/30 (60/60 overall)" in stdout  # (d)'s progress lines.
 
 
 def test_bench_bert(tmp_path):

@@ -90,13 +90,17 @@ def test_committed_without_outputs(name):
 
 
 def test_cnn_notebook_runs_on_cpu(tmp_path, monkeypatch):
+    # The experiment comes from a config file, as in configs/ (the BERT test uses parameters).
+    config_file = tmp_path / "cnn.yaml"
+    config_file.write_text(
+        "dataset: digits\nepochs: 2\ncpu_replicas: 2\nper_replica_batch_size: 32\n"
+    )
     nb = _inject_parameters(
         _read("cnn_tpu.ipynb"),
         dict(
-            DATASET="digits",
-            EPOCHS=2,
+            CONFIG_FILE=str(config_file),
+            DATASET="fashion_mnist",  # Ignored: the file says digits.
             CPU_REPLICAS=2,
-            PER_REPLICA_BATCH_SIZE=32,
             MODEL_DIR=str(tmp_path / "run"),
             EXPORT_DIR=str(tmp_path / "export"),
             VERBOSE=0,

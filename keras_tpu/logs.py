@@ -1,0 +1,109 @@
+"""One place for how loud TensorFlow is: quiet by default in the scripts, back with --log_level.
+
+TensorFlow talks through three channels, each silenced differently:
+
+* C++ logs after start-up obey TF_CPP_MIN_LOG_LEVEL, which must be set before
+  TensorFlow is imported.
+* C++ logs during `import tensorflow` come before absl::InitializeLog() and
+  ignore TF_CPP_MIN_LOG_LEVEL in TF 2.21 ("WARNING: All log messages before
+  absl::InitializeLog() is called are written to STDERR", then the oneDNN and
+  "Could not find cuda drivers" INFO lines, twice). `quiet_startup` sends
+  stderr to a temporary file during the import and writes back every line but
+  those INFO lines, so a real error during the import still shows.
+* Python logs (absl and the "tensorflow" logger), e.g. the checkpoint saver's
+  "Sharding callback duration" INFO line on every save, follow `configure`.
+
+keras_tpu/__init__.py calls `quiet_startup()` first; it acts only when
+KERAS_TPU_LOG_LEVEL is set (the scripts set it from --log_level before
+importing keras_tpu), so importing the library never touches stderr unasked.
+This module imports nothing from TensorFlow at module level.
+"""
+
+import contextlib
+import logging
+import os
+import re
+import sys
+import tempfile
+
+from keras_tpu import checks
+
+LEVELS = ("debug", "info", "warning", "error")
+DEFAULT_LEVEL = "warning"
+ENV_VAR = "KERAS_TPU_LOG_LEVEL"
+# TF_CPP_MIN_LOG_LEVEL per level: 0 shows INFO, 1 WARNING, 2 ERROR. At "warning"
+# TensorFlow's C++ warnings stay hidden as the scripts always did: they are
+# about TensorFlow's internals (e.g. retracing notes), not the user's run.
+_CPP_LEVELS = {"debug": "0", "info": "0", "warning": "2", "error": "2"}
+_PYTHON_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+# The start-up lines dropped: absl/glog INFO lines ("I0000 00:00:... port.cc:153] ...")
+# and the banner announcing them. Anything else (W, E, F lines, tracebacks) is kept.
+_STARTUP_INFO = re.compile(
+    r"^(I\d{4} [\d:.]+ +\d+ \S+:\d+\] |"
+    r"WARNING: All log messages before absl::InitializeLog\(\) is called)"
+)
+# With CUDA_VISIBLE_DEVICES="" (or -1) the user has ruled GPUs out, so TensorFlow's CUDA
+# probe failing ("E... cuda_platform.cc:52] failed call to cuInit") is expected, not an error.
+# Without it the line stays: on a GPU host it is the broken driver's diagnostic.
+_NO_GPU_PROBE = re.compile(_STARTUP_INFO.pattern + r"|^E\d{4} .*\] failed call to cuInit")
+
+
+def check_level(level):
+    """Return `level` lower-cased, or raise ValueError naming the choices."""
+    if str(level).lower() not in LEVELS:
+        raise checks.ConfigError(f"log_level={level!r} is not one of {', '.join(LEVELS)}.")
+    return str(level).lower()
+
+
+@contextlib.contextmanager
+def _filtered_stderr(drop):
+    """Capture file descriptor 2 (C++ writes there too) and write back lines `drop` rejects."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True):
+                if not drop(line):
+                    sys.stderr.write(line)
+            sys.stderr.flush()
+
+
+def quiet_startup():
+    """Import TensorFlow quietly if KERAS_TPU_LOG_LEVEL asks for warning or error."""
+    level = os.environ.get(ENV_VAR)
+    if level is None or level not in LEVELS or "tensorflow" in sys.modules:
+        return
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = _CPP_LEVELS[level]
+    if level in ("debug", "info"):
+        return
+    no_gpus = os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1")
+    drop = _NO_GPU_PROBE if no_gpus else _STARTUP_INFO
+    with _filtered_stderr(lambda line: bool(drop.match(line))):
+        # compat imports TensorFlow after setting TF_USE_LEGACY_KERAS.
+        from keras_tpu import compat  # pylint: disable=g-import-not-at-top
+
+        if no_gpus:  # Probe now, inside the filter; listing physical devices fixes no config.
+            compat.tf.config.list_physical_devices("GPU")
+
+
+def configure(level=DEFAULT_LEVEL):
+    """Set Python-side verbosity (absl and TensorFlow's logger) for `level`."""
+    from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    level = check_level(level)
+    python_level = _PYTHON_LEVELS[level]
+    absl_logging.set_verbosity(python_level)
+    tf.get_logger().setLevel(python_level)
+    logging.getLogger().setLevel(python_level)  # keras_tpu's own loggers propagate here.

@@ -1,0 +1,70 @@
+"""Tests for keras_tpu.logs and the scripts' default output: quiet, with --log_level to undo."""
+
+import logging
+import os
+import re
+
+import pytest
+import tensorflow as tf
+
+from keras_tpu import logs
+from tests.conftest import run_script
+
+ABSL_INFO = re.compile(r"^I\d{4} ", re.M)
+
+
+def test_filtered_stderr_drops_only_the_matching_lines(capfd):
+    with logs._filtered_stderr(lambda line: bool(logs._STARTUP_INFO.match(line))):
+        os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called are x\n")
+        os.write(2, b"I0000 00:00:1795347406.483420    8450 port.cc:153] oneDNN custom ops\n")
+        os.write(2, b"E0000 00:00:1795347406.483420    8450 foo.cc:1] a real error\n")
+        os.write(2, b"Traceback (most recent call last):\n")
+    err = capfd.readouterr().err
+    assert err == "E0000 00:00:1795347406.483420    8450 foo.cc:1] a real error\n" + (
+        "Traceback (most recent call last):\n"
+    )
+
+
+def test_cuinit_failure_is_dropped_only_with_gpus_ruled_out():
+    line = "E0000 00:00:1795348066.136275   23440 cuda_platform.cc:52] failed call to cuInit: X"
+    assert logs._NO_GPU_PROBE.match(line) and not logs._STARTUP_INFO.match(line)
+    assert not logs._NO_GPU_PROBE.match("E0000 00:00:17.1   2 foo.cc:1] out of memory")
+
+
+def test_configure_sets_python_verbosity():
+    before = tf.get_logger().level, logging.getLogger().level
+    try:
+        logs.configure("warning")
+        assert not tf.get_logger().isEnabledFor(logging.INFO)
+        assert logging.getLogger("keras_tpu.resolver").isEnabledFor(logging.WARNING)
+        logs.configure("INFO")
+        assert tf.get_logger().isEnabledFor(logging.INFO)
+        with pytest.raises(ValueError, match="log_level='loud' is not one of debug, info"):
+            logs.configure("loud")
+    finally:
+        tf.get_logger().setLevel(before[0])
+        logging.getLogger().setLevel(before[1])
+
+
+@pytest.mark.slow
+def test_main_job_output_is_clean_and_log_level_brings_chatter_back(tmp_path):
+    result = run_script("train_cnn.py", "--dataset=digits", f"--model_dir={tmp_path / 'quiet'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    assert "Sharding callback duration" not in output
+    assert not ABSL_INFO.search(output), ABSL_INFO.findall(output)
+    assert "All log messages before absl::InitializeLog" not in output
+    assert "keras_tpu: using cpu" in result.stderr  # The strategy paragraph stays.
+    epoch_lines = [line for line in result.stdout.splitlines() if line.startswith("epoch ")]
+    assert len(epoch_lines) == 30 and epoch_lines[-1].startswith("epoch 30/30 step 22/22")
+    assert len(output.splitlines()) <= 40
+    loud = run_script(
+        "train_cnn.py",
+        "--dataset=digits",
+        "--epochs=1",
+        "--log_level=info",
+        f"--model_dir={tmp_path / 'loud'}",
+    )
+    assert loud.returncode == 0, loud.stderr[-3000:]
+    assert "Sharding callback duration" in loud.stderr
+    assert ABSL_INFO.search(loud.stderr)
