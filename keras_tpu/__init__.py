@@ -14,16 +14,20 @@ from keras_tpu.compat import keras
 from keras_tpu.resolver import DeviceConfigError
 from keras_tpu.resolver import StrategyError
 from keras_tpu.resolver import TPUConnectionError
+from keras_tpu.resolver import TPUUnusableError
 from keras_tpu.resolver import describe
 from keras_tpu.resolver import resolve_strategy
+from keras_tpu.doctor import doctor  # noqa: E402  (the function; the module stays importable)
 
 __version__ = "0.1.0"
 __all__ = [
     "DeviceConfigError",
     "StrategyError",
     "TPUConnectionError",
+    "TPUUnusableError",
     "data",
     "describe",
+    "doctor",
     "keras",
     "resolve_strategy",
     "training",

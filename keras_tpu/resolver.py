@@ -20,6 +20,7 @@ import tensorflow as tf
 from keras_tpu import cluster as cluster_lib
 from keras_tpu import compat
 from keras_tpu import detect
+from keras_tpu import doctor as doctor_lib
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,10 @@ class StrategyError(RuntimeError):
 
 class TPUConnectionError(StrategyError):
     """A TPU address was found but could not be reached or initialised in time."""
+
+
+class TPUUnusableError(StrategyError):
+    """A TPU is on this host but this installation cannot use it (keras_tpu.doctor says why)."""
 
 
 class DeviceConfigError(StrategyError):
@@ -123,6 +128,16 @@ def _connect_tpu(location, connect_timeout, init_timeout):
             ) from e
         _tpu_systems[location.address] = (resolver, topology)
         return resolver, topology
+
+
+def _refuse_unusable_tpu(location, environ, root):
+    """Raise TPUUnusableError naming cause and fix, instead of TensorFlow's raw OpKernel text."""
+    blockers = doctor_lib.tpu_blockers(location, root=root, environ=environ)
+    if blockers:
+        causes = " ".join(f"{c.name}: {c.detail} Fix: {c.fix}." for c in blockers)
+        raise TPUUnusableError(
+            f"A TPU is on this host ({location.source}) but cannot be used: {causes}"
+        )
 
 
 def _configure_cpu_replicas(n):
@@ -213,6 +228,8 @@ def _build(
     if strategy in ("auto", "tpu"):
         location, reason = detect.find_tpu(tpu, environ, root)
         if location is not None:
+            if location.is_local and location.address not in _tpu_systems:
+                _refuse_unusable_tpu(location, environ, root)
             resolver, topology = _connect_tpu(location, connect_timeout, init_timeout)
             info.update(
                 kind="tpu",
