@@ -140,10 +140,10 @@ def check_libtpu(location, inst, environ):
     return Check("libtpu", OK, f"libtpu {version} at {inst.libtpu_library} ({declared}).")
 
 
-def check_in_use(location, root):
+def check_in_use(location, root, use=None):
     if location is None or not location.is_local:
         return Check("tpu_in_use", OK, "No TPU on this host to hold.")
-    use = tpu_holders.tpu_use(root)
+    use = use or tpu_holders.tpu_use(root)
     if use.holders:
         h = use.holders[0]
         what = "holds the lock on" if h.how == "lock" else "has open"
@@ -299,18 +299,23 @@ def doctor(*, tpu=None, data_paths=(), environ=None, root="/", init_timeout=120.
     except ValueError as e:
         location, reason = None, str(e)
     inst = inst or tf_build.installed(environ)
+    local = location is not None and location.is_local
+    use = tpu_holders.tpu_use(root) if local else None
     checks = [
         check_tpu_found(location, reason),
         check_build(location, inst),
         check_libtpu(location, inst, environ),
-        check_in_use(location, root),
+        check_in_use(location, root, use),
         check_versions(inst),
         check_tf_keras(inst),
         check_paths(location, data_paths),
         check_python(location, inst),
     ]
-    if location is not None and location.is_local and init_timeout and all(
-        c.status != FAIL for c in checks
-    ):
+    if local and use.own:
+        # Importing the TPU build loaded libtpu here, which took the TPU: a child
+        # process could not initialise it, and resolve_strategy() will, in-process.
+        checks.append(Check("tpu_init", OK, "Not probed: this process loaded libtpu and holds "
+                            "the TPU; resolve_strategy() initialises it."))
+    elif local and init_timeout and all(c.status != FAIL for c in checks):
         checks.append(check_tpu_init(init_timeout))
     return Report(tuple(checks))

@@ -333,3 +333,11 @@ def test_tpu_info_doctor_on_a_faked_tpu_host(v5e_host):
     statuses = {c["name"]: c["status"] for c in report["checks"]}
     assert statuses["tpu"] == "ok" and statuses["tensorflow"] == "fail"
     assert [s for s in statuses.values() if s == "fail"] == ["fail"]
+
+
+def test_no_child_probe_when_this_process_holds_the_tpu(v5e_host, monkeypatch):
+    monkeypatch.setattr(doctor_lib, "check_tpu_init", lambda timeout: pytest.fail("probed"))
+    with open(os.path.join(v5e_host, "tmp/libtpu_lockfile"), "w") as f:
+        fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        report = keras_tpu.doctor(environ={}, root=v5e_host, inst=TPU_BUILD, init_timeout=5)
+    assert report.ok and "Not probed: this process loaded libtpu" in str(report)
