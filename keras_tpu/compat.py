@@ -28,9 +28,17 @@ from keras_tpu import detect  # noqa: E402  (reads files only; imports no Tensor
 # TPU_ACCELERATOR_TYPE has nothing for libtpu to drive, so keras_tpu tells
 # TensorFlow not to load it (TensorFlow's own switch); an explicit value wins.
 # A remote TPU node (TPU_NAME, COLAB_TPU_ADDR) runs libtpu on its own host.
-LIBTPU_SKIPPED = not detect.tpu_on_this_host() and "TPU_LOAD_LIBRARY" not in os.environ
-if LIBTPU_SKIPPED:
+if "TPU_LOAD_LIBRARY" not in os.environ and not detect.tpu_on_this_host():
     os.environ["TPU_LOAD_LIBRARY"] = "0"
+    # Child processes inherit both; the marker tells keras_tpu's setting from a user's.
+    os.environ["KERAS_TPU_SKIPPED_LIBTPU"] = "1"
+LIBTPU_SKIPPED = (
+    os.environ.get("TPU_LOAD_LIBRARY") == "0" and os.environ.get("KERAS_TPU_SKIPPED_LIBTPU") == "1"
+)
+
+from keras_tpu import tf_build  # noqa: E402  (imports TensorFlow only when called)
+
+tf_build.check_libtpu_loadable()
 
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402

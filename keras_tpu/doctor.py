@@ -22,14 +22,8 @@ from keras_tpu import tpu_holders
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 # The newest tensorflow-tpu is 2.20.0 (the registry lists nothing later).
-TPU_TF = "2.20.0"
-# tensorflow-tpu 2.20.0 declares libtpu~=0.0.14, which lets pip pick libtpu 0.0.52;
-# TensorFlow then aborts at import with "ConfigureDistributedTpuOp_DoWork not
-# available in this library" (0.0.32: "TpuExecutable_FreeMaybeOwningDeviceMemoryArray").
-# Measured: libtpu 0.0.21-0.0.31 export every one of the 212 TPU C API functions
-# TensorFlow 2.20.0 looks up (colabtools#5209, #5419, tensorflow#96203: libtpu
-# version conflicts). Not run on a TPU here: docs/verification.md.
-LIBTPU_FOR_TPU_TF = "libtpu>=0.0.21,<0.0.32"
+TPU_TF = tf_build.TPU_TF
+LIBTPU_FOR_TPU_TF = tf_build.LIBTPU_FOR_TPU_TF  # colabtools#5209, #5419, tensorflow#96203.
 # `pip download --no-deps tensorflow-tpu==2.20.0 --python-version X --only-binary=:all:`
 # finds a wheel for 3.9-3.13 and none for 3.14 (checked against the registry).
 TPU_PYTHONS = ((3, 9), (3, 10), (3, 11), (3, 12), (3, 13))
@@ -256,6 +250,7 @@ def check_tpu_init(timeout):
     env = dict(os.environ)
     if compat.LIBTPU_SKIPPED:
         env.pop("TPU_LOAD_LIBRARY", None)
+        env.pop("KERAS_TPU_SKIPPED_LIBTPU", None)
     try:
         result = subprocess.run([sys.executable, "-c", _INIT_PROBE], capture_output=True,
                                 text=True, timeout=timeout, env=env)
@@ -276,6 +271,15 @@ def check_tpu_init(timeout):
     return Check("tpu_init", FAIL, f"Initialising the TPU failed ({said[:300]}); libtpu said: "
                  f"{_libtpu_says(result.stderr)}", "fix the failures above; on a healthy TPU VM "
                  "with none, restart the runtime (Colab: Runtime > Disconnect and delete runtime)")
+
+
+def _safely(name, check, *args):
+    """Run one check; an unexpected error becomes a warn line, never a traceback."""
+    try:
+        return check(*args)
+    except Exception as e:  # pylint: disable=broad-except
+        return Check(name, WARN, f"Could not check: {type(e).__name__}: {e}",
+                     "report this as a keras_tpu bug with the line above")
 
 
 def doctor(*, tpu=None, data_paths=(), environ=None, root="/", init_timeout=120.0, inst=None):
@@ -302,14 +306,14 @@ def doctor(*, tpu=None, data_paths=(), environ=None, root="/", init_timeout=120.
     local = location is not None and location.is_local
     use = tpu_holders.tpu_use(root) if local else None
     checks = [
-        check_tpu_found(location, reason),
-        check_build(location, inst),
-        check_libtpu(location, inst, environ),
-        check_in_use(location, root, use),
-        check_versions(inst),
-        check_tf_keras(inst),
-        check_paths(location, data_paths),
-        check_python(location, inst),
+        _safely("tpu", check_tpu_found, location, reason),
+        _safely("tensorflow", check_build, location, inst),
+        _safely("libtpu", check_libtpu, location, inst, environ),
+        _safely("tpu_in_use", check_in_use, location, root, use),
+        _safely("versions", check_versions, inst),
+        _safely("tf.keras", check_tf_keras, inst),
+        _safely("data_paths", check_paths, location, data_paths),
+        _safely("python", check_python, location, inst),
     ]
     if local and use.own:
         # Importing the TPU build loaded libtpu here, which took the TPU: a child

@@ -26,6 +26,14 @@ import sys
 
 # Its CPU kernel (the host side of TPU compilation) exists only in TPU builds.
 TPU_PROBE_OP = "TPUCompile"
+# The newest tensorflow-tpu (the registry lists nothing later).
+TPU_TF = "2.20.0"
+# tensorflow-tpu 2.20.0 declares libtpu~=0.0.14, which lets pip pick libtpu 0.0.52;
+# `import tensorflow` then aborts the process ("ConfigureDistributedTpuOp_DoWork not
+# available in this library"; 0.0.32: "TpuExecutable_FreeMaybeOwningDeviceMemoryArray").
+# Measured with nm: libtpu 0.0.21-0.0.31 export all 212 TPU C API functions
+# TensorFlow 2.20.0 looks up; not run on a TPU here (docs/verification.md).
+LIBTPU_FOR_TPU_TF = "libtpu>=0.0.21,<0.0.32"
 # Distributions that can provide the `tensorflow` package, and what they mean here.
 TF_DISTRIBUTIONS = ("tensorflow-tpu", "tensorflow", "tensorflow-cpu", "tf-nightly")
 
@@ -128,3 +136,23 @@ def installed(environ=None):
         libtpu_library=_libtpu_library(environ),
         python=tuple(sys.version_info[:2]),
     )
+
+
+def check_libtpu_loadable(version=None):
+    """Raise ImportError if importing TensorFlow would abort on this libtpu (metadata only).
+
+    Runs before TensorFlow is imported: the abort is a C++ fatal error that kills the
+    process (a dead notebook kernel) before any Python error handling can run.
+    """
+    version = version or _version
+    tpu_tf, libtpu = version("tensorflow-tpu"), version("libtpu")
+    if tpu_tf != TPU_TF or not libtpu or os.environ.get("TPU_LOAD_LIBRARY") == "0":
+        return
+    from packaging.specifiers import SpecifierSet  # pylint: disable=g-import-not-at-top
+
+    if libtpu not in SpecifierSet(LIBTPU_FOR_TPU_TF[len("libtpu"):]):
+        raise ImportError(
+            f"libtpu {libtpu} does not work with tensorflow-tpu {tpu_tf}: importing TensorFlow "
+            f"would abort the process (the TPU functions it looks up are missing). Fix: "
+            f'pip install "{LIBTPU_FOR_TPU_TF}" and restart the runtime.'
+        )

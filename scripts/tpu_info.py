@@ -16,7 +16,11 @@ from absl import flags
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras_tpu  # noqa: E402  (after quieting TensorFlow's C++ logs)
+try:
+    import keras_tpu  # noqa: E402  (after quieting TensorFlow's C++ logs)
+except ImportError as e:  # A broken TensorFlow/tf-keras/libtpu install: say how to fix it.
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("tpu", None, "TPU address: 'local', 'grpc://host:port' or a Cloud TPU name.")

@@ -341,3 +341,13 @@ def test_no_child_probe_when_this_process_holds_the_tpu(v5e_host, monkeypatch):
         fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         report = keras_tpu.doctor(environ={}, root=v5e_host, inst=TPU_BUILD, init_timeout=5)
     assert report.ok and "Not probed: this process loaded libtpu" in str(report)
+
+
+def test_libtpu_that_would_abort_tensorflow_is_an_import_error(monkeypatch):
+    monkeypatch.delenv("TPU_LOAD_LIBRARY", raising=False)
+    versions = {"tensorflow-tpu": "2.20.0", "libtpu": "0.0.52"}
+    with pytest.raises(ImportError, match=r'libtpu 0.0.52 .* pip install "libtpu>=0.0.21,<0.0.32"'):
+        tf_build.check_libtpu_loadable(versions.get)
+    tf_build.check_libtpu_loadable({**versions, "libtpu": "0.0.31"}.get)  # Works: no error.
+    monkeypatch.setenv("TPU_LOAD_LIBRARY", "0")  # libtpu is not loaded: nothing aborts.
+    tf_build.check_libtpu_loadable(versions.get)
