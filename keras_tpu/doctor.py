@@ -24,8 +24,9 @@ OK, WARN, FAIL = "ok", "warn", "fail"
 # The newest tensorflow-tpu is 2.20.0 (the registry lists nothing later).
 TPU_TF = tf_build.TPU_TF
 LIBTPU_FOR_TPU_TF = tf_build.LIBTPU_FOR_TPU_TF  # colabtools#5209, #5419, tensorflow#96203.
-# `pip download --no-deps tensorflow-tpu==2.20.0 --python-version X --only-binary=:all:`
-# finds a wheel for 3.9-3.13 and none for 3.14 (checked against the registry).
+# `pip install --dry-run --no-deps --ignore-installed --only-binary=:all: --target DIR
+# --python-version X "tensorflow-tpu==2.20.0"` finds a wheel for X = 3.9, 3.10, 3.12, 3.13
+# (3.11 is installed here) and none for 3.14 (checked against the registry, 2026-11).
 TPU_PYTHONS = ((3, 9), (3, 10), (3, 11), (3, 12), (3, 13))
 TPU_INSTALL = (
     f'pip install "tensorflow-tpu=={TPU_TF}" "tensorflow==2.20.*" "tf-keras==2.20.*" '
@@ -109,6 +110,7 @@ def check_libtpu(location, inst, environ):
     """libtpu: present, loadable, in the range that matches tensorflow-tpu 2.20.0."""
     if not inst.version("tensorflow-tpu"):
         return Check("libtpu", OK, "Not needed: tensorflow-tpu is not installed.")
+    # TensorFlow's own switch ("TPU_LOAD_LIBRARY=0, not loading libtpu" in its binary).
     if environ.get("TPU_LOAD_LIBRARY") == "0" and not compat.LIBTPU_SKIPPED and (
         location is not None and location.is_local
     ):
@@ -268,9 +270,13 @@ def check_tpu_init(timeout):
     if verdict and verdict[-1].startswith("KERAS_TPU_PROBE ok"):
         return Check("tpu_init", OK, "The TPU initialised: " + verdict[-1].split(" ", 2)[2])
     said = verdict[-1].split(" ", 1)[1] if verdict else f"exit code {result.returncode}"
+    fix = ("fix the failures above; with none, restart the runtime (Colab: Runtime > "
+           "Disconnect and delete runtime)")
+    if "No TPU platform registered" in said + result.stderr:
+        # A TensorFlow/libtpu too old for this chip (tensorflow/tensorflow#90807, TF 2.15 on v5).
+        fix = TPU_INSTALL
     return Check("tpu_init", FAIL, f"Initialising the TPU failed ({said[:300]}); libtpu said: "
-                 f"{_libtpu_says(result.stderr)}", "fix the failures above; on a healthy TPU VM "
-                 "with none, restart the runtime (Colab: Runtime > Disconnect and delete runtime)")
+                 f"{_libtpu_says(result.stderr)}", fix)
 
 
 def _safely(name, check, *args):

@@ -101,7 +101,8 @@ def test_plain_tensorflow_on_a_tpu_host_fails_with_the_install_command(v5e_host)
 
 
 def test_kaggle_tensorflow_cpu_is_named(v5e_host):
-    kaggle = dataclasses.replace(PLAIN, versions=(("tensorflow-cpu", "2.20.0"), ("tf-keras", "2.20.1")))
+    versions = (("tensorflow-cpu", "2.20.0"), ("tf-keras", "2.20.1"))
+    kaggle = dataclasses.replace(PLAIN, versions=versions)
     assert "from tensorflow-cpu 2.20.0" in _only_failure(_run(v5e_host, inst=kaggle)).detail
 
 
@@ -351,3 +352,11 @@ def test_libtpu_that_would_abort_tensorflow_is_an_import_error(monkeypatch):
     tf_build.check_libtpu_loadable({**versions, "libtpu": "0.0.31"}.get)  # Works: no error.
     monkeypatch.setenv("TPU_LOAD_LIBRARY", "0")  # libtpu is not loaded: nothing aborts.
     tf_build.check_libtpu_loadable(versions.get)
+
+
+def test_no_tpu_platform_registered_gets_the_install_fix(monkeypatch):
+    # What tensorflow/tensorflow#90807 reports for a TensorFlow too old for a v5 chip.
+    monkeypatch.setattr(doctor_lib, "_INIT_PROBE", "import sys\nprint('F0402 No TPU platform "
+                        "registered', file=sys.stderr)\nprint('KERAS_TPU_PROBE NotFoundError x')")
+    check = doctor_lib.check_tpu_init(timeout=60)
+    assert "No TPU platform registered" in check.detail and check.fix == doctor_lib.TPU_INSTALL
