@@ -10,6 +10,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 import venv
 
 import pytest
@@ -45,12 +46,15 @@ def tpu_venv(tmp_path_factory):
     bindir = os.path.join(path, "bin")
     env = dict(os.environ, PATH=bindir + os.pathsep + os.environ["PATH"])
     env.pop("PYTHONPATH", None)
+    start = time.monotonic()
     for command in readme_tpu_commands():
         command = command.replace("keras_tpu[tpu] @ git+<this repository>", f"{REPO}[tpu]")
         args = shlex.split(command)
         assert args[0] == "pip", command
         subprocess.run([os.path.join(bindir, "python"), "-m", *args], check=True, env=env,
                        timeout=3600, cwd=path)
+    # For the record (README): how long the install took; `du -sh` the venv for its size.
+    print(f"\n[tpu] install: {time.monotonic() - start:.0f} s into {path}", file=sys.stderr)
     return os.path.join(bindir, "python")
 
 
