@@ -92,12 +92,12 @@ def run_toolkit(preset, precision, setup, steps, repeats, peak_flops):
             train_ds,
             epochs=1 + repeats,
             steps_per_epoch=steps,
-            callbacks=run_callbacks + [timer],
+            callbacks=[*run_callbacks.all, timer],
             verbose=0,
         )
     finally:
         keras.mixed_precision.set_global_policy(previous)
-    meter = run_callbacks[0].history[1:]
+    meter = run_callbacks.meter.history[1:]
     return _summary(_rates(timer, steps, batch), flops, peak_flops, steps_per_execution, policy, {
         "meter_mfu": [round(row["mfu"], 4) for row in meter if "mfu" in row],
     })  # fmt: skip

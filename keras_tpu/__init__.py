@@ -10,6 +10,7 @@ with strategy.scope():
 from keras_tpu import compat  # First: sets TF_USE_LEGACY_KERAS before tf.keras resolves.
 from keras_tpu import data
 from keras_tpu import training
+from keras_tpu.checks import ConfigError
 from keras_tpu.compat import keras
 from keras_tpu.resolver import DeviceConfigError
 from keras_tpu.resolver import StrategyError
@@ -18,9 +19,11 @@ from keras_tpu.resolver import TPUUnusableError
 from keras_tpu.resolver import describe
 from keras_tpu.resolver import resolve_strategy
 from keras_tpu.doctor import doctor  # noqa: E402  (the function; the module stays importable)
+from keras_tpu.strategy_info import StrategyInfo
 
 __version__ = "0.1.0"
 __all__ = [
+    "ConfigError",
     "DeviceConfigError",
     "StrategyError",
     "TPUConnectionError",
@@ -29,6 +32,7 @@ __all__ = [
     "describe",
     "doctor",
     "keras",
+    "StrategyInfo",
     "resolve_strategy",
     "training",
 ]

@@ -4,14 +4,16 @@ A memory plan needs the bytes of one replica, and what one replica is depends on
 hardware: a TensorCore on TPU v2/v3, a megacore chip on v4/v5p, a chip on v5e/v6e, a
 GPU, or the whole host for a CPU rehearsal. `ACCELERATORS` records that size for each
 device with where the number comes from (docs/memory.md discusses each figure), and
-`accelerator_from_describe` maps what `keras_tpu.describe(strategy)` reports to a key,
+`accelerator_for` maps what a `StrategyInfo` reports (`info.accelerator`) to a key,
 so a run can check its own batch (keras_tpu.memory.check_fits) without being told the
-device. keras_tpu.memory re-exports these names for code written before they moved here.
+device.
 """
 
 import dataclasses
 import os
 import re
+
+from keras_tpu import checks
 
 GiB = 2**30
 
@@ -131,10 +133,8 @@ _GPU_NAMES = (
 _GPU_KEYS = ("t4", "v100", "v100-32gb", "a100", "a100-80gb", "l4", "h100")
 
 
-def _gpu_name(info):
-    """Return the GPU product name: `info["gpu_name"]`, else TensorFlow's for GPU 0."""
-    if info.get("gpu_name"):
-        return info["gpu_name"]
+def _gpu_name():
+    """Return TensorFlow's product name for GPU 0, or None without a GPU."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     gpus = tf.config.list_physical_devices("GPU")
@@ -143,29 +143,30 @@ def _gpu_name(info):
     return tf.config.experimental.get_device_details(gpus[0]).get("device_name")
 
 
-def accelerator_from_describe(info):
-    """Map a `keras_tpu.describe(strategy)` dict to an ACCELERATORS key.
+def accelerator_for(kind, *, chip=None, devices=(), gpu_name=None):
+    """Return the ACCELERATORS key of a strategy's devices.
 
-    TPUs map by chip ("v5e", ...; a chip that cannot be told apart, as "v2/v3" or an
-    unknown one, maps to "v2/v3", the smallest per-replica memory). GPUs map by the
-    product name TensorFlow reports. Everything else is "cpu".
+    Call it as `accelerator_for(info.kind, chip=info.tpu_chip, devices=info.devices)`
+    with a `StrategyInfo`. TPUs map by chip ("v5e", ...; a chip that cannot be told
+    apart, as "v2/v3" or an unknown one, maps to "v2/v3", the smallest per-replica
+    memory). GPUs map by the product name TensorFlow reports (or `gpu_name`).
+    Everything else is "cpu".
 
     Raises:
-      ValueError: for a GPU whose model is not in ACCELERATORS; pass the nearest key.
+      ConfigError: for a GPU whose model is not in ACCELERATORS; pass the nearest key.
     """
-    kind = info.get("kind")
     if kind == "tpu":
-        chip = ((info.get("tpu") or {}).get("chip") or "").lower()
+        chip = (chip or "").lower()
         chip = {"v5litepod": "v5e", "v5lite": "v5e"}.get(chip, chip)
         return chip if chip in TPUS else "v2/v3"
-    devices = " ".join(info.get("devices") or ()).upper()
-    if kind in ("one_device", "mirrored") or (kind == "multi_worker" and "GPU" in devices):
-        name = _gpu_name(info)
+    names = " ".join(devices).upper()
+    if kind in ("one_device", "mirrored") or (kind == "multi_worker" and "GPU" in names):
+        name = gpu_name or _gpu_name()
         for pattern, key in _GPU_NAMES:
             if re.search(pattern, (name or "").upper().replace("-", " ")):
                 return key
-        raise ValueError(
-            f"GPU {name!r} is not in memory.ACCELERATORS; pass accelerator= the key with the "
+        raise checks.ConfigError(
+            f"GPU {name!r} is not in accelerators.ACCELERATORS; pass accelerator= the key with the "
             f"same memory per GPU, one of {', '.join(_GPU_KEYS)}."
         )
     return "cpu"

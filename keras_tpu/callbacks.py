@@ -1,5 +1,6 @@
 """Training callbacks: throughput and MFU, NaN guard, backups, best checkpoint, TensorBoard."""
 
+import dataclasses
 import logging
 import math
 import os
@@ -8,7 +9,9 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from keras_tpu import checkpointing
 from keras_tpu.compat import keras
+from keras_tpu.strategy_info import StrategyInfo
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +43,7 @@ class ThroughputMeter(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         if self.start_step is None:
-            # Read at the first step, after BackupAndRestore restored a backup.
+            # Read at the first step, after checkpointing.Backup restored a backup.
             self.start_step = int(self.model.optimizer.iterations.numpy())
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -86,6 +89,7 @@ class NaNGuard(keras.callbacks.Callback):
         super().__init__()
         self._epoch = 0
         self.stopped_at = None
+        self.step = None  # Optimizer step at the end of the execution with the NaN.
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -94,6 +98,7 @@ class NaNGuard(keras.callbacks.Callback):
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(float(np.asarray(loss))):
             self.stopped_at = (self._epoch, batch)
+            self.step = int(self.model.optimizer.iterations.numpy())
             log.error(
                 "keras_tpu: loss became %s at epoch %d, step %d; stopping. Lower the learning "
                 "rate, enable gradient clipping, or use fp32 to find the overflow.",
@@ -111,14 +116,18 @@ def io_options(strategy, path=None):
     from its own host, which cannot see this machine's disk
     (tensorflow/tensorflow#36447); a gs:// path it can write itself.
     """
-    from keras_tpu import resolver  # pylint: disable=g-import-not-at-top
+    device = StrategyInfo.of(strategy).io_device(path)
+    return tf.train.CheckpointOptions(experimental_io_device=device) if device else None
 
-    if path is not None and "://" in str(path):
-        return None
-    tpu = resolver.describe(strategy).get("tpu")
-    if tpu and tpu["address"] != "local":
-        return tf.train.CheckpointOptions(experimental_io_device="/job:localhost")
-    return None
+
+@dataclasses.dataclass(frozen=True)
+class RunCallbacks:
+    """The standard callbacks of a run, by name, and all of them in `fit` order."""
+
+    meter: ThroughputMeter
+    nan_guard: NaNGuard
+    backup: checkpointing.Backup | None  # None without model_dir or with backup=False.
+    all: tuple  # Every callback for model.fit, the meter first (TensorBoard logs its values).
 
 
 def make_callbacks(
@@ -132,6 +141,7 @@ def make_callbacks(
     flops_per_example=None,
     peak_flops=None,
     tensorboard=True,
+    steps_per_execution=1,
 ):
     """Return the standard callback list for a run writing under `model_dir`.
 
@@ -139,34 +149,45 @@ def make_callbacks(
       model_dir: run directory (local or gs://); None gives only the meter and guard.
       strategy: the run's strategy (for chief-only writes and remote-TPU I/O).
       global_batch: examples per step across replicas.
-      backup: add BackupAndRestore under model_dir/backup.
-      backup_every_steps: BackupAndRestore frequency in steps; None backs up per epoch.
+      backup: add a checkpointing.Backup under model_dir/backup.
+      backup_every_steps: backup frequency in optimizer steps; None backs up per epoch.
       best_metric: e.g. "val_accuracy": keep the best weights in model_dir/best.
       flops_per_example: training FLOPs per example, for MFU.
       peak_flops: combined peak FLOP/s of the devices, for MFU.
       tensorboard: write TensorBoard logs to model_dir/tensorboard.
+      steps_per_execution: the model's, to say where step backups can land.
+
+    Returns:
+      A RunCallbacks; pass `list(result.all)` to model.fit.
     """
     meter = ThroughputMeter(global_batch, flops_per_example, peak_flops)
-    callbacks = [meter, LearningRateLogger(), NaNGuard()]
-    if not model_dir:
-        return callbacks
+    guard = NaNGuard()
+    callbacks = [meter, LearningRateLogger(), guard]
+    backup_callback = None
+    if model_dir and backup:
+        # A backup lets a killed or preempted run resume where it stopped: restarting
+        # the same command restores weights, optimizer state and the step (see
+        # checkpointing.py for why this is not tf_keras's BackupAndRestore).
+        backup_callback = checkpointing.Backup(
+            model_dir,
+            strategy,
+            every_steps=backup_every_steps,
+            steps_per_execution=steps_per_execution,
+            options=io_options(strategy, model_dir),
+        )
+        callbacks.append(backup_callback)
+    if model_dir:
+        callbacks += _file_callbacks(model_dir, strategy, best_metric, tensorboard)
+    return RunCallbacks(meter=meter, nan_guard=guard, backup=backup_callback, all=tuple(callbacks))
+
+
+def _file_callbacks(model_dir, strategy, best_metric, tensorboard):
+    """Return the callbacks that keep the best weights and write TensorBoard logs."""
+    callbacks = []
     options = io_options(strategy, model_dir)
-    if backup and options is not None:
-        log.warning(
-            "keras_tpu: BackupAndRestore cannot route its writes through this host for a "
-            "remote TPU node; use a gs:// model_dir to keep preemption backups."
-        )
-    elif backup:
-        # A backup lets a killed run resume where it stopped: restarting the
-        # same command restores weights, optimizer state, epoch and step.
-        callbacks.append(
-            keras.callbacks.BackupAndRestore(
-                os.path.join(model_dir, "backup"), save_freq=backup_every_steps or "epoch"
-            )
-        )
     if best_metric:
         callbacks.append(
-            keras.callbacks.ModelCheckpoint(
+            checkpointing.FiniteModelCheckpoint(
                 os.path.join(model_dir, "best", "checkpoint"),
                 monitor=best_metric,
                 mode="min" if "loss" in best_metric else "max",

@@ -26,6 +26,8 @@ import time
 
 import tensorflow as tf
 
+from keras_tpu import checks
+
 DEFAULT_COLLECTIVE_TIMEOUT = 300.0  # Seconds one all-reduce may wait for its peers.
 _POLL_SECONDS = 0.2
 # Errors a collective raises when a peer is gone, restarted, stuck or aborted.
@@ -45,7 +47,7 @@ class ClusterError(RuntimeError):
 def _split_address(address, what):
     host, sep, port = str(address).strip().rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{what} {address!r} is not host:port (e.g. 10.0.0.2:2222).")
+        raise checks.ConfigError(f"{what} {address!r} is not host:port (e.g. 10.0.0.2:2222).")
     return host.strip("[]"), int(port)
 
 
@@ -59,13 +61,13 @@ def tf_config_from_hosts(worker_hosts, task_index):
     """
     hosts = [h.strip() for h in str(worker_hosts or "").split(",") if h.strip()]
     if not hosts:
-        raise ValueError(f"worker_hosts={worker_hosts!r} names no host:port.")
+        raise checks.ConfigError(f"worker_hosts={worker_hosts!r} names no host:port.")
     for host in hosts:
         _split_address(host, "worker_hosts entry")
     if len(set(hosts)) != len(hosts):
-        raise ValueError(f"worker_hosts={worker_hosts!r} lists an address twice.")
+        raise checks.ConfigError(f"worker_hosts={worker_hosts!r} lists an address twice.")
     if not isinstance(task_index, int) or not 0 <= task_index < len(hosts):
-        raise ValueError(
+        raise checks.ConfigError(
             f"task_index={task_index!r} must be in 0..{len(hosts) - 1} for the "
             f"{len(hosts)} worker_hosts; give each worker its own index."
         )
@@ -82,11 +84,13 @@ def set_tf_config(worker_hosts, task_index, environ):
         flags are malformed.
     """
     if task_index is None:
-        raise ValueError("worker_hosts needs task_index: this worker's position in the list.")
+        raise checks.ConfigError(
+            "worker_hosts needs task_index: this worker's position in the list."
+        )
     config = tf_config_from_hosts(worker_hosts, task_index)
     existing = environ.get("TF_CONFIG", "").strip()
     if existing and json.loads(existing) != json.loads(config):
-        raise ValueError(
+        raise checks.ConfigError(
             f"TF_CONFIG is already set ({existing[:200]}) and differs from worker_hosts="
             f"{worker_hosts!r}, task_index={task_index}; give one or the other."
         )
@@ -185,16 +189,16 @@ def worker_failure(error, info, model_dir=None, backup=True):
 
     Args:
       error: the tf.errors.OpError training raised.
-      info: `resolver.describe(strategy)` of the multi-worker strategy.
+      info: the StrategyInfo of the multi-worker strategy.
       model_dir: the run directory, to say where a restart resumes from.
       backup: whether backups were on.
     """
     message = str(getattr(error, "message", error))
-    task = info.get("task") or {}
-    hosts = info.get("cluster") or {}
+    this = info.role.cluster
+    hosts = this.jobs
     who = "a worker"
     for job, index in re.findall(r"/job:(\w+)/(?:replica:\d+/)?task:(\d+)", message):
-        if (job, int(index)) != (task.get("type"), task.get("index")):
+        if (job, int(index)) != (this.task_type, this.task_index):
             addresses = hosts.get(job) or []
             address = addresses[int(index)] if int(index) < len(addresses) else None
             who = f"{job} {index}" + (f" ({address})" if address else "")
@@ -208,13 +212,13 @@ def worker_failure(error, info, model_dir=None, backup=True):
     if isinstance(error, tf.errors.DeadlineExceededError):
         what = (
             f"{who} did not reach an all-reduce within "
-            f"collective_timeout={info.get('collective_timeout')} s: it is stuck or far slower "
+            f"collective_timeout={info.role.collective_timeout} s: it is stuck or far slower "
             f"than this one"
         )
     else:
         what = f"the cluster lost {who} during training"
     return ClusterError(
         f"{what} ({kind}: {reason[:300]}); this is "
-        f"{task.get('type')} {task.get('index')} of {info.get('workers')}. Restart every "
+        f"{this.task_type} {this.task_index} of {info.workers}. Restart every "
         f"worker with the same flags: {resume}."
     )

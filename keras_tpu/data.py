@@ -12,10 +12,9 @@ N logical CPUs, a multi-worker cluster or a multi-host TPU pod.
 import dataclasses
 import math
 
-import numpy as np
 import tensorflow as tf
 
-from keras_tpu import resolver
+from keras_tpu import checks
 from keras_tpu.sources import ArraySplit  # noqa: F401  (re-exported: keras_tpu.data.*)
 from keras_tpu.sources import DatasetUnavailableError  # noqa: F401
 from keras_tpu.sources import Source  # noqa: F401
@@ -26,6 +25,7 @@ from keras_tpu.sources import load_tsv  # noqa: F401
 from keras_tpu.sources import synthetic_images  # noqa: F401
 from keras_tpu.sources import tfds_source  # noqa: F401
 from keras_tpu.sources import tfrecord_source  # noqa: F401
+from keras_tpu.strategy_info import StrategyInfo
 
 DEFAULT_SHUFFLE_BUFFER = 100_000
 
@@ -57,37 +57,48 @@ class Batching:
     @classmethod
     def for_strategy(cls, per_replica_batch, strategy):
         """Return the batching for `per_replica_batch` on `strategy`."""
-        if not isinstance(per_replica_batch, (int, np.integer)) or per_replica_batch < 1:
-            raise ValueError(f"per-replica batch {per_replica_batch!r} must be an integer >= 1.")
+        per_replica_batch = checks.integer("per_replica_batch_size", per_replica_batch)
         return cls(int(per_replica_batch), int(strategy.num_replicas_in_sync))
 
     @classmethod
     def from_global(cls, global_batch, strategy):
         """Split a global batch across the strategy's replicas, which must divide it."""
         replicas = int(strategy.num_replicas_in_sync)
-        if not isinstance(global_batch, (int, np.integer)) or global_batch < 1:
-            raise ValueError(f"global batch {global_batch!r} must be an integer >= 1.")
+        global_batch = checks.integer("global batch", global_batch)
         if global_batch % replicas:
-            raise ValueError(
+            raise checks.ConfigError(
                 f"global batch {global_batch} does not divide across {replicas} replicas; use a "
                 f"multiple of {replicas}, e.g. {max(1, global_batch // replicas) * replicas}."
             )
         return cls(global_batch // replicas, replicas)
 
 
-def to_device_dtypes(structure, path="element"):
-    """Cast a batch to TPU-friendly dtypes; raise ValueError on string tensors."""
+def _map_paths(fn, structure, path="element"):
+    """Apply fn(leaf, path) to every tensor (or spec) of a nested element."""
     if isinstance(structure, dict):
-        return {k: to_device_dtypes(v, f"{path}[{k!r}]") for k, v in structure.items()}
+        return {k: _map_paths(fn, v, f"{path}[{k!r}]") for k, v in structure.items()}
     if isinstance(structure, (tuple, list)):
-        return type(structure)(to_device_dtypes(v, f"{path}[{i}]") for i, v in enumerate(structure))
-    if structure.dtype == tf.string:
-        raise ValueError(
+        return type(structure)(_map_paths(fn, v, f"{path}[{i}]") for i, v in enumerate(structure))
+    return fn(structure, path)
+
+
+def _refuse_strings(leaf, path):
+    if leaf.dtype == tf.string:
+        raise checks.ConfigError(
             f"{path} is a string tensor; strings cannot be sent to a TPU. Tokenise on the "
             f"host inside the pipeline (pass preprocess=, e.g. keras_tpu.text.BertPreprocessor)."
         )
-    target = _DEVICE_DTYPES.get(structure.dtype)
-    return tf.cast(structure, target) if target else structure
+    return leaf
+
+
+def to_device_dtypes(structure):
+    """Cast a batch to TPU-friendly dtypes; raise ConfigError on string tensors."""
+
+    def cast(leaf, path):
+        target = _DEVICE_DTYPES.get(_refuse_strings(leaf, path).dtype)
+        return tf.cast(leaf, target) if target else leaf
+
+    return _map_paths(cast, structure)
 
 
 def check_readable_by_tpu_host(source, strategy):
@@ -97,13 +108,13 @@ def check_readable_by_tpu_host(source, strategy):
     input pipeline on its own host, which cannot open local paths
     (tensorflow/tensorflow#64117).
     """
-    tpu = resolver.describe(strategy).get("tpu")
-    if not tpu or tpu["address"] == "local":
+    info = StrategyInfo.of(strategy)
+    if not info.is_remote_tpu:
         return
     local = [p for p in source.paths if "://" not in p]
     if local:
-        raise ValueError(
-            f"The TPU at {tpu['address']} is a remote TPU node: its host runs the input "
+        raise checks.ConfigError(
+            f"The TPU at {info.tpu.location.address} is a remote TPU node: its host runs the input "
             f"pipeline and cannot read files on this machine ({local[0]}"
             f"{' and others' if len(local) > 1 else ''}). Copy the data to a gs:// bucket the "
             f"TPU can read (or load it into memory) (tensorflow/tensorflow#64117)."
@@ -137,6 +148,9 @@ def _finish(ds, pipeline_batch, preprocess, deterministic):
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=deterministic,
         )
+    # Checked on the spec, before tracing: an error raised inside a traced map
+    # function would reach the caller wrapped in autograph's StagingError.
+    _map_paths(_refuse_strings, tuple(ds.element_spec))
     ds = ds.map(lambda *element: to_device_dtypes(element))
     return ds.prefetch(tf.data.AUTOTUNE).with_options(_options(deterministic))
 
@@ -177,6 +191,7 @@ def train_dataset_fn(
     shuffle=True,
     shuffle_buffer=DEFAULT_SHUFFLE_BUFFER,
     cache="memory",
+    start_step=0,
 ):
     """Return (dataset_fn(input_context), steps per epoch) for training.
 
@@ -190,12 +205,16 @@ def train_dataset_fn(
       shuffle_buffer: shuffle buffer size (capped at the examples per pipeline).
       cache: "memory", a file path prefix, or None: cache the raw examples
         after the first pass (before shuffling, so epochs still differ).
+      start_step: steps already trained (a resumed run): their examples are read
+        and skipped, so the stream continues as if never interrupted. The order is
+        the same only if the source reads in a fixed order (in-memory arrays do;
+        a tfds or TFRecord source read with parallel interleave may not).
     """
     source = as_source(data)
     n = count_examples(source)
     steps = n // batching.global_batch
     if steps < 1:
-        raise ValueError(
+        raise checks.ConfigError(
             f"training split has {n} examples, fewer than one global batch of "
             f"{batching.global_batch} ({batching.per_replica} per replica x "
             f"{batching.replicas} replicas); lower the per-replica batch."
@@ -214,7 +233,11 @@ def train_dataset_fn(
         batch = input_context.get_per_replica_batch_size(batching.global_batch)
         # One pipeline feeds several replicas (all of a host's): it batches per
         # replica and the strategy hands consecutive batches to its replicas.
-        return _finish(ds.repeat(), batch, preprocess, deterministic=not shuffle)
+        ds = ds.repeat()
+        if start_step:
+            replicas_per_pipeline = input_context.num_replicas_in_sync // pipelines
+            ds = ds.skip(start_step * batch * replicas_per_pipeline)
+        return _finish(ds, batch, preprocess, deterministic=not shuffle)
 
     return dataset_fn, steps
 
@@ -241,7 +264,7 @@ def _padding_element(element_spec):
 
     def zero(spec):
         if not spec.shape.is_fully_defined():
-            raise ValueError(
+            raise checks.ConfigError(
                 f"evaluation padding needs fixed-shape examples, got {spec.shape}; resize or "
                 f"pad examples to one shape in the source, or tokenise to a fixed seq_length."
             )
@@ -272,7 +295,7 @@ def eval_dataset_fn(data, batching, *, preprocess=None):
     source = as_source(data)
     n = count_examples(source)
     if n < 1:
-        raise ValueError(f"evaluation split {source.name!r} is empty.")
+        raise checks.ConfigError(f"evaluation split {source.name!r} is empty.")
     # ceil(n / global) steps give each of the k pipelines room for its
     # ceil(n / k) examples, whatever k is.
     steps = math.ceil(n / batching.global_batch)

@@ -11,6 +11,8 @@ import json
 import os
 import re
 
+from keras_tpu import checks
+
 # PCI ids of Google TPU chips, as libtpu-based frameworks detect a TPU VM host
 # (the same table as jax/_src/hardware_utils.py).
 GOOGLE_PCI_VENDOR = "0x1ae0"
@@ -61,7 +63,7 @@ def normalise_tpu_address(tpu):
     """
     tpu = tpu.strip()
     if not tpu:
-        raise ValueError(
+        raise checks.ConfigError(
             "tpu='' is empty: pass 'local', 'grpc://host:port' or a Cloud TPU name, "
             "or tpu=None to detect it."
         )
@@ -69,13 +71,13 @@ def normalise_tpu_address(tpu):
         host_port = tpu[len("grpc://") :]
         host, _, port = host_port.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(
+            raise checks.ConfigError(
                 f"TPU address {tpu!r} is not grpc://host:port with a port in 1..65535 "
                 f"(a TPU node listens on port 8470)."
             )
         return tpu
     if _HOST_PORT.match(tpu) and tpu != "local":
-        raise ValueError(
+        raise checks.ConfigError(
             f"TPU address {tpu!r} looks like host:port; TPU nodes are reached over "
             f"gRPC: pass tpu='grpc://{tpu}'."
         )
@@ -138,23 +140,35 @@ def find_tpu(tpu=None, environ=None, root="/"):
         return TPULocation(normalise_tpu_address(f"grpc://{colab}"), "COLAB_TPU_ADDR"), None
     chip, chips = find_tpu_chips(root)
     if chips:
-        return TPULocation(
-            "local", f"TPU VM: {chips} Google TPU chip(s) on the PCI bus", chip=chip, chips=chips
-        ), None
+        return (
+            TPULocation(
+                "local",
+                f"TPU VM: {chips} Google TPU chip(s) on the PCI bus",
+                chip=chip,
+                chips=chips,
+            ),
+            None,
+        )
     accel = sorted(glob.glob(os.path.join(root, "dev/accel[0-9]*")))
     if accel:
         # TPU v2-v4 VMs expose their chips as /dev/accelN when sysfs is hidden
         # (some containers); the PCI scan above is the precise signal.
-        return TPULocation(
-            "local", f"TPU VM: {len(accel)} /dev/accel* device file(s)", chips=len(accel)
-        ), None
+        return (
+            TPULocation(
+                "local", f"TPU VM: {len(accel)} /dev/accel* device file(s)", chips=len(accel)
+            ),
+            None,
+        )
     accelerator_type = environ.get("TPU_ACCELERATOR_TYPE", "").strip()
     if accelerator_type:
-        return TPULocation(
-            "local",
-            f"TPU VM: TPU_ACCELERATOR_TYPE={accelerator_type}",
-            chip=accelerator_type.split("-")[0],
-        ), None
+        return (
+            TPULocation(
+                "local",
+                f"TPU VM: TPU_ACCELERATOR_TYPE={accelerator_type}",
+                chip=accelerator_type.split("-")[0],
+            ),
+            None,
+        )
     return None, (
         "no TPU found: no tpu argument, TPU_NAME and COLAB_TPU_ADDR unset, no Google "
         "TPU chip on the PCI bus, no /dev/accel*, TPU_ACCELERATOR_TYPE unset"
@@ -197,10 +211,10 @@ def parse_tf_config(environ=None):
     try:
         config = json.loads(raw)
     except json.JSONDecodeError as e:
-        raise ValueError(f"TF_CONFIG is not valid JSON ({e}): {raw[:200]!r}") from e
+        raise checks.ConfigError(f"TF_CONFIG is not valid JSON ({e}): {raw[:200]!r}") from e
     cluster = config.get("cluster") if isinstance(config, dict) else None
     if not isinstance(cluster, dict):
-        raise ValueError(
+        raise checks.ConfigError(
             f"TF_CONFIG has no 'cluster' mapping: {raw[:200]!r}; expected "
             '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", '
             '"index": 0}}'

@@ -2,30 +2,35 @@
 
 import tensorflow as tf
 
-from keras_tpu import callbacks
 from keras_tpu import compat
+from keras_tpu import outputs
+from keras_tpu.strategy_info import StrategyInfo
 
 
 def _save_options(strategy, export_dir):
-    options = callbacks.io_options(strategy, export_dir)
-    device = options.experimental_io_device if options else None
+    device = StrategyInfo.of(strategy).io_device(export_dir)
     return tf.saved_model.SaveOptions(experimental_io_device=device)
 
 
-def export_model(model, export_dir, strategy):
+def export_model(model, export_dir, strategy, *, overwrite=False):
     """Write `model` as a SavedModel (Keras format inside, loadable by TF Serving).
 
     For a remote TPU node the files are written by this host, so a local
-    export_dir works (tensorflow/tensorflow#36447).
+    export_dir works (tensorflow/tensorflow#36447). The SavedModel is written
+    beside export_dir and renamed into place (`outputs.save_atomically`); an
+    export_dir holding something else is refused unless `overwrite`.
     """
     compat.ensure_tf_keras(model)
-    model.save(
-        export_dir,
-        include_optimizer=False,
-        save_format="tf",
-        options=_save_options(strategy, export_dir),
-    )
-    return export_dir
+
+    def save(directory):
+        model.save(
+            directory,
+            include_optimizer=False,
+            save_format="tf",
+            options=_save_options(strategy, directory),
+        )
+
+    return outputs.save_atomically(save, export_dir, model, overwrite=overwrite)
 
 
 class _TextClassifierServing(tf.Module):
@@ -43,7 +48,7 @@ class _TextClassifierServing(tf.Module):
         return {"probabilities": probabilities, "class_ids": tf.argmax(probabilities, axis=-1)}
 
 
-def export_text_classifier(model, preprocess, export_dir, strategy):
+def export_text_classifier(model, preprocess, export_dir, strategy, *, overwrite=False):
     """Export a text classifier whose serving signature takes raw strings.
 
     Args:
@@ -53,6 +58,7 @@ def export_text_classifier(model, preprocess, export_dir, strategy):
         copied into the export as an asset).
       export_dir: where to write the SavedModel.
       strategy: the training strategy (remote TPUs write through this host).
+      overwrite: replace an export_dir holding something else (see `export_model`).
 
     Returns:
       export_dir. `tf.saved_model.load(export_dir).signatures["serving_default"]
@@ -60,10 +66,13 @@ def export_text_classifier(model, preprocess, export_dir, strategy):
     """
     compat.ensure_tf_keras(model)
     module = _TextClassifierServing(model, preprocess)
-    tf.saved_model.save(
-        module,
-        export_dir,
-        signatures={"serving_default": module.serve},
-        options=_save_options(strategy, export_dir),
-    )
-    return export_dir
+
+    def save(directory):
+        tf.saved_model.save(
+            module,
+            directory,
+            signatures={"serving_default": module.serve},
+            options=_save_options(strategy, directory),
+        )
+
+    return outputs.save_atomically(save, export_dir, model, overwrite=overwrite)

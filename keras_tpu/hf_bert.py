@@ -32,6 +32,7 @@ import typing
 import numpy as np
 from absl import logging
 
+from keras_tpu import checks
 from keras_tpu import text
 from keras_tpu.compat import keras
 from keras_tpu.models import bert
@@ -101,12 +102,12 @@ def _read_json(path):
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON: {e}.") from None
+        raise checks.ConfigError(f"{path} is not valid JSON: {e}.") from None
 
 
 def _check_folder(folder):
     if not os.path.isdir(folder):
-        raise FileNotFoundError(f"Hugging Face folder {folder} does not exist.")
+        raise checks.MissingFileError(f"Hugging Face folder {folder} does not exist.")
 
 
 def read_hf_config(folder):
@@ -124,41 +125,42 @@ def read_hf_config(folder):
       ValueError: the model is not a BERT the native encoder computes exactly (another
         architecture, a non-erf activation, relative position embeddings, a decoder).
     """
+    # Long because each unsupported Hugging Face field gets its own message with the fix.
     _check_folder(folder)
     path = os.path.join(folder, CONFIG_FILE)
     if not os.path.isfile(path):
-        raise FileNotFoundError(
+        raise checks.MissingFileError(
             f"{folder} has no {CONFIG_FILE}; is it a Hugging Face model folder?"
         )
     hf = _read_json(path)
     model_type = hf.get("model_type")
     if model_type != "bert":
-        raise ValueError(
+        raise checks.ConfigError(
             f"{path} has model_type={model_type!r}; only 'bert' (BERT and BERT-shaped "
             f"checkpoints such as MiniLM) converts to the native BERT encoder."
         )
     architectures = hf.get("architectures") or []
     others = [a for a in architectures if not str(a).startswith("Bert")]
     if others:
-        raise ValueError(
+        raise checks.ConfigError(
             f"{path} declares architectures {others}, which are not BERT; only BertModel "
             f"and BertFor* checkpoints convert."
         )
     position_type = hf.get("position_embedding_type", "absolute")
     if position_type != "absolute":
-        raise ValueError(
+        raise checks.ConfigError(
             f"{path} has position_embedding_type={position_type!r}; the native encoder "
             f"has absolute position embeddings only."
         )
     if hf.get("is_decoder") or hf.get("add_cross_attention"):
-        raise ValueError(
+        raise checks.ConfigError(
             f"{path} describes a BERT decoder (is_decoder={hf.get('is_decoder')!r}, "
             f"add_cross_attention={hf.get('add_cross_attention')!r}); the native encoder "
             f"attends bidirectionally without cross-attention."
         )
     c = {**_HF_DEFAULTS, **{k: hf[k] for k in _HF_DEFAULTS if hf.get(k) is not None}}
     if c["hidden_act"] not in _EXACT_GELU:
-        raise ValueError(
+        raise checks.ConfigError(
             f"{path} has hidden_act={c['hidden_act']!r}; the native encoder computes the "
             f"exact (erf) GELU, Hugging Face's 'gelu', only."
         )
@@ -178,28 +180,29 @@ def read_hf_config(folder):
             hidden_act="gelu",
         )
     except ValueError as e:
-        raise ValueError(f"{path}: {e}") from None
+        raise checks.ConfigError(f"{path}: {e}") from None
 
 
 def _refuse_other_formats(folder):
     pickles = [n for n in _PICKLE_FILES if os.path.exists(os.path.join(folder, n))]
     if pickles:
-        raise ValueError(
+        raise checks.ConfigError(
             f"{folder} has {', '.join(pickles)} but no {WEIGHTS_FILE}. keras_tpu reads only "
             f"safetensors: loading a PyTorch pickle runs arbitrary code from the file. "
             + _convert_hint(folder)
         )
     others = [n for n in _OTHER_WEIGHT_FILES if os.path.exists(os.path.join(folder, n))]
     if others:
-        raise ValueError(
+        raise checks.ConfigError(
             f"{folder} has {', '.join(others)} but no {WEIGHTS_FILE}; keras_tpu reads only "
             f"safetensors. " + _convert_hint(folder)
         )
-    raise FileNotFoundError(f"{folder} has no {WEIGHTS_FILE} (nor {WEIGHTS_INDEX_FILE}).")
+    raise checks.MissingFileError(f"{folder} has no {WEIGHTS_FILE} (nor {WEIGHTS_INDEX_FILE}).")
 
 
 def _load_safetensors(path):
     try:
+        import safetensors  # pylint: disable=g-import-not-at-top
         from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
     except ImportError:
         raise ImportError(
@@ -207,10 +210,16 @@ def _load_safetensors(path):
         ) from None
     try:
         return st_numpy.load_file(path)
+    except safetensors.SafetensorError as e:
+        # The Rust error ("incomplete metadata, file not fully covered") names no file.
+        raise checks.ConfigError(
+            f"{path} ({os.path.getsize(path):,} bytes) is not a readable safetensors file: {e}. "
+            f"It is probably truncated (an interrupted download or copy); download it again."
+        ) from None
     except TypeError as e:
         if "bfloat16" in str(e):
             # NumPy has no bfloat16, so safetensors.numpy cannot return these tensors.
-            raise ValueError(
+            raise checks.ConfigError(
                 f"{path} stores bfloat16 tensors, which NumPy cannot hold. Re-save them as "
                 f"float32: `model.float().save_pretrained(folder, safe_serialization=True)`."
             ) from None
@@ -271,7 +280,9 @@ def load_hf_weights(folder):
             heads.append(key)
             continue
         if name in weights:
-            raise ValueError(f"{folder}: tensor {name} appears both with and without `bert.`.")
+            raise checks.ConfigError(
+                f"{folder}: tensor {name} appears both with and without `bert.`."
+            )
         if np.issubdtype(value.dtype, np.floating):
             value = value.astype(np.float32, copy=False)
         weights[name] = value
@@ -349,12 +360,12 @@ def assign_hf_weights(encoder, weights, config):
                 "one (e.g. BertForMaskedLM or BertForTokenClassification); convert the "
                 "BertModel or BertForPreTraining checkpoint instead."
             )
-        raise ValueError(
+        raise checks.ConfigError(
             f"The checkpoint lacks {len(missing)} encoder tensor(s): {_listing(missing)}.{hint}"
         )
     unexpected = set(weights) - set(targets)
     if unexpected:
-        raise ValueError(
+        raise checks.ConfigError(
             f"The checkpoint has {len(unexpected)} tensor(s) that are neither part of a "
             f"{config.num_layers}-layer BERT encoder nor a known head "
             f"({', '.join(p + '*' for p in KNOWN_HEAD_PREFIXES)}): {_listing(unexpected)}."
@@ -371,7 +382,7 @@ def assign_hf_weights(encoder, weights, config):
         elif not np.issubdtype(value.dtype, np.floating):
             problems.append(f"{name} has dtype {value.dtype}, not a float type")
     if problems:
-        raise ValueError(
+        raise checks.ConfigError(
             f"{len(problems)} checkpoint tensor(s) do not fit the config "
             f"(hidden_size={config.hidden_size}, intermediate_size={config.intermediate_size}, "
             f"vocab_size={config.vocab_size}, max_position_embeddings="
@@ -446,14 +457,14 @@ def read_hf_lower_case(folder):
         path, options = config_path, _read_json(config_path)
         tokenizer_class = options.get("tokenizer_class")
         if tokenizer_class is not None and tokenizer_class not in _WORDPIECE_TOKENIZERS:
-            raise ValueError(
+            raise checks.ConfigError(
                 f"{path} has tokenizer_class={tokenizer_class!r}; only BERT's WordPiece "
                 f"tokenizer ({', '.join(_WORDPIECE_TOKENIZERS)}) is exported."
             )
         for key, expected in _SPECIAL_TOKENS.items():
             found = _token_content(options.get(key, expected))
             if found != expected:
-                raise ValueError(
+                raise checks.ConfigError(
                     f"{path} has {key}={found!r}; the exported preprocessing uses {expected!r}."
                 )
         lower_case = options.get("do_lower_case", True)
@@ -463,7 +474,7 @@ def read_hf_lower_case(folder):
         path = tokenizer_path
         normalizer = _read_json(tokenizer_path).get("normalizer") or {}
         if normalizer.get("type") != "BertNormalizer":
-            raise ValueError(
+            raise checks.ConfigError(
                 f"{path} has a {normalizer.get('type')!r} normalizer, not BERT's; only BERT's "
                 f"WordPiece tokenizer is exported."
             )
@@ -474,12 +485,12 @@ def read_hf_lower_case(folder):
         return True
     # tensorflow_text's BertTokenizer strips accents exactly when it lower-cases.
     if strip_accents is not None and bool(strip_accents) != bool(lower_case):
-        raise ValueError(
+        raise checks.ConfigError(
             f"{path} has do_lower_case={lower_case!r} with strip_accents={strip_accents!r}; "
             f"the exported preprocessing strips accents exactly when it lower-cases."
         )
     if not chinese:
-        raise ValueError(
+        raise checks.ConfigError(
             f"{path} has tokenize_chinese_chars=False; the exported preprocessing always "
             f"splits CJK characters into separate words."
         )
@@ -490,13 +501,17 @@ def _vocab_from_tokenizer_json(path, out_dir):
     """Write the WordPiece vocabulary of a tokenizer.json as vocab.txt; return its path."""
     model = _read_json(path).get("model") or {}
     if model.get("type") != "WordPiece" or model.get("continuing_subword_prefix", "##") != "##":
-        raise ValueError(f"{path} is not a BERT WordPiece tokenizer (model {model.get('type')!r}).")
+        raise checks.ConfigError(
+            f"{path} is not a BERT WordPiece tokenizer (model {model.get('type')!r})."
+        )
     vocab = model.get("vocab") or {}
     by_id = sorted(vocab.items(), key=lambda item: item[1])
     if [i for _, i in by_id] != list(range(len(by_id))):
-        raise ValueError(f"{path}: the WordPiece ids are not 0..{len(by_id) - 1} without gaps.")
+        raise checks.ConfigError(
+            f"{path}: the WordPiece ids are not 0..{len(by_id) - 1} without gaps."
+        )
     if any("\n" in token for token, _ in by_id):
-        raise ValueError(f"{path}: a WordPiece token contains a newline.")
+        raise checks.ConfigError(f"{path}: a WordPiece token contains a newline.")
     vocab_file = os.path.join(out_dir, VOCAB_FILE)
     with open(vocab_file, "w", encoding="utf-8") as f:
         f.writelines(token + "\n" for token, _ in by_id)
@@ -508,7 +523,9 @@ def _check_export_dir(export_dir):
     for path in paths:
         if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
             # Saving over an old export could leave its stale assets or variables behind.
-            raise ValueError(f"{path} already exists; choose a new export_dir or delete it.")
+            raise checks.ConfigError(
+                f"{path} already exists; choose a new export_dir or delete it."
+            )
     return paths
 
 
@@ -520,11 +537,7 @@ def _export(encoder, preprocessor, export_dir):
 
 
 def _check_seq_length(seq_length, config):
-    if not isinstance(seq_length, int) or not 3 <= seq_length <= config.max_position_embeddings:
-        raise ValueError(
-            f"seq_length={seq_length!r} must be an integer in 3..{config.max_position_embeddings} "
-            f"(the encoder's max_position_embeddings)."
-        )
+    checks.seq_length(seq_length, maximum=config.max_position_embeddings)
 
 
 def export_hf_bert(folder, export_dir, seq_length=128):
@@ -558,14 +571,14 @@ def export_hf_bert(folder, export_dir, seq_length=128):
         if not os.path.isfile(vocab_file):
             tokenizer_json = os.path.join(folder, TOKENIZER_FILE)
             if not os.path.isfile(tokenizer_json):
-                raise FileNotFoundError(
+                raise checks.MissingFileError(
                     f"{folder} has neither {VOCAB_FILE} nor {TOKENIZER_FILE} for the preprocessing."
                 )
             vocab_file = _vocab_from_tokenizer_json(tokenizer_json, scratch)
         # The preprocessor copies the vocabulary into its SavedModel's assets on export.
         preprocessor = text.BertPreprocessor(vocab_file, seq_length, lower_case)
         if preprocessor.vocab_size > config.vocab_size:
-            raise ValueError(
+            raise checks.ConfigError(
                 f"The vocabulary has {preprocessor.vocab_size} tokens but the checkpoint's "
                 f"embedding table has vocab_size={config.vocab_size} rows."
             )

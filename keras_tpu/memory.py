@@ -31,14 +31,8 @@ Two runtimes differ in the embedding table's gradient and update:
 import dataclasses
 
 from keras_tpu import accelerators
+from keras_tpu import checks
 from keras_tpu.models import bert
-
-# The accelerator table and device matching live in keras_tpu/accelerators.py; they stay
-# importable from here so that code written against keras_tpu.memory keeps working.
-Accelerator = accelerators.Accelerator
-ACCELERATORS = accelerators.ACCELERATORS
-TPUS = accelerators.TPUS
-accelerator_from_describe = accelerators.accelerator_from_describe
 
 GiB = 2**30
 MiB = 2**20
@@ -52,17 +46,6 @@ OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "rmsprop": 1, "adagrad": 1, "adam": 
 # gradients and optimizer slots are float32 under all three (Keras mixed precision
 # keeps float32 variables and casts them when a layer reads them).
 PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-_PRECISION_ALIASES = {
-    "fp32": "fp32",
-    "float32": "fp32",
-    "bf16": "bf16",
-    "bfloat16": "bf16",
-    "mixed_bfloat16": "bf16",
-    "fp16": "fp16",
-    "float16": "fp16",
-    "mixed_float16": "fp16",
-}
-_POLICY_PRECISION = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 # BERT-large (Devlin et al. 2019) for planning only: models/bert.py does not ship it
 # as a preset, so nothing here builds it.
@@ -233,13 +216,7 @@ def _gib(num_bytes):
 
 def canonical_precision(precision):
     """Return "fp32", "bf16" or "fp16" for a precision or Keras policy name."""
-    key = precision.lower() if isinstance(precision, str) else precision
-    if key not in _PRECISION_ALIASES:
-        raise ValueError(
-            f"precision={precision!r} is not one of fp32, bf16, fp16 (or the Keras policy "
-            f"names float32, mixed_bfloat16, mixed_float16)."
-        )
-    return _PRECISION_ALIASES[key]
+    return checks.precision(precision)
 
 
 def config_from_name(name):
@@ -249,12 +226,15 @@ def config_from_name(name):
     if name in bert.PRESETS:
         return bert.bert_config(name)
     names = ", ".join([*bert.PRESETS, *PLANNING_PRESETS])
-    raise ValueError(f"preset={name!r} is not one of {names}.")
+    raise checks.ConfigError(f"preset={name!r} is not one of {names}.")
 
 
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r} must be an integer >= 1.")
+def _dtype_precision(dtype):
+    """Return the canonical precision of a compute dtype name, or None if it has none."""
+    try:
+        return checks.precision(dtype)
+    except checks.ConfigError:
+        return None
 
 
 def _model_architecture(model):
@@ -278,7 +258,7 @@ def _model_architecture(model):
             if part.startswith("layer_") and part[len("layer_") :].isdigit():
                 layers.add(part)
     if not {"word_embeddings", "intermediate"} <= set(found) or not layers:
-        raise ValueError(
+        raise checks.ConfigError(
             f"Cannot tell the BERT sizes of model {model.name!r}: it has no layer with a "
             f"BertConfig and no variables named like models/bert.py's. Pass "
             f"config=BertConfig(...) (e.g. memory.config_from_name('base'))."
@@ -305,8 +285,8 @@ def _model_precision(model):
     """Return the precision the model's layers compute in, or None if not a Keras model."""
     for module in [*model.submodules, model]:
         if hasattr(module, "config") and hasattr(module, "compute_dtype"):
-            return _POLICY_PRECISION.get(module.compute_dtype)
-    return _POLICY_PRECISION.get(getattr(model, "compute_dtype", None))
+            return _dtype_precision(module.compute_dtype)
+    return _dtype_precision(getattr(model, "compute_dtype", None))
 
 
 def _kernel_parameters(config):
@@ -418,12 +398,12 @@ def estimate(
         non-positive batch or length, a length over max_position_embeddings, or a
         precision that contradicts the model's.
     """
-    _check_positive_int("per_replica_batch", per_replica_batch)
-    _check_positive_int("seq_length", seq_length)
-    if optimizer not in OPTIMIZER_SLOTS:
-        raise ValueError(f"optimizer={optimizer!r} is not one of {', '.join(OPTIMIZER_SLOTS)}.")
+    # Long because it accepts three kinds of input (model, config, preset name) and
+    # checks each before counting; the counting itself is in the helpers it calls.
+    checks.integer("per_replica_batch", per_replica_batch)
+    checks.one_of("optimizer", optimizer, OPTIMIZER_SLOTS)
     if runtime not in RUNTIMES:
-        raise ValueError(
+        raise checks.ConfigError(
             f"runtime={runtime!r} is not one of {', '.join(RUNTIMES)}: 'xla' for TPUs (and "
             f"GPUs under jit_compile), 'tf' for the CPU and GPUs without XLA."
         )
@@ -441,7 +421,7 @@ def estimate(
         except ValueError:  # tf_keras raises for a Sequential model never built
             built = False
         if not built:
-            raise ValueError(
+            raise checks.ConfigError(
                 f"Model {model.name!r} has no variables yet; build it first (call it on a "
                 f"batch, or use build_bert_encoder, whose model is built)."
             )
@@ -453,7 +433,7 @@ def estimate(
         model_precision = _model_precision(model)
         precision = canonical_precision(precision or model_precision or "fp32")
         if model_precision and model_precision != precision:
-            raise ValueError(
+            raise checks.ConfigError(
                 f"precision={precision!r} but model {model.name!r} computes in "
                 f"{model_precision}; pass precision={model_precision!r}, or rebuild the model "
                 f"under the policy you mean (keras.mixed_precision.set_global_policy)."
@@ -464,11 +444,7 @@ def estimate(
             f"model_or_config must be a built keras_tpu.keras model, a BertConfig or a preset "
             f"name, got {type(model_or_config).__name__}."
         )
-    if seq_length > arch.max_position_embeddings:
-        raise ValueError(
-            f"seq_length={seq_length} exceeds max_position_embeddings="
-            f"{arch.max_position_embeddings}; use at most {arch.max_position_embeddings}."
-        )
+    checks.seq_length(seq_length, maximum=arch.max_position_embeddings)
     parameters, trainable, weights, trainable_bytes, tables = _variable_bytes(model_or_config)
     slots = OPTIMIZER_SLOTS[optimizer]
     gradients, update = trainable_bytes, 0
@@ -506,21 +482,20 @@ def estimate(
 
 def default_runtime(accelerator):
     """Return "xla" for a TPU accelerator key, "tf" (the larger estimate) for others."""
-    return "xla" if accelerator in TPUS else "tf"
+    return "xla" if accelerator in accelerators.TPUS else "tf"
 
 
 def _accelerator(accelerator):
-    if accelerator not in ACCELERATORS:
-        raise ValueError(
-            f"accelerator={accelerator!r} is not one of {', '.join(ACCELERATORS)}; "
-            f"accelerator_from_describe(describe(strategy)) picks it for this machine."
+    if accelerator not in accelerators.ACCELERATORS:
+        raise checks.ConfigError(
+            f"accelerator={accelerator!r} is not one of {', '.join(accelerators.ACCELERATORS)}; "
+            f"accelerators.accelerator_for(strategy_info(strategy)) picks it for this machine."
         )
-    return ACCELERATORS[accelerator]
+    return accelerators.ACCELERATORS[accelerator]
 
 
 def _check_margin(margin):
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < 1:
-        raise ValueError(f"margin={margin!r} must be a fraction in [0, 1), e.g. 0.1.")
+    checks.fraction("margin", margin, example="0.1")
 
 
 def plan(
@@ -553,6 +528,8 @@ def plan(
       A Plan; `.max_per_replica_batch` is 0 and `.bytes_over` > 0 when even batch 1
       does not fit, which is the case for model parallelism.
     """
+    # Long because of its docstring and the search over batch sizes with its two
+    # messages (largest batch that fits, or by how much batch 1 is over).
     device = _accelerator(accelerator)
     _check_margin(margin)
     runtime = runtime or default_runtime(accelerator)

@@ -1,5 +1,6 @@
 """Optimizers and schedules, including the BERT fine-tuning recipe used on GLUE."""
 
+from keras_tpu import checks
 from keras_tpu.compat import keras
 import tensorflow as tf
 
@@ -16,10 +17,9 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
           total_steps: training steps in the whole run (the rate is 0 at the end).
           warmup_steps: steps of linear warm-up (0 <= warmup_steps < total_steps).
         """
-        if not peak > 0:
-            raise ValueError(f"peak learning rate {peak!r} must be > 0.")
+        checks.positive("peak learning rate", peak)
         if not 0 <= warmup_steps < total_steps:
-            raise ValueError(
+            raise checks.ConfigError(
                 f"warmup_steps={warmup_steps} must be in [0, total_steps={total_steps})."
             )
         self.peak = float(peak)
@@ -53,8 +53,7 @@ def bert_adamw(learning_rate, total_steps, warmup_fraction=0.1, weight_decay=0.0
       weight_decay: decoupled weight decay.
       clipnorm: clip the global gradient norm to this (None disables).
     """
-    if not isinstance(total_steps, int) or total_steps < 1:
-        raise ValueError(f"total_steps={total_steps!r} must be an integer >= 1.")
+    checks.integer("total_steps", total_steps)
     schedule = WarmupLinearDecay(learning_rate, total_steps, int(warmup_fraction * total_steps))
     optimizer = keras.optimizers.AdamW(
         learning_rate=schedule,

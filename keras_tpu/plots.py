@@ -8,6 +8,8 @@ return plain numpy/lists and are what the plots are drawn from.
 
 import numpy as np
 
+from keras_tpu import checks
+
 
 def _pyplot():
     try:
@@ -63,7 +65,9 @@ def plot_history(history, metrics=("loss", "accuracy"), figsize=None):
     values = epoch_metrics(history)
     present = [m for m in metrics if m in values or f"val_{m}" in values]
     if not present:
-        raise ValueError(f"none of {list(metrics)} in the history (it has {sorted(values)}).")
+        raise checks.ConfigError(
+            f"none of {list(metrics)} in the history (it has {sorted(values)})."
+        )
     fig, axes = plt.subplots(
         1, len(present), figsize=figsize or (5 * len(present), 3.5), squeeze=False
     )
@@ -86,7 +90,7 @@ def confusion_matrix(y_true, y_pred, num_classes=None):
     y_true = np.asarray(y_true, dtype=np.int64).reshape(-1)
     y_pred = np.asarray(y_pred, dtype=np.int64).reshape(-1)
     if y_true.shape != y_pred.shape:
-        raise ValueError(f"{y_true.size} labels but {y_pred.size} predictions.")
+        raise checks.ConfigError(f"{y_true.size} labels but {y_pred.size} predictions.")
     if num_classes is None:
         num_classes = int(max(y_true.max(initial=-1), y_pred.max(initial=-1))) + 1
     matrix = np.zeros((num_classes, num_classes), dtype=np.int64)
@@ -218,5 +222,5 @@ def collect_predictions(model, split, preprocess=None, batch_size=256, limit=Non
         labels.append(np.asarray(y).reshape(-1))
         predicted.append(np.argmax(np.asarray(scores), axis=-1).reshape(-1))
     if not features:
-        raise ValueError("the split is empty.")
+        raise checks.ConfigError("the split is empty.")
     return np.concatenate(features), np.concatenate(labels), np.concatenate(predicted)

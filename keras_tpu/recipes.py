@@ -7,6 +7,7 @@ SavedModel and returns (and writes) the run's summary.
 """
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -14,132 +15,44 @@ import os
 import shutil
 import tempfile
 import time
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
 
-from keras_tpu import accelerators
 from keras_tpu import callbacks
+from keras_tpu import checkpointing
+from keras_tpu import checks
 from keras_tpu import cluster
 from keras_tpu import compat
 from keras_tpu import data
 from keras_tpu import export
 from keras_tpu import memory
 from keras_tpu import optimizers
+from keras_tpu import outputs
+from keras_tpu import recipe_inputs
 from keras_tpu import resolver
-from keras_tpu import text
+from keras_tpu import run_dir
 from keras_tpu import training
+from keras_tpu.configs import BertRunConfig  # noqa: F401  (keras_tpu.recipes.BertRunConfig)
+from keras_tpu.configs import CNNConfig  # noqa: F401  (keras_tpu.recipes.CNNConfig)
+from keras_tpu.configs import RunConfig  # noqa: F401
 from keras_tpu.models import bert
 from keras_tpu.models import cnn
+from keras_tpu.recipe_inputs import IMAGE_DATASETS  # noqa: F401  (used by the notebooks)
+from keras_tpu.recipe_inputs import load_image_data
+from keras_tpu.strategy_info import StrategyInfo
 
 keras = compat.keras
 log = logging.getLogger(__name__)
 
-IMAGE_DATASETS = ("digits", "synthetic")
 # Errors that mean "the configuration is wrong": scripts print them as one line.
 CONFIG_ERRORS = (
-    ValueError,
-    FileNotFoundError,
+    checks.ConfigError,
     resolver.StrategyError,
     data.DatasetUnavailableError,
     cluster.ClusterError,
 )
-
-
-@dataclasses.dataclass
-class RunConfig:
-    """What every run shares; field names are the scripts' flag names."""
-
-    tpu: str | None = None
-    strategy: str = "auto"
-    cpu_replicas: int = 0
-    connect_timeout: float = resolver.DEFAULT_CONNECT_TIMEOUT
-    worker_hosts: str | None = None  # "host:port,..." of every worker (writes TF_CONFIG).
-    task_index: int | None = None  # This worker's position in worker_hosts; 0 is the chief.
-    collective_timeout: float = cluster.DEFAULT_COLLECTIVE_TIMEOUT
-    per_replica_batch_size: int = 64
-    epochs: int = 30
-    steps_per_epoch: int | None = None  # None: one pass over the training data.
-    steps_per_execution: int | str = "auto"
-    mixed_precision: str = "auto"  # "auto", "bf16", "fp16" or "fp32".
-    learning_rate: float = 1e-3
-    model_dir: str | None = None  # summary.json, backups, best weights, TensorBoard.
-    data_dir: str | None = None  # tfds data_dir.
-    export_dir: str | None = None  # SavedModel for serving.
-    seed: int = 0
-    backup_every_steps: int | None = None  # None: back up every epoch.
-    backup: bool = True  # BackupAndRestore under model_dir/backup: a killed run resumes.
-    keep_best: bool = True  # Keep the best weights (val_accuracy) under model_dir/best.
-    tensorboard: bool = True  # TensorBoard logs under model_dir/tensorboard.
-    peak_tflops: float | None = None  # Devices' combined peak, for MFU (e.g. bench_peak.py).
-    verbose: int = 2
-
-    def __post_init__(self):
-        # Checked here, before TensorFlow starts, so a bad flag costs nothing.
-        for name in ("epochs", "per_replica_batch_size", "steps_per_epoch", "backup_every_steps"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name}={value!r} must be an integer >= 1.")
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate={self.learning_rate!r} must be > 0.")
-        if not self.collective_timeout > 0:
-            raise ValueError(f"collective_timeout={self.collective_timeout!r} must be > 0 s.")
-        if self.worker_hosts is not None or self.task_index is not None:
-            if self.task_index is None or self.worker_hosts is None:
-                raise ValueError(
-                    "worker_hosts and task_index go together: every worker gets the same "
-                    "worker_hosts and its own task_index."
-                )
-            cluster.tf_config_from_hosts(self.worker_hosts, self.task_index)
-        if self.mixed_precision not in ("auto", *training.PRECISIONS):
-            raise ValueError(
-                f"mixed_precision={self.mixed_precision!r} is not one of auto, "
-                f"{', '.join(training.PRECISIONS)}."
-            )
-
-
-@dataclasses.dataclass
-class CNNConfig(RunConfig):
-    """The CNN example. Run: python scripts/train_cnn.py --dataset=digits."""
-
-    dataset: str = "digits"  # "digits", "synthetic", or a tfds image dataset name.
-    variant: str = "default"  # models.cnn variant: "default" or "seed".
-
-
-@dataclasses.dataclass
-class BertRunConfig(RunConfig):
-    """BERT fine-tuning on sentence classification.
-
-    Run: python scripts/train_bert.py --encoder_handle=DIR --vocab_file=vocab.txt
-         --train_file=../shared/data/sst2/train.tsv --eval_file=../shared/data/sst2/dev.tsv
-    """
-
-    encoder_handle: str | None = None
-    preprocess_handle: str | None = None  # Or vocab_file (+ lower_case).
-    vocab_file: str | None = None
-    lower_case: bool = True
-    train_file: str | None = None  # sentence<TAB>label TSV, with header.
-    eval_file: str | None = None
-    tfds_name: str | None = None  # Or a tfds text dataset, e.g. "imdb_reviews", "glue/sst2".
-    tfds_eval_split: str = "test"  # glue/sst2: "validation" (its test labels are hidden).
-    tfds_keys: str | None = None  # "text_feature,label_feature" for datasets without
-    # supervised keys, e.g. "sentence,label" for glue/sst2.
-    seq_length: int = 128
-    num_classes: int = 2
-    dropout: float = 0.1
-    warmup_fraction: float = 0.1
-    per_replica_batch_size: int = 32
-    epochs: int = 3
-    learning_rate: float = 3e-5
-
-    def __post_init__(self):
-        super().__post_init__()
-        if not isinstance(self.seq_length, int) or not 3 <= self.seq_length <= 512:
-            raise ValueError(f"seq_length={self.seq_length!r} must be an integer in 3..512.")
-        if not isinstance(self.num_classes, int) or self.num_classes < 2:
-            raise ValueError(f"num_classes={self.num_classes!r} must be an integer >= 2.")
-        if not 0 <= self.warmup_fraction < 1:
-            raise ValueError(f"warmup_fraction={self.warmup_fraction!r} must be in [0, 1).")
 
 
 def _resolve(config):
@@ -174,7 +87,7 @@ def _export_on_every_worker(export_fn, model, export_dir, strategy):
     collectives, so a chief saving alone would wait for its peers forever
     (TensorFlow's multi-worker Keras tutorial, "Model saving and loading").
     """
-    if training.is_chief(strategy):
+    if StrategyInfo.of(strategy).is_chief:
         return export_fn(model, export_dir, strategy)
     scratch = tempfile.mkdtemp(prefix="keras_tpu_worker_export_")
     try:
@@ -184,151 +97,270 @@ def _export_on_every_worker(export_fn, model, export_dir, strategy):
     return None
 
 
-def _run(config, *, train, test, preprocess, build_model, make_optimizer, loss, **extras):
-    """Train and evaluate one model; the shared body of every recipe."""
-    strategy = _resolve(config)  # Cached: the same strategy the recipe resolved first.
-    info = resolver.describe(strategy)
-    previous_policy = keras.mixed_precision.global_policy()
-    policy = training.set_precision(config.mixed_precision, strategy)
-    try:
-        keras.utils.set_random_seed(config.seed)
-        batch = config.per_replica_batch_size
-        train_ds, full_pass = data.train_dataset(
-            strategy, train, batch, preprocess=preprocess, seed=config.seed
-        )
-        steps_per_epoch = config.steps_per_epoch or full_pass
-        eval_data = data.eval_dataset(strategy, test, batch, preprocess=preprocess)
-        steps_per_execution = training.resolve_steps_per_execution(
-            config.steps_per_execution, strategy, steps_per_epoch
-        )
-        with strategy.scope():
-            model = build_model()
-            optimizer = make_optimizer(steps_per_epoch * config.epochs)
-        memory_warning = extras.get("check_memory") and extras["check_memory"](model, info, policy)
-        if memory_warning:
-            # Warn before compiling: an OOM would only show after minutes of XLA compilation.
-            log.warning("keras_tpu: %s", memory_warning)
-        training.compile_model(
-            model,
-            strategy,
-            optimizer=optimizer,
-            loss=loss,
-            metrics=["accuracy"],
-            steps_per_execution=steps_per_execution,
-        )
-        flops = extras.get("flops_per_example") and extras["flops_per_example"](model)
-        chief = training.is_chief(strategy)
-        run_callbacks = callbacks.make_callbacks(
-            config.model_dir,
-            strategy,
-            eval_data.batching.global_batch,
-            backup=config.backup,
-            backup_every_steps=config.backup_every_steps,
-            best_metric="val_accuracy" if config.keep_best else None,
-            tensorboard=config.tensorboard,
-            flops_per_example=flops,
-            peak_flops=config.peak_tflops and config.peak_tflops * 1e12,
-        )
-        start = time.perf_counter()
-        try:
-            history = model.fit(
-                train_ds,
-                epochs=config.epochs,
-                steps_per_epoch=steps_per_epoch,
-                validation_data=eval_data.dataset,
-                validation_steps=eval_data.steps,
-                callbacks=run_callbacks,
-                verbose=config.verbose,
-            )
-            seconds = time.perf_counter() - start
-            test_metrics = training.evaluate(model, eval_data)
-            if config.export_dir:
-                export_fn = extras.get("export", export.export_model)
-                _export_on_every_worker(export_fn, model, config.export_dir, strategy)
-        except cluster.FAILURE_ERRORS as e:
-            if info["kind"] != "multi_worker":
-                raise
-            raise cluster.worker_failure(e, info, config.model_dir, config.backup) from e
-        meter = run_callbacks[0]  # make_callbacks puts the ThroughputMeter first.
-    finally:
-        keras.mixed_precision.set_global_policy(previous_policy)
+@dataclasses.dataclass(frozen=True)
+class Splits:
+    """The examples a run trains and evaluates on, and the host-side preprocessing."""
 
-    batching = eval_data.batching
+    train: object  # Anything data.as_source takes: a Source, an ArraySplit, (x, y).
+    test: object
+    preprocess: Callable | None = None
+    name: str | None = None  # Reported as the summary's "dataset".
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """What a recipe trains: the model and its optimizer and loss, and optional hooks.
+
+    Attributes:
+      build_model: returns the uncompiled model; called inside `strategy.scope()`.
+      make_optimizer: total training steps -> optimizer; called inside the scope.
+      loss: a Keras loss instance or name.
+      flops_per_example: model -> training FLOPs per example, for MFU.
+      check_memory: (model, StrategyInfo, policy) -> a warning or None, run
+        before compiling (an OOM would only show after minutes of XLA compilation).
+      export: (model, export_dir, strategy, *, overwrite) -> export_dir, for `--export_dir`.
+    """
+
+    build_model: Callable[[], keras.Model]
+    make_optimizer: Callable[[int], keras.optimizers.Optimizer]
+    loss: object
+    flops_per_example: Callable[[keras.Model], float] | None = None
+    check_memory: Callable[[keras.Model, StrategyInfo, str], str | None] | None = None
+    export: Callable = export.export_model
+
+
+@dataclasses.dataclass(frozen=True)
+class _Trained:
+    """What one training run produced, for its summary."""
+
+    model: keras.Model
+    history: dict  # keras History.history: metric -> one value per epoch.
+    seconds: float
+    test_metrics: dict
+    batching: data.Batching
+    steps_per_epoch: int
+    steps_per_execution: int
+    memory_warning: str | None
+    meter: callbacks.ThroughputMeter
+    start_step: int  # The optimizer step the run resumed from (0: a fresh run).
+    backup: checkpointing.Backup | None  # Deleted by _run once summary and export are safe.
+
+
+def _fit(config, strategy, task, splits, policy):
+    """Build, compile, train, evaluate and export the task's model under `strategy`.
+
+    The body of every recipe; tf.distribute work only, no file writing but the
+    callbacks' and the export's. One function on purpose: it is the recipe's
+    sequence (data, model in scope, compile, callbacks, fit, evaluate, export),
+    one call per step; split, its halves would pass a dozen values between them.
+    """
+    info = StrategyInfo.of(strategy)
+    keras.utils.set_random_seed(config.seed)
+    batch = config.per_replica_batch_size
+    train_ds, full_pass = data.train_dataset(
+        strategy, splits.train, batch, preprocess=splits.preprocess, seed=config.seed
+    )
+    steps_per_epoch = config.steps_per_epoch or full_pass
+    eval_data = data.eval_dataset(strategy, splits.test, batch, preprocess=splits.preprocess)
+    steps_per_execution = training.resolve_steps_per_execution(
+        config.steps_per_execution, strategy, steps_per_epoch
+    )
+    with strategy.scope():
+        model = task.build_model()
+        optimizer = task.make_optimizer(steps_per_epoch * config.epochs)
+    outputs.check_export_dir(config.export_dir, overwrite=config.overwrite, model=model)
+    memory_warning = task.check_memory and task.check_memory(model, info, policy)
+    if memory_warning:
+        log.warning("keras_tpu: %s", memory_warning)
+    training.compile_model(
+        model,
+        strategy,
+        optimizer=optimizer,
+        loss=task.loss,
+        metrics=["accuracy"],
+        steps_per_execution=steps_per_execution,
+    )
+    if config.rehearse_tpu:  # Before any callback writes to model_dir.
+        training.rehearse_or_raise(model, train_ds, eval_dataset=eval_data)
+    run_callbacks = callbacks.make_callbacks(
+        config.model_dir,
+        strategy,
+        eval_data.batching.global_batch,
+        backup=config.backup,
+        backup_every_steps=config.backup_every_steps,
+        best_metric="val_accuracy" if config.keep_best else None,
+        tensorboard=config.tensorboard,
+        flops_per_example=task.flops_per_example and task.flops_per_example(model),
+        peak_flops=config.peak_tflops and config.peak_tflops * 1e12,
+        steps_per_execution=steps_per_execution,
+    )
+    lock, start_step = _claim_and_restore(config, info, model, eval_data, run_callbacks.backup)
+    if start_step:  # Skip the examples of the steps already trained.
+        train_ds, _ = data.train_dataset(
+            strategy,
+            splits.train,
+            batch,
+            preprocess=splits.preprocess,
+            seed=config.seed,
+            start_step=start_step,
+        )
+    start = time.perf_counter()
+    try:
+        history = model.fit(
+            train_ds,
+            epochs=config.epochs,
+            steps_per_epoch=steps_per_epoch,
+            validation_data=eval_data.dataset,
+            validation_steps=eval_data.steps,
+            callbacks=list(run_callbacks.all),
+            verbose=config.verbose,
+        )
+        seconds = time.perf_counter() - start
+        _raise_if_stopped(config, info, model, run_callbacks)
+        test_metrics = training.evaluate(model, eval_data)
+        if config.export_dir:
+            export_fn = functools.partial(task.export, overwrite=config.overwrite)
+            _export_on_every_worker(export_fn, model, config.export_dir, strategy)
+    except cluster.FAILURE_ERRORS as e:
+        if not info.is_multi_worker:
+            raise
+        raise cluster.worker_failure(e, info, config.model_dir, config.backup) from e
+    finally:
+        if run_callbacks.backup:
+            run_callbacks.backup.close()
+        if lock:
+            lock.release()
+    return _Trained(
+        model=model,
+        history=history.history,
+        seconds=seconds,
+        test_metrics=test_metrics,
+        batching=eval_data.batching,
+        steps_per_epoch=steps_per_epoch,
+        steps_per_execution=steps_per_execution,
+        memory_warning=memory_warning or None,
+        meter=run_callbacks.meter,
+        start_step=start_step,
+        backup=run_callbacks.backup,
+    )
+
+
+def _summary(config, info, splits, policy, trained):
+    """Return the run's summary: what summary.json holds and the recipes return."""
+    model, meter, batching = trained.model, trained.meter, trained.batching
+    test_metrics = dict(trained.test_metrics)
+    accuracy_warning = training.chance_warning(
+        train_accuracy=(trained.history.get("accuracy") or [None])[-1],
+        eval_accuracy=test_metrics.get("accuracy"),
+        num_classes=int(model.output_shape[-1]),
+    )
+    if accuracy_warning:
+        log.warning("keras_tpu: %s", accuracy_warning)
     final_step = int(model.optimizer.iterations.numpy())
-    steps_run = final_step - (meter.start_step or 0)
-    summary = {
+    steps_run = final_step - trained.start_step
+    history, seconds = trained.history, trained.seconds
+    return {
+        "status": "ok",
         "model": model.name,
         "parameters": int(model.count_params()),
-        "train_examples": data.count_examples(train),
+        "train_examples": data.count_examples(splits.train),
         "test_examples": test_metrics.pop("examples"),
         "per_replica_batch": batching.per_replica,
         "global_batch": batching.global_batch,
         "replicas": batching.replicas,
         "precision_policy": policy,
         "epochs": config.epochs,
-        "steps_per_epoch": steps_per_epoch,
-        "steps_per_execution": steps_per_execution,
+        "steps_per_epoch": trained.steps_per_epoch,
+        "steps_per_execution": trained.steps_per_execution,
         "final_step": final_step,
-        "memory_warning": memory_warning or None,
-        "resumed_from_step": meter.start_step or 0,
-        "final_train": {k: float(v[-1]) for k, v in history.history.items() if "val_" not in k},
+        "memory_warning": trained.memory_warning,
+        "resumed_from_step": trained.start_step,
+        "final_train": {k: float(v[-1]) for k, v in history.items() if "val_" not in k},
         "test": test_metrics,
+        "accuracy_warning": accuracy_warning,
         "train_seconds": round(seconds, 3),
         "train_examples_per_second": round(steps_run * batching.global_batch / seconds, 1),
         "throughput": meter.history,
         "weights_sha256": weights_checksum(model),
-        "chief": chief,
-        "strategy": info,
+        "chief": info.is_chief,
+        "strategy": info.to_dict(),
         "config": dataclasses.asdict(config),
+        **({"dataset": splits.name} if splits.name else {}),
     }
-    if config.model_dir and chief:
-        tf.io.gfile.makedirs(config.model_dir)
-        with tf.io.gfile.GFile(os.path.join(config.model_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
-    return summary, model
 
 
-def load_image_data(name, data_dir=None, seed=0):
-    """Return (train, test, preprocess, image_shape, num_classes) for an image dataset.
-
-    "digits" and "synthetic" are in memory and already float32 in [0, 1]; any
-    other name is a tfds dataset streamed from its files, whose uint8 images
-    are scaled on the host by `preprocess`.
-    """
-    if name in IMAGE_DATASETS:
-        if name == "digits":
-            train, test = data.load_digits(seed=seed)
-        else:
-            train = data.synthetic_images(2048, (28, 28, 1), seed=seed)
-            test = data.synthetic_images(512, (28, 28, 1), seed=seed + 1)
-        num_classes = int(max(train.y.max(), test.y.max())) + 1
-        return train, test, None, train.x.shape[1:], num_classes
-    train = data.tfds_source(name, "train", data_dir=data_dir)
-    test = data.tfds_source(name, "test", data_dir=data_dir)
-    image_shape = tuple(train.open_shard(1, 0, False).element_spec[0].shape)
-
-    def preprocess(images, labels):
-        return tf.cast(images, tf.float32) / 255.0, labels
-
-    return train, test, preprocess, image_shape, train.num_classes
+def _run(config, strategy, task, splits):
+    """Train and evaluate one model under `strategy`; write and return the summary."""
+    previous_policy = keras.mixed_precision.global_policy()
+    policy = training.set_precision(config.mixed_precision, strategy)
+    try:
+        trained = _fit(config, strategy, task, splits, policy)
+        summary = _summary(config, StrategyInfo.of(strategy), splits, policy, trained)
+    finally:
+        keras.mixed_precision.set_global_policy(previous_policy)
+    if summary["chief"]:
+        write_summary(summary, config.model_dir)
+    if trained.backup:  # Only now: a failed export or summary leaves the backup for the rerun.
+        trained.backup.finish()
+    return summary
 
 
-def _in_memory_images(train, test):
-    """Return (train, test, None, image_shape, num_classes) for caller-supplied splits."""
-    if train is None or test is None:
-        raise ValueError("pass both train and test (or neither, to load config.dataset).")
-    train, test = data.as_source(train, "train"), data.as_source(test, "test")
-    image_shape = tuple(train.open_shard(1, 0, False).element_spec[0].shape)
-    num_classes = train.num_classes
-    if num_classes is None:  # One pass over the labels: the largest + 1.
-        largest = [
-            source.open_shard(1, 0, False).reduce(
-                tf.constant(0, tf.int64), lambda m, e: tf.maximum(m, tf.cast(e[1], tf.int64))
-            )
-            for source in (train, test)
-        ]
-        num_classes = int(max(largest)) + 1
-    return train, test, None, image_shape, num_classes
+def _claim_and_restore(config, info, model, eval_data, backup):
+    """Lock model_dir, check it holds this run, restore its backup; return (lock, step)."""
+    lock = None
+    if config.model_dir and info.is_chief:
+        identity = run_dir.RunIdentity.of(
+            config, global_batch=eval_data.batching.global_batch, model=model
+        )
+        lock = run_dir.open_run(
+            config.model_dir,
+            identity=identity,
+            overwrite=config.overwrite,
+            needed_bytes=2 * checkpointing.checkpoint_bytes(model),
+        )
+    try:
+        return lock, backup.restore(model) if backup else 0
+    except BaseException:
+        if lock:
+            lock.release()
+        raise
+
+
+def _raise_if_stopped(config, info, model, run_callbacks):
+    """Raise RunStopped for a preempted run, or for a NaN loss (after a "nan" summary)."""
+    backup, guard = run_callbacks.backup, run_callbacks.nan_guard
+    if backup and backup.stop_reason():
+        raise backup.stop_reason()
+    if guard.stopped_at is None:
+        return
+    kept = backup and backup.saved_step
+    message = (
+        f"loss became NaN at step {guard.step}; stopped. "
+        + (f"The last finite backup (step {kept}) is kept in {backup.directory}. " if kept else "")
+        + "Lower --learning_rate, or use fp32, then run again (with --overwrite to start over)."
+    )
+    if info.is_chief:
+        nan_summary = {
+            "status": "nan",
+            "nan_step": guard.step,
+            "final_step": int(model.optimizer.iterations.numpy()),
+            "message": message,
+            "strategy": info.to_dict(),
+            "config": dataclasses.asdict(config),
+        }
+        write_summary(nan_summary, config.model_dir)
+    raise checkpointing.RunStopped(message, exit_code=3)
+
+
+def write_summary(summary, model_dir):
+    """Write `summary` as model_dir/summary.json (local or gs://); no-op without model_dir."""
+    if not model_dir:
+        return None
+    tf.io.gfile.makedirs(model_dir)
+    path = os.path.join(model_dir, "summary.json")
+    with tf.io.gfile.GFile(path, "w") as f:
+        json.dump(summary, f, indent=2)
+    return path
 
 
 def train_cnn(config, train=None, test=None):
@@ -341,61 +373,30 @@ def train_cnn(config, train=None, test=None):
         labels 0..K-1) or a Source; with `test`.
       test: the matching evaluation split.
     """
-    _resolve(config)
-    from_config = train is None and test is None
-    if from_config:
+    strategy = _resolve(config)
+    if train is None and test is None:
         train, test, preprocess, image_shape, num_classes = load_image_data(
             config.dataset, config.data_dir, config.seed
         )
+        name = config.dataset
     else:
-        train, test, preprocess, image_shape, num_classes = _in_memory_images(train, test)
-    summary, _ = _run(
-        config,
-        train=train,
-        test=test,
-        preprocess=preprocess,
+        train, test, preprocess, image_shape, num_classes = recipe_inputs.in_memory_images(
+            train, test
+        )
+        name = "in-memory arrays"
+    task = Task(
         build_model=lambda: cnn.build_cnn(image_shape, num_classes, variant=config.variant),
         make_optimizer=lambda total_steps: keras.optimizers.Adam(config.learning_rate),
         loss="sparse_categorical_crossentropy",
     )
-    summary["dataset"] = config.dataset if from_config else "in-memory arrays"
-    return summary
-
-
-def _text_data(config):
-    if config.tfds_name:
-        if config.train_file or config.eval_file:
-            raise ValueError("pass either --tfds_name or --train_file/--eval_file, not both.")
-        keys = tuple(config.tfds_keys.split(",")) if config.tfds_keys else None
-        if keys is not None and len(keys) != 2:
-            raise ValueError(
-                f"tfds_keys={config.tfds_keys!r} must be 'text_feature,label_feature'."
-            )
-        return tuple(
-            data.tfds_source(config.tfds_name, split, data_dir=config.data_dir, keys=keys)
-            for split in ("train", config.tfds_eval_split)
-        )
-    if not (config.train_file and config.eval_file):
-        raise ValueError("BERT needs --train_file and --eval_file (TSV) or --tfds_name.")
-    return tuple(
-        data.load_tsv(f, num_classes=config.num_classes)
-        for f in (config.train_file, config.eval_file)
-    )
-
-
-def _preprocessor(config):
-    if bool(config.preprocess_handle) == bool(config.vocab_file):
-        raise ValueError("BERT needs exactly one of --preprocess_handle or --vocab_file.")
-    if config.preprocess_handle:
-        return text.HubBertPreprocessor(config.preprocess_handle, config.seq_length)
-    return text.BertPreprocessor(config.vocab_file, config.seq_length, config.lower_case)
+    return _run(config, strategy, task, Splits(train, test, preprocess, name))
 
 
 def _check_bert_memory(model, info, policy, config):
     """Return the memory planner's warning for this BERT step on this device, or None."""
     try:
-        accelerator = accelerators.accelerator_from_describe(info)
-    except ValueError as e:  # A GPU the planner does not know: say so, do not stop the run.
+        accelerator = info.accelerator
+    except checks.ConfigError as e:  # A GPU the planner does not know: say so, do not stop the run.
         return f"memory check skipped: {e}"
     return memory.check_fits(
         model, config.per_replica_batch_size, config.seq_length, policy, accelerator
@@ -405,15 +406,11 @@ def _check_bert_memory(model, info, policy, config):
 def train_bert(config):
     """Fine-tune a TF Hub BERT encoder for sentence classification; return the summary."""
     if not config.encoder_handle:
-        raise ValueError("BERT needs --encoder_handle (a TF Hub handle or a local export).")
-    _resolve(config)
-    train, test = _text_data(config)
-    preprocessor = _preprocessor(config)
-    summary, _ = _run(
-        config,
-        train=train,
-        test=test,
-        preprocess=preprocessor.preprocess,
+        raise checks.ConfigError("BERT needs --encoder_handle (a TF Hub handle or a local export).")
+    strategy = _resolve(config)
+    train, test = recipe_inputs.text_splits(config)
+    preprocessor = recipe_inputs.bert_preprocessor(config)
+    task = Task(
         build_model=lambda: bert.build_bert_classifier(
             config.encoder_handle, config.num_classes, config.seq_length, dropout=config.dropout
         ),
@@ -423,8 +420,8 @@ def train_bert(config):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         flops_per_example=lambda model: bert.training_flops_per_example(model, config.seq_length),
         check_memory=lambda model, info, policy: _check_bert_memory(model, info, policy, config),
-        export=lambda model, export_dir, strategy: export.export_text_classifier(
-            model, preprocessor, export_dir, strategy
+        export=lambda model, export_dir, strategy, overwrite: export.export_text_classifier(
+            model, preprocessor, export_dir, strategy, overwrite=overwrite
         ),
     )
-    return summary
+    return _run(config, strategy, task, Splits(train, test, preprocessor.preprocess))

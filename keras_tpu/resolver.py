@@ -8,38 +8,32 @@ timeouts (TensorFlow waits forever on an address nobody answers), falls back
 only under strategy="auto" and says why, and `describe()` reports the choice.
 """
 
+import dataclasses
 import logging
-import socket
+import os
 import threading
 import time
 
-import os
-
 import tensorflow as tf
 
+from keras_tpu import checks
 from keras_tpu import cluster as cluster_lib
-from keras_tpu import compat
 from keras_tpu import detect
 from keras_tpu import doctor as doctor_lib
+from keras_tpu import strategy_info as strategy_info_lib
+from keras_tpu import tpu_connect
+from keras_tpu.strategy_info import StrategyError
+from keras_tpu.strategy_info import StrategyInfo
+from keras_tpu.tpu_connect import TPUConnectionError  # noqa: F401  (keras_tpu.resolver.*)
 
 log = logging.getLogger(__name__)
 
 STRATEGIES = ("auto", "tpu", "multi_worker", "mirrored", "one_device", "cpu")
-DEFAULT_CONNECT_TIMEOUT = 60.0
-DEFAULT_INIT_TIMEOUT = 600.0
+DEFAULT_CONNECT_TIMEOUT = tpu_connect.DEFAULT_CONNECT_TIMEOUT
+DEFAULT_INIT_TIMEOUT = tpu_connect.DEFAULT_INIT_TIMEOUT
 
 _lock = threading.RLock()
-_tpu_systems = {}  # TPU address -> (cluster resolver, topology): initialised once.
 _strategies = {}  # resolve_strategy arguments -> strategy.
-_infos = {}  # id(strategy) -> describe() dict, for strategies made here.
-
-
-class StrategyError(RuntimeError):
-    """The requested strategy cannot be built here; the message says why."""
-
-
-class TPUConnectionError(StrategyError):
-    """A TPU address was found but could not be reached or initialised in time."""
 
 
 class TPUUnusableError(StrategyError):
@@ -50,100 +44,9 @@ class DeviceConfigError(StrategyError):
     """Devices must be configured before TensorFlow initialises them."""
 
 
-def _call_with_timeout(fn, timeout, what):
-    """Run fn() in a daemon thread and raise TPUConnectionError after `timeout` s.
-
-    TensorFlow's connect/initialise calls cannot be interrupted, so a call that
-    never returns is left behind in its daemon thread; the caller gets an error
-    instead of a hang, and the process can still exit.
-    """
-    result = {}
-
-    def target():
-        try:
-            result["value"] = fn()
-        except BaseException as e:  # pylint: disable=broad-except
-            result["error"] = e
-
-    thread = threading.Thread(target=target, name=f"keras_tpu: {what}", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise TPUConnectionError(f"{what} did not finish within {timeout:g} s.")
-    if "error" in result:
-        raise result["error"]
-    return result["value"]
-
-
-def _probe_grpc(address, timeout):
-    """Fail fast, with the errno, when nothing listens at a grpc:// address."""
-    host, _, port = address[len("grpc://") :].rpartition(":")
-    host = host.strip("[]")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            pass
-    except OSError as e:
-        raise TPUConnectionError(
-            f"Cannot reach the TPU at {address}: {e.strerror or e} (waited at most {timeout:g} s). "
-            f"Check that the TPU is running and the address is right (TPU_NAME, COLAB_TPU_ADDR or "
-            f"the tpu argument), and that this VM can reach port {port} (same network and "
-            f"firewall rules)."
-        ) from e
-
-
-def _connect_tpu(location, connect_timeout, init_timeout):
-    """Connect to and initialise the TPU system at `location`, once per process."""
-    with _lock:
-        if location.address in _tpu_systems:
-            return _tpu_systems[location.address]
-        if location.is_grpc:
-            _probe_grpc(location.address, connect_timeout)
-
-        def connect():
-            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=location.address)
-            if not location.is_local:
-                # A TPU VM runs the TPU in-process; only remote TPUs join a cluster.
-                tf.config.experimental_connect_to_cluster(resolver)
-            return resolver
-
-        hint = (
-            "Check the address, that the TPU is healthy and not used by another process, "
-            "or pass strategy='cpu' to run without it."
-        )
-        try:
-            resolver = _call_with_timeout(
-                connect, connect_timeout, f"Connecting to the TPU at {location.address}"
-            )
-            topology = _call_with_timeout(
-                lambda: tf.tpu.experimental.initialize_tpu_system(resolver),
-                init_timeout,
-                f"Initialising the TPU system at {location.address}",
-            )
-        except TPUConnectionError as e:
-            raise TPUConnectionError(f"{e} {hint}") from None
-        except (ValueError, RuntimeError, tf.errors.OpError) as e:
-            raise TPUConnectionError(
-                f"TensorFlow could not connect to the TPU at {location.address} "
-                f"(found via {location.source}): {e}. {hint}"
-            ) from e
-        _tpu_systems[location.address] = (resolver, topology)
-        return resolver, topology
-
-
-def _refuse_unusable_tpu(location, environ, root):
-    """Raise TPUUnusableError naming cause and fix, instead of TensorFlow's raw OpKernel text."""
-    blockers = doctor_lib.tpu_blockers(location, root=root, environ=environ)
-    if blockers:
-        causes = " ".join(f"{c.name}: {c.detail} Fix: {c.fix}." for c in blockers)
-        raise TPUUnusableError(
-            f"A TPU is on this host ({location.source}) but cannot be used: {causes}"
-        )
-
-
 def _configure_cpu_replicas(n):
     """Split the host CPU into `n` logical devices; idempotent for the same n."""
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"cpu_replicas={n!r} must be an integer >= 1 (or 0 for no rehearsal).")
+    checks.integer("cpu_replicas", n, fix="(Or 0 for no rehearsal.)")
     cpu = tf.config.list_physical_devices("CPU")[0]
     current = tf.config.get_logical_device_configuration(cpu)
     if current is not None and len(current) == n:
@@ -175,130 +78,204 @@ def _single_device_strategy(device):
     )
 
 
-def _gpu_capability(gpus):
-    if not gpus:
-        return None
-    details = tf.config.experimental.get_device_details(gpus[0])
-    return details.get("compute_capability")
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    """The arguments of one resolve_strategy call, checked."""
+
+    strategy: str
+    tpu: str | None
+    cpu_replicas: int
+    connect_timeout: float
+    init_timeout: float
+    collective_timeout: float
+    environ: dict | None
+    root: str
 
 
-def _multi_worker(cluster, connect_timeout, collective_timeout):
-    """Return MultiWorkerMirroredStrategy for `cluster` once every worker is up."""
-    waited = cluster_lib.wait_for_workers(cluster, connect_timeout)
-    strategy = cluster_lib.multi_worker_strategy(cluster, collective_timeout)
-    info = {
-        "kind": "multi_worker",
-        "workers": cluster.workers,
-        "task": {
-            "type": cluster.task_type,
-            "index": cluster.task_index,
-            "chief": cluster.is_chief,
-            "address": cluster.address,
-        },
-        "cluster": cluster.jobs,
-        "collective_timeout": collective_timeout,
-        "waited_for_workers_seconds": round(waited, 3),
-    }
-    return strategy, info
+@dataclasses.dataclass(frozen=True)
+class _Built:
+    """A strategy one builder made, and what only that builder knows about it."""
+
+    strategy: tf.distribute.Strategy
+    kind: str
+    workers: int = 1
+    tpu: strategy_info_lib.TPUSystem | None = None
+    role: strategy_info_lib.ClusterRole | None = None
+    rehearsal: bool = False
+    gpu_compute_capability: tuple | None = None
 
 
-def _build(
-    strategy, tpu, cpu_replicas, connect_timeout, init_timeout, collective_timeout, environ, root
-):
-    """Return (strategy object, info dict) for the arguments; no caching here."""
-    info = {"requested": strategy, "fallback_reason": None, "tpu": None, "workers": 1}
-    reasons = []
-    if cpu_replicas:
-        if strategy not in ("auto", "mirrored", "cpu"):
-            raise ValueError(
-                f"cpu_replicas={cpu_replicas} rehearses on the host CPU and cannot be "
-                f"combined with strategy={strategy!r}; use strategy='auto' or 'cpu'."
-            )
-        _configure_cpu_replicas(cpu_replicas)
-        devices = [d.name for d in tf.config.list_logical_devices("CPU")][:cpu_replicas]
-        info.update(kind="cpu", rehearsal=True)
-        # Collective all-reduce (MirroredStrategy's default here) keys its ops per
-        # strategy object, so two strategies over the same CPUs in one process
-        # collide ("Shape mismatch in the collective instance 100", measured).
-        # Reducing to one device has no such shared state and is as fast on CPU.
-        return tf.distribute.MirroredStrategy(
-            devices, cross_device_ops=tf.distribute.ReductionToOneDevice(devices[0])
-        ), info
+class _Unavailable(Exception):
+    """This kind of strategy cannot be built here; `reason` says why, `fix` what to do.
 
-    if strategy in ("auto", "tpu"):
-        location, reason = detect.find_tpu(tpu, environ, root)
-        if location is not None:
-            if location.is_local and location.address not in _tpu_systems:
-                _refuse_unusable_tpu(location, environ, root)
-            resolver, topology = _connect_tpu(location, connect_timeout, init_timeout)
-            info.update(
-                kind="tpu",
-                workers=topology.num_tasks,
-                tpu={
-                    "address": location.address,
-                    "source": location.source,
-                    "chip": location.chip,
-                    "mesh_shape": [int(x) for x in topology.mesh_shape],
-                    "num_tasks": int(topology.num_tasks),
-                    "num_tpus_per_task": int(topology.num_tpus_per_task),
-                },
-            )
-            return tf.distribute.TPUStrategy(resolver), info
-        if strategy == "tpu":
-            raise StrategyError(
-                f"strategy='tpu' but {reason}. On Colab/Kaggle pick a TPU runtime; "
-                f"elsewhere pass tpu='grpc://host:8470', a Cloud TPU name or 'local'."
-            )
-        reasons.append(reason)
-    elif tpu is not None:
-        raise ValueError(
-            f"tpu={tpu!r} was given with strategy={strategy!r}; use strategy='tpu' or 'auto'."
+    `fix` starts with its own separator (". " or "; "), so that the explicit
+    strategy's error reads "strategy='tpu' but <reason>. <fix>".
+    """
+
+    def __init__(self, reason, fix=""):
+        super().__init__(reason)
+        self.reason, self.fix = reason, fix
+
+
+def _cpu_rehearsal(request):
+    """Return a MirroredStrategy over `cpu_replicas` logical CPU devices."""
+    if request.strategy not in ("auto", "mirrored", "cpu"):
+        raise checks.ConfigError(
+            f"cpu_replicas={request.cpu_replicas} rehearses on the host CPU and cannot be "
+            f"combined with strategy={request.strategy!r}; use strategy='auto' or 'cpu'."
+        )
+    _configure_cpu_replicas(request.cpu_replicas)
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][: request.cpu_replicas]
+    # Collective all-reduce (MirroredStrategy's default here) keys its ops per
+    # strategy object, so two strategies over the same CPUs in one process
+    # collide ("Shape mismatch in the collective instance 100", measured).
+    # Reducing to one device has no such shared state and is as fast on CPU.
+    strategy = tf.distribute.MirroredStrategy(
+        devices, cross_device_ops=tf.distribute.ReductionToOneDevice(devices[0])
+    )
+    return _Built(strategy, "cpu", rehearsal=True)
+
+
+def _refuse_unusable_tpu(location, environ, root):
+    """Raise TPUUnusableError naming cause and fix, instead of TensorFlow's raw OpKernel text.
+
+    Under every strategy, "auto" included: falling back to the CPU on a TPU VM would
+    run for hours on the wrong device.
+    """
+    blockers = doctor_lib.tpu_blockers(location, root=root, environ=environ)
+    if blockers:
+        causes = " ".join(f"{c.name}: {c.detail} Fix: {c.fix}." for c in blockers)
+        raise TPUUnusableError(
+            f"A TPU is on this host ({location.source}) but cannot be used: {causes}"
         )
 
-    if strategy in ("auto", "multi_worker"):
-        cluster = detect.parse_tf_config(environ)
-        if cluster is not None and cluster.workers > 1:
-            result, cluster_info = _multi_worker(cluster, connect_timeout, collective_timeout)
-            info.update(cluster_info)
-            return result, info
+
+def _tpu(request):
+    """Return TPUStrategy on the TPU found from the arguments, environment or host."""
+    location, reason = detect.find_tpu(request.tpu, request.environ, request.root)
+    if location is None:
+        raise _Unavailable(
+            reason,
+            ". On Colab/Kaggle pick a TPU runtime; elsewhere pass tpu='grpc://host:8470', a "
+            "Cloud TPU name or 'local'.",
+        )
+    if location.is_local:
+        _refuse_unusable_tpu(location, request.environ, request.root)
+    resolver, topology = tpu_connect.connect_tpu(
+        location, request.connect_timeout, request.init_timeout
+    )
+    system = strategy_info_lib.TPUSystem(
+        location=location,
+        mesh_shape=tuple(int(x) for x in topology.mesh_shape),
+        num_tasks=int(topology.num_tasks),
+        num_tpus_per_task=int(topology.num_tpus_per_task),
+    )
+    return _Built(tf.distribute.TPUStrategy(resolver), "tpu", workers=system.num_tasks, tpu=system)
+
+
+def _multi_worker(request):
+    """Return MultiWorkerMirroredStrategy for TF_CONFIG's cluster once every worker is up."""
+    cluster = detect.parse_tf_config(request.environ)
+    if cluster is None or cluster.workers < 2:
         why = (
             "TF_CONFIG unset"
             if cluster is None
             else f"TF_CONFIG lists {cluster.workers} worker(s); multi-worker needs > 1"
         )
-        if strategy == "multi_worker":
-            raise StrategyError(
-                f"strategy='multi_worker' but {why}. Set TF_CONFIG on every worker "
-                '({"cluster": {"worker": [...]}, "task": {...}}).'
-            )
-        reasons.append(why)
+        raise _Unavailable(
+            why,
+            '. Set TF_CONFIG on every worker ({"cluster": {"worker": [...]}, "task": {...}}).',
+        )
+    waited = cluster_lib.wait_for_workers(cluster, request.connect_timeout)
+    strategy = cluster_lib.multi_worker_strategy(cluster, request.collective_timeout)
+    role = strategy_info_lib.ClusterRole(cluster, request.collective_timeout, round(waited, 3))
+    return _Built(strategy, "multi_worker", workers=cluster.workers, role=role)
 
+
+def _gpus(request):
+    """Return MirroredStrategy over every GPU (under "auto": only when there are several)."""
     gpus = tf.config.list_physical_devices("GPU")
-    info["gpu_compute_capability"] = _gpu_capability(gpus)
-    if strategy == "mirrored" or (strategy == "auto" and len(gpus) > 1):
-        if not gpus:
-            raise StrategyError(
-                "strategy='mirrored' but TensorFlow sees no GPU. To rehearse "
-                "replicas on the CPU pass cpu_replicas=N."
-            )
-        info["kind"] = "mirrored"
-        result = tf.distribute.MirroredStrategy()
-    elif strategy == "one_device" or (strategy == "auto" and gpus):
-        if not gpus:
-            raise StrategyError(
-                "strategy='one_device' but TensorFlow sees no GPU; use strategy='cpu'."
-            )
-        info["kind"] = "one_device"
-        result = _single_device_strategy("/gpu:0")
-    else:
-        if strategy == "auto":
-            reasons.append("no GPU")
-        info["kind"] = "cpu"
-        result = _single_device_strategy("/cpu:0")
-    if strategy == "auto" and reasons:
-        info["fallback_reason"] = "; ".join(reasons)
-        log.warning("keras_tpu: using %s (%s).", info["kind"], info["fallback_reason"])
-    return result, info
+    if not gpus:
+        raise _Unavailable(
+            "TensorFlow sees no GPU", ". To rehearse replicas on the CPU pass cpu_replicas=N."
+        )
+    if request.strategy == "auto" and len(gpus) < 2:
+        raise _Unavailable(None)  # One GPU: the next builder takes it, nothing to report.
+    return _Built(
+        tf.distribute.MirroredStrategy(),
+        "mirrored",
+        gpu_compute_capability=strategy_info_lib.gpu_capability(gpus),
+    )
+
+
+def _one_gpu(request):
+    """Return a one-replica strategy on GPU 0."""
+    del request
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        raise _Unavailable("no GPU", "; use strategy='cpu'.")
+    return _Built(
+        _single_device_strategy("/gpu:0"),
+        "one_device",
+        gpu_compute_capability=strategy_info_lib.gpu_capability(gpus),
+    )
+
+
+def _cpu(request):
+    """Return a one-replica strategy on the CPU."""
+    del request
+    return _Built(_single_device_strategy("/cpu:0"), "cpu")
+
+
+# strategy="auto" tries these in order; an explicit strategy calls its builder alone.
+_BUILDERS = {
+    "tpu": _tpu,
+    "multi_worker": _multi_worker,
+    "mirrored": _gpus,
+    "one_device": _one_gpu,
+    "cpu": _cpu,
+}
+
+
+def _build(request):
+    """Return (_Built, fallback reason or None) for the request; no caching here."""
+    if request.cpu_replicas:
+        return _cpu_rehearsal(request), None
+    if request.strategy != "auto":
+        try:
+            return _BUILDERS[request.strategy](request), None
+        except _Unavailable as e:
+            raise StrategyError(f"strategy={request.strategy!r} but {e.reason}{e.fix}") from None
+    reasons = []
+    for build in _BUILDERS.values():
+        try:
+            built = build(request)
+        except _Unavailable as e:
+            reasons += [e.reason] if e.reason else []
+            continue
+        reason = "; ".join(reasons) or None
+        if reason:
+            log.warning("keras_tpu: using %s (%s).", built.kind, reason)
+        return built, reason
+    raise AssertionError("the CPU builder always succeeds")
+
+
+def _check_arguments(strategy, tpu, cpu_replicas, connect_timeout, init_timeout, collective):
+    """Raise ConfigError for resolve_strategy arguments that are malformed or contradict."""
+    checks.one_of("strategy", strategy, STRATEGIES)
+    checks.integer("cpu_replicas", cpu_replicas, minimum=0)
+    if tpu is not None and cpu_replicas:
+        raise checks.ConfigError(
+            f"tpu={tpu!r} and cpu_replicas={cpu_replicas} contradict each other: "
+            f"pick the TPU or the CPU rehearsal."
+        )
+    if tpu is not None and strategy not in ("auto", "tpu"):
+        raise checks.ConfigError(
+            f"tpu={tpu!r} was given with strategy={strategy!r}; use strategy='tpu' or 'auto'."
+        )
+    checks.positive("connect_timeout", connect_timeout, unit="seconds")
+    checks.positive("init_timeout", init_timeout, unit="seconds")
+    checks.positive("collective_timeout", collective, unit="seconds")
 
 
 def resolve_strategy(
@@ -336,32 +313,18 @@ def resolve_strategy(
       root: filesystem root for device detection (tests); defaults to "/".
 
     Returns:
-      A tf.distribute.Strategy; `describe(strategy)` says what was chosen and why.
+      A tf.distribute.Strategy; `strategy_info(strategy)` (and `describe`, its
+      dict) says what was chosen and why.
 
     Raises:
       ValueError: for arguments that contradict each other or are malformed.
       StrategyError: when an explicit strategy is impossible here (subclasses:
         TPUConnectionError, DeviceConfigError).
     """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy={strategy!r} is not one of {', '.join(STRATEGIES)}.")
-    if not isinstance(cpu_replicas, int) or cpu_replicas < 0:
-        raise ValueError(f"cpu_replicas={cpu_replicas!r} must be an integer >= 0.")
-    if tpu is not None and cpu_replicas:
-        raise ValueError(
-            f"tpu={tpu!r} and cpu_replicas={cpu_replicas} contradict each other: "
-            f"pick the TPU or the CPU rehearsal."
-        )
-    for name, value in (
-        ("connect_timeout", connect_timeout),
-        ("init_timeout", init_timeout),
-        ("collective_timeout", collective_timeout),
-    ):
-        if not value > 0:
-            raise ValueError(f"{name}={value!r} must be > 0 seconds.")
+    _check_arguments(strategy, tpu, cpu_replicas, connect_timeout, init_timeout, collective_timeout)
     if worker_hosts is not None:
         if tpu is not None or cpu_replicas:
-            raise ValueError(
+            raise checks.ConfigError(
                 "worker_hosts describes a multi-worker cluster; it cannot be combined with "
                 "tpu or cpu_replicas."
             )
@@ -371,28 +334,41 @@ def resolve_strategy(
             worker_hosts, task_index, os.environ if environ is None else environ
         )
     elif task_index is not None:
-        raise ValueError(
+        raise checks.ConfigError(
             f"task_index={task_index!r} needs worker_hosts (every worker's host:port)."
         )
     env_key = None if environ is None else tuple(sorted(environ.items()))
     key = (tpu, strategy, cpu_replicas, env_key, root)
+    request = _Request(
+        strategy,
+        tpu,
+        cpu_replicas,
+        connect_timeout,
+        init_timeout,
+        collective_timeout,
+        environ,
+        root,
+    )
     with _lock:
         if key in _strategies:
             return _strategies[key]
         start = time.monotonic()
-        result, info = _build(
-            strategy,
-            tpu,
-            cpu_replicas,
-            connect_timeout,
-            init_timeout,
-            collective_timeout,
-            environ,
-            root,
+        built, fallback_reason = _build(request)
+        result = built.strategy
+        info = StrategyInfo.from_strategy(
+            result,
+            kind=built.kind,
+            workers=built.workers,
+            tpu=built.tpu,
+            role=built.role,
+            rehearsal=built.rehearsal,
+            gpu_compute_capability=built.gpu_compute_capability,
+            requested=strategy,
+            fallback_reason=fallback_reason,
+            resolve_seconds=round(time.monotonic() - start, 3),
         )
-        info["resolve_seconds"] = round(time.monotonic() - start, 3)
+        strategy_info_lib.register(result, info)
         _strategies[key] = result
-        _infos[id(result)] = info
         return result
 
 
@@ -405,80 +381,11 @@ def describe(strategy=None):
 
     Returns:
       A JSON-serialisable dict; its "summary" is one human-readable paragraph.
+      Code inside keras_tpu reads `strategy_info(strategy)` instead.
     """
-    strategy = strategy or tf.distribute.get_strategy()
-    info = dict(
-        _infos.get(id(strategy))
-        or {"kind": _kind_of(strategy), "workers": 1, "fallback_reason": None, "tpu": None}
-    )
-    replicas = int(strategy.num_replicas_in_sync)
-    capability = info.pop("gpu_compute_capability", None)
-    defaults = detect.device_defaults(info["kind"], replicas, capability)
-    info.update(
-        strategy=type(strategy).__name__,
-        replicas=replicas,
-        devices=_devices_of(strategy),
-        tensorflow=tf.__version__,
-        tf_keras=compat.keras.__version__,
-        precision_policy=defaults.precision_policy,
-        jit_compile=defaults.jit_compile,
-        defaults_reason=defaults.reason,
-    )
-    if capability:
-        info["gpu_compute_capability"] = list(capability)
-    info["summary"] = _summary(info)
-    return info
+    return strategy_info(strategy).to_dict()
 
 
-def _devices_of(strategy):
-    """Return the strategy's device names; the default strategy has no list."""
-    if not tf.distribute.has_strategy() and strategy is tf.distribute.get_strategy():
-        return [d.name for d in tf.config.list_logical_devices()[:1]]
-    return list(strategy.extended.worker_devices)
-
-
-def _kind_of(strategy):
-    name = type(strategy).__name__
-    if name.startswith("TPUStrategy"):
-        return "tpu"
-    if name.startswith("MultiWorkerMirroredStrategy") or name.startswith("CollectiveAllReduce"):
-        return "multi_worker"
-    devices = _devices_of(strategy)
-    if any("GPU" in d.upper() for d in devices):
-        return "mirrored" if len(devices) > 1 else "one_device"
-    return "cpu"
-
-
-def _summary(info):
-    """Return one paragraph a person reads to know what will run where."""
-    where = {
-        "tpu": "TPU",
-        "multi_worker": "a multi-worker cluster",
-        "mirrored": "GPUs",
-        "one_device": "one GPU",
-        "cpu": "the CPU",
-    }[info["kind"]]
-    text = (
-        f"Training on {where} with {info['strategy']}: {info['replicas']} replica(s) "
-        f"in sync across {info['workers']} worker(s)"
-    )
-    if info.get("tpu"):
-        t = info["tpu"]
-        text += (
-            f"; TPU at {t['address']} (found via {t['source']}), topology mesh "
-            f"{t['mesh_shape']}, {t['num_tasks']} host(s) x {t['num_tpus_per_task']} core(s)"
-        )
-    if info.get("task"):
-        t = info["task"]
-        role = "chief" if t["chief"] else "not the chief"
-        text += f"; this is {t['type']} {t['index']} at {t['address']} ({role})"
-    if info.get("rehearsal"):
-        text += "; a CPU rehearsal of a multi-replica run (host CPU split into logical devices)"
-    text += (
-        f". Precision policy {info['precision_policy']}, jit_compile="
-        f"{info['jit_compile']} ({info['defaults_reason']}). TensorFlow "
-        f"{info['tensorflow']}, tf_keras {info['tf_keras']}."
-    )
-    if info.get("fallback_reason"):
-        text += f" Fell back because: {info['fallback_reason']}."
-    return text
+def strategy_info(strategy=None):
+    """Return the StrategyInfo of `strategy` (None: the one in scope); see StrategyInfo.of."""
+    return StrategyInfo.of(strategy)

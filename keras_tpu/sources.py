@@ -12,6 +12,8 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
+from keras_tpu import checks
+
 
 class DatasetUnavailableError(RuntimeError):
     """A dataset could not be loaded (e.g. it needs a download and there is no internet)."""
@@ -30,7 +32,7 @@ class ArraySplit:
 
     def __post_init__(self):
         if len(self.x) != len(self.y):
-            raise ValueError(f"x has {len(self.x)} examples but y has {len(self.y)}.")
+            raise checks.ConfigError(f"x has {len(self.x)} examples but y has {len(self.y)}.")
 
     def __len__(self):
         return len(self.x)
@@ -68,7 +70,7 @@ def as_source(data, name="arrays"):
     if not isinstance(data, ArraySplit):
         raise TypeError(f"expected a Source, ArraySplit or (x, y) tuple, got {type(data).__name__}")
     if len(data) == 0:
-        raise ValueError(f"source {name!r} is empty.")
+        raise checks.ConfigError(f"source {name!r} is empty.")
 
     def open_shard(num_pipelines, pipeline_id, by_file):
         del by_file  # One block of memory: shard by element.
@@ -127,41 +129,89 @@ def load_tsv(path, text_column="sentence", label_column="label", num_classes=Non
 
     Raises:
       FileNotFoundError: the file does not exist.
-      ValueError: a missing column, a row with the wrong number of fields or a
-        bad label (naming file and line), or an empty file.
+      ValueError: a missing column, a row with the wrong number of fields, a
+        bad label, bytes that are not UTF-8 or a field over the csv module's size
+        limit (each naming file and line and the fix), or an empty file. A UTF-8
+        byte-order mark is accepted.
     """
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"TSV file {path} does not exist.")
-    sentences, labels = [], []
-    with open(path, newline="", encoding="utf-8") as f:
+        raise checks.MissingFileError(f"TSV file {path} does not exist.")
+    # utf-8-sig: a byte-order mark (Excel, Notepad) would otherwise glue itself to
+    # the first header name and hide the text column.
+    with open(path, newline="", encoding="utf-8-sig") as f:
         # QUOTE_NONE for TSV: GLUE text keeps its quote characters as ordinary text.
         quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
         reader = csv.reader(f, delimiter=delimiter, quoting=quoting)
-        header = next(reader, None)
-        if header is None:
-            raise ValueError(f"{path} is empty; expected a header row and examples.")
-        for column in (text_column, label_column):
-            if column not in header:
-                raise ValueError(f"{path}:1: header {header} has no column {column!r}.")
-        text_at, label_at = header.index(text_column), header.index(label_column)
-        for row in reader:
-            where = f"{path}:{reader.line_num}"
-            if len(row) != len(header):
-                raise ValueError(
-                    f"{where}: {len(row)} fields separated by {delimiter!r}, the header has "
-                    f"{len(header)}."
-                )
-            try:
-                label = int(row[label_at])
-            except ValueError:
-                raise ValueError(f"{where}: label {row[label_at]!r} is not an integer.") from None
-            if num_classes is not None and not 0 <= label < num_classes:
-                raise ValueError(f"{where}: label {label} is outside [0, {num_classes}).")
-            sentences.append(row[text_at])
-            labels.append(label)
+        try:
+            sentences, labels = _read_rows(path, reader, text_column, label_column, num_classes)
+        except UnicodeDecodeError as e:
+            raise checks.ConfigError(_not_utf8(path, e)) from None
+        except csv.Error as e:
+            raise checks.ConfigError(_csv_error(path, reader.line_num, e, delimiter)) from None
     if not sentences:
-        raise ValueError(f"{path} has a header but no examples.")
+        raise checks.ConfigError(f"{path} has a header but no examples.")
     return ArraySplit(np.array(sentences, dtype=object), np.array(labels, dtype=np.int32))
+
+
+def _read_rows(path, reader, text_column, label_column, num_classes):
+    """Return (sentences, labels) from a csv reader; bad rows raise ValueError naming path:line."""
+    sentences, labels = [], []
+    header = next(reader, None)
+    if header is None:
+        raise checks.ConfigError(f"{path} is empty; expected a header row and examples.")
+    for column in (text_column, label_column):
+        if column not in header:
+            raise checks.ConfigError(f"{path}:1: header {header} has no column {column!r}.")
+    text_at, label_at = header.index(text_column), header.index(label_column)
+    delimiter = reader.dialect.delimiter
+    for row in reader:
+        where = f"{path}:{reader.line_num}"
+        if len(row) != len(header):
+            raise checks.ConfigError(
+                f"{where}: {len(row)} fields separated by {delimiter!r}, the header has "
+                f"{len(header)}."
+            )
+        try:
+            label = int(row[label_at])
+        except ValueError:
+            raise checks.ConfigError(
+                f"{where}: label {row[label_at]!r} is not an integer."
+            ) from None
+        if num_classes is not None and not 0 <= label < num_classes:
+            raise checks.ConfigError(f"{where}: label {label} is outside [0, {num_classes}).")
+        sentences.append(row[text_at])
+        labels.append(label)
+    return sentences, labels
+
+
+def _not_utf8(path, error):
+    """Return the message for a file that is not UTF-8, naming the first bad line."""
+    # Text files are decoded in blocks, so the reader's line count does not say
+    # where the bad byte is: find it in the raw bytes.
+    with open(path, "rb") as f:
+        for line_num, line in enumerate(f, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return (
+                    f"{path}:{line_num}: byte {line[e.start:e.start + 1]!r} at column "
+                    f"{e.start + 1} is not UTF-8. Re-save the file as UTF-8, e.g. "
+                    f"`iconv -f latin1 -t utf-8 {path} > fixed.tsv`."
+                )
+    return f"{path} is not UTF-8 ({error.reason}). Re-save the file as UTF-8."
+
+
+def _csv_error(path, line_num, error, delimiter):
+    """Return the message for a csv.Error (a field over the limit, a stray quote)."""
+    if "field larger than field limit" in str(error):
+        quote = ", or an unclosed quote" if delimiter != "\t" else ""
+        return (
+            f"{path}:{line_num}: a field is longer than {csv.field_size_limit():,} characters, "
+            f"the csv module's limit. The file is probably damaged there (a missing line "
+            f"break{quote}); fix or drop that line, or shorten the text: BERT reads only "
+            f"seq_length tokens of it."
+        )
+    return f"{path}:{line_num}: {error}."
 
 
 def load_csv(path, text_column="sentence", label_column="label", num_classes=None):
@@ -180,7 +230,7 @@ def tfrecord_source(pattern, parse_fn, num_examples=None, name=None):
     """
     files = sorted(tf.io.gfile.glob(pattern)) if isinstance(pattern, str) else list(pattern)
     if not files:
-        raise FileNotFoundError(f"no TFRecord files match {pattern!r}.")
+        raise checks.MissingFileError(f"no TFRecord files match {pattern!r}.")
 
     def open_shard(num_pipelines, pipeline_id, by_file):
         if by_file and len(files) >= num_pipelines:
@@ -211,6 +261,7 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
     Raises:
       DatasetUnavailableError: unknown name, or not prepared and no download.
     """
+    # Long because of the offline and missing-data errors, each naming what to do.
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
     try:
@@ -235,7 +286,7 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
     supervised = keys is None
     if supervised and not builder.info.supervised_keys:
         features = list(builder.info.features.keys())
-        raise ValueError(
+        raise checks.ConfigError(
             f"tfds dataset {name!r} has no supervised keys; name the feature and label, "
             f"e.g. keys=('sentence', 'label'), from its features {features}."
         )

@@ -15,6 +15,8 @@ import os
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from keras_tpu import checks
+
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
 
 
@@ -26,12 +28,14 @@ def read_vocab(vocab_file):
       ValueError: a BERT special token is missing.
     """
     if not tf.io.gfile.exists(vocab_file):
-        raise FileNotFoundError(f"vocab file {vocab_file} does not exist.")
+        raise checks.MissingFileError(f"vocab file {vocab_file} does not exist.")
     with tf.io.gfile.GFile(vocab_file) as f:
         vocab = [line.rstrip("\n") for line in f]
     missing = [t for t in SPECIAL_TOKENS if t not in vocab]
     if missing:
-        raise ValueError(f"vocab file {vocab_file} lacks the BERT special tokens {missing}.")
+        raise checks.ConfigError(
+            f"vocab file {vocab_file} lacks the BERT special tokens {missing}."
+        )
     return vocab
 
 
@@ -52,8 +56,7 @@ class BertPreprocessor(tf.Module):
           lower_case: lower-case and strip accents first (uncased checkpoints).
         """
         super().__init__(name="bert_preprocessor")
-        if not isinstance(seq_length, int) or seq_length < 3:
-            raise ValueError(f"seq_length={seq_length!r} must be an integer >= 3 ([CLS] x [SEP]).")
+        checks.seq_length(seq_length)
         vocab = read_vocab(vocab_file)
         self.seq_length = seq_length
         self.lower_case = lower_case
@@ -139,18 +142,17 @@ class HubBertPreprocessor(tf.Module):
         super().__init__(name="hub_bert_preprocessor")
         import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top
 
-        if not isinstance(seq_length, int) or seq_length < 3:
-            raise ValueError(f"seq_length={seq_length!r} must be an integer >= 3 ([CLS] x [SEP]).")
+        checks.seq_length(seq_length)
         try:
             self.model = hub.load(handle)
         except (OSError, ValueError, tf.errors.OpError) as e:
-            raise ValueError(
+            raise checks.ConfigError(
                 f"Could not load the TF Hub preprocessing model {handle!r} "
                 f"({type(e).__name__}: {str(e)[:200]}). Check the handle, or use --vocab_file."
             ) from e
         for attribute in ("tokenize", "bert_pack_inputs"):
             if not hasattr(self.model, attribute):
-                raise ValueError(
+                raise checks.ConfigError(
                     f"{handle} is not a TF Hub BERT preprocessing model: it has no `{attribute}`."
                 )
         self.seq_length = seq_length
@@ -188,7 +190,9 @@ def learn_wordpiece_vocab(sentences, vocab_size=8000, lower_case=True):
     Returns:
       The vocabulary as a list of tokens, "[PAD]" first.
     """
-    from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset  # pylint: disable=g-import-not-at-top
+    from tensorflow_text.tools.wordpiece_vocab import (
+        bert_vocab_from_dataset,
+    )  # pylint: disable=g-import-not-at-top
 
     dataset = tf.data.Dataset.from_tensor_slices([str(s) for s in sentences]).batch(1024)
     return bert_vocab_from_dataset.bert_vocab_from_dataset(

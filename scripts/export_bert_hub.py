@@ -18,6 +18,10 @@ from absl import flags
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+if __package__:  # python -m scripts.export_bert_hub
+    from scripts import flag_utils  # noqa: E402
+else:  # python scripts/export_bert_hub.py
+    import flag_utils  # noqa: E402
 from keras_tpu import hf_bert  # noqa: E402  (after quieting TensorFlow's C++ logs)
 from keras_tpu.models import bert  # noqa: E402
 
@@ -70,4 +74,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=flag_utils.parse_flags)

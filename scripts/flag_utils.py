@@ -1,15 +1,13 @@
 """Define absl flags from a recipe's config dataclass, so flags and fields never drift."""
 
 import dataclasses
-import os
 import sys
-import traceback
 import typing
 
 from absl import flags
 
-import keras_tpu
-import keras_tpu.models
+from keras_tpu import checkpointing
+from keras_tpu import recipes
 
 
 def define_flags(config_cls, helps):
@@ -52,27 +50,37 @@ def config_from_flags(config_cls):
         ):
             value = int(value)
         values[field.name] = value
-    return run_or_explain(lambda v: config_cls(**v), values, ValueError)
+    return run_or_explain(lambda v: config_cls(**v), values)
 
 
-_OWN_CODE = tuple(
-    os.path.dirname(module.__file__) + os.sep for module in (keras_tpu, keras_tpu.models)
-)
-
-
-def run_or_explain(fn, config, known_errors):
+def run_or_explain(fn, config, known_errors=recipes.CONFIG_ERRORS):
     """Call fn(config); print a configuration error as one line and exit with 2.
 
-    Only errors raised by keras_tpu's own checks count as configuration errors;
-    anything raised deeper (TensorFlow, Keras) keeps its traceback for a bug report.
+    Configuration errors are keras_tpu's own (`checks.ConfigError` and the
+    strategy, dataset and cluster errors, see `recipes.CONFIG_ERRORS`); anything
+    else (TensorFlow, Keras, a bug) keeps its traceback for a bug report.
     """
     try:
         return fn(config)
-    except known_errors as e:
-        frames = traceback.extract_tb(e.__traceback__)
-        if frames and not frames[-1].filename.startswith(_OWN_CODE):
-            raise
+    except checkpointing.RunStopped as e:  # Preempted, NaN, full disk: the run's own line.
         print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except known_errors as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def parse_flags(argv):
+    """Parse absl flags; a bad flag prints one `error:` line and exits with 2.
+
+    Pass as `app.run(main, flags_parser=flag_utils.parse_flags)`: absl's own
+    parser prints "FATAL Flags parsing error" and exits with 1. absl's message
+    already carries its "Did you mean" suggestion for a mistyped name.
+    """
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        print(f"error: {e} (see --helpfull)", file=sys.stderr)
         sys.exit(2)
 
 
@@ -106,7 +114,9 @@ RUN_HELP = {
     "learning_rate": "Peak learning rate.",
     "model_dir": "Run directory: summary.json, backups (resume), best weights, TensorBoard.",
     "data_dir": "tfds data_dir.",
-    "export_dir": "Write a SavedModel for serving here.",
+    "export_dir": "Write a SavedModel for serving here (written beside it, renamed into place).",
+    "overwrite": "Start over in a --model_dir holding another run, and replace an --export_dir "
+    "holding something else (another model, other files).",
     "seed": "Random seed.",
     "backup_every_steps": "Back up every N steps for resuming (default: every epoch).",
     "backup": "Back up under model_dir/backup so a killed run resumes when restarted.",
@@ -114,4 +124,6 @@ RUN_HELP = {
     "tensorboard": "Write TensorBoard logs under model_dir/tensorboard.",
     "peak_tflops": "Combined peak TFLOP/s of the devices, to report MFU.",
     "verbose": "Keras fit verbosity (0, 1 or 2).",
+    "rehearse_tpu": "Before training, compile one train and eval step for the TPU with XLA on "
+    "the CPU; print what the TPU would refuse and exit 2.",
 }

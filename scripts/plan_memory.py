@@ -17,7 +17,12 @@ from absl import flags
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+if __package__:  # python -m scripts.plan_memory
+    from scripts import flag_utils  # noqa: E402
+else:  # python scripts/plan_memory.py
+    import flag_utils  # noqa: E402
 from keras_tpu import accelerators  # noqa: E402  (after quieting TensorFlow's C++ logs)
+from keras_tpu import checks  # noqa: E402
 from keras_tpu import memory  # noqa: E402
 from keras_tpu.models import bert  # noqa: E402
 
@@ -27,7 +32,7 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_integer("seq_length", 128, "Tokens per example.", lower_bound=1)
 flags.DEFINE_enum(
-    "precision", "bf16", list(memory.PRECISION_BYTES), "Compute precision (variables stay fp32)."
+    "precision", "bf16", list(checks.PRECISION_POLICIES), "Compute precision (variables stay fp32)."
 )
 flags.DEFINE_enum("accelerator", "v3", list(accelerators.ACCELERATORS), "Device of one replica.")
 flags.DEFINE_integer(
@@ -39,15 +44,6 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_float("margin", 0.1, "Fraction of the device's memory kept free.")
 flags.DEFINE_bool("json", False, "Print one JSON object instead of the table.")
-
-
-def _parse_flags(argv):
-    """Parse flags; on a bad flag print one line and exit 2 (absl would print usage)."""
-    try:
-        return FLAGS(argv)
-    except flags.Error as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
 
 
 def result():
@@ -90,7 +86,7 @@ def main(argv):
     del argv
     try:
         est, best, warning = result()
-    except ValueError as e:
+    except checks.ConfigError as e:
         # A clear one-line error, not a traceback: these are bad inputs.
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -116,4 +112,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=_parse_flags)
+    app.run(main, flags_parser=flag_utils.parse_flags)

@@ -16,6 +16,10 @@ from absl import flags
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+if __package__:  # python -m scripts.tpu_info
+    from scripts import flag_utils  # noqa: E402
+else:  # python scripts/tpu_info.py
+    import flag_utils  # noqa: E402
 try:
     import keras_tpu  # noqa: E402  (after quieting TensorFlow's C++ logs)
 except ImportError as e:  # A broken TensorFlow/tf-keras/libtpu install: say how to fix it.
@@ -57,7 +61,7 @@ def main(argv):
             cpu_replicas=FLAGS.cpu_replicas,
             connect_timeout=FLAGS.connect_timeout,
         )
-    except (ValueError, keras_tpu.StrategyError) as e:
+    except (keras_tpu.ConfigError, keras_tpu.StrategyError) as e:
         # A clear one-line error, not a traceback: these are configuration problems.
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -67,4 +71,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=flag_utils.parse_flags)

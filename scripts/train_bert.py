@@ -18,7 +18,10 @@ from absl import app
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import flag_utils  # noqa: E402
+if __package__:  # python -m scripts.train_bert
+    from scripts import flag_utils  # noqa: E402
+else:  # python scripts/train_bert.py
+    import flag_utils  # noqa: E402
 from keras_tpu import recipes  # noqa: E402  (after quieting TensorFlow's C++ logs)
 
 flag_utils.define_flags(
@@ -45,7 +48,7 @@ flag_utils.define_flags(
 def main(argv):
     del argv
     config = flag_utils.config_from_flags(recipes.BertRunConfig)
-    summary = flag_utils.run_or_explain(recipes.train_bert, config, recipes.CONFIG_ERRORS)
+    summary = flag_utils.run_or_explain(recipes.train_bert, config)
     test = summary["test"]
     print(
         f"eval accuracy {test['accuracy']:.4f} on {summary['test_examples']} examples; "
@@ -56,4 +59,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=flag_utils.parse_flags)

@@ -14,7 +14,10 @@ from absl import app
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import flag_utils  # noqa: E402
+if __package__:  # python -m scripts.train_cnn
+    from scripts import flag_utils  # noqa: E402
+else:  # python scripts/train_cnn.py
+    import flag_utils  # noqa: E402
 from keras_tpu import recipes  # noqa: E402  (after quieting TensorFlow's C++ logs)
 
 flag_utils.define_flags(
@@ -30,7 +33,7 @@ flag_utils.define_flags(
 def main(argv):
     del argv
     config = flag_utils.config_from_flags(recipes.CNNConfig)
-    summary = flag_utils.run_or_explain(recipes.train_cnn, config, recipes.CONFIG_ERRORS)
+    summary = flag_utils.run_or_explain(recipes.train_cnn, config)
     test = summary["test"]
     print(
         f"test accuracy {test['accuracy']:.4f}, loss {test['loss']:.4f} on "
@@ -42,4 +45,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=flag_utils.parse_flags)

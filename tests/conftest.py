@@ -86,6 +86,23 @@ def backup_step(model_dir):
     return None
 
 
+def pretend(monkeypatch, strategy, *, kind=None, tpu_address=None):
+    """Make StrategyInfo.of(strategy) report another kind or a TPU at `tpu_address`."""
+    import dataclasses  # pylint: disable=g-import-not-at-top
+
+    from keras_tpu import detect  # pylint: disable=g-import-not-at-top
+    from keras_tpu import strategy_info  # pylint: disable=g-import-not-at-top
+
+    info = strategy_info.StrategyInfo.of(strategy)
+    changes = {}
+    if kind:
+        changes.update(kind=kind, defaults=detect.device_defaults(kind, info.replicas))
+    if tpu_address:
+        location = detect.TPULocation(tpu_address, "test")
+        changes.update(kind="tpu", tpu=strategy_info.TPUSystem(location, (1,), 1, info.replicas))
+    monkeypatch.setitem(strategy_info._registry, id(strategy), dataclasses.replace(info, **changes))
+
+
 @pytest.fixture(scope="session")
 def mirrored():
     """The resolver's CPU rehearsal strategy over the session's 4 logical CPUs."""
@@ -96,8 +113,10 @@ def mirrored():
 def fresh_resolver(monkeypatch):
     """Give the test empty resolver caches, restored afterwards."""
     from keras_tpu import resolver  # pylint: disable=g-import-not-at-top
+    from keras_tpu import strategy_info  # pylint: disable=g-import-not-at-top
+    from keras_tpu import tpu_connect  # pylint: disable=g-import-not-at-top
 
-    monkeypatch.setattr(resolver, "_tpu_systems", {})
+    monkeypatch.setattr(tpu_connect, "_tpu_systems", {})
     monkeypatch.setattr(resolver, "_strategies", {})
-    monkeypatch.setattr(resolver, "_infos", {})
+    monkeypatch.setattr(strategy_info, "_registry", {})
     return resolver

@@ -9,11 +9,11 @@ from keras_tpu import accelerators
 @pytest.mark.parametrize(
     "info, key",
     [
-        ({"kind": "tpu", "tpu": {"chip": "v5e"}}, "v5e"),
-        ({"kind": "tpu", "tpu": {"chip": "v5litepod"}}, "v5e"),
-        ({"kind": "tpu", "tpu": {"chip": "v4"}}, "v4"),
-        ({"kind": "tpu", "tpu": {"chip": "v2/v3"}}, "v2/v3"),
-        ({"kind": "tpu", "tpu": {"chip": None}}, "v2/v3"),
+        ({"kind": "tpu", "chip": "v5e"}, "v5e"),
+        ({"kind": "tpu", "chip": "v5litepod"}, "v5e"),
+        ({"kind": "tpu", "chip": "v4"}, "v4"),
+        ({"kind": "tpu", "chip": "v2/v3"}, "v2/v3"),
+        ({"kind": "tpu", "chip": None}, "v2/v3"),
         ({"kind": "one_device", "gpu_name": "Tesla T4"}, "t4"),
         ({"kind": "mirrored", "gpu_name": "NVIDIA A100-SXM4-80GB"}, "a100-80gb"),
         ({"kind": "mirrored", "gpu_name": "NVIDIA A100-SXM4-40GB"}, "a100"),
@@ -24,14 +24,17 @@ from keras_tpu import accelerators
         ({"kind": "multi_worker", "devices": ["/job:worker/replica:0/task:0/device:CPU:0"]}, "cpu"),
     ],
 )
-def test_accelerator_from_describe(info, key):
-    assert accelerators.accelerator_from_describe(info) == key
+def test_accelerator_for(info, key):
+    assert accelerators.accelerator_for(**info) == key
 
 
-def test_accelerator_from_describe_unknown_gpu_and_real_describe(mirrored):
-    with pytest.raises(ValueError, match="GPU 'NVIDIA L40S' is not in memory.ACCELERATORS"):
-        accelerators.accelerator_from_describe({"kind": "one_device", "gpu_name": "NVIDIA L40S"})
-    assert accelerators.accelerator_from_describe(keras_tpu.describe(mirrored)) == "cpu"
+def test_accelerator_for_unknown_gpu_and_a_real_strategy(mirrored):
+    with pytest.raises(ValueError, match="GPU 'NVIDIA L40S' is not in accelerators.ACCELERATORS"):
+        accelerators.accelerator_for("one_device", gpu_name="NVIDIA L40S")
+    info = keras_tpu.resolver.strategy_info(mirrored)
+    assert (
+        accelerators.accelerator_for(info.kind, chip=info.tpu_chip, devices=info.devices) == "cpu"
+    )
     assert accelerators.ACCELERATORS["cpu"].memory_bytes > 2**30
 
 

@@ -16,6 +16,9 @@ from keras_tpu import training
 from tests.conftest import REPO
 from tests.conftest import subprocess_env
 
+# Fresh interpreters and long runs: the slow tier (`pytest -m slow`).
+pytestmark = pytest.mark.slow
+
 BENCHMARKS = os.path.join(REPO, "benchmarks")
 
 

@@ -232,7 +232,7 @@ def test_bad_arguments_are_explained(exported):
     with pytest.raises(ValueError, match="num_classes=1 must be an integer >= 2"):
         bert.build_bert_classifier(export_dir, num_classes=1, seq_length=SEQ)
     for bad in (0, 513):
-        with pytest.raises(ValueError, match=rf"seq_length={bad} must be an integer in 1\.\.512"):
+        with pytest.raises(ValueError, match=rf"seq_length={bad} must be an integer in 3\.\.512"):
             bert.build_bert_classifier(export_dir, num_classes=2, seq_length=bad)
     short = bert.build_bert_encoder(_tiny(max_position_embeddings=8))
     with pytest.raises(ValueError, match="Sequence length 16 exceeds max_position_embeddings=8"):
@@ -242,3 +242,25 @@ def test_bad_arguments_are_explained(exported):
 def test_encoder_handle_that_does_not_load_is_explained(tmp_path):
     with pytest.raises(ValueError, match="Could not load the TF Hub encoder"):
         bert.build_bert_classifier(str(tmp_path / "missing"), 2, 16)
+
+
+def test_classifier_takes_an_encoder_layer(mirrored):
+    # keras-hub style: the classifier takes the backbone object; the handle is a convenience.
+    with mirrored.scope():
+        encoder = bert.build_bert_encoder(_tiny(hidden_dropout=0.0, attention_dropout=0.0))
+        model = bert.build_bert_classifier(encoder, num_classes=3, seq_length=SEQ, dropout=0.0)
+    hidden = TINY["hidden_size"]
+    assert model.count_params() == bert.count_parameters(_tiny()) + hidden * 3 + 3
+    assert model.get_layer("bert_encoder") is encoder
+    logits = model(_random_inputs(batch=4))
+    assert logits.shape == (4, 3) and logits.dtype == tf.float32
+    training.compile_model(
+        model,
+        mirrored,
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    x, y = _random_inputs(batch=32, seed=1), np.arange(32) % 3
+    first = model.evaluate(x, y, verbose=0, return_dict=True)["loss"]
+    model.fit(x, y, epochs=15, batch_size=32, verbose=0)
+    assert model.evaluate(x, y, verbose=0, return_dict=True)["loss"] < 0.9 * first

@@ -49,7 +49,7 @@ def test_outputs_stay_float32_under_mixed_bfloat16():
         ({"variant": "resnet"}, "variant='resnet' is not one of seed, default"),
         ({"input_shape": (28, 28)}, r"must be \(height, width, channels\)"),
         ({"input_shape": (3, 28, 1)}, "height and width must be >= 4"),
-        ({"num_classes": 1}, "num_classes=1 must be >= 2"),
+        ({"num_classes": 1}, "num_classes=1 must be an integer >= 2"),
     ],
 )
 def test_bad_arguments_are_explained(kwargs, message):

@@ -66,6 +66,7 @@ print("ENGINE", type(model).__module__.split(".")[0], tf.keras.layers.Dense.__mo
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "legacy, prelude, tf_keras_engine",
     [

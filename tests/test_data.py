@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from keras_tpu import data
 from tests.conftest import CPU_REPLICAS
+from tests.conftest import pretend
 
 ONE = tf.distribute.OneDeviceStrategy("/cpu:0")
 
@@ -35,9 +36,9 @@ def test_batching_arithmetic(mirrored):
 @pytest.mark.parametrize(
     "per_replica, message",
     [
-        (0, "per-replica batch 0 must be an integer >= 1"),
-        (-3, "per-replica batch -3"),
-        (2.5, "per-replica batch 2.5"),
+        (0, "per_replica_batch_size=0 must be an integer >= 1"),
+        (-3, "per_replica_batch_size=-3"),
+        (2.5, "per_replica_batch_size=2.5"),
     ],
 )
 def test_bad_per_replica_batch(mirrored, per_replica, message):
@@ -192,11 +193,7 @@ def test_host_dtypes_are_cast_for_the_device():
 
 
 def test_remote_tpu_refuses_local_files(mirrored, monkeypatch, tmp_path):
-    from keras_tpu import resolver  # pylint: disable=g-import-not-at-top
-
-    monkeypatch.setattr(
-        resolver, "describe", lambda strategy: {"tpu": {"address": "grpc://10.0.0.2:8470"}}
-    )
+    pretend(monkeypatch, mirrored, tpu_address="grpc://10.0.0.2:8470")
     local = data.Source("files", 10, lambda *a: None, paths=(str(tmp_path / "a.tfrecord"),))
     with pytest.raises(
         ValueError, match=r"remote TPU node.*cannot read files on this machine.*gs://"
@@ -205,7 +202,7 @@ def test_remote_tpu_refuses_local_files(mirrored, monkeypatch, tmp_path):
     # Buckets are readable by the TPU host, and a TPU VM reads local files itself.
     bucket = data.Source("files", 10, lambda *a: None, paths=("gs://bucket/a.tfrecord",))
     data.check_readable_by_tpu_host(bucket, mirrored)
-    monkeypatch.setattr(resolver, "describe", lambda strategy: {"tpu": {"address": "local"}})
+    pretend(monkeypatch, mirrored, tpu_address="local")
     data.check_readable_by_tpu_host(local, mirrored)
 
 

@@ -247,6 +247,7 @@ def test_tf_keras_resolving_to_keras3_is_a_warning():
     assert doctor_lib.check_tf_keras(TPU_BUILD).status == "ok"  # The real tf.keras here.
 
 
+@pytest.mark.slow  # A fresh interpreter importing TensorFlow.
 def test_real_tf_keras_is_keras3_without_legacy_keras():
     code = "import keras_tpu; print(keras_tpu.doctor(init_timeout=0))"
     result = run_python(code, env=subprocess_env(TF_USE_LEGACY_KERAS="0"), timeout=180)
@@ -269,6 +270,7 @@ def test_python_without_a_tensorflow_tpu_wheel(v5e_host):
 # --- The TPU initialisation probe: real TensorFlow in a child, bounded ------------------
 
 
+@pytest.mark.slow  # A fresh interpreter importing TensorFlow.
 def test_tpu_init_probe_reports_what_tensorflow_says():
     check = doctor_lib.check_tpu_init(timeout=180)
     assert check.status == "fail" and "Initialising the TPU failed (" in check.detail
@@ -294,7 +296,7 @@ def no_connect(monkeypatch):
     def connect(*args):
         raise AssertionError("connected to a TPU the doctor says is unusable")
 
-    monkeypatch.setattr(resolver, "_connect_tpu", connect)
+    monkeypatch.setattr(resolver.tpu_connect, "connect_tpu", connect)
     yield
     resolver._strategies.clear()
 
@@ -316,6 +318,7 @@ def test_resolver_names_the_process_holding_the_tpu(v5e_host, no_connect, holder
         keras_tpu.resolve_strategy(environ={}, root=v5e_host)
 
 
+@pytest.mark.slow  # A fresh interpreter importing TensorFlow.
 def test_train_script_on_unusable_tpu_is_one_error_line(tmp_path):
     model_dir = tmp_path / "run"
     env = subprocess_env(TPU_ACCELERATOR_TYPE="v5litepod-1")
@@ -326,6 +329,7 @@ def test_train_script_on_unusable_tpu_is_one_error_line(tmp_path):
     assert "Traceback" not in result.stderr and not model_dir.exists()
 
 
+@pytest.mark.slow  # A fresh interpreter importing TensorFlow.
 def test_tpu_info_doctor_on_a_faked_tpu_host(v5e_host):
     env = subprocess_env(**{doctor_lib.TEST_ROOT_VAR: v5e_host})
     result = run_script("tpu_info.py", "--doctor", "--json", env=env)

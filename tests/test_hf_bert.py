@@ -292,6 +292,7 @@ def test_export_refuses_tokenizers_it_cannot_reproduce(tmp_path):
             hf_bert.read_hf_lower_case(folder)
 
 
+@pytest.mark.slow
 def test_script_preset_exports_models_hub_loads(tmp_path, vocab_file):
     result = run_script(
         "export_bert_hub.py",
@@ -312,6 +313,7 @@ def test_script_preset_exports_models_hub_loads(tmp_path, vocab_file):
     assert outputs["pooled_output"].shape == (2, 128)
 
 
+@pytest.mark.slow
 def test_script_errors_are_one_line(tmp_path):
     folder = _write_folder(tmp_path / "pickled")
     (tmp_path / "pickled" / "pytorch_model.bin").write_bytes(b"")

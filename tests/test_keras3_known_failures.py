@@ -74,9 +74,11 @@ _SUCCESS_MARKER = re.compile(r"^RESULT ok\b", re.MULTILINE)
 _MISSING = [
     name for name in ("tensorflow", "keras", "tf_keras") if importlib.util.find_spec(name) is None
 ]
-pytestmark = pytest.mark.skipif(
-    bool(_MISSING), reason=f"required packages not installed: {_MISSING}"
-)
+# Each record runs Keras 3 in fresh interpreters: the slow tier (`pytest -m slow`).
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(bool(_MISSING), reason=f"required packages not installed: {_MISSING}"),
+]
 _requires_hub = pytest.mark.skipif(
     importlib.util.find_spec("tensorflow_hub") is None,
     reason="tensorflow_hub is not installed",

@@ -122,6 +122,7 @@ def test_bad_worker_hosts_are_explained(hosts, index, message):
         cluster.tf_config_from_hosts(hosts, index)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags, message",
     [
@@ -140,11 +141,20 @@ def test_bad_cluster_flags_are_one_line(flags, message):
 def test_worker_failure_message_names_the_peer():
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    info = {
-        "workers": 2,
-        "task": {"type": "worker", "index": 0, "chief": True, "address": "h:1"},
-        "cluster": {"worker": ["h:1", "h:2"]},
-    }
+    from keras_tpu import strategy_info  # pylint: disable=g-import-not-at-top
+
+    spec = detect.ClusterSpec(2, "worker", 0, {"worker": ["h:1", "h:2"]})
+    info = strategy_info.StrategyInfo(
+        kind="multi_worker",
+        strategy="MultiWorkerMirroredStrategy",
+        replicas=2,
+        workers=2,
+        devices=(),
+        defaults=detect.device_defaults("multi_worker", 2),
+        tensorflow=tf.__version__,
+        tf_keras="2",
+        role=strategy_info.ClusterRole(spec, collective_timeout=300, waited_for_workers_seconds=0),
+    )
     error = tf.errors.UnavailableError(
         None,
         None,
@@ -187,6 +197,7 @@ json.dump({"steps": steps, "epochs": epochs, "workers": info["workers"],
 """
 
 
+@pytest.mark.slow
 def test_each_example_is_used_once_per_epoch_across_two_workers(tmp_path):
     hosts = _hosts(2)
     command = [sys.executable, "-c", _SHARDING_PROGRAM]
@@ -220,6 +231,7 @@ def test_each_example_is_used_once_per_epoch_across_two_workers(tmp_path):
     assert runs[0]["epochs"][0] != runs[0]["epochs"][1]  # Reshuffled every epoch.
 
 
+@pytest.mark.slow
 def test_two_workers_train_the_cnn_identically_and_only_the_chief_writes(tmp_path):
     hosts = _hosts(2)
     flags = [
@@ -269,6 +281,7 @@ def test_two_workers_train_the_cnn_identically_and_only_the_chief_writes(tmp_pat
     assert not (tmp_path / "export1").exists()
 
 
+@pytest.mark.slow
 def test_worker_that_never_starts_fails_within_the_connect_timeout(tmp_path):
     hosts = _hosts(2)
     start = time.monotonic()
@@ -286,6 +299,7 @@ def test_worker_that_never_starts_fails_within_the_connect_timeout(tmp_path):
     assert hosts.split(",")[1] in last
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim", [1, 0], ids=["worker", "chief"])
 def test_a_killed_worker_stops_the_other_and_a_restart_resumes(tmp_path, victim):
     hosts = _hosts(2)
@@ -362,11 +376,12 @@ try:
     model.fit(x, x[:, :1], batch_size=8, steps_per_epoch=8, verbose=0, callbacks=[Stall()])
 except cluster.FAILURE_ERRORS as e:
     print(f"stopped after {time.monotonic() - start:.1f} s", flush=True)
-    print(cluster.worker_failure(e, keras_tpu.describe(strategy)), flush=True)
+    print(cluster.worker_failure(e, keras_tpu.resolver.strategy_info(strategy)), flush=True)
     sys.exit(3)
 """
 
 
+@pytest.mark.slow
 def test_a_stuck_worker_fails_the_others_after_the_collective_timeout(tmp_path):
     hosts = _hosts(2)
     logs = [tmp_path / "worker0.log", tmp_path / "worker1.log"]
@@ -398,6 +413,7 @@ def tiny_hub_bert(tmp_path_factory):
     return json.loads(exported.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_two_workers_fine_tune_bert_identically(tmp_path, tiny_hub_bert):
     hosts = _hosts(2)
     command = [

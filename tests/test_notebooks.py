@@ -17,6 +17,9 @@ pytest.importorskip("matplotlib")
 
 from tests.conftest import REPO  # noqa: E402
 
+# Fresh interpreters and long runs: the slow tier (`pytest -m slow`).
+pytestmark = pytest.mark.slow
+
 NOTEBOOKS = os.path.join(REPO, "notebooks")
 SST2 = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "sst2"))
 CELL_TIMEOUT = 300  # seconds per cell

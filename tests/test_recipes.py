@@ -14,6 +14,7 @@ from tests.conftest import run_python
 from tests.conftest import run_script
 
 
+@pytest.mark.slow
 def test_main_job_trains_digits_to_95_percent(tmp_path):
     result = run_script("train_cnn.py", "--dataset=digits", f"--model_dir={tmp_path}")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -31,6 +32,7 @@ def test_main_job_trains_digits_to_95_percent(tmp_path):
     assert "test accuracy" in result.stdout
 
 
+@pytest.mark.slow
 def test_script_rehearses_two_replicas(tmp_path):
     result = run_script(
         "train_cnn.py",
@@ -49,6 +51,7 @@ def test_script_rehearses_two_replicas(tmp_path):
     assert summary["strategy"]["rehearsal"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags, message",
     [
@@ -107,6 +110,7 @@ def test_train_cnn_on_in_memory_arrays():
         recipes.train_cnn(config, train=(images, labels))
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_from_its_last_backup(tmp_path):
     import signal  # pylint: disable=g-import-not-at-top
     import subprocess  # pylint: disable=g-import-not-at-top
@@ -154,6 +158,7 @@ def test_killed_run_resumes_from_its_last_backup(tmp_path):
     assert summary["final_step"] == 12 * (1437 // 16)  # The same total as an unbroken run.
 
 
+@pytest.mark.slow
 def test_tensorboard_has_the_scalars(tmp_path):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -189,6 +194,7 @@ SST2 = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "ss
 TSV_FLAGS = [f"--train_file={SST2}/dev.tsv", f"--eval_file={SST2}/dev.tsv"]
 
 
+@pytest.mark.slow
 def test_train_bert_end_to_end_on_sst2(tmp_path, sst2_vocab):
     exported = run_script(
         "export_bert_hub.py",
@@ -237,6 +243,7 @@ def test_train_bert_end_to_end_on_sst2(tmp_path, sst2_vocab):
     assert all(abs(sum(p) - 1) < 1e-5 for p in served["probabilities"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags, message",
     [
@@ -257,6 +264,7 @@ def test_train_bert_bad_flags_are_one_line(flags, message):
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_four_replicas_reach_95_percent_on_digits(tmp_path):
     result = run_script(
         "train_cnn.py",
@@ -274,3 +282,31 @@ def test_four_replicas_reach_95_percent_on_digits(tmp_path):
     assert not (tmp_path / "tensorboard").exists() and not (tmp_path / "backup").exists()
     assert list((tmp_path / "best").glob("checkpoint*"))  # Best weights kept.
     assert (tmp_path / "export" / "saved_model.pb").exists()
+
+
+def test_train_cnn_in_process_on_four_replicas(tmp_path):
+    # The whole recipe in this process (flax's train_test.py is the model): the same
+    # code path as scripts/train_cnn.py, on the session's 4 logical CPU replicas.
+    config = recipes.CNNConfig(
+        dataset="digits",
+        variant="seed",
+        cpu_replicas=4,
+        per_replica_batch_size=8,
+        epochs=3,
+        steps_per_epoch=6,
+        steps_per_execution=2,
+        model_dir=str(tmp_path),
+        verbose=0,
+    )
+    summary = recipes.train_cnn(config)
+    assert (summary["replicas"], summary["global_batch"], summary["final_step"]) == (4, 32, 18)
+    assert (summary["test_examples"], summary["train_examples"]) == (360, 1437)
+    assert summary["strategy"]["kind"] == "cpu" and summary["strategy"]["rehearsal"] is True
+    assert summary["dataset"] == "digits" and summary["parameters"] == 6_410
+    losses = [row["loss"] for row in summary["throughput"]]
+    assert len(losses) == 3 and losses[-1] < losses[0]
+    with open(tmp_path / "summary.json") as f:
+        assert json.load(f)["weights_sha256"] == summary["weights_sha256"]
+    files = set(os.listdir(tmp_path))
+    assert {"best", "tensorboard", "run.json"} <= files and "backup" not in files  # Done: deleted.
+    assert summary["status"] == "ok" and summary["resumed_from_step"] == 0

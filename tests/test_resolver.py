@@ -118,6 +118,7 @@ def test_cpu_replicas_after_devices_initialised_is_explained(fresh_resolver):
         keras_tpu.resolve_strategy(cpu_replicas=2, environ=NO_TPU)
 
 
+@pytest.mark.slow
 def test_cpu_replicas_after_first_op_in_fresh_process_is_explained():
     result = run_python(
         "import keras_tpu, tensorflow as tf\n"
@@ -235,6 +236,7 @@ def test_tpu_init_error_names_the_address(fresh_resolver, monkeypatch):
 # --- Unreachable addresses: real TensorFlow in a subprocess, so a hang fails the test ----
 
 
+@pytest.mark.slow
 def test_closed_loopback_port_fails_fast_with_the_address():
     port = _closed_port()
     result = run_script(
@@ -247,6 +249,7 @@ def test_closed_loopback_port_fails_fast_with_the_address():
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_silent_server_fails_within_connect_timeout():
     # A port that accepts connections but never speaks gRPC: TensorFlow's
     # experimental_connect_to_cluster blocks forever on it (measured).
@@ -266,6 +269,7 @@ except keras_tpu.TPUConnectionError as e:
     assert "did not finish within 3 s" in result.stdout
 
 
+@pytest.mark.slow
 def test_tpu_info_json_reports_cpu_replicas():
     result = run_script("tpu_info.py", "--json", "--cpu_replicas=4", timeout=120)
     assert result.returncode == 0, result.stderr
@@ -273,6 +277,7 @@ def test_tpu_info_json_reports_cpu_replicas():
     assert (info["replicas"], info["kind"], len(info["devices"])) == (4, "cpu", 4)
 
 
+@pytest.mark.slow
 def test_tpu_info_explicit_tpu_without_one_is_a_clear_error():
     result = run_script("tpu_info.py", "--strategy=tpu", timeout=120)
     assert result.returncode == 2

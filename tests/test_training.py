@@ -9,6 +9,7 @@ import tensorflow as tf
 from keras_tpu import data
 from keras_tpu import keras
 from keras_tpu import training
+from tests.conftest import pretend
 
 
 def _tiny_model():
@@ -99,11 +100,7 @@ def test_set_precision(mirrored):
 
 
 def test_fp16_refused_on_tpu(mirrored, monkeypatch):
-    from keras_tpu import resolver  # pylint: disable=g-import-not-at-top
-
-    monkeypatch.setattr(
-        resolver, "describe", lambda s: {"kind": "tpu", "precision_policy": "mixed_bfloat16"}
-    )
+    pretend(monkeypatch, mirrored, kind="tpu")
     with pytest.raises(ValueError, match="'fp16' is not supported on TPU; use 'bf16'"):
         training.set_precision("fp16", mirrored)
 
@@ -124,9 +121,7 @@ def test_steps_per_execution_rule(mirrored, monkeypatch):
     assert training.resolve_steps_per_execution(64, mirrored, 10) == 10  # Capped at an epoch.
     with pytest.raises(ValueError, match="steps_per_execution='many' must be an integer"):
         training.resolve_steps_per_execution("many", mirrored, 10)
-    from keras_tpu import resolver  # pylint: disable=g-import-not-at-top
-
-    monkeypatch.setattr(resolver, "describe", lambda s: {"kind": "tpu"})
+    pretend(monkeypatch, mirrored, kind="tpu")
     assert training.resolve_steps_per_execution("auto", mirrored, 1000) == 100
 
 
@@ -181,13 +176,12 @@ def test_throughput_meter_reports_mfu():
 
 def test_remote_tpu_writes_through_this_host(mirrored, monkeypatch):
     from keras_tpu import callbacks  # pylint: disable=g-import-not-at-top
-    from keras_tpu import resolver  # pylint: disable=g-import-not-at-top
 
     assert callbacks.io_options(mirrored) is None
-    monkeypatch.setattr(resolver, "describe", lambda s: {"tpu": {"address": "grpc://1.2.3.4:8470"}})
+    pretend(monkeypatch, mirrored, tpu_address="grpc://1.2.3.4:8470")
     assert callbacks.io_options(mirrored).experimental_io_device == "/job:localhost"
     assert callbacks.io_options(mirrored, "gs://bucket/run") is None  # The TPU host writes GCS.
-    monkeypatch.setattr(resolver, "describe", lambda s: {"tpu": {"address": "local"}})
+    pretend(monkeypatch, mirrored, tpu_address="local")
     assert callbacks.io_options(mirrored) is None
 
 

@@ -1,0 +1,263 @@
+"""Backups that resume exactly: at optimizer-step boundaries, on preemption, never of NaNs.
+
+This replaces tf_keras's `BackupAndRestore`, which cannot resume exactly when
+steps_per_execution > 1: its `save_freq` counts `on_train_batch_end` calls,
+which fire once per execution, not once per step, and the epoch/batch it records
+come from those counters, so a restart re-trains (or skips) steps; it also
+deletes its backups when `fit` returns, before the summary or the export is
+written, and cannot route writes through this host for a remote TPU.
+
+`Backup` keeps one number, the optimizer step, in a `tf.train.CheckpointManager`
+checkpoint of `{"model": model}` (so `model/optimizer/_iterations` is the step,
+the layout BackupAndRestore used). Epoch and batch are derived from it, so they
+always agree with the weights; the input pipeline skips the examples of the
+steps already trained (`data.train_dataset(start_step=...)`).
+"""
+
+import glob
+import logging
+import math
+import os
+import shutil
+import signal
+import tempfile
+import threading
+
+import numpy as np
+import tensorflow as tf
+
+from keras_tpu import run_dir
+from keras_tpu.compat import keras
+from keras_tpu.strategy_info import StrategyInfo
+
+log = logging.getLogger(__name__)
+
+
+class RunStopped(Exception):
+    """The run stopped before its end; `exit_code` is what a script exits with."""
+
+    def __init__(self, message, exit_code):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _finite(logs):
+    loss = (logs or {}).get("loss")
+    return loss is None or math.isfinite(float(np.asarray(loss)))
+
+
+class _Counters:
+    """tf_keras's `model._training_state` hook: where `fit` starts (epoch, step in epoch).
+
+    `Model.fit` asks `model._training_state.maybe_load_initial_counters_from_ckpt`
+    after `on_train_begin` (tf_keras engine/training.py); it is the only way to start
+    `fit` in the middle of an epoch. tests/test_checkpointing.py fails if it changes.
+    """
+
+    def __init__(self, step):
+        self.step = step
+
+    def maybe_load_initial_counters_from_ckpt(self, steps_per_epoch, initial_epoch, mode=None):
+        del initial_epoch, mode
+        return divmod(self.step, steps_per_epoch)
+
+
+class Backup(keras.callbacks.Callback):
+    """Back up at step boundaries and on SIGTERM/SIGINT; restore before training.
+
+    Backups are written at the first execution boundary at or after each multiple
+    of `every_steps` (the host only sees the weights between executions), or at
+    each epoch's end when `every_steps` is None, and when `fit` ends. A step whose
+    loss is not finite is never backed up. The backups are deleted by `finish()`,
+    which the caller calls once the summary and the export are written.
+    """
+
+    def __init__(self, model_dir, strategy, *, every_steps=None, steps_per_execution=1,
+                 options=None, handle_signals=True):  # fmt: skip
+        super().__init__()
+        self.directory = os.path.join(model_dir, "backup")
+        self.chief = StrategyInfo.of(strategy).is_chief
+        self.every_steps = every_steps
+        self.options = options
+        self.handle_signals = handle_signals
+        if every_steps and every_steps % steps_per_execution:
+            log.warning(
+                "keras_tpu: backups every %d steps are written at the end of the execution "
+                "(%d steps) that reaches each multiple of %d.",
+                every_steps, steps_per_execution, every_steps,
+            )  # fmt: skip
+        self.start_step = 0
+        self.saved_step = None
+        self.nan_step = None
+        self.signal = None
+        self._previous_handlers = {}
+        self._manager = None
+
+    # Checkpoints --------------------------------------------------------------
+
+    def _managers(self):
+        """Return (read, write) managers; non-chief workers write to a scratch dir.
+
+        Every worker saves (saving can run collectives under MultiWorkerMirroredStrategy),
+        but only the chief's copy is kept; every worker restores from it.
+        """
+        if self._manager is None:
+            checkpoint = tf.train.Checkpoint(model=self.model)
+            chief_dir = os.path.join(self.directory, "chief")
+            read = tf.train.CheckpointManager(checkpoint, chief_dir, max_to_keep=1)
+            if self.chief:
+                write = read
+            else:
+                self._scratch = tempfile.mkdtemp(prefix="keras_tpu_worker_backup_")
+                write = tf.train.CheckpointManager(checkpoint, self._scratch, max_to_keep=1)
+            self._manager = (read, write)
+        return self._manager
+
+    def restore(self, model=None):
+        """Restore the newest backup into the model; return its optimizer step (0: none)."""
+        if model is not None:
+            self.set_model(model)
+        read, _ = self._managers()
+        if read.latest_checkpoint:
+            read.checkpoint.restore(read.latest_checkpoint, options=self.options)
+            self.start_step = self.saved_step = int(self.model.optimizer.iterations.numpy())
+            log.warning("keras_tpu: resuming from the backup at step %d", self.start_step)
+        return self.start_step
+
+    def save(self):
+        """Back up the current step; a write failure raises RunStopped naming the path."""
+        step = int(self.model.optimizer.iterations.numpy())
+        if step == self.saved_step:
+            return
+        _, write = self._managers()
+        try:
+            write.save(checkpoint_number=step, options=self.options)
+        except (tf.errors.OpError, OSError) as e:
+            _remove_partial(write.directory, step)
+            raise RunStopped(self._write_error(write.directory, e), exit_code=2) from e
+        self.saved_step = step
+
+    def _write_error(self, directory, error):
+        needed = checkpoint_bytes(self.model)
+        kept = (
+            f"the last good backup (step {self.saved_step}) is kept"
+            if self.saved_step
+            else ("no backup was written yet")
+        )
+        where = directory if "://" in directory else _existing(directory)
+        free = shutil.disk_usage(where).free if "://" not in directory else None
+        if free is not None and free < 2 * needed:
+            return (f"no space left on the device of {directory}: a backup needs about "
+                    f"{run_dir.megabytes(needed)} free, {run_dir.megabytes(free)} is; free space "
+                    f"there or use another --model_dir ({kept}).")  # fmt: skip
+        return f"cannot write a backup to {directory}: {run_dir.first_line(error)} ({kept})."
+
+    def finish(self):
+        """Delete the backups: call once the run's summary and export are safely written."""
+        if self.chief and tf.io.gfile.exists(self.directory):
+            tf.io.gfile.rmtree(self.directory)
+
+    # Callback hooks -----------------------------------------------------------
+
+    def on_train_begin(self, logs=None):
+        if self.saved_step is None:
+            self.restore()
+        # Start fit at the restored step's epoch and batch (see _Counters).
+        self.model._training_state = _Counters(self.start_step)  # pylint: disable=protected-access
+        if self.handle_signals and threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum, frame):
+        del frame
+        if self.signal is not None:  # A second signal: stop now, the default way.
+            self._restore_handlers()
+            signal.raise_signal(signum)
+            return
+        self.signal = signum
+        log.warning("keras_tpu: %s: backing up at the end of this execution, then stopping",
+                    signal.Signals(signum).name)  # fmt: skip
+
+    def close(self):
+        """Give SIGTERM/SIGINT back their handlers, drop a worker's scratch; idempotent."""
+        self._restore_handlers()
+        if getattr(self, "_scratch", None):
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def _restore_handlers(self):
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, handler)
+        self._previous_handlers = {}
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not _finite(logs):
+            if self.nan_step is None:
+                self.nan_step = int(self.model.optimizer.iterations.numpy())
+            return
+        if self.signal is not None:
+            self.save()
+            self.model.stop_training = True
+            return
+        if self.every_steps:
+            step = int(self.model.optimizer.iterations.numpy())
+            if step // self.every_steps > (self.saved_step or 0) // self.every_steps:
+                self.save()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.every_steps is None and self.nan_step is None and self.signal is None:
+            self.save()
+
+    def on_train_end(self, logs=None):
+        self._restore_handlers()
+        self.model._training_state = None  # pylint: disable=protected-access
+        if self.nan_step is None and self.signal is None:
+            self.save()  # A failed export then finds the trained weights, not an older step.
+
+    def stop_reason(self):
+        """Return RunStopped for a preempted run, else None."""
+        if self.signal is None:
+            return None
+        name = signal.Signals(self.signal).name
+        return RunStopped(
+            f"stopped by {name} at step {self.saved_step}, backed up in {self.directory}; "
+            f"run the same command again to resume.",
+            exit_code=128 + self.signal,
+        )
+
+
+class FiniteModelCheckpoint(keras.callbacks.ModelCheckpoint):
+    """ModelCheckpoint that never records an epoch whose loss was not finite as best.
+
+    An epoch that turned NaN can still score a val_accuracy (argmax of NaN logits is
+    class 0), which `save_best_only` would keep as the best weights.
+    """
+
+    def on_epoch_end(self, epoch, logs=None):
+        if _finite(logs) and math.isfinite(float((logs or {}).get(self.monitor, 0.0))):
+            super().on_epoch_end(epoch, logs)
+
+
+def checkpoint_bytes(model):
+    """Return about the bytes of one backup: weights, and Adam-like slots if not built yet."""
+    weights = sum(int(np.prod(v.shape)) * v.dtype.size for v in model.weights)
+    optimizer = getattr(model, "optimizer", None)
+    variables = getattr(optimizer, "variables", None) or []
+    variables = variables() if callable(variables) else variables  # Legacy optimizers.
+    slots = sum(int(np.prod(v.shape)) * v.dtype.size for v in variables)
+    return weights + (slots if slots > weights else 2 * weights)
+
+
+def _existing(path):
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path or "/"
+
+
+def _remove_partial(directory, step):
+    """Remove what a failed save left: `*_temp` shards and the unfinished step's files."""
+    if "://" in directory:
+        return
+    for path in glob.glob(os.path.join(directory, "*_temp*")) + glob.glob(
+        os.path.join(directory, f"ckpt-{step}.*")
+    ):
+        shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)

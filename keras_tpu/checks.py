@@ -1,0 +1,120 @@
+"""Argument checks shared by configs, builders and planners: one rule, one message style.
+
+Every check raises `ConfigError`, a `ValueError` whose message names the argument,
+the value, the limit and, where there is one, the fix. Scripts print a
+`ConfigError` as one `error: ...` line and exit 2; any other exception keeps its
+traceback, because it is a bug to report rather than a setting to change.
+"""
+
+import numbers
+
+# BERT packs [CLS] text [SEP], so a sequence needs room for at least one token;
+# every published BERT has 512 position embeddings.
+MIN_SEQ_LENGTH = 3
+MAX_SEQ_LENGTH = 512
+
+# Precision names users pass -> the Keras mixed-precision policy. The one table:
+# training sets the policy from it and the memory planner sizes activations by it.
+PRECISION_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+_PRECISION_ALIASES = {
+    "float32": "fp32",
+    "bfloat16": "bf16",
+    "mixed_bfloat16": "bf16",
+    "float16": "fp16",
+    "mixed_float16": "fp16",
+}
+
+
+class ConfigError(ValueError):
+    """A setting is wrong; the message names it, its value, the limit and the fix."""
+
+
+def _is_int(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def integer(name, value, *, minimum=1, maximum=None, fix=""):
+    """Return `value` if it is an integer in [minimum, maximum], else raise ConfigError.
+
+    Args:
+      name: the argument's name as the user wrote it (a flag or field name).
+      value: the value to check.
+      minimum: the smallest allowed value.
+      maximum: the largest allowed value, or None for no upper limit.
+      fix: an optional sentence saying what to do instead.
+    """
+    if _is_int(value) and value >= minimum and (maximum is None or value <= maximum):
+        return int(value)
+    limit = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+    raise ConfigError(f"{name}={value!r} must be an integer {limit}.{' ' + fix if fix else ''}")
+
+
+def optional_integer(name, value, *, minimum=1, maximum=None, fix=""):
+    """Return `value` unchanged if it is None, else check it as `integer` does."""
+    return (
+        None if value is None else integer(name, value, minimum=minimum, maximum=maximum, fix=fix)
+    )
+
+
+def positive(name, value, *, unit=""):
+    """Return `value` if it is a number > 0, else raise ConfigError ("must be > 0 s")."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and value > 0:
+        return value
+    raise ConfigError(f"{name}={value!r} must be > 0{' ' + unit if unit else ''}.")
+
+
+def fraction(name, value, *, low=0.0, high=1.0, example=""):
+    """Return `value` if low <= value < high, else raise ConfigError."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and low <= value < high:
+        return value
+    hint = f", e.g. {example}" if example else ""
+    raise ConfigError(f"{name}={value!r} must be in [{low:g}, {high:g}){hint}.")
+
+
+def one_of(name, value, choices):
+    """Return `value` if it is one of `choices`, else raise ConfigError listing them."""
+    if value in choices:
+        return value
+    raise ConfigError(f"{name}={value!r} is not one of {', '.join(map(str, choices))}.")
+
+
+def seq_length(value, *, maximum=MAX_SEQ_LENGTH, name="seq_length"):
+    """Return a BERT sequence length: an integer in 3..maximum ([CLS] text [SEP]).
+
+    Args:
+      value: the sequence length to check.
+      maximum: the encoder's max_position_embeddings (512 for every published BERT).
+      name: the argument's name in the message.
+    """
+    return integer(
+        name,
+        value,
+        minimum=MIN_SEQ_LENGTH,
+        maximum=maximum,
+        fix=f"BERT packs [CLS] text [SEP] into the encoder's max_position_embeddings={maximum} "
+        f"positions; longer texts are truncated by the preprocessing.",
+    )
+
+
+def precision(value, *, allow_auto=False):
+    """Return the canonical precision name ("fp32", "bf16", "fp16") for `value`.
+
+    Accepts the short names, dtype names ("bfloat16") and policy names
+    ("mixed_bfloat16"); "auto" is returned as is when `allow_auto`.
+    """
+    key = str(value).lower()
+    if allow_auto and key == "auto":
+        return key
+    if key in PRECISION_POLICIES:
+        return key
+    if key in _PRECISION_ALIASES:
+        return _PRECISION_ALIASES[key]
+    names = (["auto"] if allow_auto else []) + list(PRECISION_POLICIES)
+    raise ConfigError(
+        f"precision={value!r} is not one of {', '.join(names)} (or float32, bfloat16, "
+        f"float16, mixed_bfloat16, mixed_float16)."
+    )
+
+
+class MissingFileError(ConfigError, FileNotFoundError):
+    """A file or folder the configuration names does not exist."""

@@ -1,0 +1,35 @@
+"""Training FLOPs of a BERT step, counted from the model's variables (for MFU).
+
+Beside the memory model (keras_tpu/memory.py): both read a model's BERT sizes,
+one to count bytes per replica, this to count the work per example.
+"""
+
+import re
+
+import numpy as np
+
+from keras_tpu import checks
+
+
+def training_flops_per_example(model, seq_length):
+    """Return the training FLOPs (forward + backward) of one example of `seq_length`.
+
+    Counted from the model's variables, so it also works through a TF Hub
+    encoder: 6 FLOPs per non-embedding weight per token (2 forward, 4 backward)
+    plus attention's two [seq, seq] matmuls per layer, 12 * layers * seq^2 * hidden.
+    """
+    weights, layers, hidden = 0, set(), None
+    for variable in model.trainable_variables:
+        name = variable.name
+        layer = re.search(r"layer_(\d+)/", name)
+        if layer:
+            layers.add(layer.group(1))
+        if "pooler" in name and name.endswith("kernel:0"):
+            hidden = int(variable.shape[0])
+        if "embeddings" not in name:
+            weights += int(np.prod(variable.shape))
+    if not layers or hidden is None:
+        raise checks.ConfigError(
+            f"model {model.name!r} has no BERT layers (transformer/layer_i) or pooler."
+        )
+    return 6 * weights * seq_length + 12 * len(layers) * seq_length**2 * hidden

@@ -1,0 +1,219 @@
+"""Where a run writes: output paths checked before training, exports renamed into place.
+
+A run writes its model_dir and export_dir after minutes or hours of training, so
+what can be checked (a path that is a file, an export directory holding
+something else) is checked before training, and what cannot (a full disk, an
+unwritable path) ends in one message naming the path and the space needed.
+"""
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from keras_tpu import checks
+
+# Kept inside the SavedModel: assets.extra/ is the SavedModel directory for files
+# the graph does not use (TF Serving keeps its warm-up requests there).
+EXPORT_MARKER = os.path.join("assets.extra", "keras_tpu_export.json")
+# What a failed write raises: Python's OSError (ENOSPC, EACCES, EROFS, ENOTDIR)
+# or TensorFlow's file-system errors from the C++ writers.
+WRITE_ERRORS = (
+    OSError,
+    tf.errors.ResourceExhaustedError,
+    tf.errors.PermissionDeniedError,
+    tf.errors.FailedPreconditionError,
+    tf.errors.NotFoundError,
+)
+
+
+class OutputError(checks.ConfigError):
+    """An output path cannot be used or written (a file, another model's export, a full disk)."""
+
+
+def _is_remote(path):
+    return "://" in path
+
+
+def _existing_ancestor(path):
+    """Return `path` or its nearest ancestor that exists."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def check_directory_path(name, path):
+    """Raise OutputError if local `path` (flag `name`) is, or lies under, an existing file."""
+    if not path or _is_remote(path):
+        return
+    ancestor = _existing_ancestor(path)
+    if not os.path.isdir(ancestor):
+        where = (
+            "is an existing file"
+            if ancestor == os.path.abspath(path)
+            else f"is under {ancestor}, a file"
+        )
+        raise OutputError(
+            f"{name}={path!r} {where}, not a directory; pass a directory path "
+            f"(it is created if missing)."
+        )
+
+
+def model_identity(model):
+    """Return what makes two exports the same model: its name and its weights' shapes."""
+    shapes = [(tuple(w.shape.as_list()), w.dtype.name) for w in model.weights]
+    digest = hashlib.sha256(repr(shapes).encode()).hexdigest()[:16]
+    return {"model": model.name, "parameters": int(model.count_params()), "weights": digest}
+
+
+def _read_marker(export_dir):
+    try:
+        with tf.io.gfile.GFile(os.path.join(export_dir, EXPORT_MARKER)) as f:
+            return json.load(f)
+    except (tf.errors.NotFoundError, ValueError):
+        return None
+
+
+def check_export_dir(export_dir, *, overwrite, model=None):
+    """Refuse an export_dir that holds something other than an export of this model.
+
+    Args:
+      export_dir: the export directory (may not exist yet).
+      overwrite: replace whatever is there (the user passed --overwrite).
+      model: the model to export; None checks only that a non-empty directory
+        is a keras_tpu export (before the model exists).
+
+    Raises:
+      OutputError: export_dir is a file, or a non-empty directory that is not a
+        keras_tpu export of the same model, and overwrite is False.
+    """
+    if not export_dir:
+        return
+    check_directory_path("export_dir", export_dir)
+    if overwrite or not tf.io.gfile.isdir(export_dir) or not tf.io.gfile.listdir(export_dir):
+        return
+    marker = _read_marker(export_dir)
+    if marker is None:
+        entries = sorted(tf.io.gfile.listdir(export_dir))
+        what = f"files keras_tpu did not export ({', '.join(entries[:4])})"
+    elif model is None or marker == model_identity(model):
+        return
+    else:
+        what = f"the export of another model ({marker.get('model')}, {marker.get('parameters')} parameters)"
+    raise OutputError(
+        f"export_dir={export_dir!r} already holds {what}. Pass --overwrite to replace it "
+        f"(nothing of it is kept), or choose another --export_dir."
+    )
+
+
+def _size(path):
+    total = 0
+    for root, _, files in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    return total
+
+
+def _size_text(n):
+    return f"{n / 2**20:.1f} MB" if n >= 2**20 else f"{n / 2**10:.0f} kB"
+
+
+def write_error(path, error, *, needed_bytes, written_bytes=0):
+    """Return an OutputError naming `path`, the reason, the space needed and the space free."""
+    reason = getattr(error, "strerror", None) or getattr(error, "message", None) or str(error)
+    # TensorFlow's messages are "<temp file>; <reason>": the temp file is gone.
+    message = f"cannot write {path}: {reason.rsplit('; ', 1)[-1].strip()}."
+    if not _is_remote(path):
+        free = shutil.disk_usage(_existing_ancestor(path)).free
+        message += (
+            f" It needs at least {_size_text(max(needed_bytes, written_bytes))} free (the model's "
+            f"weights; {_size_text(written_bytes)} were written before the failure) and "
+            f"{_size_text(free)} are free there."
+        )
+    return OutputError(message + " Free space or fix the permissions, or choose another path.")
+
+
+def _replace(temp_dir, target):
+    """Rename `temp_dir` to `target`, removing what `target` held only once it is replaced."""
+    if not os.path.exists(target):
+        os.rename(temp_dir, target)
+        return
+    old = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.old-", dir=os.path.dirname(target))
+    os.rename(target, os.path.join(old, "export"))
+    try:
+        os.rename(temp_dir, target)
+    except OSError:
+        os.rename(os.path.join(old, "export"), target)  # Put the old export back.
+        raise
+    finally:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def save_atomically(save_fn, export_dir, model, *, overwrite):
+    """Call save_fn(directory) on a temp dir beside export_dir, then rename it into place.
+
+    A failed or interrupted save leaves export_dir as it was and no temp files; an
+    old export is replaced whole, so none of its files (e.g. a stale assets/vocab.txt)
+    survives into the new one.
+
+    Args:
+      save_fn: writes a SavedModel into the directory it is given.
+      export_dir: the final directory.
+      model: the exported model (for the identity marker and the size estimate).
+      overwrite: replace an export_dir holding something else.
+
+    Returns:
+      export_dir.
+
+    Raises:
+      OutputError: export_dir holds something else (see check_export_dir), or the
+        write failed (full disk, no permission), with the space needed.
+    """
+    check_export_dir(export_dir, overwrite=overwrite, model=model)
+    weights_bytes = sum(w.shape.num_elements() * w.dtype.size for w in model.weights)
+    if _is_remote(export_dir):
+        # Object stores (gs://) cannot rename directories: replace in place.
+        if tf.io.gfile.exists(export_dir):
+            tf.io.gfile.rmtree(export_dir)
+        save_fn(export_dir)
+        _write_marker(export_dir, model)
+        return export_dir
+    export_dir = os.path.abspath(export_dir)
+    parent = os.path.dirname(export_dir)
+    temp_dir = None
+    try:
+        os.makedirs(parent, exist_ok=True)
+        temp_dir = tempfile.mkdtemp(prefix=f".{os.path.basename(export_dir)}.tmp-", dir=parent)
+        save_fn(temp_dir)
+        _write_marker(temp_dir, model)
+        _replace(temp_dir, export_dir)
+    except WRITE_ERRORS as e:
+        if isinstance(e, OSError) and e.errno not in _WRITE_ERRNOS:
+            raise
+        written = _size(temp_dir) if temp_dir and os.path.isdir(temp_dir) else 0
+        raise write_error(export_dir, e, needed_bytes=weights_bytes, written_bytes=written) from e
+    finally:
+        if temp_dir:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+    return export_dir
+
+
+_WRITE_ERRNOS = (
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EFBIG,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.ENOTDIR,
+)
+
+
+def _write_marker(export_dir, model):
+    tf.io.gfile.makedirs(os.path.join(export_dir, os.path.dirname(EXPORT_MARKER)))
+    with tf.io.gfile.GFile(os.path.join(export_dir, EXPORT_MARKER), "w") as f:
+        json.dump(model_identity(model), f)

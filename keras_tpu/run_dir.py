@@ -1,0 +1,224 @@
+"""A run directory belongs to one run: its identity, a lock, and room to write.
+
+`model_dir/run.json` records what the run trains (the config fields that change
+the result, the global batch, the model's variable shapes). A later run in the
+same directory that would train something else is refused, because resuming its
+backup would silently carry one run's state into another. `model_dir/run.lock`
+(PID and host) keeps two live runs out of one directory; a lock whose PID is no
+longer alive on this host is left over from a killed run and is taken over.
+"""
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import socket
+import time
+
+import tensorflow as tf
+
+from keras_tpu import checks
+
+log = logging.getLogger(__name__)
+
+IDENTITY_FILE = "run.json"
+LOCK_FILE = "run.lock"
+# Config fields that say how or where a run trains, not what it learns: they may
+# change between a run and its resumption. Every other field is part of the identity,
+# so a field added later is protected by default.
+NOT_IDENTITY = frozenset({
+    "tpu", "strategy", "cpu_replicas", "connect_timeout", "worker_hosts", "task_index",
+    "collective_timeout", "epochs", "steps_per_epoch", "steps_per_execution", "model_dir",
+    "data_dir", "export_dir", "backup_every_steps", "backup", "keep_best", "tensorboard",
+    "peak_tflops", "verbose", "overwrite",
+})  # fmt: skip
+
+
+class RunDirError(checks.ConfigError):
+    """The run directory belongs to another run, is in use, or cannot be written."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunIdentity:
+    """What a run trains: config fields (incl. global batch) and variable shapes."""
+
+    fields: tuple  # ((name, value), ...), sorted by name.
+    variables: tuple  # ((dtype, shape list), ...) in model order. Not names: Keras
+    # numbers layer names per process (dense_1, dense_2), so a notebook's second run differs.
+
+    @classmethod
+    def of(cls, config, *, global_batch, model):
+        """Return the identity of `config` training `model` at `global_batch`."""
+        fields = {
+            f.name: getattr(config, f.name)
+            for f in dataclasses.fields(config)
+            if f.name not in NOT_IDENTITY
+        }
+        fields["global_batch"] = int(global_batch)
+        variables = tuple((v.dtype.name, list(v.shape)) for v in model.weights)
+        return cls(tuple(sorted(fields.items())), variables)
+
+    def to_json(self):
+        return json.dumps(
+            {"fields": dict(self.fields), "variables": [list(v) for v in self.variables]}, indent=1
+        )
+
+    @classmethod
+    def from_json(cls, text):
+        value = json.loads(text)
+        return cls(
+            tuple(sorted(value["fields"].items())), tuple((n, s) for n, s in value["variables"])
+        )
+
+    def differences(self, other):
+        """Return the names of what differs from `other`: fields, then "model variables"."""
+        mine, theirs = dict(self.fields), dict(other.fields)
+        names = [k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
+        if [list(v) for v in self.variables] != [list(v) for v in other.variables]:
+            names.append("model variables")
+        return names
+
+
+def check_identity(model_dir, identity, *, overwrite, backup_dir):
+    """Refuse a run whose identity differs from the directory's; record it otherwise.
+
+    With `overwrite` the directory's backups are deleted and the run starts over.
+    """
+    path = os.path.join(model_dir, IDENTITY_FILE)
+    if tf.io.gfile.exists(path):
+        with tf.io.gfile.GFile(path) as f:
+            recorded = RunIdentity.from_json(f.read())
+        differ = identity.differences(recorded)
+        if differ and not overwrite:
+            recorded_fields, fields = dict(recorded.fields), dict(identity.fields)
+            shown = ", ".join(
+                f"{k} {recorded_fields.get(k)!r} -> {fields.get(k)!r}" if k in fields else k
+                for k in differ
+            )
+            raise RunDirError(
+                f"model_dir {model_dir} holds another run ({shown}); resuming it would mix "
+                f"the two. Use another --model_dir, or pass --overwrite to start over there."
+            )
+    if overwrite and tf.io.gfile.exists(backup_dir):
+        log.warning("keras_tpu: --overwrite: deleting the backups in %s", backup_dir)
+        tf.io.gfile.rmtree(backup_dir)
+    with tf.io.gfile.GFile(path, "w") as f:
+        f.write(identity.to_json())
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # Alive, another user's.
+        return True
+    return True
+
+
+class RunLock:
+    """`model_dir/run.lock`, held while a run trains; local paths only.
+
+    A gs:// directory has no atomic create-if-absent through tf.io.gfile, so
+    remote directories are not locked (logged once).
+    """
+
+    def __init__(self, model_dir):
+        self.path = os.path.join(model_dir, LOCK_FILE)
+        self.held = False
+
+    def acquire(self):
+        """Take the lock or raise RunDirError naming the live holder."""
+        if "://" in self.path:
+            log.info("keras_tpu: %s is remote: not locked against a second run", self.path)
+            return self
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                self._take_over_if_stale()
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(me, f)
+            self.held = True
+            return self
+        raise RunDirError(f"could not take the lock {self.path}; another run keeps taking it.")
+
+    def _take_over_if_stale(self):
+        try:
+            with open(self.path) as f:
+                holder = json.load(f)
+        except (OSError, ValueError):  # Being written, or a torn write from a kill.
+            holder = {}
+        pid, host = holder.get("pid"), holder.get("host")
+        if pid == os.getpid() and host == socket.gethostname():
+            raise RunDirError(f"this process already trains in {os.path.dirname(self.path)}.")
+        if pid is not None and (host != socket.gethostname() or _pid_alive(pid)):
+            raise RunDirError(
+                f"model_dir {os.path.dirname(self.path)} is in use by PID {pid} on host {host} "
+                f"({self.path}); use another --model_dir, or wait for that run to end (if it is "
+                f"dead on another host, delete the lock file)."
+            )
+        if pid is None and time.time() - os.path.getmtime(self.path) < 5:
+            time.sleep(1)  # A lock being written right now: read it again.
+            return
+        log.warning("keras_tpu: taking over the stale lock %s (holder %s)", self.path, holder)
+        try:
+            os.remove(self.path)
+        except FileNotFoundError:
+            pass
+
+    def release(self):
+        if self.held:
+            self.held = False
+            try:
+                os.remove(self.path)
+            except FileNotFoundError:
+                pass
+
+
+def check_writable(model_dir, needed_bytes):
+    """Create model_dir or raise RunDirError naming the path (and free space, when short)."""
+    try:
+        tf.io.gfile.makedirs(model_dir)
+    except (tf.errors.OpError, OSError) as e:
+        raise RunDirError(f"cannot create model_dir {model_dir}: {first_line(e)}") from e
+    if "://" in model_dir:
+        return
+    if not os.access(model_dir, os.W_OK):
+        raise RunDirError(f"model_dir {model_dir} is not writable by this user.")
+    free = shutil.disk_usage(model_dir).free
+    if free < needed_bytes:
+        raise RunDirError(
+            f"model_dir {model_dir} has {megabytes(free)} free; its backups need about "
+            f"{megabytes(needed_bytes)}. Free space there or use another --model_dir."
+        )
+
+
+def first_line(error):
+    text = getattr(error, "message", None) or str(error)
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+def megabytes(nbytes):
+    return f"{nbytes / 2**20:.1f} MB"
+
+
+def open_run(model_dir, *, identity, overwrite, needed_bytes):
+    """Check model_dir is writable, lock it, check and record the run's identity.
+
+    Returns:
+      The held RunLock; release it when the run ends.
+    """
+    check_writable(model_dir, needed_bytes)
+    lock = RunLock(model_dir).acquire()
+    try:
+        check_identity(
+            model_dir, identity, overwrite=overwrite, backup_dir=os.path.join(model_dir, "backup")
+        )
+    except BaseException:
+        lock.release()
+        raise
+    return lock

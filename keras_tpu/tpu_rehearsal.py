@@ -1,0 +1,427 @@
+"""Rehearse a TPU compile on the CPU: find what the TPU would refuse before TPU time is spent.
+
+    report = keras_tpu.rehearse_tpu(model, train_ds, eval_dataset=eval_data)
+    print(report)            # one line per finding: op, where it came from, the fix
+    report.raise_if_failed()  # TPURehearsalError if the TPU would refuse the model
+
+`rehearse_tpu` traces one training step and one evaluation step of the compiled
+model, per replica and with static shapes, exactly as TPUStrategy hands them to
+XLA, and compiles both with XLA on the CPU (`jit_compile=True`) without running
+them. On TPUs a model fails only after start-up and minutes of compilation, with
+"Detected unsupported operations when trying to compile graph ... on
+XLA_TPU_JIT"; here the same errors arrive in seconds. XLA on the CPU accepts
+some things the TPU does not, so the traced graphs (nested functions included)
+are also checked explicitly: Python ops (`tf.py_function`, `tf.numpy_function`),
+strings, float64 (no TPU support), and batches without a static shape.
+
+With the `tensorflow` wheel the TPU's own op registry (XLA_TPU_JIT kernels)
+is not available, so the rules above stand in for it and the XLA_CPU_JIT compile
+catches every op XLA cannot lower at all; with the `tensorflow-tpu` wheel the
+registry is there but XLA on the CPU is not (see
+`graph_inspect.tpu_kernel_registry`), and each node is checked against the registry instead.
+
+The user's model is never touched: the step is traced on a copy
+(`keras.models.clone_model`, no weights copied: compiling does not need their
+values) built outside any strategy, compiled with fresh copies of the model's
+optimizer, loss and metrics. A copy is also what makes multi-replica strategies
+work: a step traced outside `strategy.run` under MirroredStrategy or
+TPUStrategy cannot update their variables, and XLA under a multi-replica
+MirroredStrategy fails on its own.
+"""
+
+import dataclasses
+import re
+import sys
+
+import tensorflow as tf
+from tensorflow.core.framework import types_pb2
+
+from keras_tpu import checks
+from keras_tpu import compat
+from keras_tpu import graph_inspect
+
+keras = compat.keras
+
+PY_FUNC_OPS = frozenset({"EagerPyFunc", "PyFunc", "PyFuncStateless"})
+# String-typed ops XLA drops or folds at compile time (assertion messages).
+HARMLESS_STRING_OPS = frozenset({"Assert", "Print", "PrintV2", "StringFormat", "NoOp"})
+# The tensorflow-tpu wheel has no XLA CPU backend (its XLA_CPU_JIT compile fails so).
+NO_XLA_CPU = "could not find registered transfer manager for platform Host"
+# Stand-in size for unknown dimensions, so the rest of the step still compiles.
+UNKNOWN_DIM_STAND_IN = 2
+
+FIXES = {
+    "py_function": "TPUs cannot run Python: replace it with TensorFlow ops, or move it into "
+    "the tf.data input pipeline (it runs on the host there)",
+    "string": "TPUs have no strings: tokenise or look up strings on the host in the tf.data "
+    "pipeline (e.g. keras_tpu.text.BertPreprocessor) and feed integer ids",
+    "float64": "TPUs have no float64: cast to float32 (bfloat16 under mixed precision) in the "
+    "input pipeline, and build layers with dtype float32",
+    "dynamic_shape": "TPUs compile for static shapes: batch with drop_remainder=True and pad "
+    "every feature to a fixed length (keras_tpu.data does both)",
+    "xla": "XLA cannot compile this op: replace it with ops XLA supports, or move it into the "
+    "tf.data input pipeline",
+}
+
+
+class TPURehearsalError(checks.ConfigError):
+    """The rehearsal found operations or inputs that the TPU would refuse."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One thing the TPU would refuse.
+
+    Attributes:
+      problem: "py_function", "string", "float64", "dynamic_shape" or "xla".
+      op_type: the TensorFlow op type, e.g. "EagerPyFunc"; "" for a dataset element.
+      op_name: the op's node name in the traced step (first of `count`).
+      origin: the layer ("layer 'tokens'") or dataset element ("dataset element[0]")
+        it came from, or the part of the step (loss, metrics, optimizer).
+      step: "train" or "eval".
+      fix: what to do about it.
+      count: how many nodes of this type from this origin.
+    """
+
+    problem: str
+    op_type: str
+    op_name: str
+    origin: str
+    step: str
+    fix: str
+    count: int = 1
+
+    def __str__(self):
+        op = f"{self.op_type} op {self.op_name!r}" if self.op_type else self.op_name
+        more = f" (+{self.count - 1} more)" if self.count > 1 else ""
+        return f"{self.problem}: {op}{more} in {self.origin} ({self.step} step). Fix: {self.fix}."
+
+
+@dataclasses.dataclass(frozen=True)
+class RehearsalReport:
+    """What the TPU compile rehearsal found.
+
+    Attributes:
+      model: the model's name.
+      findings: what the TPU would refuse; empty when it would compile.
+      compiled: the steps ("train", "eval") XLA compiled on the CPU.
+      notes: what the rehearsal could not check, or did differently.
+    """
+
+    model: str
+    findings: tuple
+    compiled: tuple
+    notes: tuple = ()
+
+    @property
+    def ok(self):
+        return not self.findings
+
+    def lines(self):
+        """Return the report as lines: a summary, then one line per finding and note."""
+        steps = " and ".join(self.compiled) or "no"
+        head = (
+            f"TPU rehearsal of {self.model!r}: {steps} step(s) compiled with XLA on the CPU; "
+            f"{len(self.findings)} problem(s) the TPU would refuse."
+        )
+        return [head, *(f"  {f}" for f in self.findings), *(f"  note: {n}" for n in self.notes)]
+
+    def __str__(self):
+        return "\n".join(self.lines())
+
+    def raise_if_failed(self):
+        """Raise TPURehearsalError (one line) if the TPU would refuse the model."""
+        if self.findings:
+            kinds = sorted({f.problem for f in self.findings})
+            raise TPURehearsalError(
+                f"TPU rehearsal of model {self.model!r} found {len(self.findings)} problem(s) "
+                f"({', '.join(kinds)}) the TPU would refuse, listed above: {self.findings[0]}"
+            )
+
+
+def rehearse_tpu(model, dataset, *, eval_dataset=None):
+    """Compile one training and one evaluation step for the TPU, on the CPU; report problems.
+
+    Nothing is run and the model is not changed (see the module docstring).
+
+    Args:
+      model: a compiled keras_tpu.keras model (functional or Sequential, or any
+        model `keras.models.clone_model` can copy), built in any strategy.
+      dataset: its training input: a tf.data.Dataset or a distributed dataset
+        (e.g. from keras_tpu.data.train_dataset) of (x, y) or (x, y, weights).
+      eval_dataset: its evaluation input (a dataset, distributed dataset or
+        keras_tpu.data.EvalData); None rehearses evaluation on `dataset`.
+
+    Returns:
+      A RehearsalReport; `report.raise_if_failed()` raises TPURehearsalError.
+
+    Raises:
+      ValueError: the model is not compiled, is called inside a strategy scope,
+        or cannot be copied.
+    """
+    compat.ensure_tf_keras(model)
+    copy = _rehearsal_copy(model)
+    layers = _layer_names(copy)
+    findings, compiled, notes = [], [], []
+    inputs = (("train", dataset), ("eval", dataset if eval_dataset is None else eval_dataset))
+    for step, data in inputs:
+        spec = element_spec(data)
+        findings += _spec_findings(spec, step)
+        static = _static_spec(spec)
+        if static is None:
+            notes.append(f"{step} step not compiled: its input has no fixed rank or is not dense.")
+            continue
+        step_findings, ok, note = _rehearse_step(copy, step, static, layers)
+        findings += step_findings
+        compiled += [step] if ok else []
+        notes += [note] if note else []
+    notes.append(
+        "checked against the TPU's op registry (XLA_TPU_JIT kernels)"
+        if graph_inspect.tpu_kernel_registry()
+        else "the TPU's op registry (XLA_TPU_JIT kernels) is not in this TensorFlow build; "
+        "checked with XLA on the CPU and the TPU-only rules (Python ops, strings, float64, "
+        "static shapes)"
+    )
+    return RehearsalReport(model.name, _merge(findings), tuple(compiled), tuple(notes))
+
+
+def rehearse_or_raise(model, dataset, *, eval_dataset=None, stream=None):
+    """Rehearse; print the report to `stream` (stderr); raise TPURehearsalError on a finding."""
+    report = rehearse_tpu(model, dataset, eval_dataset=eval_dataset)
+    print(report, file=stream or sys.stderr, flush=True)
+    report.raise_if_failed()
+    return report
+
+
+def element_spec(data):
+    """Return the per-replica element spec of a dataset, distributed dataset or EvalData."""
+    data = getattr(data, "dataset", data)  # keras_tpu.data.EvalData
+    spec = getattr(data, "element_spec", None)
+    if spec is None:
+        raise checks.ConfigError(
+            f"rehearse_tpu needs a tf.data.Dataset or a distributed dataset, got "
+            f"{type(data).__name__}; wrap arrays with tf.data.Dataset.from_tensor_slices(...)"
+            f".batch(batch_size, drop_remainder=True)."
+        )
+
+    def first_replica(leaf):  # A distributed dataset gives PerReplicaSpec(one per replica).
+        values = getattr(leaf, "_value_specs", None)
+        return values[0] if values else leaf
+
+    return tf.nest.map_structure(first_replica, spec)
+
+
+def _paths(structure, prefix="dataset element"):
+    """Return a readable path per leaf, in tf.nest.flatten order (dict keys sorted)."""
+    if isinstance(structure, dict):
+        items = [(f"[{k!r}]", structure[k]) for k in sorted(structure)]
+    elif isinstance(structure, (tuple, list)):
+        items = [(f"[{i}]", v) for i, v in enumerate(structure)]
+    else:
+        return [prefix]
+    return [path for key, value in items for path in _paths(value, prefix + key)]
+
+
+def _spec_findings(spec, step):
+    """Yield findings for what a batch carries to the TPU: shapes and dtypes."""
+    for path, leaf in zip(_paths(spec), tf.nest.flatten(spec)):
+        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+        if not isinstance(leaf, tf.TensorSpec) or not shape.is_fully_defined():
+            what = "batch" if isinstance(leaf, tf.TensorSpec) else type(leaf).__name__
+            fix = FIXES["dynamic_shape"]
+            if shape.rank and shape[0] is None:
+                fix += "; a batch dimension of None means drop_remainder=False"
+            yield Finding("dynamic_shape", "", f"{what} of shape {shape}", path, step, fix)
+        if dtype == tf.float64:
+            yield Finding("float64", "", "float64 tensor", path, step, FIXES["float64"])
+        elif dtype == tf.string:
+            yield Finding("string", "", "string tensor", path, step, FIXES["string"])
+
+
+def _static_spec(spec):
+    """Return `spec` with unknown dimensions set to a stand-in size, or None if impossible."""
+
+    def static(leaf):
+        if not isinstance(leaf, tf.TensorSpec) or leaf.shape.rank is None:
+            raise TypeError(leaf)
+        dims = [UNKNOWN_DIM_STAND_IN if d is None else d for d in leaf.shape.as_list()]
+        return tf.TensorSpec(dims, leaf.dtype)
+
+    try:
+        return tf.nest.map_structure(static, spec)
+    except TypeError:
+        return None
+
+
+def _rehearsal_copy(model):
+    """Return a copy of `model` built outside any strategy and compiled like it.
+
+    The copy has fresh variables (values do not matter to a compiler) and fresh
+    optimizer and metric objects, so tracing its steps creates and changes
+    nothing the user's model owns.
+    """
+    if getattr(model, "optimizer", None) is None:
+        raise checks.ConfigError(
+            f"model {model.name!r} is not compiled; compile it, then rehearse."
+        )
+    if tf.distribute.has_strategy():
+        raise checks.ConfigError(
+            "rehearse_tpu traces the step outside any strategy; call it after leaving "
+            "`with strategy.scope():`."
+        )
+    try:
+        copy = keras.models.clone_model(model)
+    except (ValueError, TypeError, NotImplementedError) as e:
+        raise checks.ConfigError(
+            f"rehearse_tpu traces a copy of model {model.name!r} and keras.models.clone_model "
+            f"cannot copy it ({str(e)[:200]}); build it as a functional or Sequential model, "
+            f"or give its custom layers get_config()."
+        ) from e
+    # The objects compile() was given (tf_keras keeps them; get_compile_config()
+    # serialises them and loses Python functions such as a loss's bound `call`).
+    given = model._compile_config.config
+    copy.compile(
+        optimizer=_fresh_optimizer(model.optimizer),
+        loss=given.get("loss"),
+        metrics=tf.nest.map_structure(_fresh_metric, given.get("metrics")),
+        weighted_metrics=tf.nest.map_structure(_fresh_metric, given.get("weighted_metrics")),
+        loss_weights=given.get("loss_weights"),
+    )
+    return copy
+
+
+def _fresh_optimizer(optimizer):
+    """Return an unbuilt optimizer with `optimizer`'s configuration."""
+    return type(optimizer).from_config(optimizer.get_config())
+
+
+def _fresh_metric(metric):
+    """Return an unbuilt copy of a compiled metric (names and functions pass through)."""
+    if not isinstance(metric, keras.metrics.Metric):
+        return metric
+    if isinstance(metric, keras.metrics.MeanMetricWrapper):
+        return keras.metrics.MeanMetricWrapper(
+            metric._fn, name=metric.name, dtype=metric.dtype, **metric._fn_kwargs
+        )
+    return type(metric).from_config(metric.get_config())
+
+
+def _layer_names(model):
+    """Return the names of every layer of `model`, nested models' layers included."""
+    names = set()
+    for module in model.submodules:
+        if isinstance(module, keras.layers.Layer):
+            names.add(module.name)
+    return frozenset(names)
+
+
+def _step_function(model, step, structure):
+    """Return model.train_step or test_step as an XLA function of the flat batch."""
+    fn = model.train_step if step == "train" else model.test_step
+    # Flat TensorSpec arguments: experimental_get_compiler_ir compiles from specs only then.
+    return tf.function(
+        lambda *flat: fn(tf.nest.pack_sequence_as(structure, flat)), jit_compile=True
+    )
+
+
+def _rehearse_step(model, step, spec, layers):
+    """Trace and XLA-compile one step; return (findings, compiled, note or None)."""
+    flat = tf.nest.flatten(spec)
+    function = _step_function(model, step, spec)
+    concrete = function.get_concrete_function(*flat)
+    compile_findings, compiled, note = [], True, None
+    try:
+        # stage="hlo" lowers TensorFlow ops to XLA (where unsupported ops are
+        # found) without running XLA's optimisations or generating code.
+        function.experimental_get_compiler_ir(*flat)(stage="hlo")
+    except (ValueError, tf.errors.OpError) as e:
+        compiled = False
+        if NO_XLA_CPU in str(e):
+            note = f"{step} step not compiled: this TensorFlow build has no XLA CPU backend."
+        else:
+            compile_findings = _compile_findings(str(e), model.name, layers, step)
+    # After the compile attempt: it registers XLA's kernels (the TPU's too, if built in).
+    findings = list(_graph_findings(concrete.graph.as_graph_def(), model.name, layers, step))
+    named = {f.op_name for f in findings}
+    findings += [f for f in compile_findings if f.op_name not in named]
+    return findings, compiled, note
+
+
+def _origin(path, model_name, layers):
+    """Name the layer (or step scope) an op's path comes from."""
+    parts = path.split("/")[:-1]
+    if parts[:1] == ["gradient_tape"]:  # The backward pass: the forward op's scope follows.
+        parts = parts[1:]
+    if parts[:1] == [model_name]:
+        found = [p for p in parts[1:] if p in layers]
+        if found:
+            return f"layer {'/'.join(dict.fromkeys(found))!r}"
+        return f"model {model_name!r} outside its layers (e.g. its input casts)"
+    return f"the step's {parts[0]!r} scope (loss, metrics or optimizer)" if parts else "the step"
+
+
+def _graph_findings(graph_def, model_name, layers, step):
+    """Yield findings for Python ops, strings and float64 anywhere in the step's graphs.
+
+    Where the TPU's op registry is available (`tpu_kernel_registry`), ops with
+    no XLA_TPU_JIT kernel for their dtypes are findings too.
+    """
+    tpu_registry = graph_inspect.tpu_kernel_registry()
+    library = {f.signature.name for f in graph_def.library.function}
+    for path, node in graph_inspect.walk_nodes(graph_def):
+        if node.op in ("Placeholder", "Const"):
+            continue  # Inputs are checked from the element spec; constants by their users.
+        dtypes = graph_inspect.node_dtypes(node)
+        if node.op in PY_FUNC_OPS:
+            problem = "py_function"
+        elif types_pb2.DT_STRING in dtypes and node.op not in HARMLESS_STRING_OPS:
+            problem = "string"
+        elif types_pb2.DT_DOUBLE in dtypes:
+            problem = "float64"
+        elif (
+            tpu_registry
+            and node.op not in library
+            and graph_inspect.lacks_kernel(node, "XLA_TPU_JIT")
+        ):
+            problem = "xla"
+        else:
+            continue
+        yield Finding(
+            problem, node.op, path, _origin(path, model_name, layers), step, FIXES[problem]
+        )
+
+
+_UNSUPPORTED = re.compile(
+    r"No registered '([^']+)' OpKernel for (XLA_\w+) devices compatible with node "
+    r"\{\{node ([^}]+)\}\}"
+)
+
+
+def _compile_findings(message, model_name, layers, step):
+    """Turn an XLA compile error into findings naming each unsupported op."""
+    findings = []
+    for op_type, _, name in dict.fromkeys(_UNSUPPORTED.findall(message)):
+        problem = "py_function" if op_type in PY_FUNC_OPS else "xla"
+        origin = _origin(name, model_name, layers)
+        findings.append(Finding(problem, op_type, name, origin, step, FIXES[problem]))
+    if not findings:  # Another compile error: keep its first line.
+        first = message.strip().splitlines()[0][:300] if message.strip() else "unknown error"
+        findings.append(Finding("xla", "", first, "the step", step, FIXES["xla"]))
+    return findings
+
+
+def _merge(findings):
+    """Keep one finding per (problem, origin): its op types joined, its distinct nodes counted.
+
+    The same node found in both steps (or by the graph walk and by XLA) counts once.
+    """
+    merged, names, types = {}, {}, {}
+    for f in findings:
+        key = (f.problem, f.origin)
+        names.setdefault(key, set()).add(f.op_name)
+        types.setdefault(key, {})[f.op_type] = None
+        merged.setdefault(key, f)
+    return tuple(
+        dataclasses.replace(f, op_type=", ".join(t for t in types[k] if t), count=len(names[k]))
+        for k, f in merged.items()
+    )

@@ -1,0 +1,49 @@
+"""A sentence classifier on a BERT encoder: pooled output, dropout, float32 logits."""
+
+import tensorflow as tf
+
+from keras_tpu import checks
+from keras_tpu.compat import keras
+from keras_tpu.models import bert_hub
+from keras_tpu.models.bert_config import INPUT_NAMES
+
+
+def build_bert_classifier(encoder, num_classes, seq_length, dropout=0.1, trainable=True):
+    """Build an uncompiled sentence classifier on a BERT encoder.
+
+    Call it inside `strategy.scope()` so the encoder's variables live on every
+    replica, and compile with a loss taking logits, e.g.
+    `keras.losses.SparseCategoricalCrossentropy(from_logits=True)`.
+
+    Args:
+      encoder: the encoder: a layer or model with the TF Hub BERT dict interface
+        (`build_bert_encoder(...)`, `bert_hub.load_encoder(...)`), or, as a
+        convenience, a TF Hub handle (URL or directory) that `bert_hub.load_encoder`
+        loads.
+      num_classes: number of classes (>= 2).
+      seq_length: fixed sequence length of the int32 inputs (3..512).
+      dropout: dropout rate on the pooled output.
+      trainable: with a handle, fine-tune the encoder's weights (False trains the
+        head only). A layer keeps its own `trainable` setting.
+
+    Returns:
+      A keras_tpu.keras Model from the dict of int32 inputs to float32 logits of
+      shape (batch, num_classes), also under a mixed precision policy.
+    """
+    checks.integer("num_classes", num_classes, minimum=2)
+    checks.seq_length(seq_length)
+    if isinstance(encoder, str):
+        encoder = bert_hub.load_encoder(encoder, trainable=trainable)
+    inputs = {
+        name: keras.Input(shape=(seq_length,), dtype=tf.int32, name=name) for name in INPUT_NAMES
+    }
+    x = encoder(inputs)["pooled_output"]
+    x = keras.layers.Dropout(dropout, name="dropout")(x)
+    # float32 logits: under mixed bfloat16/float16 the loss must stay in float32.
+    logits = keras.layers.Dense(
+        num_classes,
+        kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+        dtype="float32",
+        name="logits",
+    )(x)
+    return keras.Model(inputs, logits, name="bert_classifier")

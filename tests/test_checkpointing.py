@@ -1,0 +1,119 @@
+"""Tests for keras_tpu.checkpointing: step-exact backups, mid-epoch resume, no NaN saves."""
+
+import os
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_tpu import checkpointing
+from keras_tpu import keras
+
+STEPS_PER_EPOCH = 10
+X = np.random.default_rng(0).normal(size=(STEPS_PER_EPOCH * 8, 3)).astype(np.float32)
+Y = X.sum(axis=1, keepdims=True)
+
+
+def _model(spe):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Dense(4, input_shape=(3,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.Adam(0.01), "mse", steps_per_execution=spe)
+    return model
+
+
+class _Recording(checkpointing.Backup):
+    def save(self):
+        super().save()
+        self.steps = getattr(self, "steps", [])
+        if not self.steps or self.steps[-1] != self.saved_step:
+            self.steps.append(self.saved_step)
+
+
+def _fit(model, backup, epochs, callbacks=()):
+    data = tf.data.Dataset.from_tensor_slices((X, Y)).batch(8).repeat()
+    return model.fit(data, epochs=epochs, steps_per_epoch=STEPS_PER_EPOCH, verbose=0,
+                     callbacks=[backup, *callbacks])  # fmt: skip
+
+
+def test_backups_land_on_the_first_execution_boundary_after_each_multiple(tmp_path):
+    model = _model(spe=4)  # Executions end at steps 4, 8, 10, 14, 18, 20, ...
+    backup = _Recording(str(tmp_path), tf.distribute.get_strategy(), every_steps=5,
+                        steps_per_execution=4)  # fmt: skip
+    _fit(model, backup, epochs=3)
+    assert backup.steps == [8, 10, 18, 20, 28, 30]
+    assert tf.train.latest_checkpoint(str(tmp_path / "backup" / "chief")).endswith("ckpt-30")
+
+
+def test_restore_starts_fit_mid_epoch_at_the_restored_step(tmp_path):
+    """tf_keras's model._training_state hook: fit trains only the remaining 16 steps."""
+    model = _model(spe=1)
+    stop = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda b, logs: setattr(
+            model, "stop_training", int(model.optimizer.iterations.numpy()) >= 14
+        )
+    )
+    backup = checkpointing.Backup(str(tmp_path), tf.distribute.get_strategy(), every_steps=1)
+    _fit(model, backup, epochs=3, callbacks=[stop])
+    assert backup.saved_step == 14
+    resumed = _model(spe=4)
+    backup = checkpointing.Backup(str(tmp_path), tf.distribute.get_strategy(), every_steps=1)
+    assert backup.restore(resumed) == 14
+    np.testing.assert_array_equal(resumed.get_weights()[0], model.get_weights()[0])
+    seen = []
+    counter = keras.callbacks.LambdaCallback(on_epoch_begin=lambda e, logs: seen.append(e))
+    _fit(resumed, backup, epochs=3, callbacks=[counter])
+    assert int(resumed.optimizer.iterations.numpy()) == 30  # 6 + 10 steps, not 30 more.
+    assert seen == [1, 2]
+    assert resumed._training_state is None  # pylint: disable=protected-access
+    backup.finish()
+    assert not (tmp_path / "backup").exists()
+
+
+def test_nan_steps_are_never_backed_up_or_kept_as_best(tmp_path):
+    model = _model(spe=1)
+
+    def poison(batch, logs):
+        if int(model.optimizer.iterations.numpy()) == 12:
+            model.layers[0].kernel.assign(np.full((3, 4), np.nan, np.float32))
+
+    backup = checkpointing.Backup(str(tmp_path), tf.distribute.get_strategy(), every_steps=5)
+    best = checkpointing.FiniteModelCheckpoint(
+        str(tmp_path / "best" / "ckpt"), monitor="loss", mode="min", save_best_only=True,
+        save_weights_only=True,
+    )  # fmt: skip
+    nan = keras.callbacks.LambdaCallback(on_train_batch_end=poison)
+    _fit(model, backup, epochs=3, callbacks=[nan, best, keras.callbacks.TerminateOnNaN()])
+    assert (backup.saved_step, backup.nan_step) == (10, 13)
+    reader = tf.train.load_checkpoint(str(tmp_path / "best" / "ckpt"))
+    assert all(np.all(np.isfinite(reader.get_tensor(k))) for k in reader.get_variable_to_shape_map()
+               if reader.get_variable_to_dtype_map()[k].is_floating)  # fmt: skip
+
+
+def test_a_failed_save_names_the_path_and_leaves_no_litter(tmp_path, monkeypatch):
+    model = _model(spe=1)
+    backup = checkpointing.Backup(str(tmp_path), tf.distribute.get_strategy(), every_steps=5)
+    backup.set_model(model)
+    model.optimizer.iterations.assign(5)
+    backup.save()
+    model.optimizer.iterations.assign(10)
+    directory = tmp_path / "backup" / "chief"
+    _, write = backup._managers()  # pylint: disable=protected-access
+
+    def full(**kwargs):
+        (directory / "ckpt-10_temp").mkdir()
+        (directory / "ckpt-10.index").write_text("partial")
+        raise tf.errors.ResourceExhaustedError(None, None, "No space left on device")
+
+    monkeypatch.setattr(write, "save", full)
+    monkeypatch.setattr(
+        checkpointing.shutil, "disk_usage", lambda path: types.SimpleNamespace(free=100)
+    )
+    with pytest.raises(checkpointing.RunStopped) as e:
+        backup.save()
+    message = str(e.value)
+    assert f"no space left on the device of {directory}" in message
+    assert "0.0 MB is" in message and "the last good backup (step 5) is kept" in message
+    assert e.value.exit_code == 2
+    assert sorted(os.listdir(directory)) == ["checkpoint", "ckpt-5.data-00000-of-00001",
+                                             "ckpt-5.index"]  # fmt: skip

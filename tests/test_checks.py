@@ -1,0 +1,50 @@
+"""Tests for keras_tpu.checks: one rule per argument kind, one message style."""
+
+import pytest
+
+from keras_tpu import checks
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: checks.integer("epochs", 0), r"^epochs=0 must be an integer >= 1\.$"),
+        (lambda: checks.integer("epochs", True), r"epochs=True must be an integer"),
+        (lambda: checks.integer("k", 9, minimum=2, maximum=8), r"k=9 must be an integer in 2\.\.8"),
+        (
+            lambda: checks.positive("connect_timeout", 0, unit="s"),
+            r"connect_timeout=0 must be > 0 s",
+        ),
+        (
+            lambda: checks.fraction("margin", 1.0, example="0.1"),
+            r"margin=1.0 must be in \[0, 1\), e",
+        ),
+        (lambda: checks.one_of("variant", "x", ("a", "b")), r"variant='x' is not one of a, b"),
+        (lambda: checks.seq_length(2), r"seq_length=2 must be an integer in 3\.\.512\. .*\[CLS\]"),
+        (
+            lambda: checks.seq_length(129, maximum=128),
+            r"in 3\.\.128\. .*max_position_embeddings=128",
+        ),
+        (lambda: checks.precision("fp8"), r"precision='fp8' is not one of fp32, bf16, fp16"),
+    ],
+)
+def test_each_rule_names_the_value_and_the_limit(call, message):
+    with pytest.raises(checks.ConfigError, match=message):
+        call()
+
+
+def test_values_that_pass_are_returned():
+    assert checks.integer("n", 3) == 3 and checks.optional_integer("n", None) is None
+    assert checks.seq_length(512) == 512 and checks.fraction("f", 0.0) == 0.0
+    assert [checks.precision(p) for p in ("bfloat16", "mixed_float16", "FP32")] == [
+        "bf16",
+        "fp16",
+        "fp32",
+    ]
+    assert checks.precision("auto", allow_auto=True) == "auto"
+
+
+def test_config_errors_are_value_errors_and_missing_files_are_both():
+    assert issubclass(checks.ConfigError, ValueError)
+    assert issubclass(checks.MissingFileError, FileNotFoundError)
+    assert issubclass(checks.MissingFileError, checks.ConfigError)

@@ -1,0 +1,89 @@
+"""Tests for keras_tpu.run_dir: run identity, the directory lock, writable checks."""
+
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from keras_tpu import keras
+from keras_tpu import recipes
+from keras_tpu import run_dir
+
+
+def _model(units=4):
+    return keras.Sequential([keras.layers.Dense(units, input_shape=(3,)), keras.layers.Dense(2)])
+
+
+def _identity(config, units=4, global_batch=64):
+    return run_dir.RunIdentity.of(config, global_batch=global_batch, model=_model(units))
+
+
+def test_identity_names_what_differs_and_ignores_how_it_runs():
+    base = recipes.CNNConfig(per_replica_batch_size=64)
+    same = dataclasses.replace(base, epochs=9, steps_per_execution=4, verbose=0, model_dir="/x")
+    assert _identity(base).differences(_identity(same)) == []
+    other = dataclasses.replace(base, per_replica_batch_size=32, variant="seed")
+    assert _identity(base).differences(_identity(other, global_batch=32)) == [
+        "global_batch",
+        "per_replica_batch_size",
+        "variant",
+    ]
+    assert _identity(base).differences(_identity(base, units=5)) == ["model variables"]
+    roundtrip = run_dir.RunIdentity.from_json(_identity(base).to_json())
+    assert roundtrip.differences(_identity(base)) == []
+
+
+def test_another_run_in_the_directory_is_refused_until_overwrite(tmp_path):
+    base = recipes.CNNConfig()
+    backup = tmp_path / "backup"
+    run_dir.check_identity(str(tmp_path), _identity(base), overwrite=False, backup_dir=str(backup))
+    backup.mkdir()
+    other = dataclasses.replace(base, dataset="synthetic")
+    with pytest.raises(run_dir.RunDirError) as e:
+        run_dir.check_identity(str(tmp_path), _identity(other), overwrite=False,
+                               backup_dir=str(backup))  # fmt: skip
+    message = str(e.value)
+    assert "dataset 'digits' -> 'synthetic'" in message
+    assert "--model_dir" in message and "--overwrite" in message and "\n" not in message
+    assert backup.exists()
+    run_dir.check_identity(str(tmp_path), _identity(other), overwrite=True, backup_dir=str(backup))
+    assert not backup.exists()
+    recorded = json.loads((tmp_path / run_dir.IDENTITY_FILE).read_text())
+    assert recorded["fields"]["dataset"] == "synthetic"
+
+
+def test_lock_refuses_a_live_holder_and_takes_over_a_dead_one(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    lock_path = tmp_path / run_dir.LOCK_FILE
+    host = socket.gethostname()
+    try:
+        lock_path.write_text(json.dumps({"pid": holder.pid, "host": host}))
+        with pytest.raises(run_dir.RunDirError, match=f"in use by PID {holder.pid} on host {host}"):
+            run_dir.RunLock(str(tmp_path)).acquire()
+    finally:
+        holder.kill()
+        holder.wait()
+    lock = run_dir.RunLock(str(tmp_path)).acquire()  # The holder died: stale, taken over.
+    assert json.loads(lock_path.read_text())["pid"] == os.getpid()
+    with pytest.raises(run_dir.RunDirError, match="this process already trains"):
+        run_dir.RunLock(str(tmp_path)).acquire()
+    lock.release()
+    assert not lock_path.exists()
+    lock_path.write_text(json.dumps({"pid": 1, "host": "elsewhere"}))  # Cannot tell: refused.
+    with pytest.raises(run_dir.RunDirError, match="PID 1 on host elsewhere"):
+        run_dir.RunLock(str(tmp_path)).acquire()
+
+
+def test_unwritable_or_full_model_dir_is_named(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(run_dir.RunDirError, match=f"cannot create model_dir {afile}/run"):
+        run_dir.check_writable(str(afile / "run"), 1)
+    with pytest.raises(run_dir.RunDirError, match=r"backups need about 1048576\.0 MB"):
+        run_dir.check_writable(str(tmp_path / "run"), 2**40)
+    run_dir.check_writable(str(tmp_path / "run"), 1)
+    assert (tmp_path / "run").is_dir()

@@ -1,0 +1,69 @@
+"""Tests for keras_tpu.strategy_info: the typed description every module reads."""
+
+import json
+
+from keras_tpu import detect
+from keras_tpu import resolver
+from keras_tpu import strategy_info
+from tests.conftest import CPU_REPLICAS
+
+
+def _info(**fields):
+    values = dict(
+        kind="cpu",
+        strategy="MirroredStrategy",
+        replicas=1,
+        workers=1,
+        devices=("/device:CPU:0",),
+        defaults=detect.device_defaults("cpu"),
+        tensorflow="2.21.0",
+        tf_keras="2.21.0",
+    )
+    return strategy_info.StrategyInfo(**{**values, **fields})
+
+
+def _tpu(address):
+    location = detect.TPULocation(address, "TPU_NAME", chip="v3")
+    return strategy_info.TPUSystem(location, (2, 2, 1, 2), 1, 8)
+
+
+def test_questions_callers_ask():
+    local = _info(kind="tpu", tpu=_tpu("local"), defaults=detect.device_defaults("tpu", 8))
+    remote = _info(kind="tpu", tpu=_tpu("grpc://10.0.0.2:8470"))
+    assert (local.is_tpu, local.is_remote_tpu, remote.is_remote_tpu) == (True, False, True)
+    assert local.io_device("/tmp/x") is None
+    assert remote.io_device("/tmp/x") == "/job:localhost"
+    assert remote.io_device("gs://bucket/x") is None  # The TPU host writes gs:// itself.
+    assert (local.precision_policy, local.jit_compile, local.accelerator) == (
+        "mixed_bfloat16",
+        True,
+        "v3",
+    )
+    worker1 = detect.ClusterSpec(2, "worker", 1, {"worker": ["a:1", "b:2"]})
+    role = strategy_info.ClusterRole(worker1, 300, 0.5)
+    cluster = _info(kind="multi_worker", workers=2, role=role)
+    assert (cluster.is_multi_worker, cluster.is_chief, _info().is_chief) == (True, False, True)
+    assert "this is worker 1 at b:2 (not the chief)" in cluster.summary
+
+
+def test_to_dict_keeps_the_keys_users_read(mirrored):
+    info = resolver.strategy_info(mirrored)
+    assert info is resolver.strategy_info(mirrored)  # Built once, when it was resolved.
+    as_dict = info.to_dict()
+    assert as_dict == resolver.describe(mirrored)
+    assert set(as_dict) == {
+        "kind", "workers", "fallback_reason", "tpu", "requested", "rehearsal", "resolve_seconds",
+        "strategy", "replicas", "devices", "tensorflow", "tf_keras", "precision_policy",
+        "jit_compile", "defaults_reason", "summary",
+    }  # fmt: skip
+    assert (as_dict["replicas"], as_dict["rehearsal"], info.kind) == (CPU_REPLICAS, True, "cpu")
+    json.dumps(as_dict)
+    tpu = _info(kind="tpu", tpu=_tpu("local")).to_dict()["tpu"]
+    assert tpu == {
+        "address": "local",
+        "source": "TPU_NAME",
+        "chip": "v3",
+        "mesh_shape": [2, 2, 1, 2],
+        "num_tasks": 1,
+        "num_tpus_per_task": 8,
+    }
