@@ -10,14 +10,13 @@ is present but unusable with the same checks (`tpu_blockers`).
 
 import dataclasses
 import os
-import subprocess
-import sys
 
 from packaging.specifiers import SpecifierSet
 
 from keras_tpu import compat
 from keras_tpu import detect
 from keras_tpu import tf_build
+from keras_tpu import tpu_init_probe
 from keras_tpu import tpu_holders
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -73,10 +72,12 @@ class Report:
 
 
 def _root(root, environ):
+    """Return the host root to read: a test's faked root replaces the default "/"."""
     return environ.get(TEST_ROOT_VAR, root) if root == "/" else root
 
 
 def check_tpu_found(location, reason):
+    """Report the TPU detect.find_tpu found and how, or what it checked."""
     if location is None:
         return Check(
             "tpu", WARN, f"No TPU: {reason}.",
@@ -98,6 +99,8 @@ def check_build(location, inst):
     if location is None or not location.is_local:
         # A remote TPU node runs its own TensorFlow; this host only sends graphs.
         return Check("tensorflow", OK, detail + "; no TPU on this host needs them.")
+    if inst.tpu_kernels is None:
+        return Check("tensorflow", WARN, detail + ".", "reinstall: " + TPU_INSTALL)
     # Colab's TPU runtime ships no TensorFlow (colabtools#5164, #5174), Kaggle's ships
     # tensorflow-cpu 2.20 (Kaggle/docker-python tpu/requirements.in), and a plain
     # tensorflow wheel fails with "No OpKernel ... ConfigureDistributedTPU" (#5203).
@@ -137,6 +140,7 @@ def check_libtpu(location, inst, environ):
 
 
 def check_in_use(location, root, use=None):
+    """Report another process holding this host's TPU (tpu_holders.py says how it is read)."""
     if location is None or not location.is_local:
         return Check("tpu_in_use", OK, "No TPU on this host to hold.")
     use = use or tpu_holders.tpu_use(root)
@@ -157,6 +161,7 @@ def check_in_use(location, root, use=None):
 
 
 def check_versions(inst):
+    """Report TensorFlow and tf-keras sharing a minor version (compat.check_versions)."""
     if not inst.version("tf-keras"):
         minor = ".".join(inst.tf_version.split(".")[:2])
         return Check("versions", FAIL, "tf-keras is not installed.",
@@ -193,6 +198,7 @@ def check_tf_keras(inst, tf_keras_name=None):
 
 
 def check_paths(location, data_paths):
+    """Report local input paths a remote TPU node could not read."""
     if location is None or location.is_local:
         return Check("data_paths", OK, "The input pipeline runs on this host.")
     local = [p for p in data_paths if "://" not in p]
@@ -205,6 +211,7 @@ def check_paths(location, data_paths):
 
 
 def check_python(location, inst):
+    """Report whether tensorflow-tpu has a wheel for this Python."""
     py = ".".join(map(str, inst.python))
     if inst.python in TPU_PYTHONS:
         return Check("python", OK, f"Python {py}: tensorflow-tpu {TPU_TF} has a wheel for it.")
@@ -226,57 +233,26 @@ def tpu_blockers(location, *, root="/", environ=None, inst=None):
     return tuple(c for c in checks if c.status == FAIL)
 
 
-_INIT_PROBE = """
-import tensorflow as tf
-try:
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="local")
-    topology = tf.tpu.experimental.initialize_tpu_system(resolver)
-    print("KERAS_TPU_PROBE ok", topology.num_tasks * topology.num_tpus_per_task, "core(s)")
-except Exception as e:
-    print("KERAS_TPU_PROBE", type(e).__name__, (str(e).strip().splitlines() or [""])[0])
-"""
-
-
-def _libtpu_says(stderr):
-    """Return libtpu's most telling stderr line (its fatal or error lines first)."""
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    for marker in (" F ", "] F", "Fatal", "rror", "Failed", "WARNING: could not"):
-        hits = [ln for ln in lines if marker in ln or ln.startswith("F")]
-        if hits:
-            return hits[-1][:300]
-    return lines[-1][:300] if lines else "(nothing on stderr)"
-
-
-def check_tpu_init(timeout):
+def check_tpu_init(timeout, code=None):
     """Initialise the TPU in a child process (bounded) and report what libtpu says."""
-    env = dict(os.environ)
-    if compat.LIBTPU_SKIPPED:
-        env.pop("TPU_LOAD_LIBRARY", None)
-        env.pop("KERAS_TPU_SKIPPED_LIBTPU", None)
-    try:
-        result = subprocess.run([sys.executable, "-c", _INIT_PROBE], capture_output=True,
-                                text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired as e:
-        said = _libtpu_says((e.stderr or b"").decode(errors="replace")
-                            if isinstance(e.stderr, bytes) else e.stderr or "")
+    result = tpu_init_probe.probe(timeout, code)
+    if result.ok:
+        return Check("tpu_init", OK, f"The TPU initialised: {result.outcome}.")
+    if result.timed_out:
         fix = "check tpu_in_use above and restart the runtime"
-        if "instance metadata" in said:
+        if "instance metadata" in result.libtpu_says:
             # Off Google Cloud, libtpu retries the GCE metadata server for minutes (measured).
             fix = ("run on a Cloud TPU VM (libtpu reads its topology from the GCE metadata "
                    "server), or set TPU_SKIP_MDS_QUERY=1 and TPU_ACCELERATOR_TYPE by hand")
         return Check("tpu_init", FAIL, f"Initialising the TPU did not finish within {timeout:g} s;"
-                     f" libtpu said: {said}", fix)
-    verdict = [ln for ln in result.stdout.splitlines() if ln.startswith("KERAS_TPU_PROBE")]
-    if verdict and verdict[-1].startswith("KERAS_TPU_PROBE ok"):
-        return Check("tpu_init", OK, "The TPU initialised: " + verdict[-1].split(" ", 2)[2])
-    said = verdict[-1].split(" ", 1)[1] if verdict else f"exit code {result.returncode}"
+                     f" libtpu said: {result.libtpu_says}", fix)
     fix = ("fix the failures above; with none, restart the runtime (Colab: Runtime > "
            "Disconnect and delete runtime)")
-    if "No TPU platform registered" in said + result.stderr:
+    if "No TPU platform registered" in result.outcome + result.stderr:
         # A TensorFlow/libtpu too old for this chip (tensorflow/tensorflow#90807, TF 2.15 on v5).
         fix = TPU_INSTALL
-    return Check("tpu_init", FAIL, f"Initialising the TPU failed ({said[:300]}); libtpu said: "
-                 f"{_libtpu_says(result.stderr)}", fix)
+    return Check("tpu_init", FAIL, f"Initialising the TPU failed ({result.outcome}); libtpu "
+                 f"said: {result.libtpu_says}", fix)
 
 
 def _safely(name, check, *args):

@@ -278,10 +278,9 @@ def test_tpu_init_probe_reports_what_tensorflow_says():
 
 
 def test_tpu_init_probe_is_bounded(monkeypatch):
-    monkeypatch.setattr(doctor_lib, "_INIT_PROBE", "import sys, time\nprint('F stuck', "
-                        "file=sys.stderr, flush=True)\ntime.sleep(60)")
+    stuck = "import sys, time\nprint('F stuck', file=sys.stderr, flush=True)\ntime.sleep(60)"
     start = time.monotonic()
-    check = doctor_lib.check_tpu_init(timeout=2)
+    check = doctor_lib.check_tpu_init(timeout=2, code=stuck)
     assert time.monotonic() - start < 30
     assert "did not finish within 2 s; libtpu said: F stuck" in check.detail
 
@@ -358,9 +357,9 @@ def test_libtpu_that_would_abort_tensorflow_is_an_import_error(monkeypatch):
     tf_build.check_libtpu_loadable(versions.get)
 
 
-def test_no_tpu_platform_registered_gets_the_install_fix(monkeypatch):
+def test_no_tpu_platform_registered_gets_the_install_fix():
     # What tensorflow/tensorflow#90807 reports for a TensorFlow too old for a v5 chip.
-    monkeypatch.setattr(doctor_lib, "_INIT_PROBE", "import sys\nprint('F0402 No TPU platform "
-                        "registered', file=sys.stderr)\nprint('KERAS_TPU_PROBE NotFoundError x')")
-    check = doctor_lib.check_tpu_init(timeout=60)
+    code = ("import sys\nprint('F0402 No TPU platform registered', file=sys.stderr)\n"
+            "print('KERAS_TPU_PROBE NotFoundError x')")
+    check = doctor_lib.check_tpu_init(timeout=60, code=code)
     assert "No TPU platform registered" in check.detail and check.fix == doctor_lib.TPU_INSTALL
