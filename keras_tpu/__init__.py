@@ -16,9 +16,11 @@ from keras_tpu import data  # noqa: E402
 from keras_tpu import training  # noqa: E402
 from keras_tpu.checks import ConfigError  # noqa: E402
 from keras_tpu.compat import keras  # noqa: E402
+from keras_tpu.doctor import doctor  # noqa: E402  (the function; the module stays importable)
 from keras_tpu.resolver import DeviceConfigError  # noqa: E402
 from keras_tpu.resolver import StrategyError  # noqa: E402
 from keras_tpu.resolver import TPUConnectionError  # noqa: E402
+from keras_tpu.resolver import TPUUnusableError  # noqa: E402
 from keras_tpu.resolver import describe  # noqa: E402
 from keras_tpu.resolver import resolve_strategy  # noqa: E402
 from keras_tpu.strategy_info import StrategyInfo  # noqa: E402
@@ -29,8 +31,10 @@ __all__ = [
     "DeviceConfigError",
     "StrategyError",
     "TPUConnectionError",
+    "TPUUnusableError",
     "data",
     "describe",
+    "doctor",
     "keras",
     "StrategyInfo",
     "resolve_strategy",

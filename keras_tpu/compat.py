@@ -19,6 +19,27 @@ import os
 # keras_tpu itself never goes through tf.keras, so it works either way.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
+from keras_tpu import detect  # noqa: E402  (reads files only; imports no TensorFlow)
+
+# The tensorflow-tpu build loads libtpu when TensorFlow is imported, and libtpu
+# then asks the GCE metadata server for the TPU topology: off Google Cloud that
+# retried for 8.5 minutes before `import tensorflow` returned (measured here with
+# tensorflow-tpu 2.20.0 + libtpu 0.0.31). A host with no TPU chip, device file or
+# TPU_ACCELERATOR_TYPE has nothing for libtpu to drive, so keras_tpu tells
+# TensorFlow not to load it (TensorFlow's own switch); an explicit value wins.
+# A remote TPU node (TPU_NAME, COLAB_TPU_ADDR) runs libtpu on its own host.
+if "TPU_LOAD_LIBRARY" not in os.environ and not detect.tpu_on_this_host():
+    os.environ["TPU_LOAD_LIBRARY"] = "0"
+    # Child processes inherit both; the marker tells keras_tpu's setting from a user's.
+    os.environ["KERAS_TPU_SKIPPED_LIBTPU"] = "1"
+LIBTPU_SKIPPED = (
+    os.environ.get("TPU_LOAD_LIBRARY") == "0" and os.environ.get("KERAS_TPU_SKIPPED_LIBTPU") == "1"
+)
+
+from keras_tpu import tf_build  # noqa: E402  (imports TensorFlow only when called)
+
+tf_build.check_libtpu_loadable()
+
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 

@@ -106,6 +106,17 @@ def find_tpu_chips(root="/"):
     return generations[0], len(generations)
 
 
+def tpu_on_this_host(environ=None, root="/"):
+    """Return True if this host may have TPU chips (PCI ids, device files, env var)."""
+    environ = os.environ if environ is None else environ
+    return bool(
+        find_tpu_chips(root)[1]
+        or glob.glob(os.path.join(root, "dev/accel[0-9]*"))
+        or glob.glob(os.path.join(root, "dev/vfio/[0-9]*"))
+        or environ.get("TPU_ACCELERATOR_TYPE", "").strip()
+    )
+
+
 def find_tpu(tpu=None, environ=None, root="/"):
     """Locate a TPU, in order: argument, TPU_NAME, COLAB_TPU_ADDR, TPU VM host.
 

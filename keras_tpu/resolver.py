@@ -19,6 +19,7 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu import cluster as cluster_lib
 from keras_tpu import detect
+from keras_tpu import doctor as doctor_lib
 from keras_tpu import strategy_info as strategy_info_lib
 from keras_tpu import tpu_connect
 from keras_tpu.strategy_info import StrategyError
@@ -33,6 +34,10 @@ DEFAULT_INIT_TIMEOUT = tpu_connect.DEFAULT_INIT_TIMEOUT
 
 _lock = threading.RLock()
 _strategies = {}  # resolve_strategy arguments -> strategy.
+
+
+class TPUUnusableError(StrategyError):
+    """A TPU is on this host but this installation cannot use it (keras_tpu.doctor says why)."""
 
 
 class DeviceConfigError(StrategyError):
@@ -131,6 +136,20 @@ def _cpu_rehearsal(request):
     return _Built(strategy, "cpu", rehearsal=True)
 
 
+def _refuse_unusable_tpu(location, environ, root):
+    """Raise TPUUnusableError naming cause and fix, instead of TensorFlow's raw OpKernel text.
+
+    Under every strategy, "auto" included: falling back to the CPU on a TPU VM would
+    run for hours on the wrong device.
+    """
+    blockers = doctor_lib.tpu_blockers(location, root=root, environ=environ)
+    if blockers:
+        causes = " ".join(f"{c.name}: {c.detail} Fix: {c.fix}." for c in blockers)
+        raise TPUUnusableError(
+            f"A TPU is on this host ({location.source}) but cannot be used: {causes}"
+        )
+
+
 def _tpu(request):
     """Return TPUStrategy on the TPU found from the arguments, environment or host."""
     location, reason = detect.find_tpu(request.tpu, request.environ, request.root)
@@ -140,6 +159,8 @@ def _tpu(request):
             ". On Colab/Kaggle pick a TPU runtime; elsewhere pass tpu='grpc://host:8470', a "
             "Cloud TPU name or 'local'.",
         )
+    if location.is_local:
+        _refuse_unusable_tpu(location, request.environ, request.root)
     resolver, topology = tpu_connect.connect_tpu(
         location, request.connect_timeout, request.init_timeout
     )

@@ -2,7 +2,9 @@
 
   python scripts/tpu_info.py                      # human-readable paragraph
   python scripts/tpu_info.py --json --cpu_replicas=4
-With --json, stdout holds exactly one JSON object (logs go to stderr).
+  python scripts/tpu_info.py --doctor             # what would stop TPU training, with fixes
+With --json, stdout holds exactly one JSON object (logs go to stderr). --doctor
+exits 1 when a check fails.
 """
 
 import json
@@ -18,7 +20,11 @@ if __package__:  # python -m scripts.tpu_info
     from scripts import flag_utils  # noqa: E402
 else:  # python scripts/tpu_info.py
     import flag_utils  # noqa: E402
-import keras_tpu  # noqa: E402  (after quieting TensorFlow's C++ logs)
+try:
+    import keras_tpu  # noqa: E402  (after quieting TensorFlow's C++ logs)
+except ImportError as e:  # A broken TensorFlow/tf-keras/libtpu install: say how to fix it.
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("tpu", None, "TPU address: 'local', 'grpc://host:port' or a Cloud TPU name.")
@@ -35,10 +41,19 @@ flags.DEFINE_float(
     "Seconds to wait for a TPU address to answer.",
 )
 flags.DEFINE_bool("json", False, "Print one JSON object instead of a paragraph.")
+flags.DEFINE_bool("doctor", False, "Check the TPU, TensorFlow build, libtpu and versions.")
+flags.DEFINE_list("data_paths", [], "--doctor: input paths the run reads (remote TPU check).")
+flags.DEFINE_float("init_timeout", 120.0, "--doctor: seconds the TPU initialisation may take.")
 
 
 def main(argv):
     del argv
+    if FLAGS.doctor:
+        report = keras_tpu.doctor(
+            tpu=FLAGS.tpu, data_paths=FLAGS.data_paths, init_timeout=FLAGS.init_timeout
+        )
+        print(json.dumps(report.to_dict(), indent=2) if FLAGS.json else report)
+        return 0 if report.ok else 1
     try:
         strategy = keras_tpu.resolve_strategy(
             tpu=FLAGS.tpu,

@@ -32,7 +32,9 @@ tf.config.set_logical_device_configuration(
 def subprocess_env(**overrides):
     """Return a copy of the environment for a child, with `overrides` (None deletes)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    for key in ("TPU_NAME", "COLAB_TPU_ADDR", "TF_CONFIG", "TPU_ACCELERATOR_TYPE"):
+    # TPU_LOAD_LIBRARY is what keras_tpu set in this process; each child decides for itself.
+    for key in ("TPU_NAME", "COLAB_TPU_ADDR", "TF_CONFIG", "TPU_ACCELERATOR_TYPE",
+                "TPU_LOAD_LIBRARY", "KERAS_TPU_SKIPPED_LIBTPU"):
         env.pop(key, None)
     for key, value in overrides.items():
         if value is None:

@@ -83,6 +83,9 @@ def test_committed_without_outputs(name):
     tags = [cell.metadata.get("tags", []) for cell in nb.cells]
     assert sum("parameters" in t for t in tags) == 1
     assert nb.cells[1].cell_type == "code" and "%pip install" in nb.cells[1].source
+    # The README's TPU install on a TPU runtime, then the doctor before any training cell.
+    assert '--force-reinstall --no-deps "tensorflow-tpu==2.20.0"' in nb.cells[1].source
+    assert "print(keras_tpu.doctor())" in nb.cells[2].source
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert cell.outputs == [], f"{name}: a cell has outputs: {cell.source[:60]!r}"
@@ -110,6 +113,7 @@ def test_cnn_notebook_runs_on_cpu(tmp_path, monkeypatch):
     text = _text_outputs(nb)
     assert "MirroredStrategy" in text or "replicas" in text
     assert "2 replicas, global batch 64" in text
+    assert "warn tpu: No TPU" in text and "ok   versions: TensorFlow" in text  # The doctor.
     assert "on 360 test examples" in text  # digits: 20% of 1,797, every one evaluated.
     assert "open figures: 3" in text  # curves, confusion matrix, misclassified images.
     assert os.path.exists(tmp_path / "run" / "summary.json")

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 import keras_tpu
 from keras_tpu import keras
+from keras_tpu import resolver as resolver_lib
 from tests.conftest import CPU_REPLICAS
 from tests.conftest import run_python
 from tests.conftest import run_script
@@ -171,6 +172,8 @@ class _FakeTPU:
                 ),
             )
 
+        # This host's TensorFlow cannot drive a TPU; the fake stands in for a healthy one.
+        monkeypatch.setattr(resolver_lib.doctor_lib, "tpu_blockers", lambda *a, **k: ())
         monkeypatch.setattr(tf.distribute.cluster_resolver, "TPUClusterResolver", Resolver)
         monkeypatch.setattr(tf.config, "experimental_connect_to_cluster", connect)
         monkeypatch.setattr(tf.tpu.experimental, "initialize_tpu_system", initialize)
