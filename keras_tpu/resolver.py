@@ -19,7 +19,7 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu import cluster as cluster_lib
 from keras_tpu import detect
-from keras_tpu import doctor as doctor_lib
+from keras_tpu.doctor import tpu_blockers  # The module: keras_tpu.doctor is the function.
 from keras_tpu import strategy_info as strategy_info_lib
 from keras_tpu import tpu_connect
 from keras_tpu.strategy_info import StrategyError
@@ -142,7 +142,7 @@ def _refuse_unusable_tpu(location, environ, root):
     Under every strategy, "auto" included: falling back to the CPU on a TPU VM would
     run for hours on the wrong device.
     """
-    blockers = doctor_lib.tpu_blockers(location, root=root, environ=environ)
+    blockers = tpu_blockers(location, root=root, environ=environ)
     if blockers:
         causes = " ".join(f"{c.name}: {c.detail} Fix: {c.fix}." for c in blockers)
         raise TPUUnusableError(

@@ -28,7 +28,7 @@ EPOCHS = 4
 TOTAL = EPOCHS * STEPS_PER_EPOCH  # 88
 
 _CHILD = """
-import os, runpy, signal, sys
+import dataclasses, os, runpy, signal, sys
 sys.path.insert(0, os.path.join(os.getcwd(), "scripts"))
 import numpy as np
 from keras_tpu import callbacks, keras
@@ -55,7 +55,7 @@ make = callbacks.make_callbacks
 def with_fault(*args, **kwargs):
     result = make(*args, **kwargs)
     if mode != "none":
-        result.append(Fault())
+        result = dataclasses.replace(result, all=(*result.all, Fault()))
     return result
 callbacks.make_callbacks = with_fault
 sys.argv = ["train_cnn.py", *sys.argv[3:]]
