@@ -150,9 +150,10 @@ class _Trained:
 def _fit(config, strategy, task, splits, policy):
     """Build, compile, train, evaluate and export the task's model under `strategy`.
 
-    The body of every recipe; tf.distribute work only, no file writing but the
-    callbacks' and the export's. One function on purpose: it is the recipe's
-    sequence (data, model in scope, compile, callbacks, fit, evaluate, export),
+    The body of every recipe. It writes only under model_dir (the run's identity,
+    lock and config.yaml, then the callbacks' files) and to export_dir. One
+    function on purpose: it is the recipe's sequence (data, model in scope,
+    compile, rehearse, callbacks, claim the run directory, fit, evaluate, export),
     one call per step; split, its halves would pass a dozen values between them.
     """
     info = StrategyInfo.of(strategy)
