@@ -216,7 +216,9 @@ def check_tf_keras(inst, tf_keras_name=None):
     if tf_keras_name is None:
         import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-        tf_keras_name = getattr(tf.keras, "__name__", "?")
+        # A class's module, not tf.keras.__name__: that is the lazy loader's own
+        # name ("tensorflow.keras") until something has resolved it.
+        tf_keras_name = tf.keras.layers.Dense.__module__
     keras3 = f"; Keras {inst.version('keras')} is installed too" if inst.version("keras") else ""
     if tf_keras_name.split(".")[0] == "tf_keras":
         return Check("tf.keras", OK, f"tf.keras is tf_keras ({tf_keras_name}){keras3}.")

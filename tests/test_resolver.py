@@ -173,7 +173,7 @@ class _FakeTPU:
             )
 
         # This host's TensorFlow cannot drive a TPU; the fake stands in for a healthy one.
-        monkeypatch.setattr(resolver_lib.doctor_lib, "tpu_blockers", lambda *a, **k: ())
+        monkeypatch.setattr(resolver_lib, "tpu_blockers", lambda *a, **k: ())
         monkeypatch.setattr(tf.distribute.cluster_resolver, "TPUClusterResolver", Resolver)
         monkeypatch.setattr(tf.config, "experimental_connect_to_cluster", connect)
         monkeypatch.setattr(tf.tpu.experimental, "initialize_tpu_system", initialize)
