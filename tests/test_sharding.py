@@ -115,3 +115,19 @@ def test_config_not_divisible_is_refused(change, message):
 def test_model_parallel_not_dividing_devices_is_refused():
     with pytest.raises(ValueError, match="model_parallel=3 does not divide the 4 CPU device"):
         sharding.make_mesh(3)
+
+
+def test_planner_weight_bytes_equal_what_the_mesh_holds():
+    mesh = sharding.make_mesh(2)
+    model = sharding.build_classifier(CONFIG, 2, mesh=mesh)
+    held = sharding.per_device_weight_bytes(model)
+    # From the model's variables, and from the config alone (+ the 2-class head).
+    assert memory.estimate(model, 4, SEQ, model_parallel=2).weights == held
+    head = 4 * (CONFIG.hidden_size * 2 + 2)
+    assert memory.estimate(CONFIG, 4, SEQ, model_parallel=2).weights + head == held
+    assert held == 183_304  # 315_656 unsharded, 264_704 of it split in two
+    assert memory.estimate(model, 4, SEQ).weights == 315_656
+    # The planner's name pattern picks exactly the variables laid out on "model".
+    for variable in model.variables:
+        on_model = "model" in dtensor.fetch_layout(variable).sharding_specs
+        assert bool(memory.SHARDED_VARIABLE.search(variable.name)) == on_model, variable.name
