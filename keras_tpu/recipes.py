@@ -73,6 +73,7 @@ class RunConfig:
     tensorboard: bool = True  # TensorBoard logs under model_dir/tensorboard.
     peak_tflops: float | None = None  # Devices' combined peak, for MFU (e.g. bench_peak.py).
     verbose: int = 2
+    model_parallel: int = 1  # >1: split weights across K devices (keras_tpu.sharding).
 
     def __post_init__(self):
         # Checked here, before TensorFlow starts, so a bad flag costs nothing.
@@ -82,6 +83,8 @@ class RunConfig:
                 raise ValueError(f"{name}={value!r} must be an integer >= 1.")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate={self.learning_rate!r} must be > 0.")
+        if not isinstance(self.model_parallel, int) or self.model_parallel < 1:
+            raise ValueError(f"model_parallel={self.model_parallel!r} must be an integer >= 1.")
         if not self.collective_timeout > 0:
             raise ValueError(f"collective_timeout={self.collective_timeout!r} must be > 0 s.")
         if self.worker_hosts is not None or self.task_index is not None:
@@ -409,6 +412,12 @@ def train_bert(config):
     _resolve(config)
     train, test = _text_data(config)
     preprocessor = _preprocessor(config)
+    if config.model_parallel > 1:  # Weights split across devices: its own loop (DTensor).
+        from keras_tpu import sharded_training  # pylint: disable=g-import-not-at-top
+
+        return sharded_training.run_sharded(
+            config, train_data=train, test_data=test, preprocessor=preprocessor
+        )[0]
     summary, _ = _run(
         config,
         train=train,

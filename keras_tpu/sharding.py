@@ -178,16 +178,19 @@ def assign_weights(model, values):
 
     A DVariable takes a value of its own layout: the full array is copied to the
     mesh replicated, then relaid out (each device keeps its shard).
+
+    Returns:
+      The sorted names of the model's variables `values` had no value for.
     """
     variables = {v.name: v for v in model.variables}
-    missing = sorted(set(variables) - set(values))
-    if missing:
-        raise ValueError(f"no value for {len(missing)} variable(s), e.g. {missing[:3]}.")
     for name, variable in variables.items():
+        if name not in values:
+            continue
         layout = dtensor.fetch_layout(variable)
         value = tf.constant(values[name], dtype=variable.dtype)
         replicated = dtensor.Layout.replicated(layout.mesh, value.shape.rank)
         variable.assign(dtensor.relayout(dtensor.copy_to_mesh(value, replicated), layout))
+    return sorted(set(variables) - set(values))
 
 
 def gather_weights(model):

@@ -114,4 +114,5 @@ RUN_HELP = {
     "tensorboard": "Write TensorBoard logs under model_dir/tensorboard.",
     "peak_tflops": "Combined peak TFLOP/s of the devices, to report MFU.",
     "verbose": "Keras fit verbosity (0, 1 or 2).",
+    "model_parallel": "Split BERT's weights across K devices (DTensor); 1 = data parallel only.",
 }

@@ -65,7 +65,7 @@ def test_sharded_training_matches_one_device(reference, model_parallel):
     mesh = sharding.make_mesh(model_parallel)
     assert (mesh.dim_size("batch"), mesh.dim_size("model")) == (4 // model_parallel, model_parallel)
     model = sharding.build_classifier(CONFIG, 2, mesh=mesh, dropout=0.0)
-    sharding.assign_weights(model, weights)
+    assert sharding.assign_weights(model, weights) == []
     step = sharding.make_train_step(model, keras.optimizers.Adam(1e-3, mesh=mesh), _loss())
     features, labels = _batches()
     dataset = tf.data.Dataset.from_tensor_slices((features, labels))
@@ -131,3 +131,121 @@ def test_planner_weight_bytes_equal_what_the_mesh_holds():
     for variable in model.variables:
         on_model = "model" in dtensor.fetch_layout(variable).sharding_specs
         assert bool(memory.SHARDED_VARIABLE.search(variable.name)) == on_model, variable.name
+
+
+WORDS = "good bad great awful fine dull moving lifeless film plot".split()
+
+
+@pytest.fixture(scope="module")
+def tiny_export(tmp_path_factory):
+    """An exported 2-layer encoder (heads 4, FFN 128) and 64 labelled sentences as TSV."""
+    from keras_tpu import hf_bert, text  # pylint: disable=g-import-not-at-top
+
+    root = tmp_path_factory.mktemp("sharded")
+    vocab = text.write_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS], str(root / "v.txt"))
+    config = bert.BertConfig(**{**vars(CONFIG), "vocab_size": 15, "hidden_dropout": 0.1})
+    with hf_bert._float32_policy():
+        encoder = bert.build_bert_encoder(config)
+    bert.export_encoder(encoder, str(root / "encoder"))
+    rng = np.random.default_rng(1)
+    lines = ["sentence\tlabel"]
+    for _ in range(64):
+        words = rng.choice(WORDS, 5)
+        lines.append(" ".join(words) + f"\t{int(('good' in words) or ('great' in words))}")
+    (root / "train.tsv").write_text("\n".join(lines) + "\n")
+    return root, vocab
+
+
+def _sharded_config(root, vocab, **overrides):
+    from keras_tpu import recipes  # pylint: disable=g-import-not-at-top
+
+    values = dict(
+        encoder_handle=str(root / "encoder"),
+        vocab_file=vocab,
+        train_file=str(root / "train.tsv"),
+        eval_file=str(root / "train.tsv"),
+        seq_length=8,
+        per_replica_batch_size=4,
+        epochs=2,
+        steps_per_epoch=3,
+        learning_rate=1e-3,
+        cpu_replicas=4,
+        model_parallel=2,
+        tensorboard=False,
+        verbose=0,
+    )
+    return recipes.BertRunConfig(**{**values, **overrides})
+
+
+@pytest.mark.slow  # ~2 min on the shared CPUs: two runs, an export and a reload.
+def test_train_bert_model_parallel_trains_checkpoints_and_exports(tiny_export, tmp_path):
+    import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top
+
+    from keras_tpu import recipes, sharded_training  # pylint: disable=g-import-not-at-top
+
+    root, vocab = tiny_export
+    config = _sharded_config(
+        root, vocab, model_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "export")
+    )
+    recipes._resolve(config)
+    train, test = recipes._text_data(config)
+    preprocessor = recipes._preprocessor(config)
+    summary, model = sharded_training.run_sharded(
+        config, train_data=train, test_data=test, preprocessor=preprocessor
+    )
+    assert summary["mesh"] == {"batch": 2, "model": 2} and summary["global_batch"] == 8
+    assert (summary["final_step"], summary["resumed_from_step"]) == (6, 0)
+    assert summary["test_examples"] == 64 and 0 <= summary["test"]["accuracy"] <= 1
+    assert len(summary["losses"]) == 6 and np.isfinite(summary["losses"]).all()
+    assert tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints")).endswith("ckpt-6")
+
+    # The export: an ordinary TF Hub encoder and a raw-string classifier that give the
+    # mesh model's outputs.
+    texts = tf.constant(["good film", "dull plot awful", "great", "lifeless"])  # 2 per batch row
+    features = preprocessor(texts)
+    expected = tf.nn.softmax(
+        sharding.to_numpy(model(sharded_training._on_mesh(features, model_mesh(model))))
+    ).numpy()
+    serve = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"]
+    served = serve(text=texts)["probabilities"].numpy()
+    # The unsharded model: the gathered weights in models/bert.py's ordinary encoder.
+    weights = sharding.gather_weights(model)
+    encoder_config, _ = sharded_training.load_native_encoder(str(tmp_path / "export" / "encoder"))
+    native = bert.build_bert_encoder(encoder_config)
+    for variable in native.variables:
+        variable.assign(weights[variable.name])
+    pooled = native(features, training=False)["pooled_output"]
+    unsharded = tf.nn.softmax(pooled @ weights["logits/kernel:0"] + weights["logits/bias:0"])
+    print(
+        f"export vs unsharded: {np.abs(served - unsharded).max():.3g}; "
+        f"export vs mesh: {np.abs(served - expected).max():.3g}"
+    )
+    np.testing.assert_allclose(served, unsharded, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(served, expected, atol=1e-4, rtol=0)  # summation order
+    encoder = hub.KerasLayer(str(tmp_path / "export" / "encoder"))
+    assert encoder(features)["pooled_output"].shape == (4, CONFIG.hidden_size)
+
+    # Through train_bert: restarting with more epochs resumes from the checkpoint's step 6.
+    more = recipes.train_bert(
+        _sharded_config(root, vocab, model_dir=str(tmp_path / "run"), epochs=3)
+    )
+    assert (more["resumed_from_step"], more["final_step"], len(more["losses"])) == (6, 9, 3)
+
+
+def model_mesh(model):
+    return dtensor.fetch_layout(model.variables[0]).mesh
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(model_parallel=3), "model_parallel=3 does not divide the 4 CPU device"),
+        (dict(encoder_handle="https://tfhub.dev/x/bert/4"), "cannot be rebuilt natively"),
+    ],
+)
+def test_train_bert_model_parallel_bad_input(tiny_export, overrides, message):
+    from keras_tpu import recipes  # pylint: disable=g-import-not-at-top
+
+    root, vocab = tiny_export
+    with pytest.raises(ValueError, match=message):
+        recipes.train_bert(_sharded_config(root, vocab, **overrides))
