@@ -249,3 +249,49 @@ def test_train_bert_model_parallel_bad_input(tiny_export, overrides, message):
     root, vocab = tiny_export
     with pytest.raises(ValueError, match=message):
         recipes.train_bert(_sharded_config(root, vocab, **overrides))
+
+
+@pytest.mark.slow
+def test_sharded_run_killed_and_restarted_resumes(tiny_export, tmp_path):
+    import json  # pylint: disable=g-import-not-at-top
+    import subprocess  # pylint: disable=g-import-not-at-top
+    import sys  # pylint: disable=g-import-not-at-top
+    import time  # pylint: disable=g-import-not-at-top
+
+    from tests.conftest import REPO, subprocess_env  # pylint: disable=g-import-not-at-top
+
+    root, vocab = tiny_export
+    run_dir = tmp_path / "run"
+    args = [
+        sys.executable,
+        f"{REPO}/scripts/train_bert.py",
+        f"--encoder_handle={root / 'encoder'}",
+        f"--vocab_file={vocab}",
+        f"--train_file={root / 'train.tsv'}",
+        f"--eval_file={root / 'train.tsv'}",
+        "--seq_length=8",
+        "--per_replica_batch_size=4",
+        "--epochs=1",
+        "--steps_per_epoch=60",
+        "--backup_every_steps=2",
+        "--cpu_replicas=4",
+        "--model_parallel=2",
+        "--tensorboard=false",
+        f"--model_dir={run_dir}",
+    ]
+    child = subprocess.Popen(args, env=subprocess_env(), cwd=REPO, stderr=subprocess.DEVNULL)
+    killed_at, deadline = None, time.monotonic() + 300
+    while killed_at is None and time.monotonic() < deadline and child.poll() is None:
+        latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
+        if latest and int(latest.rsplit("-", 1)[1]) >= 4:
+            child.kill()
+            child.wait()
+            killed_at = int(tf.train.latest_checkpoint(str(run_dir / "checkpoints")).rsplit("-", 1)[1])
+        time.sleep(0.2)
+    assert killed_at is not None, "the run ended or stalled before its step-4 checkpoint"
+    assert not (run_dir / "summary.json").exists()
+    result = subprocess.run(args, env=subprocess_env(), cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["resumed_from_step"], summary["final_step"]) == (killed_at, 60)
+    assert len(summary["losses"]) == 60 - killed_at
