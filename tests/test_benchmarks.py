@@ -148,7 +148,7 @@ def test_bench_model_parallel(tmp_path):
         "bench_model_parallel.py",
         "--model_parallel=1,2",
         "--layers=1",
-        "--hidden=64",
+        "--hidden=128",
         "--vocab=100",
         "--seq_length=8",
         "--global_batch=8",
