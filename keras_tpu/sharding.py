@@ -138,13 +138,7 @@ def build_classifier(config, num_classes, *, mesh, dropout=0.1):
             for name in bert.INPUT_NAMES
         }
         pooled = bert.encoder_outputs(config, inputs, one_hot_lookup=True)["pooled_output"]
-        x = keras.layers.Dropout(dropout, name="dropout")(pooled)
-        logits = keras.layers.Dense(
-            num_classes,
-            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
-            dtype="float32",
-            name="logits",
-        )(x)
+        logits = bert.classifier_head(pooled, num_classes, dropout)
         return keras.Model(inputs, logits, name="bert_classifier")
 
 

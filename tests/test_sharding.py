@@ -42,7 +42,7 @@ def reference():
     keras.utils.set_random_seed(0)
     inputs = {n: keras.Input(shape=(None,), dtype=tf.int32, name=n) for n in bert.INPUT_NAMES}
     pooled = bert.encoder_outputs(CONFIG, inputs)["pooled_output"]
-    logits = keras.layers.Dense(2, name="logits")(keras.layers.Dropout(0.0, name="dropout")(pooled))
+    logits = bert.classifier_head(pooled, 2, 0.0)
     model = keras.Model(inputs, logits)
     weights = {v.name: v.numpy() for v in model.variables}
     model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=_loss())
