@@ -22,6 +22,9 @@ so it may age. Three changes make BERT train under it (each is applied below):
   - the embedding lookup as a one-hot matmul (`bert.BertEmbeddings(one_hot_lookup=True)`):
     the gather's sparse gradient makes the optimizer call ResourceScatterAdd, which
     fails on DTensor variables.
+Two more were found here: models/bert.py avoids StridedSlices of dynamic shapes and
+`[tf.newaxis]` slices (DTensor fails to lay them out, or segfaults), and
+`make_train_step` splits the step into two tf.functions (docs/model_parallel.md).
 """
 
 import dataclasses
