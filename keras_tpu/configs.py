@@ -42,6 +42,7 @@ class RunConfig:
     keep_best: bool = True  # Keep the best weights (val_accuracy) under model_dir/best.
     tensorboard: bool = True  # TensorBoard logs under model_dir/tensorboard.
     peak_tflops: float | None = None  # Devices' combined peak, for MFU (e.g. bench_peak.py).
+    model_parallel: int = 1  # >1: split weights across K devices (keras_tpu.sharding).
     rehearse_tpu: bool = False  # Compile the steps for the TPU on the CPU first; stop on a finding.
     verbose: int = 2  # 2: progress lines; 1: Keras's progress bar; 0: silent.
     progress_seconds: float = 30.0  # verbose=2: a progress line at most this often.
@@ -52,6 +53,7 @@ class RunConfig:
             checks.optional_integer(name, getattr(self, name))
         checks.positive("learning_rate", self.learning_rate)
         checks.positive("progress_seconds", self.progress_seconds, unit="s")
+        checks.integer("model_parallel", self.model_parallel)
         checks.one_of("verbose", self.verbose, (0, 1, 2))
         outputs.check_directory_path("model_dir", self.model_dir)
         outputs.check_export_dir(self.export_dir, overwrite=self.overwrite)

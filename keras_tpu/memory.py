@@ -29,6 +29,7 @@ Two runtimes differ in the embedding table's gradient and update:
 """
 
 import dataclasses
+import re
 
 from keras_tpu import accelerators
 from keras_tpu import checks
@@ -46,6 +47,15 @@ OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "rmsprop": 1, "adagrad": 1, "adam": 
 # gradients and optimizer slots are float32 under all three (Keras mixed precision
 # keeps float32 variables and casts them when a layer reads them).
 PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+# Variables keras_tpu.sharding splits across the "model" axis (attention heads, FFN units);
+# the rest (embeddings, layer norms, pooler, head) is replicated on every device.
+SHARDED_VARIABLE = re.compile(
+    r"transformer/layer_\d+/(self_attention/(query|key|value|output)/kernel|"
+    r"self_attention/(query|key|value)/bias|intermediate/(kernel|bias)|output/kernel)"
+)
+# model_parallel values plan() tries when batch 1 does not fit with data parallelism alone.
+MODEL_PARALLEL_CHOICES = (2, 4, 8, 16)
 
 # BERT-large (Devlin et al. 2019) for planning only: models/bert.py does not ship it
 # as a preset, so nothing here builds it.
@@ -95,6 +105,7 @@ class MemoryEstimate:
     architecture: bert.BertConfig
     source: str
     notes: tuple = ()
+    model_parallel: int = 1
 
     @property
     def state(self):
@@ -129,7 +140,8 @@ class MemoryEstimate:
             f"I={c.intermediate_size} V={c.vocab_size}: {self.parameters:,} parameters "
             f"({self.source})",
             f"per replica: batch {self.per_replica_batch} x seq {self.seq_length}, "
-            f"{self.precision}, {self.optimizer}, runtime {self.runtime}",
+            f"{self.precision}, {self.optimizer}, runtime {self.runtime}"
+            + (f", model_parallel {self.model_parallel}" if self.model_parallel > 1 else ""),
             f"{'component':<44}{'bytes':>17}{'MiB':>12}",
         ]
         lines.append("-" * len(lines[-1]))
@@ -166,6 +178,7 @@ class MemoryEstimate:
             "architecture": dataclasses.asdict(self.architecture),
             "source": self.source,
             "notes": list(self.notes),
+            "model_parallel": self.model_parallel,
         }
 
 
@@ -188,6 +201,9 @@ class Plan:
         and under "tf" the sparse embedding gradients).
       estimate: the estimate at max_per_replica_batch (at batch 1 when nothing fits).
       message: one paragraph for a person.
+      model_parallel: the K this plan is for (bytes per device of a K-way split).
+      suggested_model_parallel: when batch 1 does not fit with model_parallel=1, the
+        smallest K of MODEL_PARALLEL_CHOICES at which it does (None if none does).
     """
 
     accelerator: str
@@ -202,6 +218,8 @@ class Plan:
     bytes_per_example: int
     estimate: MemoryEstimate
     message: str
+    model_parallel: int = 1
+    suggested_model_parallel: int | None = None
 
     def to_dict(self):
         """Return a JSON-serialisable dict of the plan."""
@@ -289,23 +307,27 @@ def _model_precision(model):
     return _dtype_precision(getattr(model, "compute_dtype", None))
 
 
-def _kernel_parameters(config):
-    """Elements of the matmul kernels (encoder and pooler): the weights cast under bf16."""
+def _kernel_parameters(config, model_parallel=1):
+    """Elements of the matmul kernels (encoder and pooler) per device: cast under bf16."""
     h, i = config.hidden_size, config.intermediate_size
-    return config.num_layers * (4 * h * h + 2 * h * i) + h * h
+    return config.num_layers * (4 * h * h + 2 * h * i) // model_parallel + h * h
 
 
-def activation_breakdown(config, per_replica_batch, seq_length, precision):
+def activation_breakdown(config, per_replica_batch, seq_length, precision, model_parallel=1):
     """Return {kind: bytes} of the tensors one step keeps for its backward pass.
 
     Each term is what a TensorFlow gradient function of models/bert.py needs, under
     the compute dtype (c bytes): softmax and layer norms run in float32, dropout
     keeps a 1-byte boolean mask, and the exact GELU keeps four [b, s, I] tensors.
+    With model_parallel=K, per device: heads, Q/K/V/context and the FFN intermediate
+    are 1/K (keras_tpu.sharding's layout), the [b, s, H] tensors stay whole, and the
+    one-hot embedding lookups ([b, s, V] and [b, s, 2]) are kept for the backward pass.
     """
     c = PRECISION_BYTES[canonical_precision(precision)]
-    b, s = per_replica_batch, seq_length
-    h, i, a, n = config.hidden_size, config.intermediate_size, config.num_heads, config.num_layers
-    bs, bsh, bsi = b * s, b * s * h, b * s * i
+    b, s, k = per_replica_batch, seq_length, model_parallel
+    h, i, n = config.hidden_size, config.intermediate_size, config.num_layers
+    a = config.num_heads // k
+    bs, bsh, bsi = b * s, b * s * h, b * s * i // k
     # Layer norm (tf_keras, unfused for epsilon < 1e-5): float32 input and the float32
     # [b, s, h] scale rsqrt(var + eps) * gamma, plus mean and rsqrt per position.
     layer_norm = 8 * bsh + 8 * bs
@@ -314,16 +336,25 @@ def activation_breakdown(config, per_replica_batch, seq_length, precision):
         "embeddings (layer norm, dropout mask)": layer_norm + bsh,
         # softmax output (float32), dropout mask (bool) and dropped probs (compute dtype).
         "attention probabilities [b, A, s, s]": n * a * s * s * b * (4 + 1 + c),
-        "attention Q, K, V, context": n * 4 * c * bsh,
+        "attention Q, K, V, context": n * 4 * c * bsh // k,
         "layer and FFN inputs": n * 2 * c * bsh,
         "layer norms (float32)": n * 2 * layer_norm,
         "FFN intermediate (GELU) [b, s, I]": n * 4 * c * bsi,
         "dropout masks [b, s, H]": n * 2 * bsh,
         "pooler": 2 * c * b * h,
+        **(
+            {
+                "one-hot embedding lookups [b, s, V]": c
+                * bs
+                * (config.vocab_size + config.type_vocab_size)
+            }
+            if k > 1
+            else {}
+        ),
     }
 
 
-def workspace_bytes(config, per_replica_batch, seq_length, precision):
+def workspace_bytes(config, per_replica_batch, seq_length, precision, model_parallel=1):
     """Return the backward pass's largest set of gradient temporaries alive at once.
 
     The backward pass of one layer holds two gradients of its largest tensors at a
@@ -332,35 +363,45 @@ def workspace_bytes(config, per_replica_batch, seq_length, precision):
     """
     c = PRECISION_BYTES[canonical_precision(precision)]
     b, s = per_replica_batch, seq_length
-    ffn = 2 * c * b * s * config.intermediate_size
-    softmax = 2 * 4 * b * config.num_heads * s * s
+    ffn = 2 * c * b * s * config.intermediate_size // model_parallel
+    softmax = 2 * 4 * b * config.num_heads // model_parallel * s * s
     return max(ffn, softmax)
 
 
 _GATHERED = ("word_embeddings", "type_embeddings")  # tf.gather'ed: sparse gradients
 
 
-def _variable_bytes(model_or_config):
-    """Return (parameters, trainable, weight bytes, trainable bytes, gathered table bytes)."""
+def _variable_bytes(model_or_config, model_parallel=1):
+    """Return (parameters, trainable, weight bytes, trainable bytes, gathered table bytes).
+
+    Bytes are per device: with model_parallel=K a SHARDED_VARIABLE counts 1/K.
+    """
     if isinstance(model_or_config, bert.BertConfig):
         c = model_or_config
         params = bert.count_parameters(c)
+        h, i = c.hidden_size, c.intermediate_size
+        sharded = c.num_layers * (4 * h * h + 3 * h + 2 * h * i + i)
+        per_device = 4 * (params - sharded + sharded // model_parallel)
         tables = [4 * c.vocab_size * c.hidden_size, 4 * c.type_vocab_size * c.hidden_size]
-        return params, params, 4 * params, 4 * params, tables
+        return params, params, per_device, per_device, tables
+
+    def nbytes(variable):
+        size = variable.shape.num_elements() * variable.dtype.size
+        return size // model_parallel if SHARDED_VARIABLE.search(variable.name) else size
+
     # model.variables can list a shared variable twice; count each once.
     variables = list({id(v): v for v in model_or_config.variables}.values())
     trainables = list({id(v): v for v in model_or_config.trainable_variables}.values())
-    nbytes = [v.shape.num_elements() * v.dtype.size for v in trainables]
     tables = [
-        size
-        for v, size in zip(trainables, nbytes)
+        nbytes(v)
+        for v in trainables
         if len(v.shape) == 2 and any(name in v.name for name in _GATHERED)
     ]
     return (
         sum(v.shape.num_elements() for v in variables),
         sum(v.shape.num_elements() for v in trainables),
-        sum(v.shape.num_elements() * v.dtype.size for v in variables),
-        sum(nbytes),
+        sum(nbytes(v) for v in variables),
+        sum(nbytes(v) for v in trainables),
         tables,
     )
 
@@ -374,6 +415,7 @@ def estimate(
     *,
     runtime="xla",
     config=None,
+    model_parallel=1,
 ):
     """Estimate the bytes per replica of one BERT training step, by component.
 
@@ -389,6 +431,9 @@ def estimate(
         executor: CPU, GPU without XLA); see the module docstring.
       config: the BertConfig of a model whose layers do not carry one (a TF Hub
         encoder), to override the sizes read from its variables.
+      model_parallel: K devices each attention/FFN weight is split across
+        (keras_tpu.sharding); bytes are then per device and per_replica_batch is the
+        batch of one data-parallel row of the mesh (global batch x K / devices).
 
     Returns:
       A MemoryEstimate; `.total` is the bytes, `.table()` the breakdown.
@@ -445,10 +490,22 @@ def estimate(
             f"name, got {type(model_or_config).__name__}."
         )
     checks.seq_length(seq_length, maximum=arch.max_position_embeddings)
-    parameters, trainable, weights, trainable_bytes, tables = _variable_bytes(model_or_config)
+    checks.integer("model_parallel", model_parallel)
+    if model_parallel > 1:
+        # sharding.check_config, without importing DTensor here.
+        for name in ("num_heads", "intermediate_size"):
+            if getattr(arch, name) % model_parallel:
+                raise checks.ConfigError(
+                    f"BERT {name}={getattr(arch, name)} is not divisible by "
+                    f"model_parallel={model_parallel}."
+                )
+    parameters, trainable, weights, trainable_bytes, tables = _variable_bytes(
+        model_or_config, model_parallel
+    )
     slots = OPTIMIZER_SLOTS[optimizer]
     gradients, update = trainable_bytes, 0
-    if runtime == "tf":
+    # Sharded runs look rows up as a one-hot matmul: dense gradients, in-place updates.
+    if runtime == "tf" and model_parallel == 1:
         # Each gathered table's gradient is float32 rows plus int32 indices, one per token.
         rows = per_replica_batch * seq_length
         gradients += sum(rows * (4 * arch.hidden_size + 4) - table for table in tables)
@@ -456,8 +513,9 @@ def estimate(
         # updates put them in copy-on-read mode) and writes the table anew; SGD
         # scatters in place. Measured: 3 table-sized buffers for AdamW.
         update = (slots + 1) * max(tables, default=0) if slots else 0
-    breakdown = activation_breakdown(arch, per_replica_batch, seq_length, precision)
-    copies = 0 if precision == "fp32" else PRECISION_BYTES[precision] * _kernel_parameters(arch)
+    breakdown = activation_breakdown(arch, per_replica_batch, seq_length, precision, model_parallel)
+    copies = _kernel_parameters(arch, model_parallel)
+    copies = 0 if precision == "fp32" else PRECISION_BYTES[precision] * copies
     return MemoryEstimate(
         per_replica_batch=per_replica_batch,
         seq_length=seq_length,
@@ -471,12 +529,13 @@ def estimate(
         optimizer_slots=slots * trainable_bytes,
         weight_copies=copies,
         activations=sum(breakdown.values()),
-        workspace=workspace_bytes(arch, per_replica_batch, seq_length, precision),
+        workspace=workspace_bytes(arch, per_replica_batch, seq_length, precision, model_parallel),
         update_temporaries=update,
         activation_breakdown=breakdown,
         architecture=arch,
         source=source,
         notes=tuple(notes),
+        model_parallel=model_parallel,
     )
 
 
@@ -507,6 +566,7 @@ def plan(
     margin=0.1,
     *,
     runtime=None,
+    model_parallel=1,
 ):
     """Find the largest per-replica batch that fits on `accelerator` with `margin` free.
 
@@ -523,10 +583,12 @@ def plan(
       margin: fraction of the device's memory kept free (runtime reservations, XLA
         temporaries this model does not count, fragmentation), in [0, 1).
       runtime: "xla" or "tf"; None picks `default_runtime(accelerator)`.
+      model_parallel: plan for weights split K ways (see `estimate`).
 
     Returns:
       A Plan; `.max_per_replica_batch` is 0 and `.bytes_over` > 0 when even batch 1
-      does not fit, which is the case for model parallelism.
+      does not fit, which is the case for model parallelism: then
+      `.suggested_model_parallel` is the smallest K at which it does.
     """
     # Long because of its docstring and the search over batch sizes with its two
     # messages (largest batch that fits, or by how much batch 1 is over).
@@ -535,12 +597,21 @@ def plan(
     runtime = runtime or default_runtime(accelerator)
     budget = int(device.memory_bytes * (1 - margin))
 
-    def total(batch):
+    def at(batch):
         return estimate(
-            config_or_model, batch, seq_length, optimizer, precision, runtime=runtime
-        ).total
+            config_or_model,
+            batch,
+            seq_length,
+            optimizer,
+            precision,
+            runtime=runtime,
+            model_parallel=model_parallel,
+        )
 
-    one = estimate(config_or_model, 1, seq_length, optimizer, precision, runtime=runtime)
+    def total(batch):
+        return at(batch).total
+
+    one = at(1)
     per_example = total(2) - one.total
     fixed = one.total - per_example
     batch = max(0, (budget - fixed) // per_example)
@@ -550,14 +621,16 @@ def plan(
     while total(batch + 1) <= budget:
         batch += 1
     c = one.architecture
+    split = f", model_parallel {model_parallel}" if model_parallel > 1 else ""
     what = (
         f"BERT L={c.num_layers}/H={c.hidden_size}/A={c.num_heads} at seq {seq_length}, "
-        f"{one.precision}, {optimizer}, runtime {runtime} on {device.name} "
+        f"{one.precision}, {optimizer}, runtime {runtime}{split} on {device.name} "
         f"({_gib(device.memory_bytes)} per replica; budget {_gib(budget)} with a "
         f"{margin:.0%} margin)"
     )
+    suggested = None
     if batch >= 1:
-        est = estimate(config_or_model, batch, seq_length, optimizer, precision, runtime=runtime)
+        est = at(batch)
         over = 0
         message = (
             f"{what}: the largest per-replica batch that fits is {batch} ({_gib(est.total)}; "
@@ -583,6 +656,26 @@ def plan(
         message = (
             f"{what}: batch 1 does not fit: it needs {_gib(one.total)}, {_gib(over)} over; {why}."
         )
+        if model_parallel == 1:
+            suggested = _smallest_model_parallel(
+                c,
+                lambda k: plan(
+                    config_or_model,
+                    seq_length,
+                    precision,
+                    accelerator,
+                    optimizer,
+                    margin,
+                    runtime=runtime,
+                    model_parallel=k,
+                ),
+            )
+            if suggested:
+                message += (
+                    f" With model_parallel={suggested.model_parallel} (weights split across "
+                    f"{suggested.model_parallel} devices, keras_tpu.sharding) batch "
+                    f"{suggested.max_per_replica_batch} per data-parallel row fits."
+                )
     return Plan(
         accelerator=accelerator,
         runtime=runtime,
@@ -596,7 +689,20 @@ def plan(
         bytes_per_example=per_example,
         estimate=est,
         message=message,
+        model_parallel=model_parallel,
+        suggested_model_parallel=suggested and suggested.model_parallel,
     )
+
+
+def _smallest_model_parallel(config, plan_for):
+    """Return the plan of the smallest K in MODEL_PARALLEL_CHOICES that fits, or None."""
+    for k in MODEL_PARALLEL_CHOICES:
+        if config.num_heads % k or config.intermediate_size % k:
+            continue
+        candidate = plan_for(k)
+        if candidate.fits:
+            return candidate
+    return None
 
 
 def check_fits(
@@ -630,6 +736,13 @@ def check_fits(
         advice = (
             f"use per_replica_batch <= {best.max_per_replica_batch} (global batch = that x "
             f"replicas)"
+        )
+    elif best.suggested_model_parallel:
+        advice = (
+            f"even batch 1 is {_gib(best.bytes_over)} over, so this model needs model "
+            f"parallelism: split the weights with --model_parallel="
+            f"{best.suggested_model_parallel} (keras_tpu.sharding), or use a shorter sequence "
+            f"or a smaller configuration (see memory.plan)"
         )
     else:
         advice = (

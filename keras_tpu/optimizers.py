@@ -40,7 +40,9 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
-def bert_adamw(learning_rate, total_steps, warmup_fraction=0.1, weight_decay=0.01, clipnorm=1.0):
+def bert_adamw(
+    learning_rate, total_steps, warmup_fraction=0.1, weight_decay=0.01, clipnorm=1.0, mesh=None
+):
     """Return AdamW with BERT's fine-tuning schedule: linear warm-up, then linear decay.
 
     Layer norms and biases are excluded from weight decay, as in the original
@@ -52,6 +54,7 @@ def bert_adamw(learning_rate, total_steps, warmup_fraction=0.1, weight_decay=0.0
       warmup_fraction: share of the steps spent warming up (BERT: 10%).
       weight_decay: decoupled weight decay.
       clipnorm: clip the global gradient norm to this (None disables).
+      mesh: a DTensor mesh, for weights laid out on it (keras_tpu.sharding).
     """
     checks.integer("total_steps", total_steps)
     schedule = WarmupLinearDecay(learning_rate, total_steps, int(warmup_fraction * total_steps))
@@ -62,6 +65,7 @@ def bert_adamw(learning_rate, total_steps, warmup_fraction=0.1, weight_decay=0.0
         beta_2=0.999,
         epsilon=1e-6,
         global_clipnorm=clipnorm,
+        mesh=mesh,
     )
     optimizer.exclude_from_weight_decay(var_names=["layer_norm", "LayerNorm", "bias"])
     return optimizer

@@ -415,6 +415,12 @@ def train_bert(config):
     strategy = _resolve(config)
     train, test = recipe_inputs.text_splits(config)
     preprocessor = recipe_inputs.bert_preprocessor(config)
+    if config.model_parallel > 1:  # Weights split across devices: its own loop (DTensor).
+        from keras_tpu import sharded_training  # pylint: disable=g-import-not-at-top
+
+        return sharded_training.run_sharded(
+            config, train_data=train, test_data=test, preprocessor=preprocessor
+        )[0]
     task = Task(
         build_model=lambda: bert.build_bert_classifier(
             config.encoder_handle, config.num_classes, config.seq_length, dropout=config.dropout

@@ -13,6 +13,7 @@ Hugging Face conversion in keras_tpu/hf_bert.py.
 
 from keras_tpu.flops import training_flops_per_example  # noqa: F401
 from keras_tpu.models.bert_classifier import build_bert_classifier  # noqa: F401
+from keras_tpu.models.bert_classifier import classifier_head  # noqa: F401
 from keras_tpu.models.bert_config import INPUT_NAMES  # noqa: F401
 from keras_tpu.models.bert_config import MAX_SEQ_LENGTH  # noqa: F401
 from keras_tpu.models.bert_config import PRESETS  # noqa: F401
@@ -23,6 +24,7 @@ from keras_tpu.models.bert_encoder import BertEmbeddings  # noqa: F401
 from keras_tpu.models.bert_encoder import Pooler  # noqa: F401
 from keras_tpu.models.bert_encoder import TransformerLayer  # noqa: F401
 from keras_tpu.models.bert_encoder import build_bert_encoder  # noqa: F401
+from keras_tpu.models.bert_encoder import encoder_outputs  # noqa: F401
 from keras_tpu.models.bert_hub import NEW_INTERFACE_HANDLE  # noqa: F401
 from keras_tpu.models.bert_hub import export_encoder  # noqa: F401
 from keras_tpu.models.bert_hub import load_encoder  # noqa: F401

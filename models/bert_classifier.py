@@ -37,13 +37,17 @@ def build_bert_classifier(encoder, num_classes, seq_length, dropout=0.1, trainab
     inputs = {
         name: keras.Input(shape=(seq_length,), dtype=tf.int32, name=name) for name in INPUT_NAMES
     }
-    x = encoder(inputs)["pooled_output"]
-    x = keras.layers.Dropout(dropout, name="dropout")(x)
+    logits = classifier_head(encoder(inputs)["pooled_output"], num_classes, dropout)
+    return keras.Model(inputs, logits, name="bert_classifier")
+
+
+def classifier_head(pooled, num_classes, dropout):
+    """Apply dropout and the float32 "logits" Dense layer to the pooled output."""
+    x = keras.layers.Dropout(dropout, name="dropout")(pooled)
     # float32 logits: under mixed bfloat16/float16 the loss must stay in float32.
-    logits = keras.layers.Dense(
+    return keras.layers.Dense(
         num_classes,
         kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
         dtype="float32",
         name="logits",
     )(x)
-    return keras.Model(inputs, logits, name="bert_classifier")

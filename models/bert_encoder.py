@@ -34,12 +34,24 @@ def _initializer(config):
     return keras.initializers.TruncatedNormal(stddev=config.initializer_range)
 
 
+def _dim(x, axis):
+    """Return x's static size on `axis`, else its dynamic size.
+
+    Static sizes keep shape arithmetic out of the graph: DTensor cannot lay out a
+    StridedSlice of a sharded tensor's dynamic shape (keras_tpu.sharding).
+    """
+    return x.shape[axis] if x.shape[axis] is not None else tf.shape(x)[axis]
+
+
 class BertEmbeddings(keras.layers.Layer):
     """Sum word, position and token-type embeddings, then LayerNorm and dropout."""
 
-    def __init__(self, config, **kwargs):
+    def __init__(self, config, one_hot_lookup=False, **kwargs):
         super().__init__(**kwargs)
         self.config = config if isinstance(config, BertConfig) else BertConfig(**config)
+        # keras_tpu.sharding looks rows up as a one-hot matmul: under DTensor the
+        # gather's sparse gradient (ResourceScatterAdd) fails in the optimizer update.
+        self.one_hot_lookup = one_hot_lookup
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=self.config.layer_norm_epsilon, name="layer_norm"
         )
@@ -71,15 +83,24 @@ class BertEmbeddings(keras.layers.Layer):
                 f"{self.config.max_position_embeddings}; truncate the inputs or use a config "
                 f"with more positions."
             )
-        # tf.gather on a float32 AutoCastVariable gathers first, then casts the rows only.
-        x = tf.gather(self.word_embeddings, word_ids) + tf.gather(
+        x = self._lookup(self.word_embeddings, word_ids) + self._lookup(
             self.token_type_embeddings, type_ids
         )
-        x += self.position_embeddings[: tf.shape(word_ids)[1]][tf.newaxis]
+        # Broadcast over the batch, not [tf.newaxis]: DTensor crashes (segfault) on a
+        # StridedSlice with a new axis in a tf.function (keras_tpu.sharding).
+        x += self.position_embeddings[: _dim(word_ids, 1)]
         return self.dropout(self.layer_norm(x), training=training)
 
+    def _lookup(self, table, ids):
+        if self.one_hot_lookup:
+            one_hot = tf.one_hot(ids, table.shape[0], dtype=self.compute_dtype)
+            return tf.matmul(one_hot, tf.cast(table, self.compute_dtype))
+        # tf.gather on a float32 AutoCastVariable gathers first, then casts the rows only.
+        return tf.gather(table, ids)
+
     def get_config(self):
-        return {**super().get_config(), "config": dataclasses.asdict(self.config)}
+        config = {**super().get_config(), "config": dataclasses.asdict(self.config)}
+        return {**config, "one_hot_lookup": True} if self.one_hot_lookup else config
 
 
 class TransformerLayer(keras.layers.Layer):
@@ -114,7 +135,7 @@ class TransformerLayer(keras.layers.Layer):
 
     def _split_heads(self, x):
         """[batch, seq, hidden] -> [batch, heads, seq, head_dim]."""
-        shape = tf.concat([tf.shape(x)[:2], [self.config.num_heads, self.head_dim]], axis=0)
+        shape = [-1, _dim(x, 1), self.config.num_heads, self.head_dim]
         return tf.transpose(tf.reshape(x, shape), [0, 2, 1, 3])
 
     def call(self, x, input_mask, training=None):
@@ -122,11 +143,12 @@ class TransformerLayer(keras.layers.Layer):
         scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(self.head_dim)
         # Softmax in float32: bfloat16 has 8 mantissa bits, too few for the large
         # negative padding bias and for a stable normalisation over long sequences.
-        padding = 1.0 - tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]
+        # expand_dims, not [:, tf.newaxis, ...]: see BertEmbeddings.call.
+        padding = 1.0 - tf.expand_dims(tf.expand_dims(tf.cast(input_mask, tf.float32), 1), 1)
         probs = tf.nn.softmax(tf.cast(scores, tf.float32) - 1e9 * padding, axis=-1)
         probs = self.attention_dropout(tf.cast(probs, x.dtype), training=training)
         context = tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3])
-        context = tf.reshape(context, tf.shape(x))
+        context = tf.reshape(context, [-1, _dim(x, 1), self.config.hidden_size])
         attended = self.hidden_dropout(self.attention_output(context), training=training)
         x = self.attention_layer_norm(x + attended)
         y = self.output_dense(self.intermediate(x))
@@ -164,23 +186,31 @@ def build_bert_encoder(config):
     if not isinstance(config, BertConfig):
         raise TypeError(f"config must be a BertConfig, got {type(config).__name__}.")
     inputs = {name: keras.Input(shape=(None,), dtype=tf.int32, name=name) for name in INPUT_NAMES}
-    x = BertEmbeddings(config, name="embeddings")(
+    return keras.Model(inputs, encoder_outputs(config, inputs), name="bert_encoder")
+
+
+def encoder_outputs(config, inputs, *, one_hot_lookup=False):
+    """Apply the encoder's layers to Keras inputs; return the output dict (see above).
+
+    keras_tpu.sharding builds its classifier from these layers directly (one flat
+    functional model), so that a LayoutMap names every variable by its layer.
+    """
+    x = BertEmbeddings(config, one_hot_lookup=one_hot_lookup, name="embeddings")(
         inputs["input_word_ids"], inputs["input_type_ids"]
     )
-    encoder_outputs = []
+    layer_outputs = []
     for i in range(config.num_layers):
         x = TransformerLayer(config, name=f"transformer/layer_{i}")(x, inputs["input_mask"])
-        encoder_outputs.append(x)
+        layer_outputs.append(x)
     pooled = Pooler(
         config.hidden_size,
         activation="tanh",
         kernel_initializer=_initializer(config),
         name="pooler",
     )(x)
-    outputs = {
+    return {
         "sequence_output": x,
         "pooled_output": pooled,
         "default": pooled,
-        "encoder_outputs": encoder_outputs,
+        "encoder_outputs": layer_outputs,
     }
-    return keras.Model(inputs, outputs, name="bert_encoder")

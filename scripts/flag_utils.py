@@ -179,6 +179,7 @@ RUN_HELP = {
     "verbose": "2: progress lines (every --progress_seconds and per epoch); 1: Keras's "
     "progress bar; 0: only the final lines.",
     "progress_seconds": "With --verbose=2, print a progress line at most this often (seconds).",
+    "model_parallel": "Split BERT's weights across K devices (DTensor); 1 = data parallel only.",
     "rehearse_tpu": "Before training, compile one train and eval step for the TPU with XLA on "
     "the CPU; print what the TPU would refuse and exit 2.",
 }

@@ -147,3 +147,27 @@ def test_wait_for_quiet_is_bounded(load, quiet):
     waited = _common.wait_for_quiet(max_wait=0.2, threshold=load, poll=0.05)
     assert waited["quiet"] is quiet
     assert waited["waited_seconds"] <= 1.0
+
+
+@pytest.mark.slow
+def test_bench_model_parallel(tmp_path):
+    results, _ = run_benchmark(
+        tmp_path,
+        "bench_model_parallel.py",
+        "--model_parallel=1,2",
+        "--layers=1",
+        "--hidden=128",
+        "--vocab=100",
+        "--seq_length=8",
+        "--global_batch=8",
+        "--steps=2",
+        "--repeats=1",
+        timeout=600,
+    )
+    one, two = results["rows"]
+    assert (one["mesh"], two["mesh"]) == ("4x1", "2x2")
+    # The sharded kernels' shards and slots halve; the replicated rest does not.
+    assert one["state_bytes_per_device"] > two["state_bytes_per_device"] > one["state_bytes_per_device"] / 2
+    for row in (one, two):
+        assert row["state_bytes_per_device"] == row["planned_state_bytes_per_device"]
+        assert row["examples_per_second"] > 0 and row["peak_rss_bytes"] > 0

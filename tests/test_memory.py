@@ -311,3 +311,31 @@ def test_script_json_and_errors():
     done = run_script("plan_memory.py", "--seq_length=600")
     assert done.returncode == 2 and done.stdout == ""
     assert "max_position_embeddings=512" in done.stderr.strip().splitlines()[-1]
+
+
+def test_model_parallel_divides_sharded_state_only():
+    one = memory.estimate("large", 1, 512, precision="bf16")
+    two = memory.estimate("large", 1, 512, precision="bf16", model_parallel=2)
+    c = memory.config_from_name("large")
+    h, i = c.hidden_size, c.intermediate_size
+    sharded = 4 * c.num_layers * (4 * h * h + 3 * h + 2 * h * i + i)
+    assert one.weights - two.weights == sharded // 2
+    assert one.optimizer_slots - two.optimizer_slots == sharded  # 2 Adam slots
+    parts, split = one.activation_breakdown, two.activation_breakdown
+    assert split["attention probabilities [b, A, s, s]"] * 2 == parts["attention probabilities [b, A, s, s]"]
+    assert split["layer norms (float32)"] == parts["layer norms (float32)"]
+    assert split["one-hot embedding lookups [b, s, V]"] == 2 * 512 * (c.vocab_size + 2)
+    with pytest.raises(ValueError, match="num_heads=16 is not divisible by model_parallel=3"):
+        memory.estimate("large", 1, 512, model_parallel=3)
+
+
+def test_plan_suggests_the_smallest_model_parallel_that_fits():
+    # BERT-large at seq 512 on a v2 core without XLA: batch 1 needs ~8.8 GiB of 7.2.
+    best = memory.plan("large", 512, "fp32", "v2", runtime="tf")
+    assert not best.fits and best.suggested_model_parallel == 2
+    assert "With model_parallel=2" in best.message
+    assert memory.plan("large", 512, "fp32", "v2", runtime="tf", model_parallel=2).fits
+    warning = memory.check_fits("large", 1, 512, "fp32", "v2", runtime="tf")
+    assert "--model_parallel=2" in warning
+    # Fits with data parallelism alone: nothing suggested.
+    assert memory.plan("large", 512, "bf16", "v3").suggested_model_parallel is None

@@ -1,0 +1,297 @@
+"""Model parallelism on DTensor meshes over the session's 4 logical CPUs."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.experimental import dtensor
+
+from keras_tpu import memory
+from keras_tpu import sharding
+from keras_tpu.compat import keras
+from keras_tpu.models import bert
+
+CONFIG = bert.BertConfig(
+    hidden_size=64,
+    num_layers=2,
+    num_heads=4,
+    intermediate_size=128,
+    vocab_size=100,
+    max_position_embeddings=16,
+    hidden_dropout=0.0,
+    attention_dropout=0.0,
+)
+BATCH, SEQ, STEPS = 8, 16, 20
+
+
+def _batches():
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, CONFIG.vocab_size, (BATCH * STEPS, SEQ)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[::2, 12:] = 0  # every other example padded: the attention mask matters
+    features = {"input_word_ids": ids, "input_mask": mask, "input_type_ids": mask * 0}
+    return features, rng.integers(0, 2, BATCH * STEPS).astype(np.int32)
+
+
+def _loss():
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The unsharded classifier on one device: initial weights and 20 per-step losses."""
+    keras.utils.set_random_seed(0)
+    inputs = {n: keras.Input(shape=(None,), dtype=tf.int32, name=n) for n in bert.INPUT_NAMES}
+    pooled = bert.encoder_outputs(CONFIG, inputs)["pooled_output"]
+    logits = bert.classifier_head(pooled, 2, 0.0)
+    model = keras.Model(inputs, logits)
+    weights = {v.name: v.numpy() for v in model.variables}
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=_loss())
+    features, labels = _batches()
+    with tf.device("/CPU:0"):
+        losses = [
+            float(model.train_on_batch({k: v[s] for k, v in features.items()}, labels[s]))
+            for s in (slice(i * BATCH, (i + 1) * BATCH) for i in range(STEPS))
+        ]
+    return weights, losses
+
+
+@pytest.mark.parametrize(
+    "model_parallel",
+    # 2x2 in the fast tier; 1x4 and 4x1 cost ~20 s each on the shared CPUs.
+    [2, pytest.param(4, marks=pytest.mark.slow), pytest.param(1, marks=pytest.mark.slow)],
+)
+def test_sharded_training_matches_one_device(reference, model_parallel):
+    weights, expected = reference
+    mesh = sharding.make_mesh(model_parallel)
+    assert (mesh.dim_size("batch"), mesh.dim_size("model")) == (4 // model_parallel, model_parallel)
+    model = sharding.build_classifier(CONFIG, 2, mesh=mesh, dropout=0.0)
+    assert sharding.assign_weights(model, weights) == []
+    step = sharding.make_train_step(model, keras.optimizers.Adam(1e-3, mesh=mesh), _loss())
+    features, labels = _batches()
+    dataset = tf.data.Dataset.from_tensor_slices((features, labels))
+    batches = iter(sharding.distribute_dataset(dataset, mesh=mesh, global_batch=BATCH))
+    losses = [float(sharding.to_numpy(step(*next(batches)))) for _ in range(STEPS)]
+    print(f"K={model_parallel}: max |loss - reference| = {np.abs(np.subtract(losses, expected)).max():.3g}")
+    np.testing.assert_allclose(losses, expected, atol=1e-4, rtol=0)
+    assert losses[-1] != losses[0]  # it trained
+
+
+def test_each_sharded_kernel_holds_one_kth_per_device():
+    mesh = sharding.make_mesh(2)
+    model = sharding.build_classifier(CONFIG, 2, mesh=mesh)
+    sharded = {}
+    for variable in model.variables:
+        layout = dtensor.fetch_layout(variable)
+        shards = dtensor.unpack(variable.read_value())
+        assert len(shards) == 4
+        full = variable.shape.num_elements()
+        if "model" in layout.sharding_specs:
+            sharded[variable.name] = layout.sharding_specs
+            assert {s.shape.num_elements() for s in shards} == {full // 2}
+        else:
+            assert {s.shape.num_elements() for s in shards} == {full}
+        assert sharding.device_bytes(variable) == shards[0].shape.num_elements() * 4
+    # Per layer: q, k, v, intermediate kernels and biases; attention output and FFN output.
+    assert len(sharded) == 2 * 10
+    assert sharded["transformer/layer_0/self_attention/query/kernel:0"] == ["unsharded", "model"]
+    assert sharded["transformer/layer_1/output/kernel:0"] == ["model", "unsharded"]
+    assert "embeddings/word_embeddings:0" not in sharded
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(num_heads=2, hidden_size=64), "num_heads=2 is not divisible by model_parallel=4"),
+        (dict(intermediate_size=130), "intermediate_size=130 is not divisible by model_parallel=4"),
+        (dict(layer_norm_epsilon=1e-3), "fused batch-norm kernel"),
+    ],
+)
+def test_config_not_divisible_is_refused(change, message):
+    config = bert.BertConfig(**{**vars(CONFIG), **change})
+    with pytest.raises(ValueError, match=message):
+        sharding.check_config(config, 4)
+
+
+def test_model_parallel_not_dividing_devices_is_refused():
+    with pytest.raises(ValueError, match="model_parallel=3 does not divide the 4 CPU device"):
+        sharding.make_mesh(3)
+
+
+def test_planner_weight_bytes_equal_what_the_mesh_holds():
+    mesh = sharding.make_mesh(2)
+    model = sharding.build_classifier(CONFIG, 2, mesh=mesh)
+    held = sharding.per_device_weight_bytes(model)
+    # From the model's variables, and from the config alone (+ the 2-class head).
+    assert memory.estimate(model, 4, SEQ, model_parallel=2).weights == held
+    head = 4 * (CONFIG.hidden_size * 2 + 2)
+    assert memory.estimate(CONFIG, 4, SEQ, model_parallel=2).weights + head == held
+    assert held == 183_304  # 315_656 unsharded, 264_704 of it split in two
+    assert memory.estimate(model, 4, SEQ).weights == 315_656
+    # The planner's name pattern picks exactly the variables laid out on "model".
+    for variable in model.variables:
+        on_model = "model" in dtensor.fetch_layout(variable).sharding_specs
+        assert bool(memory.SHARDED_VARIABLE.search(variable.name)) == on_model, variable.name
+
+
+WORDS = "good bad great awful fine dull moving lifeless film plot".split()
+
+
+@pytest.fixture(scope="module")
+def tiny_export(tmp_path_factory):
+    """An exported 2-layer encoder (heads 4, FFN 128) and 64 labelled sentences as TSV."""
+    from keras_tpu import hf_bert, text  # pylint: disable=g-import-not-at-top
+
+    root = tmp_path_factory.mktemp("sharded")
+    vocab = text.write_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS], str(root / "v.txt"))
+    config = bert.BertConfig(**{**vars(CONFIG), "vocab_size": 15, "hidden_dropout": 0.1})
+    with hf_bert._float32_policy():
+        encoder = bert.build_bert_encoder(config)
+    bert.export_encoder(encoder, str(root / "encoder"))
+    rng = np.random.default_rng(1)
+    lines = ["sentence\tlabel"]
+    for _ in range(64):
+        words = rng.choice(WORDS, 5)
+        lines.append(" ".join(words) + f"\t{int(('good' in words) or ('great' in words))}")
+    (root / "train.tsv").write_text("\n".join(lines) + "\n")
+    return root, vocab
+
+
+def _sharded_config(root, vocab, **overrides):
+    from keras_tpu import recipes  # pylint: disable=g-import-not-at-top
+
+    values = dict(
+        encoder_handle=str(root / "encoder"),
+        vocab_file=vocab,
+        train_file=str(root / "train.tsv"),
+        eval_file=str(root / "train.tsv"),
+        seq_length=8,
+        per_replica_batch_size=4,
+        epochs=2,
+        steps_per_epoch=3,
+        learning_rate=1e-3,
+        cpu_replicas=4,
+        model_parallel=2,
+        tensorboard=False,
+        verbose=0,
+    )
+    return recipes.BertRunConfig(**{**values, **overrides})
+
+
+@pytest.mark.slow  # ~2 min on the shared CPUs: two runs, an export and a reload.
+def test_train_bert_model_parallel_trains_checkpoints_and_exports(tiny_export, tmp_path):
+    import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top
+
+    from keras_tpu import recipes, sharded_training  # pylint: disable=g-import-not-at-top
+
+    root, vocab = tiny_export
+    config = _sharded_config(
+        root, vocab, model_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "export")
+    )
+    recipes._resolve(config)
+    train, test = recipes._text_data(config)
+    preprocessor = recipes._preprocessor(config)
+    summary, model = sharded_training.run_sharded(
+        config, train_data=train, test_data=test, preprocessor=preprocessor
+    )
+    assert summary["mesh"] == {"batch": 2, "model": 2} and summary["global_batch"] == 8
+    assert (summary["final_step"], summary["resumed_from_step"]) == (6, 0)
+    assert summary["test_examples"] == 64 and 0 <= summary["test"]["accuracy"] <= 1
+    assert len(summary["losses"]) == 6 and np.isfinite(summary["losses"]).all()
+    assert tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints")).endswith("ckpt-6")
+
+    # The export: an ordinary TF Hub encoder and a raw-string classifier that give the
+    # mesh model's outputs.
+    texts = tf.constant(["good film", "dull plot awful", "great", "lifeless"])  # 2 per batch row
+    features = preprocessor(texts)
+    expected = tf.nn.softmax(
+        sharding.to_numpy(model(sharded_training._on_mesh(features, model_mesh(model))))
+    ).numpy()
+    serve = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"]
+    served = serve(text=texts)["probabilities"].numpy()
+    # The unsharded model: the gathered weights in models/bert.py's ordinary encoder.
+    weights = sharding.gather_weights(model)
+    encoder_config, _ = sharded_training.load_native_encoder(str(tmp_path / "export" / "encoder"))
+    native = bert.build_bert_encoder(encoder_config)
+    for variable in native.variables:
+        variable.assign(weights[variable.name])
+    pooled = native(features, training=False)["pooled_output"]
+    unsharded = tf.nn.softmax(pooled @ weights["logits/kernel:0"] + weights["logits/bias:0"])
+    print(
+        f"export vs unsharded: {np.abs(served - unsharded).max():.3g}; "
+        f"export vs mesh: {np.abs(served - expected).max():.3g}"
+    )
+    np.testing.assert_allclose(served, unsharded, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(served, expected, atol=1e-4, rtol=0)  # summation order
+    encoder = hub.KerasLayer(str(tmp_path / "export" / "encoder"))
+    assert encoder(features)["pooled_output"].shape == (4, CONFIG.hidden_size)
+
+    # Through train_bert: restarting with more epochs resumes from the checkpoint's step 6.
+    more = recipes.train_bert(
+        _sharded_config(root, vocab, model_dir=str(tmp_path / "run"), epochs=3)
+    )
+    assert (more["resumed_from_step"], more["final_step"], len(more["losses"])) == (6, 9, 3)
+
+
+def model_mesh(model):
+    return dtensor.fetch_layout(model.variables[0]).mesh
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(model_parallel=3), "model_parallel=3 does not divide the 4 CPU device"),
+        (dict(encoder_handle="https://tfhub.dev/x/bert/4"), "cannot be rebuilt natively"),
+    ],
+)
+def test_train_bert_model_parallel_bad_input(tiny_export, overrides, message):
+    from keras_tpu import recipes  # pylint: disable=g-import-not-at-top
+
+    root, vocab = tiny_export
+    with pytest.raises(ValueError, match=message):
+        recipes.train_bert(_sharded_config(root, vocab, **overrides))
+
+
+@pytest.mark.slow
+def test_sharded_run_killed_and_restarted_resumes(tiny_export, tmp_path):
+    import json  # pylint: disable=g-import-not-at-top
+    import subprocess  # pylint: disable=g-import-not-at-top
+    import sys  # pylint: disable=g-import-not-at-top
+    import time  # pylint: disable=g-import-not-at-top
+
+    from tests.conftest import REPO, subprocess_env  # pylint: disable=g-import-not-at-top
+
+    root, vocab = tiny_export
+    run_dir = tmp_path / "run"
+    args = [
+        sys.executable,
+        f"{REPO}/scripts/train_bert.py",
+        f"--encoder_handle={root / 'encoder'}",
+        f"--vocab_file={vocab}",
+        f"--train_file={root / 'train.tsv'}",
+        f"--eval_file={root / 'train.tsv'}",
+        "--seq_length=8",
+        "--per_replica_batch_size=4",
+        "--epochs=1",
+        "--steps_per_epoch=60",
+        "--backup_every_steps=2",
+        "--cpu_replicas=4",
+        "--model_parallel=2",
+        "--tensorboard=false",
+        f"--model_dir={run_dir}",
+    ]
+    child = subprocess.Popen(args, env=subprocess_env(), cwd=REPO, stderr=subprocess.DEVNULL)
+    killed_at, deadline = None, time.monotonic() + 300
+    while killed_at is None and time.monotonic() < deadline and child.poll() is None:
+        latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
+        if latest and int(latest.rsplit("-", 1)[1]) >= 4:
+            child.kill()
+            child.wait()
+            killed_at = int(tf.train.latest_checkpoint(str(run_dir / "checkpoints")).rsplit("-", 1)[1])
+        time.sleep(0.2)
+    assert killed_at is not None, "the run ended or stalled before its step-4 checkpoint"
+    assert not (run_dir / "summary.json").exists()
+    result = subprocess.run(args, env=subprocess_env(), cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["resumed_from_step"], summary["final_step"]) == (killed_at, 60)
+    assert len(summary["losses"]) == 60 - killed_at
