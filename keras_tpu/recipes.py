@@ -9,7 +9,6 @@ SavedModel and returns (and writes) the run's summary.
 import dataclasses
 import functools
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -18,7 +17,6 @@ import time
 from typing import Callable
 
 import numpy as np
-import tensorflow as tf
 
 from keras_tpu import callbacks
 from keras_tpu import checkpointing
@@ -304,7 +302,7 @@ def _run(config, strategy, task, splits):
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
     if summary["chief"]:
-        write_summary(summary, config.model_dir)
+        run_dir.write_summary(summary, config.model_dir)
     if trained.backup:  # Only now: a failed export or summary leaves the backup for the rerun.
         trained.backup.finish()
     return summary
@@ -353,19 +351,8 @@ def _raise_if_stopped(config, info, model, run_callbacks):
             "strategy": info.to_dict(),
             "config": dataclasses.asdict(config),
         }
-        write_summary(nan_summary, config.model_dir)
+        run_dir.write_summary(nan_summary, config.model_dir)
     raise checkpointing.RunStopped(message, exit_code=3)
-
-
-def write_summary(summary, model_dir):
-    """Write `summary` as model_dir/summary.json (local or gs://); no-op without model_dir."""
-    if not model_dir:
-        return None
-    tf.io.gfile.makedirs(model_dir)
-    path = os.path.join(model_dir, "summary.json")
-    with tf.io.gfile.GFile(path, "w") as f:
-        json.dump(summary, f, indent=2)
-    return path
 
 
 def train_cnn(config, train=None, test=None):

@@ -35,6 +35,7 @@ from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu import export
 from keras_tpu import optimizers
+from keras_tpu import run_dir
 from keras_tpu import sharding
 from keras_tpu.compat import keras
 from keras_tpu.models import bert
@@ -245,8 +246,5 @@ def run_sharded(config, *, train_data, test_data, preprocessor):
         "strategy": {"kind": "dtensor", "workers": 1, "devices": run.mesh.num_local_devices()},
         "config": dataclasses.asdict(config),
     }
-    if config.model_dir:
-        tf.io.gfile.makedirs(config.model_dir)
-        with tf.io.gfile.GFile(os.path.join(config.model_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
+    run_dir.write_summary(summary, config.model_dir)
     return summary, run.model

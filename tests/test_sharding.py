@@ -6,6 +6,7 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from keras_tpu import memory
+from keras_tpu import recipe_inputs
 from keras_tpu import sharding
 from keras_tpu.compat import keras
 from keras_tpu.models import bert
@@ -71,7 +72,9 @@ def test_sharded_training_matches_one_device(reference, model_parallel):
     dataset = tf.data.Dataset.from_tensor_slices((features, labels))
     batches = iter(sharding.distribute_dataset(dataset, mesh=mesh, global_batch=BATCH))
     losses = [float(sharding.to_numpy(step(*next(batches)))) for _ in range(STEPS)]
-    print(f"K={model_parallel}: max |loss - reference| = {np.abs(np.subtract(losses, expected)).max():.3g}")
+    print(
+        f"K={model_parallel}: max |loss - reference| = {np.abs(np.subtract(losses, expected)).max():.3g}"
+    )
     np.testing.assert_allclose(losses, expected, atol=1e-4, rtol=0)
     assert losses[-1] != losses[0]  # it trained
 
@@ -142,7 +145,9 @@ def tiny_export(tmp_path_factory):
     from keras_tpu import hf_bert, text  # pylint: disable=g-import-not-at-top
 
     root = tmp_path_factory.mktemp("sharded")
-    vocab = text.write_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS], str(root / "v.txt"))
+    vocab = text.write_vocab(
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS], str(root / "v.txt")
+    )
     config = bert.BertConfig(**{**vars(CONFIG), "vocab_size": 15, "hidden_dropout": 0.1})
     with hf_bert._float32_policy():
         encoder = bert.build_bert_encoder(config)
@@ -188,8 +193,8 @@ def test_train_bert_model_parallel_trains_checkpoints_and_exports(tiny_export, t
         root, vocab, model_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "export")
     )
     recipes._resolve(config)
-    train, test = recipes._text_data(config)
-    preprocessor = recipes._preprocessor(config)
+    train, test = recipe_inputs.text_splits(config)
+    preprocessor = recipe_inputs.bert_preprocessor(config)
     summary, model = sharded_training.run_sharded(
         config, train_data=train, test_data=test, preprocessor=preprocessor
     )
@@ -286,11 +291,15 @@ def test_sharded_run_killed_and_restarted_resumes(tiny_export, tmp_path):
         if latest and int(latest.rsplit("-", 1)[1]) >= 4:
             child.kill()
             child.wait()
-            killed_at = int(tf.train.latest_checkpoint(str(run_dir / "checkpoints")).rsplit("-", 1)[1])
+            killed_at = int(
+                tf.train.latest_checkpoint(str(run_dir / "checkpoints")).rsplit("-", 1)[1]
+            )
         time.sleep(0.2)
     assert killed_at is not None, "the run ended or stalled before its step-4 checkpoint"
     assert not (run_dir / "summary.json").exists()
-    result = subprocess.run(args, env=subprocess_env(), cwd=REPO, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        args, env=subprocess_env(), cwd=REPO, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["resumed_from_step"], summary["final_step"]) == (killed_at, 60)
