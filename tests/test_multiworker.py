@@ -272,8 +272,11 @@ def test_two_workers_train_the_cnn_identically_and_only_the_chief_writes(tmp_pat
     assert summary["test_examples"] == 360
     # Chance is 0.1; 66 steps of the reference CNN reach 0.89 on one host with 2 replicas.
     assert summary["test"]["accuracy"] > 0.7
-    for name in ("best", "tensorboard", "backup"):
+    for name in ("best", "tensorboard", "run.json", "config.yaml"):
         assert (tmp_path / "dir0" / name).exists(), name
+    # The chief's backups were written during the run (the kill/restart test reads them)
+    # and deleted once the summary and the export were safe (checkpointing.Backup.finish).
+    assert not (tmp_path / "dir0" / "backup").exists()
     assert (tmp_path / "export0" / "saved_model.pb").exists()
     # The other worker wrote to temporary places and removed them.
     leftovers = [p for p in (tmp_path / "dir1").rglob("*") if p.is_file()]
