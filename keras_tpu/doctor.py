@@ -209,16 +209,25 @@ def check_versions(inst):
     return Check("versions", OK, f"{pair}: a matched pair.")
 
 
+def tf_keras_module():
+    """Return the module `tf.keras.layers.Dense` comes from in this process.
+
+    A class's module, not tf.keras.__name__, which is the lazy loader's own name
+    ("tensorflow.keras") until something resolves it. The loader resolves once per
+    process, on first access: anything touching tf.keras before TF_USE_LEGACY_KERAS=1
+    is set (before `import keras_tpu`) pins Keras 3 for the whole process.
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    return tf.keras.layers.Dense.__module__
+
+
 def check_tf_keras(inst, tf_keras_name=None):
     """Which Keras `tf.keras` is; tensorflow-tpu 2.20.0 requires keras>=3.10, so Keras 3
     is always installed beside tf_keras on a TPU VM (keras-team/keras#19448,
     Kaggle/docker-python#1370)."""
     if tf_keras_name is None:
-        import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-        # A class's module, not tf.keras.__name__: that is the lazy loader's own
-        # name ("tensorflow.keras") until something has resolved it.
-        tf_keras_name = tf.keras.layers.Dense.__module__
+        tf_keras_name = tf_keras_module()
     keras3 = f"; Keras {inst.version('keras')} is installed too" if inst.version("keras") else ""
     if tf_keras_name.split(".")[0] == "tf_keras":
         return Check("tf.keras", OK, f"tf.keras is tf_keras ({tf_keras_name}){keras3}.")
