@@ -12,12 +12,18 @@ tests/test_keras3_known_failures.py, which alerts us when upstream fixes one):
 """
 
 import os
+import warnings
 
 # Must run before anything resolves `tf.keras`: TensorFlow's lazy loader reads
 # this variable on first access, so user code that writes `tf.keras.layers...`
 # gets the same engine as keras_tpu. setdefault respects an explicit choice;
 # keras_tpu itself never goes through tf.keras, so it works either way.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+# tensorflow-hub 0.16.1 imports pkg_resources, and setuptools 80 (pinned below 81
+# for it, setup.cfg) warns about that on stderr at import: not the user's concern,
+# and it would break the scripts' one-line errors.
+warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
 
 from keras_tpu import detect  # noqa: E402  (reads files only; imports no TensorFlow)
 
