@@ -150,6 +150,7 @@ def _token_7_task(n=256, seed=0):
     return tf.data.Dataset.from_tensor_slices((features, labels)).shuffle(n, seed=seed)
 
 
+@pytest.mark.slow  # About a minute; the fast tier keeps test_classifier_takes_an_encoder_layer.
 def test_fine_tuning_the_exported_encoder_on_4_replicas(mirrored, exported):
     _, export_dir = exported
     with mirrored.scope():
