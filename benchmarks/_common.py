@@ -95,7 +95,7 @@ class EpochTimer:
     """
 
     def __new__(cls):
-        from keras_tpu.compat import keras  # pylint: disable=g-import-not-at-top
+        from keras_tpu.runtime.compat import keras  # pylint: disable=g-import-not-at-top
 
         class _EpochTimer(keras.callbacks.Callback):
             def __init__(self):
@@ -240,7 +240,7 @@ def sst2_with_vocab(sst2_dir, tmp_dir, vocab_size=8000):
     import collections  # pylint: disable=g-import-not-at-top
 
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
-    from keras_tpu import text  # pylint: disable=g-import-not-at-top
+    from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
 
     train = data.load_tsv(os.path.join(sst2_dir, "train.tsv"))
     words = collections.Counter(w for s in train.x for w in str(s).lower().split())
@@ -285,8 +285,8 @@ def toolkit_bert_classifier(strategy, preset, vocab_size, seq_length, export_dir
       (compiled model, training FLOPs per example).
     """
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
-    from keras_tpu import optimizers  # pylint: disable=g-import-not-at-top
-    from keras_tpu import training  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import optimizers  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import training  # pylint: disable=g-import-not-at-top
     from keras_tpu.models import bert  # pylint: disable=g-import-not-at-top
 
     policy = keras.mixed_precision.global_policy().name

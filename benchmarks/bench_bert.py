@@ -61,10 +61,10 @@ def _rates(timer, steps, batch):
 def run_toolkit(preset, precision, setup, steps, repeats, peak_flops):
     """The train_bert path without its validation/evaluation/export."""
     import keras_tpu  # pylint: disable=g-import-not-at-top
-    from keras_tpu import callbacks  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import callbacks  # pylint: disable=g-import-not-at-top
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
-    from keras_tpu import training  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import training  # pylint: disable=g-import-not-at-top
 
     strategy = keras_tpu.resolve_strategy()
     previous = keras.mixed_precision.global_policy()
@@ -163,7 +163,7 @@ def _summary(rates, flops, peak_flops, steps_per_execution, policy, extra):
 def _setup(tmp_dir, examples):
     import numpy as np  # pylint: disable=g-import-not-at-top
 
-    from keras_tpu import text  # pylint: disable=g-import-not-at-top
+    from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
 
     train, vocab_file, vocab_size = _common.sst2_with_vocab(FLAGS.sst2_dir, tmp_dir)
     preprocessor = text.BertPreprocessor(vocab_file, seq_length=FLAGS.seq_length)

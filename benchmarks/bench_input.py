@@ -21,8 +21,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras_tpu  # noqa: E402
 from keras_tpu import data  # noqa: E402
 from keras_tpu import keras  # noqa: E402
-from keras_tpu import text  # noqa: E402
-from keras_tpu import training  # noqa: E402
+from keras_tpu.data import text  # noqa: E402
+from keras_tpu.engine import training  # noqa: E402
 from keras_tpu.models import bert  # noqa: E402
 from keras_tpu.models import cnn  # noqa: E402
 

@@ -42,8 +42,9 @@ import numpy as np, tensorflow as tf
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 4)
 from tensorflow.experimental import dtensor
-from keras_tpu import memory, sharding
-from keras_tpu.compat import keras
+from keras_tpu.parallel import memory
+from keras_tpu.parallel import sharding
+from keras_tpu.runtime.compat import keras
 from keras_tpu.models import bert
 args = {args}
 k, b, s = args["k"], args["global_batch"], args["seq_length"]

@@ -55,7 +55,7 @@ def sweep(name, values, build, dataset, steps, batch, repeats):
 def cnn_sweeps(strategy, values, repeats):
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
-    from keras_tpu import training  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import training  # pylint: disable=g-import-not-at-top
     from keras_tpu.models import cnn  # pylint: disable=g-import-not-at-top
 
     split = data.synthetic_images(60_000, (28, 28, 1), seed=0)
@@ -83,7 +83,7 @@ def cnn_sweeps(strategy, values, repeats):
 
 def bert_sweep(strategy, values, repeats, tmp_dir):
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
-    from keras_tpu import text  # pylint: disable=g-import-not-at-top
+    from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
 
     train, vocab_file, vocab_size = _common.sst2_with_vocab(FLAGS.sst2_dir, tmp_dir)
     preprocessor = text.BertPreprocessor(vocab_file, seq_length=FLAGS.bert_seq_length)
@@ -111,7 +111,7 @@ def bert_sweep(strategy, values, repeats, tmp_dir):
 def main(argv):
     del argv
     import keras_tpu  # pylint: disable=g-import-not-at-top
-    from keras_tpu import training  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import training  # pylint: disable=g-import-not-at-top
 
     strategy = keras_tpu.resolve_strategy()
     values = [int(v) for v in FLAGS.values]

@@ -7,23 +7,23 @@ with strategy.scope():
     model = keras_tpu.keras.Sequential([...])  # tf_keras, the Keras 2 API
 """
 
-from keras_tpu import logs as _logs
+from keras_tpu.runtime import logs as _logs
 
 _logs.quiet_startup()  # Before TensorFlow loads; a no-op unless KERAS_TPU_LOG_LEVEL is set.
 
-from keras_tpu import compat  # noqa: E402  Sets TF_USE_LEGACY_KERAS before tf.keras resolves.
+from keras_tpu.runtime import compat  # noqa: E402  Sets TF_USE_LEGACY_KERAS before tf.keras resolves.
 from keras_tpu import data  # noqa: E402
-from keras_tpu import training  # noqa: E402
+from keras_tpu.engine import training  # noqa: E402
 from keras_tpu.checks import ConfigError  # noqa: E402
-from keras_tpu.compat import keras  # noqa: E402
-from keras_tpu.doctor import doctor  # noqa: E402  (the function; the module stays importable)
-from keras_tpu.resolver import DeviceConfigError  # noqa: E402
-from keras_tpu.resolver import StrategyError  # noqa: E402
-from keras_tpu.resolver import TPUConnectionError  # noqa: E402
-from keras_tpu.resolver import TPUUnusableError  # noqa: E402
-from keras_tpu.resolver import describe  # noqa: E402
-from keras_tpu.resolver import resolve_strategy  # noqa: E402
-from keras_tpu.strategy_info import StrategyInfo  # noqa: E402
+from keras_tpu.runtime.compat import keras  # noqa: E402
+from keras_tpu.readiness.doctor import doctor  # noqa: E402
+from keras_tpu.runtime.resolver import DeviceConfigError  # noqa: E402
+from keras_tpu.runtime.resolver import StrategyError  # noqa: E402
+from keras_tpu.runtime.resolver import TPUConnectionError  # noqa: E402
+from keras_tpu.runtime.resolver import TPUUnusableError  # noqa: E402
+from keras_tpu.runtime.resolver import describe  # noqa: E402
+from keras_tpu.runtime.resolver import resolve_strategy  # noqa: E402
+from keras_tpu.runtime.strategy_info import StrategyInfo  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = [

@@ -18,29 +18,29 @@ from typing import Callable
 
 import numpy as np
 
-from keras_tpu import callbacks
-from keras_tpu import checkpointing
+from keras_tpu.engine import callbacks
+from keras_tpu.engine import checkpointing
 from keras_tpu import checks
-from keras_tpu import cluster
-from keras_tpu import compat
-from keras_tpu import config_files
+from keras_tpu.runtime import cluster
+from keras_tpu.runtime import compat
+from keras_tpu.engine import config_files
 from keras_tpu import data
-from keras_tpu import export
-from keras_tpu import memory
-from keras_tpu import optimizers
-from keras_tpu import outputs
-from keras_tpu import recipe_inputs
-from keras_tpu import resolver
-from keras_tpu import run_dir
-from keras_tpu import training
-from keras_tpu.configs import BertRunConfig  # noqa: F401  (keras_tpu.recipes.BertRunConfig)
-from keras_tpu.configs import CNNConfig  # noqa: F401  (keras_tpu.recipes.CNNConfig)
-from keras_tpu.configs import RunConfig  # noqa: F401
+from keras_tpu.engine import export
+from keras_tpu.parallel import memory
+from keras_tpu.engine import optimizers
+from keras_tpu.engine import outputs
+from keras_tpu.tasks import inputs
+from keras_tpu.runtime import resolver
+from keras_tpu.engine import run_dir
+from keras_tpu.engine import training
+from keras_tpu.engine.configs import BertRunConfig  # noqa: F401  (keras_tpu.recipes.BertRunConfig)
+from keras_tpu.engine.configs import CNNConfig  # noqa: F401  (keras_tpu.recipes.CNNConfig)
+from keras_tpu.engine.configs import RunConfig  # noqa: F401
 from keras_tpu.models import bert
 from keras_tpu.models import cnn
-from keras_tpu.recipe_inputs import IMAGE_DATASETS  # noqa: F401  (used by the notebooks)
-from keras_tpu.recipe_inputs import load_image_data
-from keras_tpu.strategy_info import StrategyInfo
+from keras_tpu.tasks.inputs import IMAGE_DATASETS  # noqa: F401  (used by the notebooks)
+from keras_tpu.tasks.inputs import load_image_data
+from keras_tpu.runtime.strategy_info import StrategyInfo
 
 keras = compat.keras
 log = logging.getLogger(__name__)
@@ -403,7 +403,7 @@ def train_bert(config):
     train, test = recipe_inputs.text_splits(config)
     preprocessor = recipe_inputs.bert_preprocessor(config)
     if config.model_parallel > 1:  # Weights split across devices: its own loop (DTensor).
-        from keras_tpu import sharded_training  # pylint: disable=g-import-not-at-top
+        from keras_tpu.parallel import sharded_training  # pylint: disable=g-import-not-at-top
 
         return sharded_training.run_sharded(
             config, train_data=train, test_data=test, preprocessor=preprocessor

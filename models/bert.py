@@ -11,7 +11,7 @@ The training FLOPs count lives beside the memory model, in keras_tpu/flops.py;
 Hugging Face conversion in keras_tpu/hf_bert.py.
 """
 
-from keras_tpu.flops import training_flops_per_example  # noqa: F401
+from keras_tpu.parallel.flops import training_flops_per_example  # noqa: F401
 from keras_tpu.models.bert_classifier import build_bert_classifier  # noqa: F401
 from keras_tpu.models.bert_classifier import classifier_head  # noqa: F401
 from keras_tpu.models.bert_config import INPUT_NAMES  # noqa: F401

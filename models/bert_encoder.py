@@ -25,7 +25,7 @@ import math
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.compat import keras
+from keras_tpu.runtime.compat import keras
 from keras_tpu.models.bert_config import INPUT_NAMES
 from keras_tpu.models.bert_config import BertConfig
 
@@ -38,7 +38,7 @@ def _dim(x, axis):
     """Return x's static size on `axis`, else its dynamic size.
 
     Static sizes keep shape arithmetic out of the graph: DTensor cannot lay out a
-    StridedSlice of a sharded tensor's dynamic shape (keras_tpu.sharding).
+    StridedSlice of a sharded tensor's dynamic shape (keras_tpu.parallel.sharding).
     """
     return x.shape[axis] if x.shape[axis] is not None else tf.shape(x)[axis]
 
@@ -49,7 +49,7 @@ class BertEmbeddings(keras.layers.Layer):
     def __init__(self, config, one_hot_lookup=False, **kwargs):
         super().__init__(**kwargs)
         self.config = config if isinstance(config, BertConfig) else BertConfig(**config)
-        # keras_tpu.sharding looks rows up as a one-hot matmul: under DTensor the
+        # keras_tpu.parallel.sharding looks rows up as a one-hot matmul: under DTensor the
         # gather's sparse gradient (ResourceScatterAdd) fails in the optimizer update.
         self.one_hot_lookup = one_hot_lookup
         self.layer_norm = keras.layers.LayerNormalization(
@@ -87,7 +87,7 @@ class BertEmbeddings(keras.layers.Layer):
             self.token_type_embeddings, type_ids
         )
         # Broadcast over the batch, not [tf.newaxis]: DTensor crashes (segfault) on a
-        # StridedSlice with a new axis in a tf.function (keras_tpu.sharding).
+        # StridedSlice with a new axis in a tf.function (keras_tpu.parallel.sharding).
         x += self.position_embeddings[: _dim(word_ids, 1)]
         return self.dropout(self.layer_norm(x), training=training)
 
@@ -192,7 +192,7 @@ def build_bert_encoder(config):
 def encoder_outputs(config, inputs, *, one_hot_lookup=False):
     """Apply the encoder's layers to Keras inputs; return the output dict (see above).
 
-    keras_tpu.sharding builds its classifier from these layers directly (one flat
+    keras_tpu.parallel.sharding builds its classifier from these layers directly (one flat
     functional model), so that a LayoutMap names every variable by its layer.
     """
     x = BertEmbeddings(config, one_hot_lookup=one_hot_lookup, name="embeddings")(

@@ -1,7 +1,7 @@
 """The Fashion-MNIST-style CNN everyone runs first on a TPU, for any image shape."""
 
 from keras_tpu import checks
-from keras_tpu.compat import keras
+from keras_tpu.runtime.compat import keras
 
 VARIANTS = ("seed", "default")
 # Keras's default 0.99 leaves BatchNorm's moving statistics (used only at inference)

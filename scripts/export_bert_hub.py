@@ -6,7 +6,7 @@ or tokenizer.json; never pytorch_model.bin):
 A randomly initialised preset, offline (demos and tests; vocab_size = vocabulary length):
   python scripts/export_bert_hub.py --preset=tiny --vocab_file=vocab.txt --export_dir=/tmp/tiny
 Prints one JSON line {"encoder": DIR, "preprocess": DIR} for hub.KerasLayer and
-keras_tpu.text.hub_preprocess.
+keras_tpu.data.text.hub_preprocess.
 """
 
 import json
@@ -22,7 +22,7 @@ if __package__:  # python -m scripts.export_bert_hub
     from scripts import flag_utils  # noqa: E402
 else:  # python scripts/export_bert_hub.py
     import flag_utils  # noqa: E402
-from keras_tpu import hf_bert  # noqa: E402  (after quieting TensorFlow's C++ logs)
+from keras_tpu.models import hf_bert  # noqa: E402  (after quieting TensorFlow's C++ logs)
 from keras_tpu.models import bert  # noqa: E402
 
 FLAGS = flags.FLAGS

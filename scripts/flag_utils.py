@@ -1,6 +1,6 @@
 """Define absl flags from a recipe's config dataclass, so flags and fields never drift.
 
-Importing this module sets how loud TensorFlow is (keras_tpu.logs) from --log_level,
+Importing this module sets how loud TensorFlow is (keras_tpu.runtime.logs) from --log_level,
 so scripts import it before anything that imports TensorFlow.
 """
 
@@ -22,14 +22,14 @@ def _log_level_from_argv(argv, default):
     return default
 
 
-# Read by keras_tpu.logs.quiet_startup when keras_tpu is first imported (just below).
+# Read by keras_tpu.runtime.logs.quiet_startup when keras_tpu is first imported (just below).
 os.environ["KERAS_TPU_LOG_LEVEL"] = _log_level_from_argv(
     sys.argv, os.environ.get("KERAS_TPU_LOG_LEVEL", "warning")
 ).lower()
 
-from keras_tpu import checkpointing  # noqa: E402
-from keras_tpu import config_files  # noqa: E402
-from keras_tpu import logs  # noqa: E402
+from keras_tpu.engine import checkpointing  # noqa: E402
+from keras_tpu.engine import config_files  # noqa: E402
+from keras_tpu.runtime import logs  # noqa: E402
 from keras_tpu import recipes  # noqa: E402
 
 FLAGS = flags.FLAGS

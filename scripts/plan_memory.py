@@ -21,9 +21,9 @@ if __package__:  # python -m scripts.plan_memory
     from scripts import flag_utils  # noqa: E402
 else:  # python scripts/plan_memory.py
     import flag_utils  # noqa: E402
-from keras_tpu import accelerators  # noqa: E402  (after quieting TensorFlow's C++ logs)
+from keras_tpu.runtime import accelerators  # noqa: E402  (after quieting TensorFlow's C++ logs)
 from keras_tpu import checks  # noqa: E402
-from keras_tpu import memory  # noqa: E402
+from keras_tpu.parallel import memory  # noqa: E402
 from keras_tpu.models import bert  # noqa: E402
 
 FLAGS = flags.FLAGS

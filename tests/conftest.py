@@ -90,8 +90,8 @@ def pretend(monkeypatch, strategy, *, kind=None, tpu_address=None):
     """Make StrategyInfo.of(strategy) report another kind or a TPU at `tpu_address`."""
     import dataclasses  # pylint: disable=g-import-not-at-top
 
-    from keras_tpu import detect  # pylint: disable=g-import-not-at-top
-    from keras_tpu import strategy_info  # pylint: disable=g-import-not-at-top
+    from keras_tpu.runtime import detect  # pylint: disable=g-import-not-at-top
+    from keras_tpu.runtime import strategy_info  # pylint: disable=g-import-not-at-top
 
     info = strategy_info.StrategyInfo.of(strategy)
     changes = {}
@@ -112,9 +112,9 @@ def mirrored():
 @pytest.fixture
 def fresh_resolver(monkeypatch):
     """Give the test empty resolver caches, restored afterwards."""
-    from keras_tpu import resolver  # pylint: disable=g-import-not-at-top
-    from keras_tpu import strategy_info  # pylint: disable=g-import-not-at-top
-    from keras_tpu import tpu_connect  # pylint: disable=g-import-not-at-top
+    from keras_tpu.runtime import resolver  # pylint: disable=g-import-not-at-top
+    from keras_tpu.runtime import strategy_info  # pylint: disable=g-import-not-at-top
+    from keras_tpu.runtime import tpu_connect  # pylint: disable=g-import-not-at-top
 
     monkeypatch.setattr(tpu_connect, "_tpu_systems", {})
     monkeypatch.setattr(resolver, "_strategies", {})

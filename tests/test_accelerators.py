@@ -1,9 +1,9 @@
-"""Tests for keras_tpu.accelerators: the per-replica memory table and device matching."""
+"""Tests for keras_tpu.runtime.accelerators: the per-replica memory table and device matching."""
 
 import pytest
 
 import keras_tpu
-from keras_tpu import accelerators
+from keras_tpu.runtime import accelerators
 
 
 @pytest.mark.parametrize(
@@ -31,7 +31,7 @@ def test_accelerator_for(info, key):
 def test_accelerator_for_unknown_gpu_and_a_real_strategy(mirrored):
     with pytest.raises(ValueError, match="GPU 'NVIDIA L40S' is not in accelerators.ACCELERATORS"):
         accelerators.accelerator_for("one_device", gpu_name="NVIDIA L40S")
-    info = keras_tpu.resolver.strategy_info(mirrored)
+    info = keras_tpu.runtime.resolver.strategy_info(mirrored)
     assert (
         accelerators.accelerator_for(info.kind, chip=info.tpu_chip, devices=info.devices) == "cpu"
     )

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from keras_tpu import training
+from keras_tpu.engine import training
 from tests.conftest import REPO
 from tests.conftest import subprocess_env
 

@@ -6,7 +6,7 @@ import tensorflow as tf
 import tensorflow_hub as hub
 
 from keras_tpu import keras
-from keras_tpu import training
+from keras_tpu.engine import training
 from keras_tpu.models import bert
 
 SEQ = 16

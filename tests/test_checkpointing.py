@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.checkpointing: step-exact backups, mid-epoch resume, no NaN saves."""
+"""Tests for keras_tpu.engine.checkpointing: step-exact backups, mid-epoch resume, no NaN saves."""
 
 import os
 import types
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_tpu import checkpointing
+from keras_tpu.engine import checkpointing
 from keras_tpu import keras
 
 STEPS_PER_EPOCH = 10

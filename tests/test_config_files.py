@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.config_files and the scripts' --config_file/--params_override flags."""
+"""Tests for keras_tpu.engine.config_files and the scripts' --config_file/--params_override flags."""
 
 import glob
 import json
@@ -7,7 +7,7 @@ import os
 import pytest
 import yaml
 
-from keras_tpu import config_files
+from keras_tpu.engine import config_files
 from keras_tpu import recipes
 from tests.conftest import REPO
 from tests.conftest import run_script

@@ -1,11 +1,11 @@
-"""Tests for keras_tpu.detect: every TPU source and their precedence, faked."""
+"""Tests for keras_tpu.runtime.detect: every TPU source and their precedence, faked."""
 
 import json
 import os
 
 import pytest
 
-from keras_tpu import detect
+from keras_tpu.runtime import detect
 
 
 def _pci_device(root, slot, vendor, device):

@@ -12,17 +12,17 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu
-from keras_tpu import compat
-from keras_tpu import detect
-from keras_tpu import doctor as _doctor_pkg_attr  # noqa: F401  (the function)
-from keras_tpu import resolver
-from keras_tpu import tf_build
-from keras_tpu import tpu_holders
+from keras_tpu.runtime import compat
+from keras_tpu.runtime import detect
+from keras_tpu.readiness import doctor as _doctor_pkg_attr  # noqa: F401  (the function)
+from keras_tpu.runtime import resolver
+from keras_tpu.readiness import tf_build
+from keras_tpu.readiness import tpu_holders
 from tests.conftest import run_python
 from tests.conftest import run_script
 from tests.conftest import subprocess_env
 
-doctor_lib = sys.modules["keras_tpu.doctor"]  # keras_tpu.doctor is the function.
+from keras_tpu.readiness import doctor as doctor_lib  # noqa: E402
 
 # What the README's TPU install gives (tensorflow-tpu 2.20.0 with a working libtpu).
 TPU_BUILD = tf_build.Installed(

@@ -18,11 +18,11 @@ import pytest
 import tensorflow as tf
 
 from keras_tpu import data
-from keras_tpu import export
-from keras_tpu import hf_bert
+from keras_tpu.engine import export
+from keras_tpu.models import hf_bert
 from keras_tpu import keras
 from keras_tpu import recipes
-from keras_tpu import training
+from keras_tpu.engine import training
 from keras_tpu.models import bert
 from keras_tpu.models import cnn
 from tests.conftest import REPO

@@ -31,7 +31,8 @@ _CHILD = """
 import dataclasses, os, runpy, signal, sys
 sys.path.insert(0, os.path.join(os.getcwd(), "scripts"))
 import numpy as np
-from keras_tpu import callbacks, keras
+from keras_tpu.engine import callbacks
+from keras_tpu import keras
 mode, at = sys.argv[1], int(sys.argv[2])
 
 class Fault(keras.callbacks.Callback):

@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.logs and the scripts' default output: quiet, with --log_level to undo."""
+"""Tests for keras_tpu.runtime.logs and the scripts' default output: quiet, with --log_level to undo."""
 
 import logging
 import os
@@ -7,7 +7,7 @@ import re
 import pytest
 import tensorflow as tf
 
-from keras_tpu import logs
+from keras_tpu.runtime import logs
 from tests.conftest import run_script
 
 ABSL_INFO = re.compile(r"^I\d{4} ", re.M)
@@ -36,7 +36,7 @@ def test_configure_sets_python_verbosity():
     try:
         logs.configure("warning")
         assert not tf.get_logger().isEnabledFor(logging.INFO)
-        assert logging.getLogger("keras_tpu.resolver").isEnabledFor(logging.WARNING)
+        assert logging.getLogger("keras_tpu.runtime.resolver").isEnabledFor(logging.WARNING)
         logs.configure("INFO")
         assert tf.get_logger().isEnabledFor(logging.INFO)
         with pytest.raises(ValueError, match="log_level='loud' is not one of debug, info"):

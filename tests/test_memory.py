@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.memory: exact variable bytes, linear/quadratic terms, plan and check."""
+"""Tests for keras_tpu.parallel.memory: exact variable bytes, linear/quadratic terms, plan and check."""
 
 import json
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_tpu import accelerators
+from keras_tpu.runtime import accelerators
 from keras_tpu import keras
-from keras_tpu import memory
+from keras_tpu.parallel import memory
 from keras_tpu.models import bert
 from tests.conftest import run_script
 

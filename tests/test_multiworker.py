@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from keras_tpu import cluster
-from keras_tpu import detect
+from keras_tpu.runtime import cluster
+from keras_tpu.runtime import detect
 from tests.conftest import REPO
 from tests.conftest import backup_step
 from tests.conftest import run_script
@@ -141,7 +141,7 @@ def test_bad_cluster_flags_are_one_line(flags, message):
 def test_worker_failure_message_names_the_peer():
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    from keras_tpu import strategy_info  # pylint: disable=g-import-not-at-top
+    from keras_tpu.runtime import strategy_info  # pylint: disable=g-import-not-at-top
 
     spec = detect.ClusterSpec(2, "worker", 0, {"worker": ["h:1", "h:2"]})
     info = strategy_info.StrategyInfo(
@@ -361,7 +361,8 @@ _STUCK_PROGRAM = """
 import sys, time
 import numpy as np
 import keras_tpu
-from keras_tpu import cluster, keras
+from keras_tpu.runtime import cluster
+from keras_tpu import keras
 hosts, index = sys.argv[1], int(sys.argv[2])
 strategy = keras_tpu.resolve_strategy(worker_hosts=hosts, task_index=index, collective_timeout=3)
 with strategy.scope():
@@ -379,7 +380,7 @@ try:
     model.fit(x, x[:, :1], batch_size=8, steps_per_epoch=8, verbose=0, callbacks=[Stall()])
 except cluster.FAILURE_ERRORS as e:
     print(f"stopped after {time.monotonic() - start:.1f} s", flush=True)
-    print(cluster.worker_failure(e, keras_tpu.resolver.strategy_info(strategy)), flush=True)
+    print(cluster.worker_failure(e, keras_tpu.runtime.resolver.strategy_info(strategy)), flush=True)
     sys.exit(3)
 """
 
@@ -404,7 +405,7 @@ def test_a_stuck_worker_fails_the_others_after_the_collective_timeout(tmp_path):
 def tiny_hub_bert(tmp_path_factory):
     """A tiny BERT encoder + preprocessing exported as TF Hub SavedModels."""
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
-    from keras_tpu import text  # pylint: disable=g-import-not-at-top
+    from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
 
     root = tmp_path_factory.mktemp("hub")
     dev = data.load_tsv(os.path.join(SST2, "dev.tsv"))

@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.progress: progress lines, once per execution, no tensor sync forced."""
+"""Tests for keras_tpu.engine.progress: progress lines, once per execution, no tensor sync forced."""
 
 import re
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_tpu import callbacks
+from keras_tpu.engine import callbacks
 from keras_tpu import keras
-from keras_tpu import progress
+from keras_tpu.engine import progress
 from keras_tpu import recipes
 from tests.conftest import CPU_REPLICAS
 

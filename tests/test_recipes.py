@@ -181,7 +181,7 @@ def test_tensorboard_has_the_scalars(tmp_path):
 @pytest.fixture(scope="module")
 def sst2_vocab(tmp_path_factory):
     """A WordPiece vocabulary learned from SST-2 train (no BERT vocab is available offline)."""
-    from keras_tpu import text  # pylint: disable=g-import-not-at-top
+    from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
 
     train = recipes.data.load_tsv(os.path.join(SST2, "train.tsv"))
     path = tmp_path_factory.mktemp("vocab") / "vocab.txt"

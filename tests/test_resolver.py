@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.resolver: real fallback paths, faked TPUs, bounded failures."""
+"""Tests for keras_tpu.runtime.resolver: real fallback paths, faked TPUs, bounded failures."""
 
 import json
 import socket
@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import keras_tpu
 from keras_tpu import keras
-from keras_tpu import resolver as resolver_lib
+from keras_tpu.runtime import resolver as resolver_lib
 from tests.conftest import CPU_REPLICAS
 from tests.conftest import run_python
 from tests.conftest import run_script
@@ -297,9 +297,9 @@ def test_describe_strategies_not_made_here(mirrored):
 
 
 def test_fallback_is_logged_once_with_the_reason(fresh_resolver, tmp_path, caplog):
-    with caplog.at_level("WARNING", logger="keras_tpu.resolver"):
+    with caplog.at_level("WARNING", logger="keras_tpu.runtime.resolver"):
         for _ in range(3):
             keras_tpu.resolve_strategy(environ=NO_TPU, root=str(tmp_path))
-    messages = [r.getMessage() for r in caplog.records if r.name == "keras_tpu.resolver"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "keras_tpu.runtime.resolver"]
     assert len(messages) == 1
     assert messages[0].startswith("keras_tpu: using cpu (no TPU found")

@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.run_dir: run identity, the directory lock, writable checks."""
+"""Tests for keras_tpu.engine.run_dir: run identity, the directory lock, writable checks."""
 
 import dataclasses
 import json
@@ -11,7 +11,7 @@ import pytest
 
 from keras_tpu import keras
 from keras_tpu import recipes
-from keras_tpu import run_dir
+from keras_tpu.engine import run_dir
 
 
 def _model(units=4):

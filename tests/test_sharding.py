@@ -5,10 +5,10 @@ import pytest
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
-from keras_tpu import memory
-from keras_tpu import recipe_inputs
-from keras_tpu import sharding
-from keras_tpu.compat import keras
+from keras_tpu.parallel import memory
+from keras_tpu.tasks import inputs
+from keras_tpu.parallel import sharding
+from keras_tpu.runtime.compat import keras
 from keras_tpu.models import bert
 
 CONFIG = bert.BertConfig(
@@ -142,7 +142,8 @@ WORDS = "good bad great awful fine dull moving lifeless film plot".split()
 @pytest.fixture(scope="module")
 def tiny_export(tmp_path_factory):
     """An exported 2-layer encoder (heads 4, FFN 128) and 64 labelled sentences as TSV."""
-    from keras_tpu import hf_bert, text  # pylint: disable=g-import-not-at-top
+    from keras_tpu.models import hf_bert  # pylint: disable=g-import-not-at-top
+    from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
 
     root = tmp_path_factory.mktemp("sharded")
     vocab = text.write_vocab(
@@ -186,7 +187,8 @@ def _sharded_config(root, vocab, **overrides):
 def test_train_bert_model_parallel_trains_checkpoints_and_exports(tiny_export, tmp_path):
     import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top
 
-    from keras_tpu import recipes, sharded_training  # pylint: disable=g-import-not-at-top
+    from keras_tpu import recipes  # pylint: disable=g-import-not-at-top
+    from keras_tpu.parallel import sharded_training  # pylint: disable=g-import-not-at-top
 
     root, vocab = tiny_export
     config = _sharded_config(

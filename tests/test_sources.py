@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.sources: real SST-2 TSV, TFRecord and tfds sources, bad files."""
+"""Tests for keras_tpu.data.sources: real SST-2 TSV, TFRecord and tfds sources, bad files."""
 
 import collections
 import os
@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from keras_tpu import sources
+from keras_tpu.data import sources
 
 SST2 = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "sst2")
 

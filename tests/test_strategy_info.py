@@ -1,10 +1,10 @@
-"""Tests for keras_tpu.strategy_info: the typed description every module reads."""
+"""Tests for keras_tpu.runtime.strategy_info: the typed description every module reads."""
 
 import json
 
-from keras_tpu import detect
-from keras_tpu import resolver
-from keras_tpu import strategy_info
+from keras_tpu.runtime import detect
+from keras_tpu.runtime import resolver
+from keras_tpu.runtime import strategy_info
 from tests.conftest import CPU_REPLICAS
 
 

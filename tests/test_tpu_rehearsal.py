@@ -11,12 +11,12 @@ from tests.conftest import REPO
 from tests.conftest import run_python
 from tests.conftest import run_script
 from keras_tpu import data
-from keras_tpu import graph_inspect
+from keras_tpu.readiness import graph_inspect
 from keras_tpu import keras
-from keras_tpu import optimizers
-from keras_tpu import text
-from keras_tpu import tpu_rehearsal
-from keras_tpu import training
+from keras_tpu.engine import optimizers
+from keras_tpu.data import text
+from keras_tpu.readiness import tpu_rehearsal
+from keras_tpu.engine import training
 from keras_tpu.models import bert
 from keras_tpu.models import cnn
 

@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.training: scope checks and exact evaluation, on 4 replicas."""
+"""Tests for keras_tpu.engine.training: scope checks and exact evaluation, on 4 replicas."""
 
 import time
 
@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from keras_tpu import data
 from keras_tpu import keras
-from keras_tpu import training
+from keras_tpu.engine import training
 from tests.conftest import pretend
 
 
@@ -144,14 +144,14 @@ def test_loss_is_not_scaled_by_the_replica_count(mirrored):
 
 
 def test_nan_guard_names_the_step(mirrored, caplog):
-    from keras_tpu import callbacks  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import callbacks  # pylint: disable=g-import-not-at-top
 
     with mirrored.scope():
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])  # Linear: can blow up.
     training.compile_model(model, mirrored, optimizer=keras.optimizers.SGD(1e30), loss="mse")
     guard = callbacks.NaNGuard()
     x = np.full((64, 4), 1e20, np.float32)
-    with caplog.at_level("ERROR", logger="keras_tpu.callbacks"):
+    with caplog.at_level("ERROR", logger="keras_tpu.engine.callbacks"):
         model.fit(
             x, np.ones((64, 3), np.float32), batch_size=8, epochs=3, callbacks=[guard], verbose=0
         )
@@ -161,7 +161,7 @@ def test_nan_guard_names_the_step(mirrored, caplog):
 
 
 def test_throughput_meter_reports_mfu():
-    from keras_tpu import callbacks  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import callbacks  # pylint: disable=g-import-not-at-top
 
     meter = callbacks.ThroughputMeter(global_batch=10, flops_per_example=1e9, peak_flops=1e12)
     meter.on_epoch_begin(0)
@@ -175,7 +175,7 @@ def test_throughput_meter_reports_mfu():
 
 
 def test_remote_tpu_writes_through_this_host(mirrored, monkeypatch):
-    from keras_tpu import callbacks  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import callbacks  # pylint: disable=g-import-not-at-top
 
     assert callbacks.io_options(mirrored) is None
     pretend(monkeypatch, mirrored, tpu_address="grpc://1.2.3.4:8470")
@@ -186,7 +186,7 @@ def test_remote_tpu_writes_through_this_host(mirrored, monkeypatch):
 
 
 def test_bert_optimizer_recipe():
-    from keras_tpu import optimizers  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import optimizers  # pylint: disable=g-import-not-at-top
 
     schedule = optimizers.WarmupLinearDecay(3e-5, total_steps=100, warmup_steps=10)
     rates = [float(schedule(step)) for step in (0, 5, 10, 55, 100)]

@@ -1,10 +1,10 @@
 """Compile, train and evaluate keras_tpu.keras models under a strategy."""
 
 from keras_tpu import checks
-from keras_tpu import compat
-from keras_tpu.strategy_info import StrategyInfo
-from keras_tpu.tpu_rehearsal import rehearse_or_raise  # noqa: F401  (keras_tpu.training.*)
-from keras_tpu.tpu_rehearsal import rehearse_tpu  # noqa: F401
+from keras_tpu.runtime import compat
+from keras_tpu.runtime.strategy_info import StrategyInfo
+from keras_tpu.readiness.tpu_rehearsal import rehearse_or_raise  # noqa: F401  (keras_tpu.engine.training.*)
+from keras_tpu.readiness.tpu_rehearsal import rehearse_tpu  # noqa: F401
 
 keras = compat.keras
 

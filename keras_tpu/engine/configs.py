@@ -8,9 +8,9 @@ it is made, before TensorFlow starts, so a bad flag costs nothing.
 import dataclasses
 
 from keras_tpu import checks
-from keras_tpu import cluster
-from keras_tpu import outputs
-from keras_tpu import tpu_connect
+from keras_tpu.runtime import cluster
+from keras_tpu.engine import outputs
+from keras_tpu.runtime import tpu_connect
 
 
 @dataclasses.dataclass
@@ -42,7 +42,7 @@ class RunConfig:
     keep_best: bool = True  # Keep the best weights (val_accuracy) under model_dir/best.
     tensorboard: bool = True  # TensorBoard logs under model_dir/tensorboard.
     peak_tflops: float | None = None  # Devices' combined peak, for MFU (e.g. bench_peak.py).
-    model_parallel: int = 1  # >1: split weights across K devices (keras_tpu.sharding).
+    model_parallel: int = 1  # >1: split weights across K devices (keras_tpu.parallel.sharding).
     rehearse_tpu: bool = False  # Compile the steps for the TPU on the CPU first; stop on a finding.
     verbose: int = 2  # 2: progress lines; 1: Keras's progress bar; 0: silent.
     progress_seconds: float = 30.0  # verbose=2: a progress line at most this often.

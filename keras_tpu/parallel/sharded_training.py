@@ -33,11 +33,11 @@ from tensorflow.experimental import dtensor
 
 from keras_tpu import checks
 from keras_tpu import data
-from keras_tpu import export
-from keras_tpu import optimizers
-from keras_tpu import run_dir
-from keras_tpu import sharding
-from keras_tpu.compat import keras
+from keras_tpu.engine import export
+from keras_tpu.engine import optimizers
+from keras_tpu.engine import run_dir
+from keras_tpu.parallel import sharding
+from keras_tpu.runtime.compat import keras
 from keras_tpu.models import bert
 
 log = logging.getLogger(__name__)

@@ -26,9 +26,9 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-from keras_tpu import run_dir
-from keras_tpu.compat import keras
-from keras_tpu.strategy_info import StrategyInfo
+from keras_tpu.engine import run_dir
+from keras_tpu.runtime.compat import keras
+from keras_tpu.runtime.strategy_info import StrategyInfo
 
 log = logging.getLogger(__name__)
 

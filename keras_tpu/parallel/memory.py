@@ -1,6 +1,6 @@
 """Plan per-replica memory for BERT training: will it fit on this device, and at what batch?
 
-    from keras_tpu import memory
+    from keras_tpu.parallel import memory
     est = memory.estimate("base", per_replica_batch=32, seq_length=128, precision="bf16")
     print(est.table())
     print(memory.plan("base", 512, "bf16", "v3").message)
@@ -31,7 +31,7 @@ Two runtimes differ in the embedding table's gradient and update:
 import dataclasses
 import re
 
-from keras_tpu import accelerators
+from keras_tpu.runtime import accelerators
 from keras_tpu import checks
 from keras_tpu.models import bert
 
@@ -48,7 +48,7 @@ OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "rmsprop": 1, "adagrad": 1, "adam": 
 # keeps float32 variables and casts them when a layer reads them).
 PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
-# Variables keras_tpu.sharding splits across the "model" axis (attention heads, FFN units);
+# Variables keras_tpu.parallel.sharding splits across the "model" axis (attention heads, FFN units);
 # the rest (embeddings, layer norms, pooler, head) is replicated on every device.
 SHARDED_VARIABLE = re.compile(
     r"transformer/layer_\d+/(self_attention/(query|key|value|output)/kernel|"
@@ -320,7 +320,7 @@ def activation_breakdown(config, per_replica_batch, seq_length, precision, model
     the compute dtype (c bytes): softmax and layer norms run in float32, dropout
     keeps a 1-byte boolean mask, and the exact GELU keeps four [b, s, I] tensors.
     With model_parallel=K, per device: heads, Q/K/V/context and the FFN intermediate
-    are 1/K (keras_tpu.sharding's layout), the [b, s, H] tensors stay whole, and the
+    are 1/K (keras_tpu.parallel.sharding's layout), the [b, s, H] tensors stay whole, and the
     one-hot embedding lookups ([b, s, V] and [b, s, 2]) are kept for the backward pass.
     """
     c = PRECISION_BYTES[canonical_precision(precision)]
@@ -432,7 +432,7 @@ def estimate(
       config: the BertConfig of a model whose layers do not carry one (a TF Hub
         encoder), to override the sizes read from its variables.
       model_parallel: K devices each attention/FFN weight is split across
-        (keras_tpu.sharding); bytes are then per device and per_replica_batch is the
+        (keras_tpu.parallel.sharding); bytes are then per device and per_replica_batch is the
         batch of one data-parallel row of the mesh (global batch x K / devices).
 
     Returns:
@@ -673,7 +673,7 @@ def plan(
             if suggested:
                 message += (
                     f" With model_parallel={suggested.model_parallel} (weights split across "
-                    f"{suggested.model_parallel} devices, keras_tpu.sharding) batch "
+                    f"{suggested.model_parallel} devices, keras_tpu.parallel.sharding) batch "
                     f"{suggested.max_per_replica_batch} per data-parallel row fits."
                 )
     return Plan(
@@ -741,7 +741,7 @@ def check_fits(
         advice = (
             f"even batch 1 is {_gib(best.bytes_over)} over, so this model needs model "
             f"parallelism: split the weights with --model_parallel="
-            f"{best.suggested_model_parallel} (keras_tpu.sharding), or use a shorter sequence "
+            f"{best.suggested_model_parallel} (keras_tpu.parallel.sharding), or use a shorter sequence "
             f"or a smaller configuration (see memory.plan)"
         )
     else:

@@ -91,7 +91,7 @@ def quiet_startup():
     drop = _NO_GPU_PROBE if no_gpus else _STARTUP_INFO
     with _filtered_stderr(lambda line: bool(drop.match(line))):
         # compat imports TensorFlow after setting TF_USE_LEGACY_KERAS.
-        from keras_tpu import compat  # pylint: disable=g-import-not-at-top
+        from keras_tpu.runtime import compat  # pylint: disable=g-import-not-at-top
 
         if no_gpus:  # Probe now, inside the filter; listing physical devices fixes no config.
             compat.tf.config.list_physical_devices("GPU")

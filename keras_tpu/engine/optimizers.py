@@ -1,7 +1,7 @@
 """Optimizers and schedules, including the BERT fine-tuning recipe used on GLUE."""
 
 from keras_tpu import checks
-from keras_tpu.compat import keras
+from keras_tpu.runtime.compat import keras
 import tensorflow as tf
 
 
@@ -54,7 +54,7 @@ def bert_adamw(
       warmup_fraction: share of the steps spent warming up (BERT: 10%).
       weight_decay: decoupled weight decay.
       clipnorm: clip the global gradient norm to this (None disables).
-      mesh: a DTensor mesh, for weights laid out on it (keras_tpu.sharding).
+      mesh: a DTensor mesh, for weights laid out on it (keras_tpu.parallel.sharding).
     """
     checks.integer("total_steps", total_steps)
     schedule = WarmupLinearDecay(learning_rate, total_steps, int(warmup_fraction * total_steps))

@@ -37,8 +37,8 @@ import tensorflow as tf
 from tensorflow.core.framework import types_pb2
 
 from keras_tpu import checks
-from keras_tpu import compat
-from keras_tpu import graph_inspect
+from keras_tpu.runtime import compat
+from keras_tpu.readiness import graph_inspect
 
 keras = compat.keras
 
@@ -54,7 +54,7 @@ FIXES = {
     "py_function": "TPUs cannot run Python: replace it with TensorFlow ops, or move it into "
     "the tf.data input pipeline (it runs on the host there)",
     "string": "TPUs have no strings: tokenise or look up strings on the host in the tf.data "
-    "pipeline (e.g. keras_tpu.text.BertPreprocessor) and feed integer ids",
+    "pipeline (e.g. keras_tpu.data.text.BertPreprocessor) and feed integer ids",
     "float64": "TPUs have no float64: cast to float32 (bfloat16 under mixed precision) in the "
     "input pipeline, and build layers with dtype float32",
     "dynamic_shape": "TPUs compile for static shapes: batch with drop_remainder=True and pad "
@@ -148,9 +148,9 @@ def rehearse_tpu(model, dataset, *, eval_dataset=None):
       model: a compiled keras_tpu.keras model (functional or Sequential, or any
         model `keras.models.clone_model` can copy), built in any strategy.
       dataset: its training input: a tf.data.Dataset or a distributed dataset
-        (e.g. from keras_tpu.data.train_dataset) of (x, y) or (x, y, weights).
+        (e.g. from keras_tpu.data.pipelines.train_dataset) of (x, y) or (x, y, weights).
       eval_dataset: its evaluation input (a dataset, distributed dataset or
-        keras_tpu.data.EvalData); None rehearses evaluation on `dataset`.
+        keras_tpu.data.pipelines.EvalData); None rehearses evaluation on `dataset`.
 
     Returns:
       A RehearsalReport; `report.raise_if_failed()` raises TPURehearsalError.
@@ -195,7 +195,7 @@ def rehearse_or_raise(model, dataset, *, eval_dataset=None, stream=None):
 
 def element_spec(data):
     """Return the per-replica element spec of a dataset, distributed dataset or EvalData."""
-    data = getattr(data, "dataset", data)  # keras_tpu.data.EvalData
+    data = getattr(data, "dataset", data)  # keras_tpu.data.pipelines.EvalData
     spec = getattr(data, "element_spec", None)
     if spec is None:
         raise checks.ConfigError(

@@ -13,11 +13,11 @@ import os
 
 from packaging.specifiers import SpecifierSet
 
-from keras_tpu import compat
-from keras_tpu import detect
-from keras_tpu import tf_build
-from keras_tpu import tpu_init_probe
-from keras_tpu import tpu_holders
+from keras_tpu.runtime import compat
+from keras_tpu.runtime import detect
+from keras_tpu.readiness import tf_build
+from keras_tpu.readiness import tpu_init_probe
+from keras_tpu.readiness import tpu_holders
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 # The newest tensorflow-tpu is 2.20.0 (the registry lists nothing later).

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-from keras_tpu import compat
+from keras_tpu.runtime import compat
 
 PROBE = """
 import tensorflow as tf

@@ -2,9 +2,9 @@
 
 import tensorflow as tf
 
-from keras_tpu import compat
-from keras_tpu import outputs
-from keras_tpu.strategy_info import StrategyInfo
+from keras_tpu.runtime import compat
+from keras_tpu.engine import outputs
+from keras_tpu.runtime.strategy_info import StrategyInfo
 
 
 def _save_options(strategy, export_dir):

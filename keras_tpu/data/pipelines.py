@@ -15,17 +15,17 @@ import math
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.sources import ArraySplit  # noqa: F401  (re-exported: keras_tpu.data.*)
-from keras_tpu.sources import DatasetUnavailableError  # noqa: F401
-from keras_tpu.sources import Source  # noqa: F401
-from keras_tpu.sources import as_source
-from keras_tpu.sources import load_csv  # noqa: F401
-from keras_tpu.sources import load_digits  # noqa: F401
-from keras_tpu.sources import load_tsv  # noqa: F401
-from keras_tpu.sources import synthetic_images  # noqa: F401
-from keras_tpu.sources import tfds_source  # noqa: F401
-from keras_tpu.sources import tfrecord_source  # noqa: F401
-from keras_tpu.strategy_info import StrategyInfo
+from keras_tpu.data.sources import ArraySplit  # noqa: F401  (re-exported: keras_tpu.data.pipelines.*)
+from keras_tpu.data.sources import DatasetUnavailableError  # noqa: F401
+from keras_tpu.data.sources import Source  # noqa: F401
+from keras_tpu.data.sources import as_source
+from keras_tpu.data.sources import load_csv  # noqa: F401
+from keras_tpu.data.sources import load_digits  # noqa: F401
+from keras_tpu.data.sources import load_tsv  # noqa: F401
+from keras_tpu.data.sources import synthetic_images  # noqa: F401
+from keras_tpu.data.sources import tfds_source  # noqa: F401
+from keras_tpu.data.sources import tfrecord_source  # noqa: F401
+from keras_tpu.runtime.strategy_info import StrategyInfo
 
 DEFAULT_SHUFFLE_BUFFER = 100_000
 
@@ -86,7 +86,7 @@ def _refuse_strings(leaf, path):
     if leaf.dtype == tf.string:
         raise checks.ConfigError(
             f"{path} is a string tensor; strings cannot be sent to a TPU. Tokenise on the "
-            f"host inside the pipeline (pass preprocess=, e.g. keras_tpu.text.BertPreprocessor)."
+            f"host inside the pipeline (pass preprocess=, e.g. keras_tpu.data.text.BertPreprocessor)."
         )
     return leaf
 

@@ -1,6 +1,6 @@
 """Model parallelism for BERT: a ("batch", "model") DTensor mesh and the layout of each weight.
 
-    from keras_tpu import sharding
+    from keras_tpu.parallel import sharding
     mesh = sharding.make_mesh(model_parallel=2)          # 4 devices -> 2 x 2
     model = sharding.build_classifier(config, num_classes=2, seq_length=128, mesh=mesh)
 
@@ -34,7 +34,7 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from keras_tpu import checks
-from keras_tpu.compat import keras
+from keras_tpu.runtime.compat import keras
 from keras_tpu.models import bert
 
 BATCH, MODEL = "batch", "model"

@@ -11,9 +11,9 @@ import dataclasses
 
 import tensorflow as tf
 
-from keras_tpu import accelerators
-from keras_tpu import compat
-from keras_tpu import detect
+from keras_tpu.runtime import accelerators
+from keras_tpu.runtime import compat
+from keras_tpu.runtime import detect
 
 # id(strategy) -> its StrategyInfo, for strategies resolve_strategy made (its
 # cache keeps them alive, so an id is never reused for another strategy).

@@ -17,14 +17,14 @@ import time
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu import cluster as cluster_lib
-from keras_tpu import detect
-from keras_tpu.doctor import tpu_blockers  # The module: keras_tpu.doctor is the function.
-from keras_tpu import strategy_info as strategy_info_lib
-from keras_tpu import tpu_connect
-from keras_tpu.strategy_info import StrategyError
-from keras_tpu.strategy_info import StrategyInfo
-from keras_tpu.tpu_connect import TPUConnectionError  # noqa: F401  (keras_tpu.resolver.*)
+from keras_tpu.runtime import cluster as cluster_lib
+from keras_tpu.runtime import detect
+from keras_tpu.readiness.doctor import tpu_blockers
+from keras_tpu.runtime import strategy_info as strategy_info_lib
+from keras_tpu.runtime import tpu_connect
+from keras_tpu.runtime.strategy_info import StrategyError
+from keras_tpu.runtime.strategy_info import StrategyInfo
+from keras_tpu.runtime.tpu_connect import TPUConnectionError  # noqa: F401  (keras_tpu.runtime.resolver.*)
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,8 @@ import numpy as np
 from absl import logging
 
 from keras_tpu import checks
-from keras_tpu import text
-from keras_tpu.compat import keras
+from keras_tpu.data import text
+from keras_tpu.runtime.compat import keras
 from keras_tpu.models import bert
 
 CONFIG_FILE = "config.json"

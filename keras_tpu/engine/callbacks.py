@@ -9,10 +9,10 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from keras_tpu import checkpointing
-from keras_tpu import progress
-from keras_tpu.compat import keras
-from keras_tpu.strategy_info import StrategyInfo
+from keras_tpu.engine import checkpointing
+from keras_tpu.engine import progress
+from keras_tpu.runtime.compat import keras
+from keras_tpu.runtime.strategy_info import StrategyInfo
 
 log = logging.getLogger(__name__)
 

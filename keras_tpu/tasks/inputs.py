@@ -1,14 +1,14 @@
 """The examples each recipe trains on: image datasets by name, TSV or tfds text, preprocessing.
 
 Split from recipes.py so that a recipe reads as its steps; everything here turns
-a config's data fields into `keras_tpu.sources` Sources and host-side preprocessing.
+a config's data fields into `keras_tpu.data.sources` Sources and host-side preprocessing.
 """
 
 import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu import data
-from keras_tpu import text
+from keras_tpu.data import text
 
 IMAGE_DATASETS = ("digits", "synthetic")
 

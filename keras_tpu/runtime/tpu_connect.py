@@ -11,7 +11,7 @@ import threading
 
 import tensorflow as tf
 
-from keras_tpu.strategy_info import StrategyError
+from keras_tpu.runtime.strategy_info import StrategyError
 
 DEFAULT_CONNECT_TIMEOUT = 60.0  # Seconds for a TPU address (or every worker) to answer.
 DEFAULT_INIT_TIMEOUT = 600.0  # Seconds for the TPU system to initialise.

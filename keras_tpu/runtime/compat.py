@@ -25,7 +25,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 # and it would break the scripts' one-line errors.
 warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
 
-from keras_tpu import detect  # noqa: E402  (reads files only; imports no TensorFlow)
+from keras_tpu.runtime import detect  # noqa: E402  (reads files only; imports no TensorFlow)
 
 # The tensorflow-tpu build loads libtpu when TensorFlow is imported, and libtpu
 # then asks the GCE metadata server for the TPU topology: off Google Cloud that
@@ -42,7 +42,7 @@ LIBTPU_SKIPPED = (
     os.environ.get("TPU_LOAD_LIBRARY") == "0" and os.environ.get("KERAS_TPU_SKIPPED_LIBTPU") == "1"
 )
 
-from keras_tpu import tf_build  # noqa: E402  (imports TensorFlow only when called)
+from keras_tpu.readiness import tf_build  # noqa: E402  (imports TensorFlow only when called)
 
 tf_build.check_libtpu_loadable()
 

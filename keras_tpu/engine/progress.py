@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from keras_tpu.compat import keras
+from keras_tpu.runtime.compat import keras
 
 # Logged by the other callbacks or derived from others; not worth a column.
 _SKIPPED = ("weighted_loss", "step_time_ms", "learning_rate", "examples_per_second")

@@ -1,0 +1,29 @@
+"""Input pipelines batched per replica, and where examples come from.
+
+    from keras_tpu import data
+    train, steps = data.train_dataset(strategy, data.load_digits()[0], per_replica_batch=64)
+
+`pipelines` builds the distributed datasets (static shapes, exact evaluation); `sources`
+reads examples (arrays, TSV, TFRecord, tfds, digits); `text` tokenises BERT inputs on the host.
+"""
+
+from keras_tpu.data.sources import ArraySplit  # noqa: F401
+from keras_tpu.data.sources import DatasetUnavailableError  # noqa: F401
+from keras_tpu.data.sources import Source  # noqa: F401
+from keras_tpu.data.sources import as_source  # noqa: F401
+from keras_tpu.data.sources import load_csv  # noqa: F401
+from keras_tpu.data.sources import load_digits  # noqa: F401
+from keras_tpu.data.sources import load_tsv  # noqa: F401
+from keras_tpu.data.sources import synthetic_images  # noqa: F401
+from keras_tpu.data.sources import tfds_source  # noqa: F401
+from keras_tpu.data.sources import tfrecord_source  # noqa: F401
+from keras_tpu.data.pipelines import Batching  # noqa: F401
+from keras_tpu.data.pipelines import to_device_dtypes  # noqa: F401
+from keras_tpu.data.pipelines import check_readable_by_tpu_host  # noqa: F401
+from keras_tpu.data.pipelines import count_examples  # noqa: F401
+from keras_tpu.data.pipelines import train_dataset  # noqa: F401
+from keras_tpu.data.pipelines import train_dataset_fn  # noqa: F401
+from keras_tpu.data.pipelines import EvalData  # noqa: F401
+from keras_tpu.data.pipelines import eval_dataset  # noqa: F401
+from keras_tpu.data.pipelines import eval_dataset_fn  # noqa: F401
+from keras_tpu.data.pipelines import DEFAULT_SHUFFLE_BUFFER  # noqa: F401

@@ -1,0 +1,1 @@
+"""Model parallelism (weights split on a DTensor mesh) and the memory planner."""

@@ -1,0 +1,1 @@
+"""Where a run executes: strategy resolution, TPU connection, clusters, the tf_keras engine, logs."""
