@@ -275,7 +275,7 @@ def export_bert_encoder(preset, vocab_size, export_dir, policy):
 
 def toolkit_bert_classifier(strategy, preset, vocab_size, seq_length, export_dir, total_steps,
                             steps_per_execution):  # fmt: skip
-    """Build and compile the BERT classifier exactly as `recipes.train_bert` does.
+    """Build and compile the BERT classifier exactly as `tasks.train_bert` does.
 
     The encoder is exported as a SavedModel (under the current global policy)
     and loaded through hub.KerasLayer inside the strategy's scope; the optimizer

@@ -6,7 +6,7 @@ SST-2 at seq length 128, batch 32, with the same architecture, optimizer
 settings (AdamW, epsilon 1e-6, weight decay 0.01 except layer norms and
 biases, global-norm clipping 1.0) and FLOPs per example:
 
-  toolkit: what `recipes.train_bert` runs, step for step: resolve_strategy,
+  toolkit: what `tasks.train_bert` runs, step for step: resolve_strategy,
       set_precision, data.train_dataset with host WordPiece tokenisation,
       the encoder exported as a SavedModel and loaded through hub.KerasLayer
       (`build_bert_classifier`) in the strategy's scope, `bert_adamw`,

@@ -13,7 +13,7 @@ side timed over the same number of examples per repeat (--timed_examples):
   (b) baseline: hand-tuned plain tf_keras: tf.data (cache, shuffle, repeat,
       batch with drop_remainder, prefetch), batch --batch, steps_per_execution
       --baseline_steps_per_execution, no strategy.
-  (c) toolkit: `recipes.train_cnn(CNNConfig(...))` with per_replica_batch_size
+  (c) toolkit: `tasks.train_cnn(CNNConfig(...))` with per_replica_batch_size
       --batch and everything else at its defaults (steps_per_execution "auto",
       precision "auto"), fed the same arrays in place of its dataset loader.
       Its rate is the ThroughputMeter's per-epoch examples/second.
@@ -129,11 +129,11 @@ def _int_or_auto(value):
 
 
 def run_toolkit(split, test, timed_examples, batch, repeats, progress_seconds=None):
-    """(c), or (d) with progress_seconds: recipes.train_cnn on the arrays; the meter's rates."""
-    from keras_tpu import recipes  # pylint: disable=g-import-not-at-top
+    """(c), or (d) with progress_seconds: tasks.train_cnn on the arrays; the meter's rates."""
+    from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
 
     steps = max(1, timed_examples // batch)
-    config = recipes.CNNConfig(
+    config = tasks.CNNConfig(
         dataset="synthetic",
         variant="seed",
         per_replica_batch_size=batch,
@@ -143,7 +143,7 @@ def run_toolkit(split, test, timed_examples, batch, repeats, progress_seconds=No
         progress_seconds=progress_seconds or 30.0,
         steps_per_execution=_int_or_auto(FLAGS.toolkit_steps_per_execution),
     )
-    summary = recipes.train_cnn(config, train=split, test=test)
+    summary = tasks.train_cnn(config, train=split, test=test)
     rates = [row["examples_per_second"] for row in summary["throughput"][1:]]
     return {
         "images_per_second": round(_common.median(rates), 1),

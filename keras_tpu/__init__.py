@@ -5,6 +5,10 @@ strategy = keras_tpu.resolve_strategy()      # TPU, GPUs, cluster or CPU
 print(keras_tpu.describe(strategy)["summary"])
 with strategy.scope():
     model = keras_tpu.keras.Sequential([...])  # tf_keras, the Keras 2 API
+
+# Or let the engine run it, with backups, exact resume, progress and export:
+task = keras_tpu.Task(build_model=..., loss="mse", metrics=["mae"], train_data=(x, y))
+summary = keras_tpu.fit(task, keras_tpu.RunConfig(model_dir="/tmp/run"))
 """
 
 from keras_tpu.runtime import logs as _logs
@@ -24,10 +28,24 @@ from keras_tpu.runtime.resolver import TPUUnusableError  # noqa: E402
 from keras_tpu.runtime.resolver import describe  # noqa: E402
 from keras_tpu.runtime.resolver import resolve_strategy  # noqa: E402
 from keras_tpu.runtime.strategy_info import StrategyInfo  # noqa: E402
+from keras_tpu.engine.configs import RunConfig  # noqa: E402
+from keras_tpu.engine.registry import register_task  # noqa: E402
+from keras_tpu.engine.summary import RunSummary  # noqa: E402
+from keras_tpu.engine.task import Task  # noqa: E402
+from keras_tpu.engine.trainer import CONFIG_ERRORS  # noqa: E402
+from keras_tpu.engine.trainer import fit  # noqa: E402
+from keras_tpu.engine.trainer import strategy_for  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = [
+    "CONFIG_ERRORS",
     "ConfigError",
+    "RunConfig",
+    "RunSummary",
+    "Task",
+    "fit",
+    "register_task",
+    "strategy_for",
     "DeviceConfigError",
     "StrategyError",
     "TPUConnectionError",

@@ -12,14 +12,21 @@ import typing
 from absl import flags
 
 
+def argv_values(argv, name):
+    """Return every value of --name in argv (--name=v or --name v), before absl parses it."""
+    values = []
+    for i, arg in enumerate(argv):
+        if arg.startswith(f"--{name}="):
+            values.append(arg.split("=", 1)[1])
+        elif arg == f"--{name}" and i + 1 < len(argv):
+            values.append(argv[i + 1])
+    return values
+
+
 def _log_level_from_argv(argv, default):
     """Return --log_level's value from argv: TensorFlow's start-up needs it before absl parses."""
-    for i, arg in enumerate(argv):
-        if arg.startswith("--log_level="):
-            return arg.split("=", 1)[1]
-        if arg == "--log_level" and i + 1 < len(argv):
-            return argv[i + 1]
-    return default
+    values = argv_values(argv, "log_level")
+    return values[-1] if values else default
 
 
 # Read by keras_tpu.runtime.logs.quiet_startup when keras_tpu is first imported (just below).
@@ -30,7 +37,7 @@ os.environ["KERAS_TPU_LOG_LEVEL"] = _log_level_from_argv(
 from keras_tpu.engine import checkpointing  # noqa: E402
 from keras_tpu.engine import config_files  # noqa: E402
 from keras_tpu.runtime import logs  # noqa: E402
-from keras_tpu import recipes  # noqa: E402
+import keras_tpu  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -40,12 +47,14 @@ def define_flags(config_cls, helps):
 
     Args:
       config_cls: a dataclass whose fields are the flags.
-      helps: field name -> help text; every field needs one.
+      helps: field name -> help text; a field without one (a user task's own
+        fields) is described by its config class.
     """
     hints = typing.get_type_hints(config_cls)
     for field in dataclasses.fields(config_cls):
         default, hint = field.default, hints[field.name]
-        args = (field.name, default, helps[field.name])
+        help_text = helps.get(field.name) or f"{config_cls.__name__}.{field.name}."
+        args = (field.name, default, help_text)
         if hint is bool:
             flags.DEFINE_bool(*args)
         elif hint is int:
@@ -98,11 +107,11 @@ def config_from_flags(config_cls):
     return run_or_explain(build, None)
 
 
-def run_or_explain(fn, config, known_errors=recipes.CONFIG_ERRORS):
+def run_or_explain(fn, config, known_errors=keras_tpu.CONFIG_ERRORS):
     """Call fn(config); print a configuration error as one line and exit with 2.
 
     Configuration errors are keras_tpu's own (`checks.ConfigError` and the
-    strategy, dataset and cluster errors, see `recipes.CONFIG_ERRORS`); anything
+    strategy, dataset and cluster errors, see `keras_tpu.CONFIG_ERRORS`); anything
     else (TensorFlow, Keras, a bug) keeps its traceback for a bug report.
     """
     try:

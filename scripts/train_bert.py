@@ -21,10 +21,10 @@ if __package__:  # python -m scripts.train_bert
     from scripts import flag_utils
 else:  # python scripts/train_bert.py
     import flag_utils
-from keras_tpu import recipes  # noqa: E402
+from keras_tpu import tasks  # noqa: E402
 
 flag_utils.define_flags(
-    recipes.BertRunConfig,
+    tasks.BertRunConfig,
     {
         **flag_utils.RUN_HELP,
         "encoder_handle": "TF Hub BERT encoder: https URL, Kaggle model URL or local directory.",
@@ -46,8 +46,8 @@ flag_utils.define_flags(
 
 def main(argv):
     del argv
-    config = flag_utils.config_from_flags(recipes.BertRunConfig)
-    summary = flag_utils.run_or_explain(recipes.train_bert, config)
+    config = flag_utils.config_from_flags(tasks.BertRunConfig)
+    summary = flag_utils.run_or_explain(tasks.train_bert, config)
     test = summary["test"]
     print(
         f"eval accuracy {test['accuracy']:.4f} on {summary['test_examples']} examples; "

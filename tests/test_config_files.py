@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from keras_tpu.engine import config_files
-from keras_tpu import recipes
+from keras_tpu import tasks
 from tests.conftest import REPO
 from tests.conftest import run_script
 
@@ -25,14 +25,14 @@ def test_file_then_flags_then_override_give_the_expected_dataclass(tmp_path):
         "dataset: digits\nepochs: 7\nlearning_rate: 3e-4\nsteps_per_execution: 8\n"
         "model_dir: /tmp/a\nkeep_best: false\n",
     )
-    from_file = config_files.load_file(path, recipes.CNNConfig)
+    from_file = config_files.load_file(path, tasks.CNNConfig)
     assert from_file["epochs"] == config_files.Setting(7, f"{path}:2")
     flags = {"epochs": config_files.Setting(2, "--epochs")}
     override = config_files.parse_overrides(
-        "seed=3,worker_hosts=h1:1,h2:2,task_index=1", recipes.CNNConfig
+        "seed=3,worker_hosts=h1:1,h2:2,task_index=1", tasks.CNNConfig
     )
-    config = config_files.build(recipes.CNNConfig, from_file, flags, override)
-    assert config == recipes.CNNConfig(
+    config = config_files.build(tasks.CNNConfig, from_file, flags, override)
+    assert config == tasks.CNNConfig(
         dataset="digits",
         epochs=2,  # The flag beats the file.
         learning_rate=3e-4,  # "3e-4" is a string to YAML 1.1; a float field reads it as one.
@@ -48,19 +48,19 @@ def test_file_then_flags_then_override_give_the_expected_dataclass(tmp_path):
 def test_json_and_load_config(tmp_path):
     path = _write(tmp_path, json.dumps({"epochs": 4, "seq_length": 64}), "run.json")
     config = config_files.load_config(
-        path, recipes.BertRunConfig, params_override="dropout=0.2", num_classes=3
+        path, tasks.BertRunConfig, params_override="dropout=0.2", num_classes=3
     )
     assert (config.epochs, config.seq_length, config.dropout, config.num_classes) == (4, 64, 0.2, 3)
     assert config.learning_rate == 3e-5  # BertRunConfig's own default survives.
 
 
 def test_written_config_reads_back_equal(tmp_path):
-    config = recipes.BertRunConfig(
+    config = tasks.BertRunConfig(
         encoder_handle="/e", vocab_file="/v.txt", learning_rate=3e-5, steps_per_execution=16
     )
     path = str(tmp_path / "config.yaml")
     config_files.write(config, path)
-    assert config_files.load_config(path, recipes.BertRunConfig) == config
+    assert config_files.load_config(path, tasks.BertRunConfig) == config
     assert open(path).readline().startswith("# Resolved BertRunConfig")
 
 
@@ -81,26 +81,26 @@ def test_written_config_reads_back_equal(tmp_path):
 def test_bad_files_name_the_key_file_and_line(tmp_path, text, message):
     path = _write(tmp_path, text)
     with pytest.raises(config_files.ConfigFileError) as info:
-        config_files.load_config(path, recipes.CNNConfig)
+        config_files.load_config(path, tasks.CNNConfig)
     assert str(info.value).startswith(path) and message in str(info.value)
     assert "\n" not in str(info.value)
 
 
 def test_bad_overrides(tmp_path):
     with pytest.raises(config_files.ConfigFileError, match="expected name=value"):
-        config_files.parse_overrides("epochs", recipes.CNNConfig)
+        config_files.parse_overrides("epochs", tasks.CNNConfig)
     with pytest.raises(config_files.ConfigFileError, match="unknown key 'epoch'"):
-        config_files.parse_overrides("epoch=1", recipes.CNNConfig)
+        config_files.parse_overrides("epoch=1", tasks.CNNConfig)
     with pytest.raises(config_files.ConfigFileError, match=r"--params_override 'seed=x': seed"):
-        config_files.parse_overrides("seed=x", recipes.CNNConfig)
+        config_files.parse_overrides("seed=x", tasks.CNNConfig)
     with pytest.raises(config_files.ConfigFileError, match="cannot read the config file"):
-        config_files.load_file(str(tmp_path / "missing.yaml"), recipes.CNNConfig)
+        config_files.load_file(str(tmp_path / "missing.yaml"), tasks.CNNConfig)
 
 
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml"))))
 def test_shipped_configs_load_and_document_their_command(path):
     name = os.path.basename(path)
-    cls = recipes.BertRunConfig if "bert" in name else recipes.CNNConfig
+    cls = tasks.BertRunConfig if "bert" in name else tasks.CNNConfig
     script = "train_bert.py" if "bert" in name else "train_cnn.py"
     overrides = {"task_index": 0} if "workers" in name else {}
     config = config_files.load_config(path, cls, **overrides)

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from keras_tpu import recipes
+from keras_tpu import data
+from keras_tpu import tasks
+from keras_tpu.models import cnn
 from tests.conftest import CPU_REPLICAS
 from tests.conftest import backup_step
 from tests.conftest import run_python
@@ -71,7 +73,7 @@ def test_script_bad_input_is_one_clear_line(flags, message):
 
 
 def test_train_cnn_on_tfds_mock_data_with_four_replicas(tmp_path):
-    config = recipes.CNNConfig(
+    config = tasks.CNNConfig(
         dataset="fashion_mnist",
         variant="seed",
         epochs=2,
@@ -81,7 +83,7 @@ def test_train_cnn_on_tfds_mock_data_with_four_replicas(tmp_path):
         verbose=0,
     )
     with tfds.testing.mock_data(num_examples=100):
-        summary = recipes.train_cnn(config)
+        summary = tasks.train_cnn(config)
     assert summary["parameters"] == 108_810  # The reference model, on 28x28x1.
     assert (summary["replicas"], summary["global_batch"]) == (CPU_REPLICAS, 8 * CPU_REPLICAS)
     assert (summary["train_examples"], summary["test_examples"]) == (100, 100)
@@ -94,20 +96,20 @@ def test_train_cnn_on_in_memory_arrays():
     images = rng.random((203, 12, 12, 1), dtype=np.float32)
     labels = rng.integers(0, 3, 203).astype(np.int32)
     labels[0] = 4  # Five classes: the largest label + 1, across both splits.
-    config = recipes.CNNConfig(
+    config = tasks.CNNConfig(
         variant="seed", epochs=1, per_replica_batch_size=16, cpu_replicas=CPU_REPLICAS, verbose=0
     )
-    summary = recipes.train_cnn(
+    summary = tasks.train_cnn(
         config, train=(images[:150], labels[:150]), test=(images[150:], labels[150:])
     )
     assert summary["dataset"] == "in-memory arrays"
     assert (summary["train_examples"], summary["test_examples"]) == (150, 53)
     assert summary["steps_per_epoch"] == 150 // (16 * CPU_REPLICAS)
     # The model was sized from the arrays: 12x12x1 images, 5 classes.
-    expected = recipes.cnn.build_cnn((12, 12, 1), 5, variant="seed").count_params()
+    expected = cnn.build_cnn((12, 12, 1), 5, variant="seed").count_params()
     assert summary["parameters"] == expected
     with pytest.raises(ValueError, match="pass both train and test"):
-        recipes.train_cnn(config, train=(images, labels))
+        tasks.train_cnn(config, train=(images, labels))
 
 
 @pytest.mark.slow
@@ -183,7 +185,7 @@ def sst2_vocab(tmp_path_factory):
     """A WordPiece vocabulary learned from SST-2 train (no BERT vocab is available offline)."""
     from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
 
-    train = recipes.data.load_tsv(os.path.join(SST2, "train.tsv"))
+    train = data.load_tsv(os.path.join(SST2, "train.tsv"))
     path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
     return text.write_vocab(text.learn_wordpiece_vocab(train.x, 4000), str(path))
 
@@ -287,7 +289,7 @@ def test_four_replicas_reach_95_percent_on_digits(tmp_path):
 def test_train_cnn_in_process_on_four_replicas(tmp_path):
     # The whole recipe in this process (flax's train_test.py is the model): the same
     # code path as scripts/train_cnn.py, on the session's 4 logical CPU replicas.
-    config = recipes.CNNConfig(
+    config = tasks.CNNConfig(
         dataset="digits",
         variant="seed",
         cpu_replicas=4,
@@ -298,7 +300,7 @@ def test_train_cnn_in_process_on_four_replicas(tmp_path):
         model_dir=str(tmp_path),
         verbose=0,
     )
-    summary = recipes.train_cnn(config)
+    summary = tasks.train_cnn(config)
     assert (summary["replicas"], summary["global_batch"], summary["final_step"]) == (4, 32, 18)
     assert (summary["test_examples"], summary["train_examples"]) == (360, 1437)
     assert summary["strategy"]["kind"] == "cpu" and summary["strategy"]["rehearsal"] is True

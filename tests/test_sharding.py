@@ -5,8 +5,9 @@ import pytest
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
+import keras_tpu
 from keras_tpu.parallel import memory
-from keras_tpu.tasks import inputs
+from keras_tpu.tasks import inputs as recipe_inputs
 from keras_tpu.parallel import sharding
 from keras_tpu.runtime.compat import keras
 from keras_tpu.models import bert
@@ -163,7 +164,7 @@ def tiny_export(tmp_path_factory):
 
 
 def _sharded_config(root, vocab, **overrides):
-    from keras_tpu import recipes  # pylint: disable=g-import-not-at-top
+    from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
 
     values = dict(
         encoder_handle=str(root / "encoder"),
@@ -180,21 +181,21 @@ def _sharded_config(root, vocab, **overrides):
         tensorboard=False,
         verbose=0,
     )
-    return recipes.BertRunConfig(**{**values, **overrides})
+    return tasks.BertRunConfig(**{**values, **overrides})
 
 
 @pytest.mark.slow  # ~2 min on the shared CPUs: two runs, an export and a reload.
 def test_train_bert_model_parallel_trains_checkpoints_and_exports(tiny_export, tmp_path):
     import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top
 
-    from keras_tpu import recipes  # pylint: disable=g-import-not-at-top
+    from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel import sharded_training  # pylint: disable=g-import-not-at-top
 
     root, vocab = tiny_export
     config = _sharded_config(
         root, vocab, model_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "export")
     )
-    recipes._resolve(config)
+    keras_tpu.strategy_for(config)
     train, test = recipe_inputs.text_splits(config)
     preprocessor = recipe_inputs.bert_preprocessor(config)
     summary, model = sharded_training.run_sharded(
@@ -233,7 +234,7 @@ def test_train_bert_model_parallel_trains_checkpoints_and_exports(tiny_export, t
     assert encoder(features)["pooled_output"].shape == (4, CONFIG.hidden_size)
 
     # Through train_bert: restarting with more epochs resumes from the checkpoint's step 6.
-    more = recipes.train_bert(
+    more = tasks.train_bert(
         _sharded_config(root, vocab, model_dir=str(tmp_path / "run"), epochs=3)
     )
     assert (more["resumed_from_step"], more["final_step"], len(more["losses"])) == (6, 9, 3)
@@ -251,11 +252,11 @@ def model_mesh(model):
     ],
 )
 def test_train_bert_model_parallel_bad_input(tiny_export, overrides, message):
-    from keras_tpu import recipes  # pylint: disable=g-import-not-at-top
+    from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
 
     root, vocab = tiny_export
     with pytest.raises(ValueError, match=message):
-        recipes.train_bert(_sharded_config(root, vocab, **overrides))
+        tasks.train_bert(_sharded_config(root, vocab, **overrides))
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu.engine import checkpointing
+from keras_tpu.engine import training
 from keras_tpu.engine import progress
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy_info import StrategyInfo
@@ -82,6 +83,25 @@ class ThroughputMeter(keras.callbacks.Callback):
         self.history.append(dict(epoch=epoch, **{k: float(v) for k, v in logs.items()}))
 
 
+class ExactValidationLoss(keras.callbacks.Callback):
+    """Report the exact validation loss as `val_loss`; runs first, so every callback sees it.
+
+    Keras's `val_loss` divides the zero-weight padding of the last evaluation
+    batch into the mean (0.3434 shown for a true 0.4251 with 517 of 640 slots
+    real). `training.compile_model` adds a weighted mean loss, which counts real
+    examples only; this puts it in `val_loss` for the progress lines,
+    TensorBoard, the history and the best-weights monitor, and drops its
+    training twin (equal to `loss` less regularisation: full batches).
+    """
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None:
+            return
+        if "val_" + training.WEIGHTED_LOSS in logs:
+            logs["val_loss"] = logs.pop("val_" + training.WEIGHTED_LOSS)
+        logs.pop(training.WEIGHTED_LOSS, None)
+
+
 class LearningRateLogger(keras.callbacks.Callback):
     """Add the learning rate in effect at the end of each epoch to the logs."""
 
@@ -136,7 +156,8 @@ class RunCallbacks:
     nan_guard: NaNGuard
     progress: progress.ProgressLogger | None  # None unless progress_seconds is given.
     backup: checkpointing.Backup | None  # None without model_dir or with backup=False.
-    all: tuple  # Every callback for model.fit, the meter first (TensorBoard logs its values).
+    all: tuple  # Every callback for model.fit, in order: the exact val_loss, then the meter
+    # (TensorBoard logs their values).
 
 
 def make_callbacks(
@@ -147,6 +168,7 @@ def make_callbacks(
     backup=True,
     backup_every_steps=None,
     best_metric=None,
+    best_mode=None,
     flops_per_example=None,
     peak_flops=None,
     tensorboard=True,
@@ -162,6 +184,7 @@ def make_callbacks(
       backup: add a checkpointing.Backup under model_dir/backup.
       backup_every_steps: backup frequency in optimizer steps; None backs up per epoch.
       best_metric: e.g. "val_accuracy": keep the best weights in model_dir/best.
+      best_mode: "min" or "max" for best_metric (default: "min" for a loss, else "max").
       flops_per_example: training FLOPs per example, for MFU.
       peak_flops: combined peak FLOP/s of the devices, for MFU.
       tensorboard: write TensorBoard logs to model_dir/tensorboard.
@@ -174,7 +197,7 @@ def make_callbacks(
     """
     meter = ThroughputMeter(global_batch, flops_per_example, peak_flops)
     guard = NaNGuard()
-    callbacks = [meter, LearningRateLogger(), guard]
+    callbacks = [ExactValidationLoss(), meter, LearningRateLogger(), guard]
     progress_logger = None
     if progress_seconds is not None:  # After the meter, which it reads.
         progress_logger = progress.ProgressLogger(meter, interval=progress_seconds)
@@ -193,7 +216,7 @@ def make_callbacks(
         )
         callbacks.append(backup_callback)
     if model_dir:
-        callbacks += _file_callbacks(model_dir, strategy, best_metric, tensorboard)
+        callbacks += _file_callbacks(model_dir, strategy, best_metric, best_mode, tensorboard)
     return RunCallbacks(
         meter=meter,
         nan_guard=guard,
@@ -203,7 +226,7 @@ def make_callbacks(
     )
 
 
-def _file_callbacks(model_dir, strategy, best_metric, tensorboard):
+def _file_callbacks(model_dir, strategy, best_metric, best_mode, tensorboard):
     """Return the callbacks that keep the best weights and write TensorBoard logs."""
     callbacks = []
     options = io_options(strategy, model_dir)
@@ -212,7 +235,7 @@ def _file_callbacks(model_dir, strategy, best_metric, tensorboard):
             checkpointing.FiniteModelCheckpoint(
                 os.path.join(model_dir, "best", "checkpoint"),
                 monitor=best_metric,
-                mode="min" if "loss" in best_metric else "max",
+                mode=best_mode or ("min" if "loss" in best_metric else "max"),
                 save_best_only=True,
                 save_weights_only=True,
                 options=options,

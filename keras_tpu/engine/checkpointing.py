@@ -26,6 +26,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from keras_tpu import checks
 from keras_tpu.engine import run_dir
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy_info import StrategyInfo
@@ -39,6 +40,10 @@ class RunStopped(Exception):
     def __init__(self, message, exit_code):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class BackupOrderError(checks.ConfigError):
+    """A backup restored after the input pipeline was built: the data would not resume."""
 
 
 def _finite(logs):
@@ -87,6 +92,7 @@ class Backup(keras.callbacks.Callback):
                 every_steps, steps_per_execution, every_steps,
             )  # fmt: skip
         self.start_step = 0
+        self.restored = False  # restore() ran (the engine calls it before building the data).
         self.saved_step = None
         self.nan_step = None
         self.signal = None
@@ -118,6 +124,7 @@ class Backup(keras.callbacks.Callback):
         if model is not None:
             self.set_model(model)
         read, _ = self._managers()
+        self.restored = True
         if read.latest_checkpoint:
             read.checkpoint.restore(read.latest_checkpoint, options=self.options)
             self.start_step = self.saved_step = int(self.model.optimizer.iterations.numpy())
@@ -160,8 +167,17 @@ class Backup(keras.callbacks.Callback):
     # Callback hooks -----------------------------------------------------------
 
     def on_train_begin(self, logs=None):
-        if self.saved_step is None:
-            self.restore()
+        if not self.restored and self.restore():
+            # The pipeline was built before this restore, so it starts at the first
+            # example: the resumed run would see other data than an uninterrupted one.
+            raise BackupOrderError(
+                f"the backup in {self.directory} is at step {self.start_step}, restored only "
+                f"when fit started, after the input pipeline was built: the data would restart "
+                f"from the first example and the resumed run would end with other weights. "
+                f"Restore first and start the data there: `step = backup.restore(model)`, then "
+                f"`data.train_dataset(..., start_step=step)`, then model.fit; or train with "
+                f"keras_tpu.fit, which does this."
+            )
         # Start fit at the restored step's epoch and batch (see _Counters).
         self.model._training_state = _Counters(self.start_step)  # pylint: disable=protected-access
         if self.handle_signals and threading.current_thread() is threading.main_thread():

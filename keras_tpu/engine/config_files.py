@@ -22,6 +22,12 @@ import yaml
 from keras_tpu import checks
 
 
+# Keys of a config file that are not config fields: which task it runs, and the
+# user modules to import first (written by a run of a registered task).
+TASK_KEY, IMPORT_KEY = "task", "import"
+META_KEYS = (TASK_KEY, IMPORT_KEY)
+
+
 class ConfigFileError(checks.ConfigError):
     """A config file or override is unreadable, names an unknown key or has a wrong value."""
 
@@ -119,12 +125,41 @@ def load_file(path, config_cls):
     settings = {}
     for key_node, value_node in root.value:
         key, origin = key_node.value, f"{path}:{key_node.start_mark.line + 1}"
+        if key in META_KEYS:
+            continue  # read_task's.
         _check_key(config_cls, key, origin)
         if key in settings:
             raise ConfigFileError(f"{origin}: {key} is set twice (also at {settings[key].origin}).")
         plain = isinstance(value_node, yaml.ScalarNode) and value_node.style is None
         settings[key] = check_value(config_cls, key, Setting(data[key], origin), plain_scalar=plain)
     return settings
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskRef:
+    """What a config file says it runs: a task name or import string, and modules to import."""
+
+    task: str | None
+    imports: tuple
+    origin: str
+
+
+def read_task(path):
+    """Return the TaskRef of a config file's `task:` and `import:` keys (None when absent)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = yaml.safe_load(f.read())
+    except (OSError, yaml.YAMLError):
+        return TaskRef(None, (), path)  # load_file reports it, with the line.
+    if not isinstance(value, dict):
+        return TaskRef(None, (), path)
+    task, imports = value.get(TASK_KEY), value.get(IMPORT_KEY) or []
+    imports = [imports] if isinstance(imports, str) else imports
+    if task is not None and not isinstance(task, str):
+        raise ConfigFileError(f"{path}: task: expected a task name or module:function, got {task!r}.")
+    if not isinstance(imports, list) or not all(isinstance(m, str) for m in imports):
+        raise ConfigFileError(f"{path}: import: expected a module name or a list of them.")
+    return TaskRef(task, tuple(imports), path)
 
 
 # A comma starts a new override only before "name=": values such as worker_hosts keep theirs.
@@ -185,20 +220,34 @@ def load_config(path, config_cls, *, params_override=None, **overrides):
     return build(config_cls, from_file, parse_overrides(params_override, config_cls), explicit)
 
 
-def to_yaml(config, *, header=""):
-    """Return the YAML text of a config dataclass (fields in declaration order)."""
+def to_yaml(config, *, header="", task=None):
+    """Return the YAML text of a config dataclass (fields in declaration order).
+
+    Args:
+      config: the config dataclass.
+      header: comment lines at the top.
+      task: a registry TaskEntry: adds the `task:` (and `import:`) keys.
+    """
     lines = [f"# {line}".rstrip() for line in header.splitlines()]
-    body = yaml.safe_dump(dataclasses.asdict(config), sort_keys=False, default_flow_style=False)
+    meta = {}
+    if task is not None:
+        meta[TASK_KEY] = task.name
+        if task.imports:
+            meta[IMPORT_KEY] = list(task.imports)
+    body = yaml.safe_dump(
+        {**meta, **dataclasses.asdict(config)}, sort_keys=False, default_flow_style=False
+    )
     return "\n".join([*lines, body])
 
 
-def write(config, path):
-    """Write `config` to `path` as YAML that `--config_file=path` reruns exactly."""
+def write(config, path, *, task=None):
+    """Write `config` (and its registry TaskEntry) to `path` as YAML that reruns it exactly."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top  (gs:// paths)
 
+    command = "scripts/train.py" if task is not None else "the same script"
     header = (
-        f"Resolved {type(config).__name__} of a keras_tpu run; rerun it with the same script "
-        f"and --config_file={path} (add --model_dir=... to write elsewhere)."
+        f"Resolved {type(config).__name__} of a keras_tpu run; rerun it with {command} "
+        f"--config_file={path} (add --model_dir=... to write elsewhere)."
     )
     with tf.io.gfile.GFile(path, "w") as f:
-        f.write(to_yaml(config, header=header))
+        f.write(to_yaml(config, header=header, task=task))

@@ -1,7 +1,7 @@
-"""Run configurations: what every recipe run shares, and each recipe's own fields.
+"""`RunConfig`: what every run shares, whatever it trains; tasks subclass it for their own fields.
 
-Plain dataclasses whose field names are the scripts' flag names
-(scripts/flag_utils.py defines one flag per field). Each checks its values when
+A plain dataclass whose field names are the scripts' flag names and the keys of
+config files (scripts/flag_utils.py defines one flag per field). Each checks its values when
 it is made, before TensorFlow starts, so a bad flag costs nothing.
 """
 
@@ -42,7 +42,6 @@ class RunConfig:
     keep_best: bool = True  # Keep the best weights (val_accuracy) under model_dir/best.
     tensorboard: bool = True  # TensorBoard logs under model_dir/tensorboard.
     peak_tflops: float | None = None  # Devices' combined peak, for MFU (e.g. bench_peak.py).
-    model_parallel: int = 1  # >1: split weights across K devices (keras_tpu.parallel.sharding).
     rehearse_tpu: bool = False  # Compile the steps for the TPU on the CPU first; stop on a finding.
     verbose: int = 2  # 2: progress lines; 1: Keras's progress bar; 0: silent.
     progress_seconds: float = 30.0  # verbose=2: a progress line at most this often.
@@ -53,7 +52,6 @@ class RunConfig:
             checks.optional_integer(name, getattr(self, name))
         checks.positive("learning_rate", self.learning_rate)
         checks.positive("progress_seconds", self.progress_seconds, unit="s")
-        checks.integer("model_parallel", self.model_parallel)
         checks.one_of("verbose", self.verbose, (0, 1, 2))
         outputs.check_directory_path("model_dir", self.model_dir)
         outputs.check_export_dir(self.export_dir, overwrite=self.overwrite)
@@ -66,44 +64,3 @@ class RunConfig:
                 )
             cluster.tf_config_from_hosts(self.worker_hosts, self.task_index)
         checks.one_of("mixed_precision", self.mixed_precision, ("auto", *checks.PRECISION_POLICIES))
-
-
-@dataclasses.dataclass
-class CNNConfig(RunConfig):
-    """The CNN example. Run: python scripts/train_cnn.py --dataset=digits."""
-
-    dataset: str = "digits"  # "digits", "synthetic", or a tfds image dataset name.
-    variant: str = "default"  # models.cnn variant: "default" or "seed".
-
-
-@dataclasses.dataclass
-class BertRunConfig(RunConfig):
-    """BERT fine-tuning on sentence classification.
-
-    Run: python scripts/train_bert.py --encoder_handle=DIR --vocab_file=vocab.txt
-         --train_file=../shared/data/sst2/train.tsv --eval_file=../shared/data/sst2/dev.tsv
-    """
-
-    encoder_handle: str | None = None
-    preprocess_handle: str | None = None  # Or vocab_file (+ lower_case).
-    vocab_file: str | None = None
-    lower_case: bool = True
-    train_file: str | None = None  # sentence<TAB>label TSV, with header.
-    eval_file: str | None = None
-    tfds_name: str | None = None  # Or a tfds text dataset, e.g. "imdb_reviews", "glue/sst2".
-    tfds_eval_split: str = "test"  # glue/sst2: "validation" (its test labels are hidden).
-    tfds_keys: str | None = None  # "text_feature,label_feature" for datasets without
-    # supervised keys, e.g. "sentence,label" for glue/sst2.
-    seq_length: int = 128
-    num_classes: int = 2
-    dropout: float = 0.1
-    warmup_fraction: float = 0.1
-    per_replica_batch_size: int = 32
-    epochs: int = 3
-    learning_rate: float = 3e-5
-
-    def __post_init__(self):
-        super().__post_init__()
-        checks.seq_length(self.seq_length)
-        checks.integer("num_classes", self.num_classes, minimum=2)
-        checks.fraction("warmup_fraction", self.warmup_fraction)

@@ -31,7 +31,7 @@ NOT_IDENTITY = frozenset({
     "tpu", "strategy", "cpu_replicas", "connect_timeout", "worker_hosts", "task_index",
     "collective_timeout", "epochs", "steps_per_epoch", "steps_per_execution", "model_dir",
     "data_dir", "export_dir", "backup_every_steps", "backup", "keep_best", "tensorboard",
-    "peak_tflops", "verbose", "overwrite",
+    "peak_tflops", "verbose", "overwrite", "progress_seconds", "rehearse_tpu",
 })  # fmt: skip
 
 
@@ -50,14 +50,8 @@ class RunIdentity:
     @classmethod
     def of(cls, config, *, global_batch, model):
         """Return the identity of `config` training `model` at `global_batch`."""
-        fields = {
-            f.name: getattr(config, f.name)
-            for f in dataclasses.fields(config)
-            if f.name not in NOT_IDENTITY
-        }
-        fields["global_batch"] = int(global_batch)
         variables = tuple((v.dtype.name, list(v.shape)) for v in model.weights)
-        return cls(tuple(sorted(fields.items())), variables)
+        return cls(identity_fields(config, global_batch), variables)
 
     def to_json(self):
         return json.dumps(
@@ -73,11 +67,35 @@ class RunIdentity:
 
     def differences(self, other):
         """Return the names of what differs from `other`: fields, then "model variables"."""
-        mine, theirs = dict(self.fields), dict(other.fields)
+        # A field recorded by an older keras_tpu that is no longer identity does not count.
+        mine, theirs = _identity_only(self.fields), _identity_only(other.fields)
         names = [k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
         if [list(v) for v in self.variables] != [list(v) for v in other.variables]:
             names.append("model variables")
         return names
+
+
+def identity_fields(config, global_batch):
+    """Return the ((name, value), ...) of `config` that say what a run learns."""
+    fields = {
+        f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in NOT_IDENTITY
+    }
+    fields["global_batch"] = int(global_batch)
+    return tuple(sorted(fields.items()))
+
+
+def same_fields(model_dir, config, *, global_batch):
+    """Return True if model_dir's run.json records the same identity fields as `config`."""
+    path = os.path.join(model_dir, IDENTITY_FILE)
+    if not tf.io.gfile.exists(path):
+        return False
+    with tf.io.gfile.GFile(path) as f:
+        recorded = RunIdentity.from_json(f.read())
+    return _identity_only(recorded.fields) == _identity_only(identity_fields(config, global_batch))
+
+
+def _identity_only(fields):
+    return {k: v for k, v in dict(fields).items() if k not in NOT_IDENTITY}
 
 
 def check_identity(model_dir, identity, *, overwrite, backup_dir):

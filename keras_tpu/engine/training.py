@@ -128,11 +128,19 @@ def compile_model(
 def evaluate(model, eval_data):
     """Evaluate on every example of `eval_data` exactly once.
 
+    Works on any compiled tf_keras model. One compiled by `compile_model` is
+    evaluated as it is; for one compiled with plain `model.compile`, whose metrics
+    would count the zero-weight padding, a model sharing its layers is compiled
+    with the same loss and metrics, all weighted.
+
     Returns:
       A dict of metric values weighted by the real examples only (so equal to
       the metrics over the whole split), "loss" the mean per-example loss over
-      the split (without regularisation terms), and "examples", the count.
+      the split (without regularisation terms), and "examples", the count (None
+      for a dataset function's stream, whose padding keras_tpu does not know).
     """
+    if WEIGHTED_LOSS not in _compiled_metric_names(model):
+        model = _exactly_weighted(model)
     results = model.evaluate(eval_data.dataset, steps=eval_data.steps, verbose=0, return_dict=True)
     results = {k: float(v) for k, v in results.items()}
     # Keras's own "loss" divides the padded last batch by its padded size; the
@@ -140,6 +148,49 @@ def evaluate(model, eval_data):
     results["loss"] = results.pop(WEIGHTED_LOSS)
     results["examples"] = eval_data.examples
     return results
+
+
+def _compiled_metric_names(model):
+    container = getattr(model, "compiled_metrics", None)
+    if container is None:
+        raise checks.ConfigError(
+            f"model {model.name!r} is not compiled; compile it (keras_tpu.training.compile_model) "
+            f"before evaluating."
+        )
+    # tf_keras keeps the metrics given to compile on its MetricsContainer
+    # (tf_keras/engine/compile_utils.py); tf_keras 2.x is in maintenance, so stable.
+    user = [*(container._user_metrics or []), *(container._user_weighted_metrics or [])]
+    return [getattr(m, "name", m) for m in user]
+
+
+class _SharedLayers(keras.Model):
+    """Run another model's layers (same weights) so they can be compiled differently."""
+
+    def __init__(self, inner):
+        super().__init__(name=inner.name)
+        self.inner = inner
+
+    def call(self, inputs, training=False):
+        return self.inner(inputs, training=False)
+
+
+def _exactly_weighted(model):
+    """Return a model sharing `model`'s weights, compiled with its loss and metrics, weighted."""
+    container = model.compiled_metrics
+    metrics = [*(container._user_metrics or []), *(container._user_weighted_metrics or [])]
+    if any(isinstance(m, (dict, list, tuple)) for m in metrics) or isinstance(model.loss, (dict, list)):
+        raise checks.ConfigError(
+            f"model {model.name!r} has per-output losses or metrics; keras_tpu.training.evaluate "
+            f"weighs a single output. Compile it with keras_tpu.training.compile_model."
+        )
+    clones = [
+        type(m).from_config(m.get_config()) if isinstance(m, keras.metrics.Metric) else m
+        for m in metrics
+    ]
+    with model.distribute_strategy.scope():
+        shared = _SharedLayers(model)
+        shared.compile(loss=model.loss, weighted_metrics=clones + [_weighted_loss_metric(model.loss)])
+    return shared
 
 
 def chance_warning(*, train_accuracy, eval_accuracy, num_classes):

@@ -1,0 +1,103 @@
+"""A task's data as the engine needs it: a training stream that can start at any step.
+
+Exact resume needs the data position: the training stream of a run resumed at
+step N must begin with the examples of step N + 1, so the engine builds it only
+after the backup is restored (`RunInputs.train(start_step)`). tf_keras's
+BackupAndRestore and orbit's checkpoints hold no iterator state, and users of
+other trainers meet the same bug (huggingface/accelerate#2016,
+Lightning-AI/pytorch-lightning#18780).
+"""
+
+import dataclasses
+from typing import Callable
+
+from keras_tpu import checks
+from keras_tpu import data
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInputs:
+    """The training stream factory, the evaluation data and the batch arithmetic of a run."""
+
+    train: Callable[[int], object]  # start_step -> distributed training dataset.
+    steps_per_epoch: int
+    eval: data.EvalData | None
+    batching: data.Batching
+    train_examples: int | None
+
+
+def _is_dataset_fn(value):
+    """True for a function of an InputContext (not a Source, arrays or a tuple)."""
+    return callable(value) and not isinstance(value, (data.Source, data.ArraySplit, tuple))
+
+
+def build(task, config, strategy):
+    """Return the RunInputs of `task` under `strategy` with `config`'s batch and steps.
+
+    Raises:
+      ConfigError: a split smaller than one global batch, or a dataset function
+        without `steps_per_epoch`.
+    """
+    batching = data.Batching.for_strategy(config.per_replica_batch_size, strategy)
+    if _is_dataset_fn(task.train_data):
+        if not config.steps_per_epoch:
+            raise checks.ConfigError(
+                "train_data is a dataset function, whose length keras_tpu cannot know; set "
+                "steps_per_epoch (RunConfig.steps_per_epoch or --steps_per_epoch)."
+            )
+        train, steps, examples = _from_function(task.train_data, strategy), None, None
+    else:
+        source = data.as_source(task.train_data, "train")
+        # Checks the split against one global batch before anything is built.
+        _, steps = data.train_dataset_fn(source, batching, preprocess=task.preprocess)
+        examples = data.count_examples(source)
+
+        def train(start_step):
+            dataset, _ = data.train_dataset(
+                strategy,
+                source,
+                batching.per_replica,
+                preprocess=task.preprocess,
+                seed=config.seed,
+                start_step=start_step,
+            )
+            return dataset
+
+    return RunInputs(
+        train=train,
+        steps_per_epoch=config.steps_per_epoch or steps,
+        eval=_eval(task, strategy, batching),
+        batching=batching,
+        train_examples=examples,
+    )
+
+
+def _from_function(dataset_fn, strategy):
+    """Return start_step -> the distributed dataset of a per-replica-batched dataset_fn."""
+
+    def train(start_step):
+        def positioned(context):
+            dataset = dataset_fn(context)
+            if start_step:
+                # Each pipeline feeds num_replicas / pipelines replicas one batch each a step.
+                per_step = context.num_replicas_in_sync // context.num_input_pipelines
+                dataset = dataset.skip(start_step * per_step)
+            return dataset
+
+        return strategy.distribute_datasets_from_function(positioned)
+
+    return train
+
+
+def _eval(task, strategy, batching):
+    """Return the task's EvalData (exact for arrays and Sources), or None."""
+    if task.eval_data is None:
+        return None
+    if _is_dataset_fn(task.eval_data):
+        dataset = strategy.distribute_datasets_from_function(task.eval_data)
+        return data.EvalData(dataset, None, None, batching)
+    return data.eval_dataset(
+        strategy, data.as_source(task.eval_data, "eval"), batching.per_replica,
+        preprocess=task.preprocess,
+    )  # fmt: skip
+

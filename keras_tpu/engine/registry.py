@@ -1,0 +1,149 @@
+"""Tasks by name: `register_task`, import strings, and user modules (`--import`).
+
+    @keras_tpu.register_task("my_regression", config=MyConfig)
+    def my_regression(config: MyConfig) -> keras_tpu.Task:
+        return keras_tpu.Task(...)
+
+A task is named either by its registered name or, with no decorator at all, by
+an import string "package.module:function" (LightningCLI's class_path idea);
+the function's config class is read from its first parameter's annotation
+(default `RunConfig`). `--import=module` imports user modules that register
+tasks (MMF's user_dir). The built-in tasks ("cnn", "bert") register themselves
+when keras_tpu.tasks is imported, which every lookup does first.
+"""
+
+import dataclasses
+import importlib
+import inspect
+import logging
+import os
+import sys
+import typing
+from typing import Callable
+
+from keras_tpu import checks
+from keras_tpu.engine.configs import RunConfig
+
+log = logging.getLogger(__name__)
+_TASKS = {}
+_FILES = {}  # Module name -> the .py file --import named: a rerun's config.yaml imports the file.
+_BUILT_INS = "keras_tpu.tasks"
+
+
+class UnknownTaskError(checks.ConfigError):
+    """A task name or import string that names no task."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskEntry:
+    """A task builder and what a run of it is configured with."""
+
+    name: str  # The registered name, or the import string it was found by.
+    builder: Callable  # config -> Task.
+    config_cls: type  # A RunConfig dataclass: the YAML keys and flags of the task.
+    module: str  # Where the builder lives: config.yaml imports it on a rerun.
+
+    def build(self, config):
+        """Return the Task for `config`, tagged with this entry's name."""
+        if not isinstance(config, self.config_cls):
+            raise checks.ConfigError(
+                f"task {self.name!r} takes a {self.config_cls.__name__}, got "
+                f"{type(config).__name__}."
+            )
+        task = self.builder(config)
+        return dataclasses.replace(task, task_name=self.name)
+
+    @property
+    def imports(self):
+        """Modules a rerun must import to find this task (none for built-ins)."""
+        if self.module.startswith("keras_tpu"):
+            return ()
+        return (_FILES.get(self.module, self.module),)
+
+
+def register_task(name, *, config=None):
+    """Register `fn(config) -> Task` under `name`; use as a decorator.
+
+    Args:
+      name: the task's name for `--task` and config files.
+      config: its RunConfig subclass (default: the first parameter's annotation,
+        else RunConfig).
+    """
+    if not isinstance(name, str) or not name:
+        raise checks.ConfigError(f"register_task needs a task name (a string), got {name!r}.")
+
+    def decorator(fn):
+        entry = TaskEntry(name, fn, config or _config_cls(fn), fn.__module__)
+        previous = _TASKS.get(name)
+        if previous and previous.builder is not fn and previous.module != entry.module:
+            raise checks.ConfigError(
+                f"task {name!r} is registered twice ({previous.module} and {entry.module}); "
+                f"rename one."
+            )
+        _TASKS[name] = entry
+        return fn
+
+    return decorator
+
+
+def _config_cls(fn):
+    """Return the RunConfig subclass `fn` takes (its first parameter's annotation)."""
+    params = list(inspect.signature(fn).parameters)
+    hint = typing.get_type_hints(fn).get(params[0]) if params else None
+    if hint is None:
+        return RunConfig
+    if not (isinstance(hint, type) and issubclass(hint, RunConfig)):
+        raise checks.ConfigError(
+            f"{fn.__module__}.{fn.__qualname__} takes {hint!r}; a task builder takes a "
+            f"keras_tpu.RunConfig (or a dataclass subclassing it)."
+        )
+    return hint
+
+
+def import_modules(modules):
+    """Import user modules (that call register_task): dotted names or .py file paths.
+
+    A file path's folder goes on sys.path first (MMF's user_dir), so
+    `--import=examples/user_tasks.py` works from any working directory.
+    """
+    for module in modules or ():
+        name = module
+        if module.endswith(".py") or os.sep in module:
+            if not os.path.isfile(module):
+                raise checks.ConfigError(f"--import={module}: no such file.")
+            folder, name = os.path.split(os.path.abspath(module)[: -len(".py")])
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
+            _FILES[name] = os.path.abspath(module)
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise checks.ConfigError(
+                f"--import={module}: cannot import it ({e}); pass its file path "
+                f"(--import=path/to/module.py), or put its folder on PYTHONPATH."
+            ) from e
+
+
+def registered():
+    """Return the registered task names, sorted (built-ins included)."""
+    importlib.import_module(_BUILT_INS)
+    return sorted(_TASKS)
+
+
+def get_task(ref):
+    """Return the TaskEntry for a registered name or a "module:function" import string."""
+    importlib.import_module(_BUILT_INS)
+    if ref in _TASKS:
+        return _TASKS[ref]
+    if ":" in ref:
+        module_name, _, attr = ref.partition(":")
+        import_modules([module_name])
+        fn = getattr(sys.modules[module_name], attr, None)
+        if not callable(fn):
+            raise UnknownTaskError(f"task {ref!r}: {module_name} has no function {attr!r}.")
+        return TaskEntry(ref, fn, _config_cls(fn), module_name)
+    raise UnknownTaskError(
+        f"unknown task {ref!r}; registered: {', '.join(sorted(_TASKS))}. Import a module that "
+        f"registers yours with --import=my_module (keras_tpu.register_task), or name its "
+        f"builder by import string, --task=my_package.my_module:build_task."
+    )

@@ -1,0 +1,155 @@
+"""What to train: `Task`, the unit `keras_tpu.fit` runs with every guarantee.
+
+    task = keras_tpu.Task(
+        build_model=lambda: keras.Sequential([...]),      # called inside strategy.scope()
+        loss="mse",
+        metrics=["mae", keras.metrics.MeanSquaredError()],
+        optimizer="adam",                                 # or lambda: Adam(1e-3), or fn(total_steps)
+        train_data=(x_train, y_train),                    # anything data.as_source takes
+        eval_data=(x_test, y_test),
+    )
+    summary = keras_tpu.fit(task, keras_tpu.RunConfig(model_dir="/tmp/run", epochs=5))
+
+Like tensorflow/models' `base_task.Task` (build_model, build_inputs, build_losses,
+build_metrics), a Task only *describes*; the engine decides when each part is
+built: the model, optimizer and metrics inside `strategy.scope()`, the data after
+a backup is restored (so the stream starts at the restored step).
+"""
+
+import dataclasses
+import inspect
+from typing import Any, Callable, Sequence
+
+from keras_tpu import checks
+from keras_tpu.engine import export as export_lib
+from keras_tpu.runtime.compat import keras
+
+MODES = ("min", "max")
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """What a run trains, evaluates and exports.
+
+    Attributes:
+      build_model: () -> an uncompiled tf_keras model; called inside `strategy.scope()`.
+      loss: a Keras loss name or instance (per-example losses are averaged over the
+        global batch; padded evaluation rows weigh 0).
+      train_data: anything `data.as_source` takes (a Source, an ArraySplit, an
+        (x, y) tuple of arrays, a tfds "name:split"), or a function of a
+        `tf.distribute.InputContext` returning a dataset batched per replica that
+        repeats forever (then `RunConfig.steps_per_epoch` is required).
+      eval_data: the same forms, or None for no evaluation. Arrays and Sources are
+        evaluated exactly (every example once, padding weighted 0); a function's
+        dataset is evaluated as it comes and must be finite.
+      metrics: Keras metric names or instances (instances are cloned inside the
+        scope for each run), or a () -> list factory.
+      optimizer: an optimizer name (built with `RunConfig.learning_rate`), a
+        () -> optimizer factory or class, or a (total_steps) -> optimizer function
+        (e.g. for a schedule). Built inside the scope; an instance is refused.
+      preprocess: (features, labels) -> (features, labels) on host batches.
+      monitor: the value that chooses the best weights ("val_loss", "val_auc", ...).
+      mode: "min" or "max" for `monitor`.
+      export: (model, export_dir, strategy, *, overwrite) -> export_dir, for
+        `--export_dir`; None refuses export_dir.
+      flops_per_example: model -> training FLOPs per example, for MFU.
+      check_memory: (model, StrategyInfo, policy) -> a warning or None.
+      check_model: model -> None, raising `ConfigError`: up-front checks (e.g. the
+        vocabulary against the encoder), run before anything is written.
+      name: the data's name in the summary ("dataset").
+      task_name: the registered name (set by the registry; written to config.yaml).
+    """
+
+    build_model: Callable[[], Any]
+    loss: Any
+    train_data: Any
+    eval_data: Any = None
+    metrics: Sequence[Any] | Callable[[], Sequence[Any]] = ()
+    optimizer: Any = "adam"
+    preprocess: Callable | None = None
+    monitor: str = "val_loss"
+    mode: str = "min"
+    export: Callable | None = export_lib.export_model
+    flops_per_example: Callable | None = None
+    check_memory: Callable | None = None
+    check_model: Callable | None = None
+    name: str | None = None
+    task_name: str | None = None
+
+    def __post_init__(self):
+        if not callable(self.build_model):
+            raise checks.ConfigError(
+                f"Task.build_model must be a function returning the model, got "
+                f"{type(self.build_model).__name__}; pass `build_model=lambda: my_model()` so the "
+                f"model is built inside strategy.scope()."
+            )
+        if isinstance(self.build_model, keras.Model):
+            raise checks.ConfigError("Task.build_model got a model; pass a function that builds it.")
+        checks.one_of("mode", self.mode, MODES)
+        if self.train_data is None:
+            raise checks.ConfigError("Task.train_data is required.")
+        if self.monitor.startswith("val_") and self.eval_data is None:
+            raise checks.ConfigError(
+                f"monitor={self.monitor!r} needs eval_data; give eval_data or monitor 'loss'."
+            )
+
+
+def build_metrics(spec):
+    """Return fresh metric objects (or names) for one run; call inside the strategy scope."""
+    metrics = spec() if callable(spec) else spec
+    fresh = []
+    for metric in metrics or ():
+        if isinstance(metric, keras.metrics.Metric):
+            # A fresh copy per run: metric variables must be created in the run's scope,
+            # and two runs of one Task must not share state.
+            metric = type(metric).from_config(metric.get_config())
+        fresh.append(metric)
+    return fresh
+
+
+def metric_names(metrics):
+    """Return the names Keras logs `metrics` under (strings as given; "acc" -> "accuracy")."""
+    names = []
+    for metric in metrics:
+        if isinstance(metric, str):
+            names.append("accuracy" if metric in ("acc", "accuracy") else metric)
+        else:
+            names.append(getattr(metric, "name", None) or getattr(metric, "__name__", str(metric)))
+    return names
+
+
+def check_monitor(monitor, metrics, *, has_eval):
+    """Raise ConfigError unless `monitor` is a value the run will log."""
+    base = ["loss", *metric_names(metrics)]
+    known = base + ([f"val_{name}" for name in base] if has_eval else [])
+    if monitor not in known:
+        raise checks.ConfigError(
+            f"monitor={monitor!r} is not logged by this task; it logs {', '.join(known)}."
+        )
+
+
+def build_optimizer(spec, *, total_steps, learning_rate):
+    """Return the optimizer `spec` describes; call inside the strategy scope."""
+    if spec is None or isinstance(spec, str):
+        return keras.optimizers.get(
+            {"class_name": spec or "adam", "config": {"learning_rate": learning_rate}}
+        )
+    if isinstance(spec, (keras.optimizers.Optimizer, keras.optimizers.legacy.Optimizer)):
+        raise checks.ConfigError(
+            f"Task.optimizer got an optimizer instance ({type(spec).__name__}); pass a factory, "
+            f"e.g. `optimizer=lambda: keras.optimizers.Adam(1e-3)`, so it is built inside "
+            f"strategy.scope() (its variables must live on the run's devices)."
+        )
+    if isinstance(spec, type):
+        return spec(learning_rate=learning_rate)
+    if not callable(spec):
+        raise checks.ConfigError(
+            f"Task.optimizer must be a name, a factory or a function of the total steps, "
+            f"got {spec!r}."
+        )
+    required = [
+        p
+        for p in inspect.signature(spec).parameters.values()
+        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    return spec(total_steps) if required else spec()

@@ -1,0 +1,379 @@
+"""The run engine: `fit(task, config)` trains any Task with every guarantee.
+
+    summary = keras_tpu.fit(task, keras_tpu.RunConfig(model_dir="/tmp/run", epochs=3))
+
+One loop owner, as orbit's Controller and Lightning's Trainer are: the Task says
+what to train, the engine owns the sequence and each guarantee, written once:
+
+  1. resolve the strategy (before any data or TF Hub load: logical CPU replicas
+     must be configured first), then build the Task if it was named;
+  2. a finished run in model_dir is a no-op that says so;
+  3. precision; data (split sizes checked); model, optimizer and metrics inside
+     `strategy.scope()`; the task's up-front checks; the export dir; compile;
+     the TPU compile rehearsal. Nothing is written before these pass;
+  4. claim model_dir (lock, run identity) and restore the backup, *then* build
+     the training stream at the restored step (exact resume) and write config.yaml;
+  5. train with the engine's callbacks (exact val_loss, throughput, NaN stop,
+     step-exact backups and SIGTERM/SIGINT, best weights by the task's monitor,
+     progress lines, TensorBoard);
+  6. a preempted or NaN run stops with its exit code; else evaluate exactly,
+     export atomically, write summary.json, and only then delete the backups.
+"""
+
+import dataclasses
+import functools
+import logging
+import os
+import shutil
+import tempfile
+import time
+
+from keras_tpu import checks
+from keras_tpu import data
+from keras_tpu.engine import callbacks as callbacks_lib
+from keras_tpu.engine import checkpointing
+from keras_tpu.engine import config_files
+from keras_tpu.engine import inputs as inputs_lib
+from keras_tpu.engine import outputs
+from keras_tpu.engine import registry
+from keras_tpu.engine import run_dir
+from keras_tpu.engine import summary as summary_lib
+from keras_tpu.engine import task as task_lib
+from keras_tpu.engine import training
+from keras_tpu.engine.configs import RunConfig
+from keras_tpu.runtime import cluster
+from keras_tpu.runtime import resolver
+from keras_tpu.runtime.compat import keras
+from keras_tpu.runtime.strategy_info import StrategyInfo
+
+log = logging.getLogger(__name__)
+
+# Errors that mean "the configuration is wrong": scripts print them as one line (exit 2).
+CONFIG_ERRORS = (
+    checks.ConfigError,
+    resolver.StrategyError,
+    data.DatasetUnavailableError,
+    cluster.ClusterError,
+)
+
+
+def strategy_for(config):
+    """Return the strategy `config` asks for (cached: the same call returns the same one)."""
+    return resolver.resolve_strategy(
+        tpu=config.tpu,
+        strategy=config.strategy,
+        cpu_replicas=config.cpu_replicas,
+        connect_timeout=config.connect_timeout,
+        worker_hosts=config.worker_hosts,
+        task_index=config.task_index,
+        collective_timeout=config.collective_timeout,
+    )
+
+
+def fit(task, config=None, *, strategy=None):
+    """Train, evaluate and export `task` with every run guarantee; return the summary dict.
+
+    Args:
+      task: a `keras_tpu.Task`; a registered task name ("cnn", or one of yours) or an
+        import string "package.module:build_task" naming a `config -> Task` function;
+        or such a function itself. A named or function task is built after the
+        strategy is resolved, so it may load data and TF Hub models freely.
+      config: a `keras_tpu.RunConfig` (or the task's subclass); default RunConfig().
+      strategy: run under this strategy instead of resolving `config`'s.
+
+    Returns:
+      The summary (summary.json): status, final_step, resumed_from_step,
+      weights_sha256, test (one entry per metric, exact), global_batch, replicas, ...
+
+    Raises:
+      checkpointing.RunStopped: preempted (exit 128 + signal, backed up), a NaN
+        loss (exit 3, summary status "nan") or a full disk (exit 2).
+      ConfigError: anything wrong with the task, the config or the environment,
+        before anything is written.
+    """
+    config = RunConfig() if config is None else config
+    if not isinstance(config, RunConfig):
+        raise checks.ConfigError(f"config must be a keras_tpu.RunConfig, got {type(config).__name__}.")
+    entry = registry.get_task(task) if isinstance(task, str) else None
+    strategy = strategy or strategy_for(config)
+    # Built after the strategy: builders may load data or TF Hub models, which
+    # initialises TensorFlow's devices.
+    if entry is not None:
+        task = entry.build(config)
+    elif callable(task) and not isinstance(task, task_lib.Task):
+        task = task(config)
+    if not isinstance(task, task_lib.Task):
+        raise checks.ConfigError(
+            f"fit() takes a keras_tpu.Task, a task name or a config -> Task function; got {task!r}."
+        )
+    finished = _finished_run(config, strategy)
+    if finished is not None:
+        return finished
+    previous_policy = keras.mixed_precision.global_policy()
+    try:
+        policy = training.set_precision(config.mixed_precision, strategy)
+        return _Run(task, config, strategy, policy).run()
+    finally:
+        keras.mixed_precision.set_global_policy(previous_policy)
+
+
+def _finished_run(config, strategy):
+    """Return the summary of this same run if it already finished in model_dir, else None."""
+    if not config.model_dir or config.overwrite:
+        return None
+    previous = summary_lib.read(config.model_dir)
+    if not previous or previous.get("status") != "ok":
+        return None
+    global_batch = config.per_replica_batch_size * strategy.num_replicas_in_sync
+    if not run_dir.same_fields(config.model_dir, config, global_batch=global_batch):
+        return None  # Another run: the identity check refuses it with the differences.
+    log.warning(
+        "keras_tpu: this run finished at step %d, summary in %s; nothing to do (--overwrite "
+        "to train again).", previous["final_step"], os.path.join(config.model_dir, "summary.json"),
+    )  # fmt: skip
+    return previous
+
+
+class _Run:
+    """One run of a task: built, claimed, trained, concluded (see the module docstring)."""
+
+    def __init__(self, task, config, strategy, policy):
+        self.task, self.config, self.strategy, self.policy = task, config, strategy, policy
+        self.info = StrategyInfo.of(strategy)
+
+    def run(self):
+        self._prepare()
+        lock, start_step = self._claim_and_restore()
+        try:
+            trained = self._train(start_step)
+            summary = self._conclude(trained)
+        except cluster.FAILURE_ERRORS as e:
+            if not self.info.is_multi_worker:
+                raise
+            raise cluster.worker_failure(
+                e, self.info, self.config.model_dir, self.config.backup
+            ) from e
+        finally:
+            if self.callbacks.backup:
+                self.callbacks.backup.close()
+            if lock:
+                lock.release()
+        return summary
+
+    def _prepare(self):
+        """Build data, model and callbacks and run every check; write nothing."""
+        config, task, strategy = self.config, self.task, self.strategy
+        keras.utils.set_random_seed(config.seed)
+        self.inputs = inputs_lib.build(task, config, strategy)
+        total_steps = self.inputs.steps_per_epoch * config.epochs
+        self.steps_per_execution = training.resolve_steps_per_execution(
+            config.steps_per_execution, strategy, self.inputs.steps_per_epoch
+        )
+        with strategy.scope():
+            self.model = task.build_model()
+            optimizer = task_lib.build_optimizer(
+                task.optimizer, total_steps=total_steps, learning_rate=config.learning_rate
+            )
+            metrics = task_lib.build_metrics(task.metrics)
+        task_lib.check_monitor(task.monitor, metrics, has_eval=self.inputs.eval is not None)
+        if task.check_model:
+            task.check_model(self.model)
+        if config.export_dir and task.export is None:
+            raise checks.ConfigError("this task has no export; drop --export_dir.")
+        outputs.check_export_dir(config.export_dir, overwrite=config.overwrite, model=self.model)
+        self.memory_warning = task.check_memory and task.check_memory(
+            self.model, self.info, self.policy
+        )
+        if self.memory_warning:
+            log.warning("keras_tpu: %s", self.memory_warning)
+        training.compile_model(
+            self.model, strategy, optimizer=optimizer, loss=task.loss, metrics=metrics,
+            steps_per_execution=self.steps_per_execution,
+        )  # fmt: skip
+        if config.rehearse_tpu:  # Before anything is written to model_dir.
+            training.rehearse_or_raise(
+                self.model, self.inputs.train(0), eval_dataset=self.inputs.eval
+            )
+        self.callbacks = callbacks_lib.make_callbacks(
+            config.model_dir,
+            strategy,
+            self.inputs.batching.global_batch,
+            backup=config.backup,
+            backup_every_steps=config.backup_every_steps,
+            best_metric=task.monitor if config.keep_best else None,
+            best_mode=task.mode,
+            tensorboard=config.tensorboard,
+            flops_per_example=task.flops_per_example and task.flops_per_example(self.model),
+            peak_flops=config.peak_tflops and config.peak_tflops * 1e12,
+            steps_per_execution=self.steps_per_execution,
+            progress_seconds=config.progress_seconds if config.verbose == 2 else None,
+        )
+
+    def _claim_and_restore(self):
+        """Lock model_dir, check it holds this run, restore its backup; return (lock, step)."""
+        config, backup = self.config, self.callbacks.backup
+        lock = None
+        if config.model_dir and self.info.is_chief:
+            identity = run_dir.RunIdentity.of(
+                config, global_batch=self.inputs.batching.global_batch, model=self.model
+            )
+            lock = run_dir.open_run(
+                config.model_dir,
+                identity=identity,
+                overwrite=config.overwrite,
+                needed_bytes=2 * checkpointing.checkpoint_bytes(self.model),
+            )
+        try:
+            start_step = backup.restore(self.model) if backup else 0
+            if config.model_dir and self.info.is_chief:  # Even a killed run can be rerun.
+                entry = registry.get_task(self.task.task_name) if self.task.task_name else None
+                config_files.write(
+                    config, os.path.join(config.model_dir, "config.yaml"), task=entry
+                )
+        except BaseException:
+            if lock:
+                lock.release()
+            raise
+        return lock, start_step
+
+    def _train(self, start_step):
+        """Fit from `start_step` (the data positioned there); return a _Trained."""
+        config, model, eval_data = self.config, self.model, self.inputs.eval
+        train = self.inputs.train(start_step)  # Only now: the stream starts at the restored step.
+        start = time.perf_counter()
+        history = model.fit(
+            train,
+            epochs=config.epochs,
+            steps_per_epoch=self.inputs.steps_per_epoch,
+            validation_data=eval_data.dataset if eval_data else None,
+            validation_steps=eval_data.steps if eval_data else None,
+            callbacks=list(self.callbacks.all),
+            verbose=1 if config.verbose == 1 else 0,  # 2: the ProgressLogger's lines.
+        )
+        seconds = time.perf_counter() - start
+        self._raise_if_stopped()
+        return _Trained(history.history, seconds, start_step)
+
+    def _raise_if_stopped(self):
+        """Raise RunStopped for a preempted run, or for a NaN loss (after a "nan" summary)."""
+        backup, guard = self.callbacks.backup, self.callbacks.nan_guard
+        if backup and backup.stop_reason():
+            raise backup.stop_reason()
+        if guard.stopped_at is None:
+            return
+        kept = backup and backup.saved_step
+        message = (
+            f"loss became NaN at step {guard.step}; stopped. "
+            + (f"The last finite backup (step {kept}) is kept in {backup.directory}. " if kept else "")
+            + "Lower --learning_rate, or use fp32, then run again (with --overwrite to start over)."
+        )
+        if self.info.is_chief:
+            summary_lib.write(
+                summary_lib.StoppedSummary(
+                    status="nan",
+                    nan_step=guard.step,
+                    final_step=int(self.model.optimizer.iterations.numpy()),
+                    message=message,
+                    strategy=self.info.to_dict(),
+                    config=dataclasses.asdict(self.config),
+                ),
+                self.config.model_dir,
+            )
+        raise checkpointing.RunStopped(message, exit_code=3)
+
+    def _conclude(self, trained):
+        """Evaluate, export, write the summary, then delete the backups; return the summary."""
+        config, model = self.config, self.model
+        test = training.evaluate(model, self.inputs.eval) if self.inputs.eval else {}
+        if config.export_dir:
+            export_fn = functools.partial(self.task.export, overwrite=config.overwrite)
+            _export_on_every_worker(export_fn, model, config.export_dir, self.strategy)
+        summary = _summary(self, trained, test)
+        if self.info.is_chief:
+            summary_lib.write(summary, config.model_dir)
+        if self.callbacks.backup:  # Only now: a failed export leaves the backup for the rerun.
+            self.callbacks.backup.finish()
+        return summary.to_dict()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Trained:
+    history: dict  # Keras History.history: key -> one value per epoch (exact val_loss).
+    seconds: float
+    start_step: int
+
+
+def _export_on_every_worker(export_fn, model, export_dir, strategy):
+    """Export from the chief to export_dir; other workers save to a temp dir and delete it.
+
+    Under MultiWorkerMirroredStrategy every worker must save: saving can run
+    collectives, so a chief saving alone would wait for its peers forever
+    (TensorFlow's multi-worker Keras tutorial, "Model saving and loading").
+    """
+    if StrategyInfo.of(strategy).is_chief:
+        return export_fn(model, export_dir, strategy)
+    scratch = tempfile.mkdtemp(prefix="keras_tpu_worker_export_")
+    try:
+        export_fn(model, os.path.join(scratch, "export"), strategy)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return None
+
+
+def _best(history, monitor, mode):
+    """Return {"epoch", monitor} of the best finite epoch by `monitor`, or None."""
+    values = [(i + 1, v) for i, v in enumerate(history.get(monitor, [])) if v == v]
+    if not values:
+        return None
+    epoch, value = (min if mode == "min" else max)(values, key=lambda item: item[1])
+    return {"epoch": epoch, monitor: float(value)}
+
+
+def _summary(run, trained, test):
+    """Return the RunSummary of a finished run."""
+    model, config, batching = run.model, run.config, run.inputs.batching
+    test = dict(test)
+    history = {k: [float(v) for v in values] for k, values in trained.history.items()}
+    accuracy_warning = None
+    if "accuracy" in history and "accuracy" in test:
+        accuracy_warning = training.chance_warning(
+            train_accuracy=history["accuracy"][-1],
+            eval_accuracy=test["accuracy"],
+            num_classes=int(model.output_shape[-1]),
+        )
+        if accuracy_warning:
+            log.warning("keras_tpu: %s", accuracy_warning)
+    final_step = int(model.optimizer.iterations.numpy())
+    steps_run = final_step - trained.start_step
+    return summary_lib.RunSummary(
+        status="ok",
+        task=run.task.task_name,
+        model=model.name,
+        parameters=int(model.count_params()),
+        train_examples=run.inputs.train_examples,
+        test_examples=test.pop("examples", None),
+        per_replica_batch=batching.per_replica,
+        global_batch=batching.global_batch,
+        replicas=batching.replicas,
+        precision_policy=run.policy,
+        epochs=config.epochs,
+        steps_per_epoch=run.inputs.steps_per_epoch,
+        steps_per_execution=run.steps_per_execution,
+        final_step=final_step,
+        resumed_from_step=trained.start_step,
+        memory_warning=run.memory_warning or None,
+        final_train={k: v[-1] for k, v in history.items() if not k.startswith("val_")},
+        test=test,
+        monitor=run.task.monitor,
+        best=_best(history, run.task.monitor, run.task.mode) if config.keep_best else None,
+        history=history,
+        accuracy_warning=accuracy_warning,
+        train_seconds=round(trained.seconds, 3),
+        train_examples_per_second=round(steps_run * batching.global_batch / trained.seconds, 1),
+        throughput=run.callbacks.meter.history,
+        weights_sha256=summary_lib.weights_checksum(model),
+        chief=run.info.is_chief,
+        strategy=run.info.to_dict(),
+        config=dataclasses.asdict(config),
+        dataset=run.task.name,
+    )

@@ -1,0 +1,68 @@
+"""The built-in CNN task: image classification, built only from keras_tpu's public API.
+
+    python scripts/train_cnn.py --dataset=digits          # or scripts/train.py --task=cnn
+    keras_tpu.tasks.train_cnn(keras_tpu.tasks.CNNConfig(dataset="digits", epochs=2))
+"""
+
+import dataclasses
+import functools
+
+import keras_tpu
+from keras_tpu import keras
+from keras_tpu.models import cnn
+from keras_tpu.tasks import inputs
+
+
+@dataclasses.dataclass
+class CNNConfig(keras_tpu.RunConfig):
+    """The CNN example. Run: python scripts/train_cnn.py --dataset=digits."""
+
+    dataset: str = "digits"  # "digits", "synthetic", or a tfds image dataset name.
+    variant: str = "default"  # models.cnn variant: "default" or "seed".
+
+
+@keras_tpu.register_task("cnn")
+def cnn_task(config: CNNConfig, train=None, test=None) -> keras_tpu.Task:
+    """Return the Task of the CNN on `config.dataset`, or on the given in-memory splits.
+
+    Args:
+      config: a CNNConfig.
+      train: optional training images instead of `config.dataset`: an ArraySplit,
+        an (images, labels) tuple of arrays (float32 images, integer labels
+        0..K-1) or a Source; with `test`.
+      test: the matching evaluation split.
+    """
+    if train is None and test is None:
+        train, test, preprocess, image_shape, num_classes = inputs.load_image_data(
+            config.dataset, config.data_dir, config.seed
+        )
+        name = config.dataset
+    else:
+        train, test, preprocess, image_shape, num_classes = inputs.in_memory_images(train, test)
+        name = "in-memory arrays"
+    return keras_tpu.Task(
+        build_model=lambda: cnn.build_cnn(image_shape, num_classes, variant=config.variant),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+        optimizer=lambda: keras.optimizers.Adam(config.learning_rate),
+        train_data=train,
+        eval_data=test,
+        preprocess=preprocess,
+        monitor="val_accuracy",
+        mode="max",
+        name=name,
+    )
+
+
+def train_cnn(config, train=None, test=None):
+    """Train and evaluate the CNN described by `config`; return the summary dict.
+
+    Args:
+      config: a CNNConfig.
+      train: optional in-memory training split instead of `config.dataset` (see
+        `cnn_task`); with `test`.
+      test: the matching evaluation split.
+    """
+    if train is None and test is None:
+        return keras_tpu.fit("cnn", config)
+    return keras_tpu.fit(functools.partial(cnn_task, train=train, test=test), config)

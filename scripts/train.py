@@ -1,0 +1,65 @@
+"""Train any registered task — the built-ins or your own — from flags and config files.
+
+Your own task, from a module outside keras_tpu (examples/user_tasks.py):
+  python scripts/train.py --import=examples/user_tasks.py --task=diabetes_mlp \
+    --config_file=examples/diabetes_mlp.yaml --model_dir=/tmp/mlp
+A file that names its task (`task:` and `import:` keys, as every run's config.yaml does):
+  python scripts/train.py --config_file=/tmp/mlp/config.yaml --model_dir=/tmp/mlp_again
+Built-ins, by name or import string:
+  python scripts/train.py --task=cnn --dataset=digits --epochs=2
+  python scripts/train.py --task=keras_tpu.tasks.cnn:cnn_task --dataset=digits
+
+The task's config class decides the flags: every field of it is a flag and a
+config-file key, type-checked with file:line errors (`--helpfull` lists them).
+"""
+
+import sys
+
+from absl import app
+from absl import flags
+
+# flag_utils first: it sets how loud TensorFlow is before TensorFlow loads.
+if __package__:  # python -m scripts.train
+    from scripts import flag_utils
+else:  # python scripts/train.py
+    import flag_utils
+import keras_tpu  # noqa: E402
+from keras_tpu.engine import config_files  # noqa: E402
+from keras_tpu.engine import registry  # noqa: E402
+
+
+def _task_entry(argv):
+    """Return the TaskEntry that argv names (--task, or the config file's task: key)."""
+    config_file = (flag_utils.argv_values(argv, "config_file") or [None])[-1]
+    ref = config_files.read_task(config_file) if config_file else None
+    registry.import_modules([*(ref.imports if ref else ()), *flag_utils.argv_values(argv, "import")])
+    name = (flag_utils.argv_values(argv, "task") or [ref and ref.task])[-1]
+    if not name:
+        raise keras_tpu.ConfigError(
+            f"name the task: --task=NAME (registered: {', '.join(registry.registered())}) or "
+            f"--task=package.module:function, or a --config_file with a `task:` key."
+        )
+    return registry.get_task(name)
+
+
+ENTRY = flag_utils.run_or_explain(_task_entry, sys.argv)
+flag_utils.define_flags(ENTRY.config_cls, flag_utils.RUN_HELP)
+flags.DEFINE_string("task", None, "Registered task name, or package.module:function.")
+flags.DEFINE_multi_string("import", [], "Module (or .py file) to import first: it registers tasks.")
+
+
+def main(argv):
+    del argv
+    config = flag_utils.config_from_flags(ENTRY.config_cls)
+    summary = flag_utils.run_or_explain(lambda c: keras_tpu.fit(ENTRY.name, c), config)
+    metrics = " ".join(f"{k} {v:.4f}" for k, v in summary["test"].items())
+    print(
+        f"task {ENTRY.name}: test {metrics or '(no eval data)'} on {summary['test_examples']} "
+        f"examples; {summary['replicas']} replica(s), global batch {summary['global_batch']}; "
+        f"{summary['train_examples_per_second']:.0f} train examples/s"
+    )
+    flag_utils.print_run(summary)
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=flag_utils.parse_flags)

@@ -1,0 +1,163 @@
+"""Tests for keras_tpu.fit (engine/trainer.py) with models defined outside keras_tpu.
+
+In-process, on the session's 4 logical CPU replicas: a regression MLP and a
+3-class classifier with AUC and top-2, whose metrics are recomputed with NumPy
+from the exported model over every eval example (the eval split is not a
+multiple of the global batch, so padding would show).
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_tpu
+from keras_tpu import keras
+from tests.conftest import CPU_REPLICAS
+from tests.conftest import REPO
+
+sys.path.insert(0, os.path.join(REPO, "examples"))
+import user_tasks  # noqa: E402  (examples/user_tasks.py: a user's module)
+
+GLOBAL_BATCH = 8 * CPU_REPLICAS
+
+
+def _config(tmp_path, config_cls, **fields):
+    return config_cls(
+        cpu_replicas=CPU_REPLICAS, model_dir=str(tmp_path / "run"),
+        export_dir=str(tmp_path / "export"), progress_seconds=1e-6, **fields,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def regression(tmp_path_factory):
+    """A finished diabetes_mlp run: (summary, config, captured stdout)."""
+    tmp_path = tmp_path_factory.mktemp("regression")
+    config = _config(tmp_path, user_tasks.DiabetesConfig, epochs=3, steps_per_execution=4)
+    from io import StringIO  # pylint: disable=g-import-not-at-top
+    import contextlib  # pylint: disable=g-import-not-at-top
+
+    out = StringIO()
+    with contextlib.redirect_stdout(out):
+        summary = keras_tpu.fit("diabetes_mlp", config)
+    return summary, config, out.getvalue()
+
+
+def _test_split(task_fn, config):
+    task = task_fn(config)
+    return np.asarray(task.eval_data[0]), np.asarray(task.eval_data[1])
+
+
+def _predict(export_dir, x):
+    model = keras.models.load_model(export_dir, compile=False)
+    return model.predict(x, verbose=0)
+
+
+def test_regression_metrics_equal_numpy_over_every_eval_example(regression):
+    summary, config, _ = regression
+    x, y = _test_split(user_tasks.diabetes_mlp, config)
+    assert len(x) % GLOBAL_BATCH, "the split must not be a multiple of the global batch"
+    prediction = _predict(config.export_dir, x)
+    errors = prediction - y
+    assert summary["test_examples"] == len(x) == 111
+    np.testing.assert_allclose(summary["test"]["mae"], np.mean(np.abs(errors)), rtol=1e-5)
+    np.testing.assert_allclose(summary["test"]["mse"], np.mean(errors**2), rtol=1e-5)
+    np.testing.assert_allclose(summary["test"]["loss"], np.mean(errors**2), rtol=1e-5)
+    assert "accuracy" not in summary["test"] and summary["accuracy_warning"] is None
+
+
+def test_validation_loss_during_fit_is_exact(regression):
+    """The last epoch's val_loss is evaluated on the final weights: it equals the exact test loss."""
+    summary, _, output = regression
+    np.testing.assert_allclose(summary["history"]["val_loss"][-1], summary["test"]["loss"], rtol=1e-6)
+    np.testing.assert_allclose(summary["history"]["val_mae"][-1], summary["test"]["mae"], rtol=1e-6)
+    last_epoch_line = [line for line in output.splitlines() if line.startswith("epoch 3/3")][-1]
+    assert f"val_loss {summary['test']['loss']:.4g}" in last_epoch_line, last_epoch_line
+
+
+def test_summary_keys_and_best_weights_by_val_loss(regression):
+    summary, config, _ = regression
+    assert summary["status"] == "ok" and summary["task"] == "diabetes_mlp"
+    assert summary["final_step"] == 3 * (331 // GLOBAL_BATCH) and summary["resumed_from_step"] == 0
+    assert (summary["global_batch"], summary["replicas"]) == (GLOBAL_BATCH, CPU_REPLICAS)
+    assert len(summary["weights_sha256"]) == 16
+    val_losses = summary["history"]["val_loss"]
+    best_epoch = int(np.argmin(val_losses)) + 1
+    assert summary["monitor"] == "val_loss"
+    assert summary["best"] == {"epoch": best_epoch, "val_loss": min(val_losses)}
+    assert tf.train.latest_checkpoint(os.path.join(config.model_dir, "best")) is not None
+    on_disk = json.loads(open(os.path.join(config.model_dir, "summary.json")).read())
+    assert on_disk == json.loads(json.dumps(summary))
+
+
+def test_progress_lines_and_tensorboard_carry_the_task_metrics(regression):
+    summary, config, output = regression
+    lines = [line for line in output.splitlines() if line.startswith("epoch ")]
+    assert lines and all(" mae " in line for line in lines)
+    assert all(" val_mae " in line and " val_mse " in line for line in lines if "step 10/10" in line)
+    tags = set()
+    for root, _, files in os.walk(os.path.join(config.model_dir, "tensorboard")):
+        for name in files:
+            for event in tf.compat.v1.train.summary_iterator(os.path.join(root, name)):
+                tags |= {(os.path.basename(root), v.tag) for v in event.summary.value}
+    for tag in ("epoch_loss", "epoch_mae", "epoch_mse", "epoch_learning_rate"):
+        assert ("train", tag) in tags, tags
+    assert ("validation", "epoch_loss") in tags and ("validation", "epoch_mae") in tags
+
+
+def test_config_yaml_names_the_task_and_its_module(regression):
+    _, config, _ = regression
+    text = open(os.path.join(config.model_dir, "config.yaml")).read()
+    assert "\ntask: diabetes_mlp\n" in text and "hidden_units: 64" in text
+    assert "import:\n- " in text and "user_tasks" in text
+
+
+def test_rerunning_a_finished_run_is_a_no_op(regression, caplog):
+    summary, config, _ = regression
+    again = keras_tpu.fit("diabetes_mlp", config)
+    assert again == json.loads(json.dumps(summary))
+    assert "finished at step" in caplog.text and "--overwrite" in caplog.text
+
+
+def test_classifier_with_auc_and_top_k_equals_recomputed_metrics(tmp_path):
+    config = _config(tmp_path, user_tasks.WineConfig, epochs=4, learning_rate=0.01)
+    summary = keras_tpu.fit("wine_classifier", config)
+    x, y = _test_split(user_tasks.wine_classifier, config)
+    probabilities = _predict(config.export_dir, x)
+    assert summary["test_examples"] == len(x) == 45 and len(x) % GLOBAL_BATCH
+    labels = y.argmax(-1)
+    np.testing.assert_allclose(
+        summary["test"]["accuracy"], np.mean(probabilities.argmax(-1) == labels), rtol=1e-6
+    )
+    top2 = np.argsort(-probabilities, axis=-1)[:, :2]
+    np.testing.assert_allclose(
+        summary["test"]["top2"], np.mean([label in row for label, row in zip(labels, top2)]),
+        rtol=1e-6,
+    )  # fmt: skip
+    auc = keras.metrics.AUC()  # Keras's own AUC over exactly the real examples.
+    auc.update_state(y, probabilities)
+    np.testing.assert_allclose(summary["test"]["auc"], float(auc.result()), rtol=1e-5)
+    loss = -np.mean(np.sum(y * np.log(np.clip(probabilities, 1e-7, 1)), axis=-1))
+    np.testing.assert_allclose(summary["test"]["loss"], loss, rtol=1e-4)
+
+
+def test_a_task_given_as_an_object_and_errors_before_anything_is_written(tmp_path):
+    x = np.random.default_rng(0).random((40, 3), dtype=np.float32)
+    task = keras_tpu.Task(
+        build_model=lambda: keras.Sequential([keras.layers.Dense(1, input_shape=(3,))]),
+        loss="mse", train_data=(x, x[:, :1]), eval_data=(x[:10], x[:10, :1]), monitor="val_auc",
+    )  # fmt: skip
+    with pytest.raises(keras_tpu.ConfigError, match="monitor='val_auc' is not logged"):
+        keras_tpu.fit(task, keras_tpu.RunConfig(cpu_replicas=CPU_REPLICAS, per_replica_batch_size=2,
+                                            model_dir=str(tmp_path)))
+    assert not os.listdir(tmp_path)  # Checked before the run directory was claimed.
+    with pytest.raises(keras_tpu.ConfigError, match="optimizer instance"):
+        bad = keras_tpu.Task(build_model=task.build_model, loss="mse", train_data=task.train_data,
+                             eval_data=task.eval_data,
+                             optimizer=keras.optimizers.Adam())  # fmt: skip
+        keras_tpu.fit(bad, keras_tpu.RunConfig(cpu_replicas=CPU_REPLICAS, per_replica_batch_size=2))
+    with pytest.raises(keras_tpu.ConfigError, match="unknown task 'nope'; registered: .*cnn"):
+        keras_tpu.fit("nope", keras_tpu.RunConfig(cpu_replicas=CPU_REPLICAS))
