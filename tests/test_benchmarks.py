@@ -171,3 +171,13 @@ def test_bench_model_parallel(tmp_path):
     for row in (one, two):
         assert row["state_bytes_per_device"] == row["planned_state_bytes_per_device"]
         assert row["examples_per_second"] > 0 and row["peak_rss_bytes"] > 0
+
+
+def test_bench_engine(tmp_path):
+    results, stdout = run_benchmark(
+        tmp_path, "bench_engine.py", "--train_examples=2048", "--features=8", "--hidden=16",
+        "--batch=64", "--epochs=3", "--steps_per_execution=4", "--repeats=1",
+    )  # fmt: skip
+    assert set(results["samples"]) == {"plain", "engine"}
+    assert [len(v) for v in results["samples"].values()] == [2, 2]  # Epochs 2 and 3 of each.
+    assert results["engine_vs_plain"] > 0 and "goal >= 0.97x" in stdout

@@ -117,3 +117,40 @@ def test_a_failed_save_names_the_path_and_leaves_no_litter(tmp_path, monkeypatch
     assert e.value.exit_code == 2
     assert sorted(os.listdir(directory)) == ["checkpoint", "ckpt-5.data-00000-of-00001",
                                              "ckpt-5.index"]  # fmt: skip
+
+
+def test_a_backup_restored_only_when_fit_starts_is_refused_with_the_fix(tmp_path):
+    """make_callbacks' Backup in a hand-written fit: the data would restart, so it refuses."""
+    model = _model(spe=1)
+    stop = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda b, logs: setattr(
+            model, "stop_training", int(model.optimizer.iterations.numpy()) >= 14
+        )
+    )
+    strategy = tf.distribute.get_strategy()
+    _fit(model, checkpointing.Backup(str(tmp_path), strategy, every_steps=1), 3, [stop])
+    resumed = _model(spe=1)
+    with pytest.raises(checkpointing.BackupOrderError, match=r"step 14.*start_step=step"):
+        _fit(resumed, checkpointing.Backup(str(tmp_path), strategy, every_steps=1), epochs=3)
+
+
+def test_restore_then_data_at_the_step_resumes_to_the_uninterrupted_weights(tmp_path):
+    """The documented order: restore, start the stream at the step, fit: same final weights."""
+    strategy = tf.distribute.get_strategy()
+    uninterrupted = _model(spe=1)
+    _fit(uninterrupted, checkpointing.Backup(str(tmp_path / "a"), strategy, every_steps=1), 3)
+    model = _model(spe=1)
+    stop = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda b, logs: setattr(
+            model, "stop_training", int(model.optimizer.iterations.numpy()) >= 14
+        )
+    )
+    _fit(model, checkpointing.Backup(str(tmp_path / "b"), strategy, every_steps=1), 3, [stop])
+    resumed = _model(spe=1)
+    backup = checkpointing.Backup(str(tmp_path / "b"), strategy, every_steps=1)
+    step = backup.restore(resumed)
+    stream = tf.data.Dataset.from_tensor_slices((X, Y)).batch(8).repeat().skip(step)
+    resumed.fit(stream, epochs=3, steps_per_epoch=STEPS_PER_EPOCH, verbose=0, callbacks=[backup])
+    assert step == 14 and int(resumed.optimizer.iterations.numpy()) == 30
+    for got, want in zip(resumed.get_weights(), uninterrupted.get_weights()):
+        np.testing.assert_array_equal(got, want)

@@ -138,3 +138,14 @@ def test_tfds_text_dataset_by_feature_keys():
         assert sentence.dtype == tf.string and label.dtype == tf.int64
         with pytest.raises(ValueError, match="has no supervised keys; name the feature and label"):
             sources.tfds_source("glue/sst2", "validation")
+
+
+def test_a_tfds_name_and_split_is_a_source(monkeypatch):
+    from keras_tpu.data import sources  # pylint: disable=g-import-not-at-top
+
+    calls = []
+    monkeypatch.setattr(sources, "tfds_source", lambda name, split: calls.append((name, split)))
+    sources.as_source("mnist:train")
+    assert calls == [("mnist", "train")]
+    with pytest.raises(sources.checks.ConfigError, match="'name:split'"):
+        sources.as_source("mnist")

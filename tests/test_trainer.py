@@ -161,3 +161,16 @@ def test_a_task_given_as_an_object_and_errors_before_anything_is_written(tmp_pat
         keras_tpu.fit(bad, keras_tpu.RunConfig(cpu_replicas=CPU_REPLICAS, per_replica_batch_size=2))
     with pytest.raises(keras_tpu.ConfigError, match="unknown task 'nope'; registered: .*cnn"):
         keras_tpu.fit("nope", keras_tpu.RunConfig(cpu_replicas=CPU_REPLICAS))
+
+
+def test_the_readme_example_runs_as_written(tmp_path):
+    """README "Bring your own model": the block tagged ci:own-model, run with its own paths."""
+    text = open(os.path.join(REPO, "README.md")).read()
+    block = text.split("<!-- ci:own-model -->\n```python\n", 1)[1].split("```", 1)[0]
+    code = block.replace("/tmp/keras_tpu_own_model", str(tmp_path / "own"))
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)  # pylint: disable=exec-used
+    summary = namespace["summary"]
+    assert summary["status"] == "ok" and summary["test_examples"] == 111
+    assert set(summary["test"]) == {"loss", "mae"}
+    assert (tmp_path / "own" / "export" / "saved_model.pb").exists()

@@ -199,3 +199,18 @@ def test_bert_optimizer_recipe():
     assert optimizer._use_weight_decay(kernel) and not optimizer._use_weight_decay(layer_norm)
     with pytest.raises(ValueError, match="warmup_steps=100 must be in"):
         optimizers.WarmupLinearDecay(1e-3, total_steps=100, warmup_steps=100)
+
+
+def test_evaluate_works_on_a_plainly_compiled_model(mirrored):
+    """model.compile's own metrics would count padding; evaluate weighs it out all the same."""
+    rng = np.random.default_rng(1)
+    split = data.ArraySplit(rng.normal(size=(37, 4)).astype(np.float32),
+                            rng.normal(size=(37, 1)).astype(np.float32))  # fmt: skip
+    with mirrored.scope():
+        model = keras.Sequential([keras.layers.Dense(1, input_shape=(4,))])
+        model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
+    results = training.evaluate(model, data.eval_dataset(mirrored, split, per_replica_batch=8))
+    errors = model.predict(split.x, verbose=0) - split.y
+    assert results["examples"] == 37 and set(results) == {"loss", "mae", "examples"}
+    assert results["mae"] == pytest.approx(np.mean(np.abs(errors)), rel=1e-5)
+    assert results["loss"] == pytest.approx(np.mean(errors**2), rel=1e-5)

@@ -62,13 +62,24 @@ class Source:
 
 
 def as_source(data, name="arrays"):
-    """Return `data` as a Source; ArraySplits and (x, y) tuples are wrapped."""
+    """Return `data` as a Source: a Source, an ArraySplit, an (x, y) tuple or a tfds "name:split"."""
     if isinstance(data, Source):
         return data
+    if isinstance(data, str):
+        dataset, sep, split = data.partition(":")
+        if not sep or not dataset or not split:
+            raise checks.ConfigError(
+                f"{name} data {data!r}: a string names a tfds split as 'name:split', "
+                f"e.g. 'mnist:train'."
+            )
+        return tfds_source(dataset, split)
     if isinstance(data, tuple) and len(data) == 2:
         data = ArraySplit(np.asarray(data[0]), np.asarray(data[1]))
     if not isinstance(data, ArraySplit):
-        raise TypeError(f"expected a Source, ArraySplit or (x, y) tuple, got {type(data).__name__}")
+        raise TypeError(
+            f"expected a Source, ArraySplit, (x, y) tuple or 'tfds_name:split', got "
+            f"{type(data).__name__}"
+        )
     if len(data) == 0:
         raise checks.ConfigError(f"source {name!r} is empty.")
 
