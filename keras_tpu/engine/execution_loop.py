@@ -1,0 +1,100 @@
+"""The engine's own loop, for training steps that `model.fit` cannot run (e.g. on a DTensor mesh).
+
+orbit's Controller shape: a train function runs N steps per host call (one
+"execution"), and everything else happens at execution boundaries. It drives
+the very callbacks `model.fit` gets (the exact val_loss, throughput meter, NaN
+guard, backups and preemption, best weights, progress lines, TensorBoard), with
+the same hooks in the same order, so each guarantee is written once, in those
+callbacks, whichever loop trains:
+
+    on_train_begin
+    for each epoch from the restored one:   on_epoch_begin
+        for each execution:                 on_train_batch_begin(first step in epoch)
+                                            train(n) -> {"loss": last-step loss, ...}
+                                            on_train_batch_end(last step in epoch, epoch means)
+        evaluate() -> val_ metrics          on_epoch_end(epoch, train means + val_ metrics)
+    on_train_end
+
+Resuming at optimizer step S starts at epoch S // steps_per_epoch, step
+S % steps_per_epoch of it, as tf_keras's `fit` does through the backup's
+counters; the data stream the train function reads must already start at S.
+"""
+
+import dataclasses
+import math
+from typing import Callable
+
+import numpy as np
+
+from keras_tpu.runtime.compat import keras
+
+
+@dataclasses.dataclass(frozen=True)
+class StepFunctions:
+    """What a backend gives the loop: N training steps per call, and exact evaluation.
+
+    Attributes:
+      train: n -> {"loss": mean loss of the n steps, other metrics...} (tensors or
+        floats), after running n optimizer steps on the next n batches.
+      evaluate: () -> {"loss": ..., metric: ...} over the whole evaluation split
+        (exact), or None for no validation.
+    """
+
+    train: Callable[[int], dict]
+    evaluate: Callable[[], dict] | None = None
+
+
+class _EpochMeans:
+    """Running means of the training logs over an epoch's steps (as fit's logs are)."""
+
+    def __init__(self):
+        self._sums, self._steps = {}, 0
+
+    def add(self, logs, steps):
+        for key, value in logs.items():
+            self._sums[key] = self._sums.get(key, 0.0) + float(np.asarray(value)) * steps
+        self._steps += steps
+
+    def value(self):
+        if not self._steps:
+            return {}
+        return {key: total / self._steps for key, total in self._sums.items()}
+
+
+def run(model, steps, callbacks, *, epochs, steps_per_epoch, steps_per_execution, start_step=0):
+    """Train from `start_step` to epochs x steps_per_epoch; return the History's history.
+
+    Args:
+      model: the model the callbacks see (`model.optimizer.iterations` is the step).
+      steps: the backend's StepFunctions.
+      callbacks: the engine's callbacks (as `model.fit` would get them).
+      epochs, steps_per_epoch: the run's length.
+      steps_per_execution: steps per host call (the last execution of an epoch
+        may be shorter, as in fit).
+      start_step: the optimizer step the run resumes from.
+    """
+    history = keras.callbacks.History()
+    callback_list = keras.callbacks.CallbackList(
+        [*callbacks, history], model=model, epochs=epochs, steps=steps_per_epoch, verbose=0
+    )
+    model.stop_training = False
+    callback_list.on_train_begin()
+    first_epoch, first_step = divmod(start_step, steps_per_epoch)
+    for epoch in range(first_epoch, epochs):
+        callback_list.on_epoch_begin(epoch)
+        means = _EpochMeans()
+        step = first_step if epoch == first_epoch else 0
+        while step < steps_per_epoch and not model.stop_training:
+            n = min(steps_per_execution, steps_per_epoch - step)
+            callback_list.on_train_batch_begin(step)
+            means.add(steps.train(n), n)
+            step += n
+            callback_list.on_train_batch_end(step - 1, means.value())
+        logs = means.value()
+        if steps.evaluate is not None and math.isfinite(logs.get("loss", 0.0)):
+            logs.update({f"val_{k}": v for k, v in steps.evaluate().items() if k != "examples"})
+        callback_list.on_epoch_end(epoch, logs)
+        if model.stop_training:
+            break
+    callback_list.on_train_end()
+    return history.history
