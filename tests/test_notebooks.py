@@ -6,6 +6,7 @@ run: the offline `digits` dataset, or a tiny random BERT exported offline with
 a WordPiece vocabulary learned from SST-2 sentences, on 2 logical CPU replicas.
 """
 
+import json
 import os
 
 import pytest
@@ -107,6 +108,8 @@ def test_cnn_notebook_runs_on_cpu(tmp_path, monkeypatch):
             MODEL_DIR=str(tmp_path / "run"),
             EXPORT_DIR=str(tmp_path / "export"),
             VERBOSE=0,
+            OWN_MODEL_DIR=str(tmp_path / "own"),
+            OWN_EPOCHS=2,
         ),
     )
     _execute(_count_figures(nb), tmp_path, monkeypatch)
@@ -118,6 +121,10 @@ def test_cnn_notebook_runs_on_cpu(tmp_path, monkeypatch):
     assert "open figures: 3" in text  # curves, confusion matrix, misclassified images.
     assert os.path.exists(tmp_path / "run" / "summary.json")
     assert os.path.exists(tmp_path / "export" / "saved_model.pb")
+    # "Your own model": a Task through keras_tpu.fit, with its own metric and monitor.
+    own = json.loads((tmp_path / "own" / "summary.json").read_text())
+    assert own["status"] == "ok" and own["test_examples"] == 360 and "top3" in own["test"]
+    assert "own model: test" in text and own["monitor"] == "val_loss"
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +160,8 @@ def test_bert_notebook_runs_on_cpu(tiny_bert_export, tmp_path, monkeypatch):
             MODEL_DIR=str(tmp_path / "run"),
             EXPORT_DIR=str(tmp_path / "export"),
             VERBOSE=0,
+            OWN_MODEL_DIR=str(tmp_path / "own"),
+            OWN_EPOCHS=2,
         ),
     )
     _execute(_count_figures(nb), tmp_path, monkeypatch)

@@ -58,6 +58,9 @@ class Task:
         vocabulary against the encoder), run before anything is written.
       name: the data's name in the summary ("dataset").
       task_name: the registered name (set by the registry; written to config.yaml).
+      backend: a `engine.backend.Backend` subclass that builds and steps the model
+        (default: KerasBackend, data parallel under the strategy with model.fit;
+        keras_tpu.parallel's for weights split on a DTensor mesh).
     """
 
     build_model: Callable[[], Any]
@@ -75,6 +78,7 @@ class Task:
     check_model: Callable | None = None
     name: str | None = None
     task_name: str | None = None
+    backend: Any = None
 
     def __post_init__(self):
         if not callable(self.build_model):
@@ -131,9 +135,11 @@ def check_monitor(monitor, metrics, *, has_eval):
 def build_optimizer(spec, *, total_steps, learning_rate):
     """Return the optimizer `spec` describes; call inside the strategy scope."""
     if spec is None or isinstance(spec, str):
-        return keras.optimizers.get(
-            {"class_name": spec or "adam", "config": {"learning_rate": learning_rate}}
-        )
+        # By name, not a config dict: tf_keras deserialises {"class_name": "adam"} to the
+        # legacy optimizer, whose step variable ("iter") differs from the built-ins'.
+        optimizer = keras.optimizers.get(spec or "adam")
+        optimizer.learning_rate = learning_rate
+        return optimizer
     if isinstance(spec, (keras.optimizers.Optimizer, keras.optimizers.legacy.Optimizer)):
         raise checks.ConfigError(
             f"Task.optimizer got an optimizer instance ({type(spec).__name__}); pass a factory, "

@@ -21,7 +21,6 @@ what to train, the engine owns the sequence and each guarantee, written once:
 """
 
 import dataclasses
-import functools
 import logging
 import os
 import shutil
@@ -33,7 +32,7 @@ from keras_tpu import data
 from keras_tpu.engine import callbacks as callbacks_lib
 from keras_tpu.engine import checkpointing
 from keras_tpu.engine import config_files
-from keras_tpu.engine import inputs as inputs_lib
+from keras_tpu.engine import backend as backend_lib
 from keras_tpu.engine import outputs
 from keras_tpu.engine import registry
 from keras_tpu.engine import run_dir
@@ -140,6 +139,7 @@ class _Run:
     def __init__(self, task, config, strategy, policy):
         self.task, self.config, self.strategy, self.policy = task, config, strategy, policy
         self.info = StrategyInfo.of(strategy)
+        self.backend = backend_lib.backend_for(task, config, strategy, policy)
 
     def run(self):
         self._prepare()
@@ -162,20 +162,10 @@ class _Run:
 
     def _prepare(self):
         """Build data, model and callbacks and run every check; write nothing."""
-        config, task, strategy = self.config, self.task, self.strategy
+        config, task, backend = self.config, self.task, self.backend
         keras.utils.set_random_seed(config.seed)
-        self.inputs = inputs_lib.build(task, config, strategy)
-        total_steps = self.inputs.steps_per_epoch * config.epochs
-        self.steps_per_execution = training.resolve_steps_per_execution(
-            config.steps_per_execution, strategy, self.inputs.steps_per_epoch
-        )
-        with strategy.scope():
-            self.model = task.build_model()
-            optimizer = task_lib.build_optimizer(
-                task.optimizer, total_steps=total_steps, learning_rate=config.learning_rate
-            )
-            metrics = task_lib.build_metrics(task.metrics)
-        task_lib.check_monitor(task.monitor, metrics, has_eval=self.inputs.eval is not None)
+        backend.build()
+        self.model, self.shape = backend.model, backend.shape
         if task.check_model:
             task.check_model(self.model)
         if config.export_dir and task.export is None:
@@ -186,18 +176,12 @@ class _Run:
         )
         if self.memory_warning:
             log.warning("keras_tpu: %s", self.memory_warning)
-        training.compile_model(
-            self.model, strategy, optimizer=optimizer, loss=task.loss, metrics=metrics,
-            steps_per_execution=self.steps_per_execution,
-        )  # fmt: skip
         if config.rehearse_tpu:  # Before anything is written to model_dir.
-            training.rehearse_or_raise(
-                self.model, self.inputs.train(0), eval_dataset=self.inputs.eval
-            )
+            backend.rehearse()
         self.callbacks = callbacks_lib.make_callbacks(
             config.model_dir,
-            strategy,
-            self.inputs.batching.global_batch,
+            self.strategy,
+            self.shape.global_batch,
             backup=config.backup,
             backup_every_steps=config.backup_every_steps,
             best_metric=task.monitor if config.keep_best else None,
@@ -205,7 +189,7 @@ class _Run:
             tensorboard=config.tensorboard,
             flops_per_example=task.flops_per_example and task.flops_per_example(self.model),
             peak_flops=config.peak_tflops and config.peak_tflops * 1e12,
-            steps_per_execution=self.steps_per_execution,
+            steps_per_execution=self.shape.steps_per_execution,
             progress_seconds=config.progress_seconds if config.verbose == 2 else None,
         )
 
@@ -215,7 +199,7 @@ class _Run:
         lock = None
         if config.model_dir and self.info.is_chief:
             identity = run_dir.RunIdentity.of(
-                config, global_batch=self.inputs.batching.global_batch, model=self.model
+                config, global_batch=self.shape.global_batch, model=self.model
             )
             lock = run_dir.open_run(
                 config.model_dir,
@@ -237,22 +221,12 @@ class _Run:
         return lock, start_step
 
     def _train(self, start_step):
-        """Fit from `start_step` (the data positioned there); return a _Trained."""
-        config, model, eval_data = self.config, self.model, self.inputs.eval
-        train = self.inputs.train(start_step)  # Only now: the stream starts at the restored step.
+        """Train from `start_step`, the data positioned there; return a _Trained."""
         start = time.perf_counter()
-        history = model.fit(
-            train,
-            epochs=config.epochs,
-            steps_per_epoch=self.inputs.steps_per_epoch,
-            validation_data=eval_data.dataset if eval_data else None,
-            validation_steps=eval_data.steps if eval_data else None,
-            callbacks=list(self.callbacks.all),
-            verbose=1 if config.verbose == 1 else 0,  # 2: the ProgressLogger's lines.
-        )
+        history = self.backend.train(self.callbacks.all, start_step)
         seconds = time.perf_counter() - start
         self._raise_if_stopped()
-        return _Trained(history.history, seconds, start_step)
+        return _Trained(history, seconds, start_step)
 
     def _raise_if_stopped(self):
         """Raise RunStopped for a preempted run, or for a NaN loss (after a "nan" summary)."""
@@ -283,11 +257,14 @@ class _Run:
 
     def _conclude(self, trained):
         """Evaluate, export, write the summary, then delete the backups; return the summary."""
-        config, model = self.config, self.model
-        test = training.evaluate(model, self.inputs.eval) if self.inputs.eval else {}
+        config = self.config
+        test = self.backend.evaluate() if self.shape.has_eval else {}
         if config.export_dir:
-            export_fn = functools.partial(self.task.export, overwrite=config.overwrite)
-            _export_on_every_worker(export_fn, model, config.export_dir, self.strategy)
+            _export_on_every_worker(
+                lambda export_dir: self.backend.export(export_dir, overwrite=config.overwrite),
+                config.export_dir,
+                self.strategy,
+            )
         summary = _summary(self, trained, test)
         if self.info.is_chief:
             summary_lib.write(summary, config.model_dir)
@@ -303,7 +280,7 @@ class _Trained:
     start_step: int
 
 
-def _export_on_every_worker(export_fn, model, export_dir, strategy):
+def _export_on_every_worker(export_fn, export_dir, strategy):
     """Export from the chief to export_dir; other workers save to a temp dir and delete it.
 
     Under MultiWorkerMirroredStrategy every worker must save: saving can run
@@ -311,10 +288,10 @@ def _export_on_every_worker(export_fn, model, export_dir, strategy):
     (TensorFlow's multi-worker Keras tutorial, "Model saving and loading").
     """
     if StrategyInfo.of(strategy).is_chief:
-        return export_fn(model, export_dir, strategy)
+        return export_fn(export_dir)
     scratch = tempfile.mkdtemp(prefix="keras_tpu_worker_export_")
     try:
-        export_fn(model, os.path.join(scratch, "export"), strategy)
+        export_fn(os.path.join(scratch, "export"))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return None
@@ -331,7 +308,7 @@ def _best(history, monitor, mode):
 
 def _summary(run, trained, test):
     """Return the RunSummary of a finished run."""
-    model, config, batching = run.model, run.config, run.inputs.batching
+    model, config, shape = run.model, run.config, run.shape
     test = dict(test)
     history = {k: [float(v) for v in values] for k, values in trained.history.items()}
     accuracy_warning = None
@@ -350,15 +327,15 @@ def _summary(run, trained, test):
         task=run.task.task_name,
         model=model.name,
         parameters=int(model.count_params()),
-        train_examples=run.inputs.train_examples,
+        train_examples=shape.train_examples,
         test_examples=test.pop("examples", None),
-        per_replica_batch=batching.per_replica,
-        global_batch=batching.global_batch,
-        replicas=batching.replicas,
+        per_replica_batch=shape.per_replica_batch,
+        global_batch=shape.global_batch,
+        replicas=shape.replicas,
         precision_policy=run.policy,
         epochs=config.epochs,
-        steps_per_epoch=run.inputs.steps_per_epoch,
-        steps_per_execution=run.steps_per_execution,
+        steps_per_epoch=shape.steps_per_epoch,
+        steps_per_execution=shape.steps_per_execution,
         final_step=final_step,
         resumed_from_step=trained.start_step,
         memory_warning=run.memory_warning or None,
@@ -369,11 +346,12 @@ def _summary(run, trained, test):
         history=history,
         accuracy_warning=accuracy_warning,
         train_seconds=round(trained.seconds, 3),
-        train_examples_per_second=round(steps_run * batching.global_batch / trained.seconds, 1),
+        train_examples_per_second=round(steps_run * shape.global_batch / trained.seconds, 1),
         throughput=run.callbacks.meter.history,
-        weights_sha256=summary_lib.weights_checksum(model),
+        weights_sha256=run.backend.weights_checksum(),
         chief=run.info.is_chief,
         strategy=run.info.to_dict(),
         config=dataclasses.asdict(config),
         dataset=run.task.name,
+        extra=run.backend.summary_extra(),
     )

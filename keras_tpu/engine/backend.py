@@ -1,0 +1,146 @@
+"""How a run's model is built, fed and stepped: the engine's one seam (`Backend`).
+
+The trainer owns every guarantee (run directory, backups and exact resume,
+preemption, NaN stop, progress, TensorBoard, evaluation order, export, summary);
+a backend only says how to do the device work, like a Lightning Strategy:
+
+  - `KerasBackend` (the default): data parallelism under a tf.distribute strategy,
+    the model compiled by `training.compile_model` and trained by `model.fit`;
+  - a model-parallel backend (keras_tpu.parallel) builds its model on a DTensor
+    mesh and trains it with `execution_loop.run`, which drives the same callbacks.
+
+A backend refuses, with one ConfigError, any setting it cannot honour
+(`check_config`), before anything is built or written.
+"""
+
+import dataclasses
+
+from keras_tpu import checks
+from keras_tpu.engine import inputs as inputs_lib
+from keras_tpu.engine import summary as summary_lib
+from keras_tpu.engine import task as task_lib
+from keras_tpu.engine import training
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """The run's size, as the backend built it."""
+
+    steps_per_epoch: int
+    steps_per_execution: int
+    per_replica_batch: int
+    replicas: int
+    train_examples: int | None
+    has_eval: bool
+
+    @property
+    def global_batch(self):
+        return self.per_replica_batch * self.replicas
+
+
+class Backend:
+    """The device work of a run; subclasses implement every method.
+
+    Attributes set by `build`: `model` (with `model.optimizer`, whose
+    `iterations` is the step and which the backups checkpoint with the model)
+    and `shape` (a Shape).
+    """
+
+    def __init__(self, task, config, strategy, policy):
+        self.task, self.config, self.strategy, self.policy = task, config, strategy, policy
+        self.model = self.shape = None
+
+    def check_config(self):
+        """Raise ConfigError for a setting this backend cannot honour."""
+
+    def build(self):
+        """Build the data, the model and its optimizer and metrics; set model and shape."""
+        raise NotImplementedError
+
+    def rehearse(self):
+        """Compile the steps for a TPU on this host and raise on a finding (or refuse)."""
+        raise NotImplementedError
+
+    def train(self, callbacks, start_step):
+        """Train from `start_step` (the data starting there); return the history dict."""
+        raise NotImplementedError
+
+    def evaluate(self):
+        """Return {"loss", metric..., "examples"} over every evaluation example once."""
+        raise NotImplementedError
+
+    def export(self, export_dir, *, overwrite):
+        """Write the serving export (atomically) and return its directory."""
+        raise NotImplementedError
+
+    def weights_checksum(self):
+        """Return the short SHA-256 of the trained weights."""
+        return summary_lib.weights_checksum(self.model)
+
+    def summary_extra(self):
+        """Return backend-specific summary keys (e.g. the mesh)."""
+        return {}
+
+
+class KerasBackend(Backend):
+    """Data parallelism under the run's tf.distribute strategy, trained by `model.fit`."""
+
+    def build(self):
+        config, task, strategy = self.config, self.task, self.strategy
+        self.inputs = inputs_lib.build(task, config, strategy)
+        steps_per_execution = training.resolve_steps_per_execution(
+            config.steps_per_execution, strategy, self.inputs.steps_per_epoch
+        )
+        with strategy.scope():
+            self.model = task.build_model()
+            optimizer = task_lib.build_optimizer(
+                task.optimizer,
+                total_steps=self.inputs.steps_per_epoch * config.epochs,
+                learning_rate=config.learning_rate,
+            )
+            metrics = task_lib.build_metrics(task.metrics)
+        task_lib.check_monitor(task.monitor, metrics, has_eval=self.inputs.eval is not None)
+        training.compile_model(
+            self.model, strategy, optimizer=optimizer, loss=task.loss, metrics=metrics,
+            steps_per_execution=steps_per_execution,
+        )  # fmt: skip
+        batching = self.inputs.batching
+        self.shape = Shape(
+            steps_per_epoch=self.inputs.steps_per_epoch,
+            steps_per_execution=steps_per_execution,
+            per_replica_batch=batching.per_replica,
+            replicas=batching.replicas,
+            train_examples=self.inputs.train_examples,
+            has_eval=self.inputs.eval is not None,
+        )
+
+    def rehearse(self):
+        training.rehearse_or_raise(self.model, self.inputs.train(0), eval_dataset=self.inputs.eval)
+
+    def train(self, callbacks, start_step):
+        eval_data = self.inputs.eval
+        history = self.model.fit(
+            self.inputs.train(start_step),  # Only now: the stream starts at the restored step.
+            epochs=self.config.epochs,
+            steps_per_epoch=self.shape.steps_per_epoch,
+            validation_data=eval_data.dataset if eval_data else None,
+            validation_steps=eval_data.steps if eval_data else None,
+            callbacks=list(callbacks),
+            verbose=1 if self.config.verbose == 1 else 0,  # 2: the ProgressLogger's lines.
+        )
+        return history.history
+
+    def evaluate(self):
+        return training.evaluate(self.model, self.inputs.eval)
+
+    def export(self, export_dir, *, overwrite):
+        if self.task.export is None:
+            raise checks.ConfigError("this task has no export; drop --export_dir.")
+        return self.task.export(self.model, export_dir, self.strategy, overwrite=overwrite)
+
+
+def backend_for(task, config, strategy, policy):
+    """Return the task's backend (KerasBackend unless the task names another)."""
+    backend = (task.backend or KerasBackend)(task, config, strategy, policy)
+    backend.check_config()
+    return backend
