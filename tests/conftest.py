@@ -44,6 +44,15 @@ def subprocess_env(**overrides):
     return env
 
 
+def closed_port():
+    """Return a loopback port nobody listens on (bound, then released): fails fast, offline."""
+    import socket  # pylint: disable=g-import-not-at-top
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run_python(code, *, timeout=300, env=None):
     """Run `code` in a fresh interpreter; a hang fails the test after `timeout` s."""
     return subprocess.run(
