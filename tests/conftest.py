@@ -77,6 +77,24 @@ def run_script(name, *args, timeout=300, env=None):
     )
 
 
+def export_tiny_bert(vocab_file, export_dir):
+    """Export a tiny random BERT encoder and its preprocessing as TF Hub SavedModels, offline.
+
+    Returns:
+      {"encoder": path, "preprocess": path}, as scripts/export_bert_hub.py prints them.
+    """
+    import json  # pylint: disable=g-import-not-at-top
+
+    exported = run_script(
+        "export_bert_hub.py",
+        "--preset=tiny",
+        f"--vocab_file={vocab_file}",
+        f"--export_dir={export_dir}",
+    )
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    return json.loads(exported.stdout.strip().splitlines()[-1])
+
+
 def backup_step(model_dir):
     """Return the optimizer step of the chief's newest complete backup in model_dir, or None.
 
