@@ -84,10 +84,20 @@ def test_healthy_settings_are_ok(fresh_resolver, tmp_path):
 def test_a_tpu_node_that_answers_is_ok(tmp_path):
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
-        server.listen(1)
-        address = f"grpc://127.0.0.1:{server.getsockname()[1]}"
-        tpu = {c.name: c for c in _doctor({"TPU_NAME": address}, str(tmp_path)).checks}["tpu"]
-    assert (tpu.status, tpu.detail) == ("ok", f"TPU at {address}, found via TPU_NAME. It answers.")
+        server.listen(2)
+        listening = f"127.0.0.1:{server.getsockname()[1]}"
+        node = {"TPU_NAME": f"grpc://{listening}"}
+        cloud = {"TPU_NAME": "my-tpu", "GCE_METADATA_HOST": listening}
+        tpu = {c.name: c for c in _doctor(node, str(tmp_path)).checks}["tpu"]
+        named = {c.name: c for c in _doctor(cloud, str(tmp_path)).checks}["tpu"]
+    assert (tpu.status, tpu.detail) == (
+        "ok",
+        f"TPU at grpc://{listening}, found via TPU_NAME. It answers.",
+    )
+    assert (named.status, named.detail) == (
+        "ok",
+        "TPU at my-tpu, found via TPU_NAME. The metadata server to look it up answers.",
+    )
 
 
 @pytest.mark.slow  # Fresh interpreters importing TensorFlow: what a user runs.

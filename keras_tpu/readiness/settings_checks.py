@@ -46,7 +46,9 @@ def check_tpu_found(location, reason, environ=None, connect_timeout=0):
         if problem is not None:
             return _failed("tpu", problem)
     chips = f" ({location.chips} x {location.chip or 'TPU'})" if location.chips else ""
-    answers = "" if location.is_local or not connect_timeout else " It answers."
+    answers = ""
+    if connect_timeout and not location.is_local:
+        answers = " It answers." if location.is_grpc else " The metadata server to look it up answers."
     return Check(
         "tpu", OK, f"TPU at {location.address}{chips}, found via {location.source}.{answers}"
     )
