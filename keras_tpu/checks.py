@@ -116,5 +116,29 @@ def precision(value, *, allow_auto=False):
     )
 
 
+class SettingError(ConfigError):
+    """An argument or environment variable holds a value keras_tpu cannot use.
+
+    The message is "NAME='value' <problem>. Fix: <fix>."; `keras_tpu.doctor()` reports
+    the same problem and fix as a failed check, so both say the same thing.
+
+    Attributes:
+      name: the argument or variable as the user sets it ("tpu", "TPU_NAME", "TF_CONFIG").
+      value: its value.
+      problem: what is wrong with it, e.g. "is not valid JSON (...)".
+      fix: what to do, e.g. "unset TF_CONFIG".
+    """
+
+    def __init__(self, name, value, problem, fix):
+        self.name, self.value, self.problem, self.fix = name, value, problem, fix
+        super().__init__(f"{self.detail} Fix: {fix}.")
+
+    @property
+    def detail(self):
+        """Return "NAME='value' <problem>." (a long value cut at 200 characters)."""
+        shown = self.value if len(self.value) <= 200 else self.value[:200] + "..."
+        return f"{self.name}={shown!r} {self.problem}."
+
+
 class MissingFileError(ConfigError, FileNotFoundError):
     """A file or folder the configuration names does not exist."""

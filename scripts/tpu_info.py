@@ -38,7 +38,7 @@ flags.DEFINE_integer("cpu_replicas", 0, "Rehearse N replicas on the host CPU.")
 flags.DEFINE_float(
     "connect_timeout",
     keras_tpu.runtime.resolver.DEFAULT_CONNECT_TIMEOUT,
-    "Seconds to wait for a TPU address to answer.",
+    "Seconds to wait for a TPU address (or every worker) to answer.",
 )
 flags.DEFINE_bool("json", False, "Print one JSON object instead of a paragraph.")
 flags.DEFINE_bool("doctor", False, "Check the TPU, TensorFlow build, libtpu and versions.")
@@ -50,21 +50,23 @@ def main(argv):
     del argv
     if FLAGS.doctor:
         report = keras_tpu.doctor(
-            tpu=FLAGS.tpu, data_paths=FLAGS.data_paths, init_timeout=FLAGS.init_timeout
+            tpu=FLAGS.tpu,
+            data_paths=FLAGS.data_paths,
+            init_timeout=FLAGS.init_timeout,
+            connect_timeout=FLAGS.connect_timeout,
         )
         print(json.dumps(report.to_dict(), indent=2) if FLAGS.json else report)
         return 0 if report.ok else 1
-    try:
-        strategy = keras_tpu.resolve_strategy(
+    # Configuration, strategy and cluster problems are one `error:` line and exit 2.
+    strategy = flag_utils.run_or_explain(
+        lambda _: keras_tpu.resolve_strategy(
             tpu=FLAGS.tpu,
             strategy=FLAGS.strategy,
             cpu_replicas=FLAGS.cpu_replicas,
             connect_timeout=FLAGS.connect_timeout,
-        )
-    except (keras_tpu.ConfigError, keras_tpu.StrategyError) as e:
-        # A clear one-line error, not a traceback: these are configuration problems.
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        ),
+        None,
+    )
     info = keras_tpu.describe(strategy)
     print(json.dumps(info, indent=2) if FLAGS.json else info["summary"])
     return 0

@@ -44,6 +44,15 @@ def subprocess_env(**overrides):
     return env
 
 
+def closed_port():
+    """Return a loopback port nobody listens on (bound, then released): fails fast, offline."""
+    import socket  # pylint: disable=g-import-not-at-top
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run_python(code, *, timeout=300, env=None):
     """Run `code` in a fresh interpreter; a hang fails the test after `timeout` s."""
     return subprocess.run(
@@ -66,6 +75,24 @@ def run_script(name, *args, timeout=300, env=None):
         env=env or subprocess_env(),
         cwd=REPO,
     )
+
+
+def export_tiny_bert(vocab_file, export_dir):
+    """Export a tiny random BERT encoder and its preprocessing as TF Hub SavedModels, offline.
+
+    Returns:
+      {"encoder": path, "preprocess": path}, as scripts/export_bert_hub.py prints them.
+    """
+    import json  # pylint: disable=g-import-not-at-top
+
+    exported = run_script(
+        "export_bert_hub.py",
+        "--preset=tiny",
+        f"--vocab_file={vocab_file}",
+        f"--export_dir={export_dir}",
+    )
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    return json.loads(exported.stdout.strip().splitlines()[-1])
 
 
 def backup_step(model_dir):

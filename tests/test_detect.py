@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from keras_tpu import checks
 from keras_tpu.runtime import detect
 
 
@@ -97,9 +98,30 @@ def test_bad_addresses_are_explained(bad, hint):
     assert hint in str(e.value)
 
 
-def test_bad_tpu_name_variable_is_explained():
-    with pytest.raises(ValueError, match="grpc://1.2.3.4:8470"):
-        detect.find_tpu(environ={"TPU_NAME": "1.2.3.4:8470"}, root="/nonexistent")
+@pytest.mark.parametrize(
+    "environ, message",
+    [
+        (
+            {"TPU_NAME": "1.2.3.4:8470"},
+            "TPU_NAME='1.2.3.4:8470' looks like host:port; TPU nodes are reached over gRPC. "
+            "Fix: set TPU_NAME=grpc://1.2.3.4:8470.",
+        ),
+        (
+            {"TPU_NAME": "grpc://1.2.3.4"},
+            "TPU_NAME='grpc://1.2.3.4' is not grpc://host:port with a port in 1..65535. "
+            "Fix: set TPU_NAME=grpc://HOST:8470",
+        ),
+        (
+            {"COLAB_TPU_ADDR": "garbage"},
+            "COLAB_TPU_ADDR='garbage' is not host:port with a port in 1..65535. "
+            "Fix: unset COLAB_TPU_ADDR",
+        ),
+    ],
+)
+def test_bad_tpu_variables_name_the_variable_and_the_fix(environ, message):
+    with pytest.raises(checks.SettingError) as e:
+        detect.find_tpu(environ=environ, root="/nonexistent")
+    assert str(e.value).startswith(message)
 
 
 def test_tf_config_parsing():
@@ -121,11 +143,21 @@ def test_tf_config_parsing():
         ("{not json", "not valid JSON"),
         ('{"task": {}}', "no 'cluster' mapping"),
         ("[1, 2]", "no 'cluster' mapping"),
+        ('{"cluster": {"worker": ["a:1", "b:1"]}}', "has a cluster but no 'task'"),
+        (
+            '{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 2}}',
+            r"has task \{'type': 'worker', 'index': 2\}, which is not an entry of its cluster "
+            r"\(worker 0..1\)",
+        ),
     ],
 )
 def test_bad_tf_config_is_explained(raw, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(checks.SettingError, match=message) as e:
         detect.parse_tf_config({"TF_CONFIG": raw})
+    # The variable, its value and the fix, in one line.
+    assert str(e.value).startswith(f"TF_CONFIG={raw!r} ") and e.value.name == "TF_CONFIG"
+    assert " Fix: " in str(e.value) and "unset TF_CONFIG" in e.value.fix
+    assert "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize(

@@ -63,7 +63,9 @@ def v5e_host(tmp_path):
 
 
 def _run(host, inst=TPU_BUILD, **kwargs):
-    return keras_tpu.doctor(environ={}, root=host, inst=inst, init_timeout=0, **kwargs)
+    # connect_timeout=0: remote addresses in these tests are examples, never probed.
+    kwargs = {"environ": {}, "connect_timeout": 0, **kwargs}
+    return keras_tpu.doctor(root=host, inst=inst, init_timeout=0, **kwargs)
 
 
 def _by_name(report):
@@ -82,7 +84,7 @@ def test_healthy_tpu_host_is_all_ok(v5e_host, monkeypatch):
     report = _run(v5e_host)
     assert report.ok and {c.status for c in report.checks} == {"ok"}, str(report)
     assert "TPU at local (2 x v5e), found via TPU VM: 2 Google TPU chip(s)" in str(report)
-    assert len(str(report).splitlines()) == len(report.checks) == 8
+    assert len(str(report).splitlines()) == len(report.checks) == 9
     assert json.loads(json.dumps(report.to_dict()))["ok"] is True
 
 

@@ -6,8 +6,10 @@ import re
 
 import pytest
 import tensorflow as tf
+from absl import logging as absl_logging
 
 from keras_tpu.runtime import logs
+from tests.conftest import export_tiny_bert
 from tests.conftest import run_script
 
 ABSL_INFO = re.compile(r"^I\d{4} ", re.M)
@@ -32,18 +34,25 @@ def test_cuinit_failure_is_dropped_only_with_gpus_ruled_out():
 
 
 def test_configure_sets_python_verbosity():
-    before = tf.get_logger().level, logging.getLogger().level
+    before = tf.get_logger().level, logging.getLogger().level, absl_logging.get_verbosity()
+    absl = absl_logging.get_absl_logger()
     try:
         logs.configure("warning")
         assert not tf.get_logger().isEnabledFor(logging.INFO)
+        # TensorFlow's SavedModel export logs its INFO lines through absl directly.
+        assert not absl.isEnabledFor(logging.INFO) and absl.isEnabledFor(logging.WARNING)
         assert logging.getLogger("keras_tpu.runtime.resolver").isEnabledFor(logging.WARNING)
         logs.configure("INFO")
-        assert tf.get_logger().isEnabledFor(logging.INFO)
+        assert tf.get_logger().isEnabledFor(logging.INFO) and absl.isEnabledFor(logging.INFO)
+        assert not absl.isEnabledFor(logging.DEBUG)
+        logs.configure("debug")
+        assert absl.isEnabledFor(logging.DEBUG)
         with pytest.raises(ValueError, match="log_level='loud' is not one of debug, info"):
             logs.configure("loud")
     finally:
         tf.get_logger().setLevel(before[0])
         logging.getLogger().setLevel(before[1])
+        absl_logging.set_verbosity(before[2])
 
 
 @pytest.mark.slow
@@ -68,3 +77,42 @@ def test_main_job_output_is_clean_and_log_level_brings_chatter_back(tmp_path):
     assert loud.returncode == 0, loud.stderr[-3000:]
     assert "Sharding callback duration" in loud.stderr
     assert ABSL_INFO.search(loud.stderr)
+
+
+SST2 = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "sst2")
+
+
+@pytest.mark.slow
+def test_bert_export_prints_no_absl_info_line(tmp_path):
+    # A tiny encoder exported offline (vocabulary learned from SST-2's dev split), then
+    # a 4-step run whose SavedModel export logged "Found untraced functions", "Sharding
+    # callback duration" twice and "Writing fingerprint" through absl (issue 23 point 6).
+    from keras_tpu import data  # pylint: disable=g-import-not-at-top
+    from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
+
+    dev = os.path.join(SST2, "dev.tsv")
+    vocab = text.write_vocab(
+        text.learn_wordpiece_vocab(data.load_tsv(dev).x, 1000), str(tmp_path / "vocab.txt")
+    )
+    handles = export_tiny_bert(vocab, tmp_path)
+    result = run_script(
+        "train_bert.py",
+        f"--encoder_handle={handles['encoder']}",
+        f"--preprocess_handle={handles['preprocess']}",
+        f"--train_file={dev}",
+        f"--eval_file={dev}",
+        "--seq_length=32",
+        "--per_replica_batch_size=16",
+        "--epochs=1",
+        "--steps_per_epoch=4",
+        "--verbose=0",
+        f"--model_dir={tmp_path / 'run'}",
+        f"--export_dir={tmp_path / 'export'}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert os.path.exists(tmp_path / "export" / "saved_model.pb")
+    output = result.stdout + result.stderr
+    assert not ABSL_INFO.search(output), ABSL_INFO.findall(output)
+    for chatter in ("Found untraced functions", "Sharding callback", "Writing fingerprint"):
+        assert chatter not in output
+    assert "weights sha256" in result.stdout  # The run's own lines stay.

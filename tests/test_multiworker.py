@@ -18,6 +18,7 @@ from keras_tpu.runtime import cluster
 from keras_tpu.runtime import detect
 from tests.conftest import REPO
 from tests.conftest import backup_step
+from tests.conftest import export_tiny_bert
 from tests.conftest import run_script
 from tests.conftest import subprocess_env
 
@@ -410,11 +411,7 @@ def tiny_hub_bert(tmp_path_factory):
     root = tmp_path_factory.mktemp("hub")
     dev = data.load_tsv(os.path.join(SST2, "dev.tsv"))
     vocab = text.write_vocab(text.learn_wordpiece_vocab(dev.x, 1000), str(root / "vocab.txt"))
-    exported = run_script(
-        "export_bert_hub.py", "--preset=tiny", f"--vocab_file={vocab}", f"--export_dir={root}"
-    )
-    assert exported.returncode == 0, exported.stderr[-3000:]
-    return json.loads(exported.stdout.strip().splitlines()[-1])
+    return export_tiny_bert(vocab, root)
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from keras_tpu import tasks
 from keras_tpu.models import cnn
 from tests.conftest import CPU_REPLICAS
 from tests.conftest import backup_step
+from tests.conftest import export_tiny_bert
 from tests.conftest import run_python
 from tests.conftest import run_script
 
@@ -198,14 +199,7 @@ TSV_FLAGS = [f"--train_file={SST2}/dev.tsv", f"--eval_file={SST2}/dev.tsv"]
 
 @pytest.mark.slow
 def test_train_bert_end_to_end_on_sst2(tmp_path, sst2_vocab):
-    exported = run_script(
-        "export_bert_hub.py",
-        "--preset=tiny",
-        f"--vocab_file={sst2_vocab}",
-        f"--export_dir={tmp_path / 'hub'}",
-    )
-    assert exported.returncode == 0, exported.stderr[-3000:]
-    handles = json.loads(exported.stdout.strip().splitlines()[-1])
+    handles = export_tiny_bert(sst2_vocab, tmp_path / "hub")
     result = run_script(
         "train_bert.py",
         f"--encoder_handle={handles['encoder']}",

@@ -1,7 +1,6 @@
 """Tests for keras_tpu.runtime.resolver: real fallback paths, faked TPUs, bounded failures."""
 
 import json
-import socket
 import threading
 import types
 
@@ -12,18 +11,13 @@ import tensorflow as tf
 import keras_tpu
 from keras_tpu import keras
 from keras_tpu.runtime import resolver as resolver_lib
+from keras_tpu.runtime import tpu_address
 from tests.conftest import CPU_REPLICAS
 from tests.conftest import run_python
+from tests.conftest import closed_port
 from tests.conftest import run_script
 
 NO_TPU = {}  # An empty environment: no TPU_NAME, COLAB_TPU_ADDR or TF_CONFIG.
-
-
-def _closed_port():
-    """Return a loopback port nobody listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --- The real paths on this machine -------------------------------------------------------
@@ -55,7 +49,11 @@ def test_explicit_strategies_never_fall_back(fresh_resolver, tmp_path):
         keras_tpu.resolve_strategy(strategy="one_device", environ=NO_TPU)
     with pytest.raises(keras_tpu.StrategyError, match="TF_CONFIG unset"):
         keras_tpu.resolve_strategy(strategy="multi_worker", environ=NO_TPU)
-    one_worker = {"TF_CONFIG": json.dumps({"cluster": {"worker": ["127.0.0.1:1"]}})}
+    one_worker = {
+        "TF_CONFIG": json.dumps(
+            {"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}}
+        )
+    }
     with pytest.raises(keras_tpu.StrategyError, match="1 worker"):
         keras_tpu.resolve_strategy(strategy="multi_worker", environ=one_worker)
 
@@ -84,7 +82,7 @@ def test_bad_arguments_are_explained(fresh_resolver, kwargs, message):
 
 
 def test_bad_tf_config_is_explained(fresh_resolver, tmp_path):
-    with pytest.raises(ValueError, match="TF_CONFIG is not valid JSON"):
+    with pytest.raises(ValueError, match="TF_CONFIG='{oops' is not valid JSON"):
         keras_tpu.resolve_strategy(environ={"TF_CONFIG": "{oops"}, root=str(tmp_path))
 
 
@@ -172,8 +170,10 @@ class _FakeTPU:
                 ),
             )
 
-        # This host's TensorFlow cannot drive a TPU; the fake stands in for a healthy one.
+        # This host's TensorFlow cannot drive a TPU; the fake stands in for a healthy one,
+        # which answers at its address.
         monkeypatch.setattr(resolver_lib, "tpu_blockers", lambda *a, **k: ())
+        monkeypatch.setattr(tpu_address, "unreachable", lambda *a, **k: None)
         monkeypatch.setattr(tf.distribute.cluster_resolver, "TPUClusterResolver", Resolver)
         monkeypatch.setattr(tf.config, "experimental_connect_to_cluster", connect)
         monkeypatch.setattr(tf.tpu.experimental, "initialize_tpu_system", initialize)
@@ -238,13 +238,14 @@ def test_tpu_init_error_names_the_address(fresh_resolver, monkeypatch):
 
 @pytest.mark.slow
 def test_closed_loopback_port_fails_fast_with_the_address():
-    port = _closed_port()
+    port = closed_port()
     result = run_script(
         "tpu_info.py", f"--tpu=grpc://127.0.0.1:{port}", "--connect_timeout=30", timeout=120
     )
     assert result.returncode == 2, result.stderr
-    assert f"error: Cannot reach the TPU at grpc://127.0.0.1:{port}: Connection refused" in (
-        result.stderr
+    assert (
+        f"error: tpu='grpc://127.0.0.1:{port}' names a TPU node at grpc://127.0.0.1:{port} "
+        f"that does not answer (Connection refused)" in result.stderr
     )
     assert "Traceback" not in result.stderr
 

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.data import tfds_download
 
 
 class DatasetUnavailableError(RuntimeError):
@@ -272,7 +273,6 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
     Raises:
       DatasetUnavailableError: unknown name, or not prepared and no download.
     """
-    # Long because of the offline and missing-data errors, each naming what to do.
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
     try:
@@ -284,10 +284,7 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
             builder.download_and_prepare()
         except Exception as e:  # pylint: disable=broad-except
             raise DatasetUnavailableError(
-                f"tfds dataset {name!r} is not in data_dir {builder.data_dir_root} and could not "
-                f"be downloaded ({type(e).__name__}: {str(e)[:200]}). It needs a download: run "
-                f"where there is internet, or point data_dir at a prepared copy (or a gs:// "
-                f"bucket with try_gcs). Offline, use the 'digits' dataset."
+                tfds_download.failure_message(name, builder.data_dir_root, e)
             ) from e
     try:
         num_examples = builder.info.splits[split].num_examples

@@ -8,18 +8,17 @@ bounded in time and reports instead of raising; the resolver refuses a TPU that
 is present but unusable with the same checks (`tpu_blockers`).
 """
 
-import dataclasses
 import os
 
 from packaging.specifiers import SpecifierSet
 
 from keras_tpu.runtime import compat
-from keras_tpu.runtime import detect
+from keras_tpu.readiness import settings_checks
 from keras_tpu.readiness import tf_build
 from keras_tpu.readiness import tpu_init_probe
 from keras_tpu.readiness import tpu_holders
+from keras_tpu.readiness.report import FAIL, OK, WARN, Check, Report  # noqa: F401  (doctor.Check, ...)
 
-OK, WARN, FAIL = "ok", "warn", "fail"
 # The newest tensorflow-tpu is 2.20.0 (the registry lists nothing later).
 TPU_TF = tf_build.TPU_TF
 LIBTPU_FOR_TPU_TF = tf_build.LIBTPU_FOR_TPU_TF  # colabtools#5209, #5419, tensorflow#96203.
@@ -35,59 +34,9 @@ TPU_INSTALL = (
 TEST_ROOT_VAR = "KERAS_TPU_TEST_ROOT"  # Tests only: a faked host's filesystem root.
 
 
-@dataclasses.dataclass(frozen=True)
-class Check:
-    """One diagnosis: what was checked, what was found, and how to fix it."""
-
-    name: str
-    status: str  # OK, WARN or FAIL.
-    detail: str
-    fix: str = ""
-
-    def line(self):
-        """Return the check as one line: status, name, detail and the fix."""
-        text = f"{self.status:<4} {self.name}: {self.detail}"
-        return f"{text} Fix: {self.fix}" if self.fix and self.status != OK else text
-
-
-@dataclasses.dataclass(frozen=True)
-class Report:
-    """All checks of one doctor run."""
-
-    checks: tuple
-
-    @property
-    def ok(self):
-        return all(c.status != FAIL for c in self.checks)
-
-    @property
-    def failures(self):
-        return tuple(c for c in self.checks if c.status == FAIL)
-
-    def __str__(self):
-        return "\n".join(c.line() for c in self.checks)
-
-    def to_dict(self):
-        return {"ok": self.ok, "checks": [dataclasses.asdict(c) for c in self.checks]}
-
-
 def _root(root, environ):
     """Return the host root to read: a test's faked root replaces the default "/"."""
     return environ.get(TEST_ROOT_VAR, root) if root == "/" else root
-
-
-def check_tpu_found(location, reason):
-    """Report the TPU detect.find_tpu found and how, or what it checked."""
-    if location is None:
-        return Check(
-            "tpu",
-            WARN,
-            f"No TPU: {reason}.",
-            "On Colab: Runtime > Change runtime type > TPU; on Kaggle: Accelerator > TPU VM; "
-            "elsewhere pass tpu='grpc://host:8470' or a Cloud TPU name.",
-        )
-    chips = f" ({location.chips} x {location.chip or 'TPU'})" if location.chips else ""
-    return Check("tpu", OK, f"TPU at {location.address}{chips}, found via {location.source}.")
 
 
 def check_build(location, inst):
@@ -333,7 +282,16 @@ def _safely(name, check, *args):
         )
 
 
-def doctor(*, tpu=None, data_paths=(), environ=None, root="/", init_timeout=120.0, inst=None):
+def doctor(
+    *,
+    tpu=None,
+    data_paths=(),
+    environ=None,
+    root="/",
+    init_timeout=120.0,
+    inst=None,
+    connect_timeout=10.0,
+):
     """Check what stands between this machine and training on its TPU.
 
     Args:
@@ -343,21 +301,24 @@ def doctor(*, tpu=None, data_paths=(), environ=None, root="/", init_timeout=120.
       root: the host's filesystem root for sysfs and device files (tests fake it).
       init_timeout: seconds the TPU initialisation probe may take (0 skips it).
       inst: what is installed (tests fake it); defaults to tf_build.installed().
+      connect_timeout: seconds a remote TPU address (or, for a Cloud TPU name, the
+        metadata server that resolves it) may take to answer (0 skips the probe).
 
     Returns:
       A Report; `print(report)` shows one line per check.
     """
     environ = os.environ if environ is None else environ
     root = _root(root, environ)
-    try:
-        location, reason = detect.find_tpu(tpu, environ, root)
-    except ValueError as e:
-        location, reason = None, str(e)
+    location, reason, bad_setting = settings_checks.find_tpu(tpu, environ, root)
     inst = inst or tf_build.installed(environ)
     local = location is not None and location.is_local
     use = tpu_holders.tpu_use(root) if local else None
     checks = [
-        _safely("tpu", check_tpu_found, location, reason),
+        bad_setting
+        or _safely(
+            "tpu", settings_checks.check_tpu_found, location, reason, environ, connect_timeout
+        ),
+        _safely("cluster", settings_checks.check_cluster, environ),
         _safely("tensorflow", check_build, location, inst),
         _safely("libtpu", check_libtpu, location, inst, environ),
         _safely("tpu_in_use", check_in_use, location, root, use),

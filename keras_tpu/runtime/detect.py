@@ -9,9 +9,9 @@ import dataclasses
 import glob
 import json
 import os
-import re
 
 from keras_tpu import checks
+from keras_tpu.runtime import tpu_address
 
 # PCI ids of Google TPU chips, as libtpu-based frameworks detect a TPU VM host
 # (the same table as jax/_src/hardware_utils.py).
@@ -24,8 +24,6 @@ TPU_PCI_DEVICES = {
     "0x0063": "v5e",
     "0x006f": "v6e",
 }
-
-_HOST_PORT = re.compile(r"^[\w.\-\[\]:]+:\d+$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,35 +51,19 @@ class TPULocation:
     def is_local(self):
         return self.address == "local"
 
-
-def normalise_tpu_address(tpu):
-    """Validate a user-given TPU address and return it unchanged or fixed.
-
-    Raises:
-      ValueError: for an empty address, a bare host:port (which TensorFlow would
-        take for a Cloud TPU name and look up forever), or a bad grpc port.
-    """
-    tpu = tpu.strip()
-    if not tpu:
-        raise checks.ConfigError(
-            "tpu='' is empty: pass 'local', 'grpc://host:port' or a Cloud TPU name, "
-            "or tpu=None to detect it."
+    @property
+    def setting(self):
+        """Return the argument or variable that named this TPU, or None for a TPU VM host."""
+        return {"argument": "tpu", "TPU_NAME": "TPU_NAME", "COLAB_TPU_ADDR": "COLAB_TPU_ADDR"}.get(
+            self.source
         )
-    if tpu.startswith("grpc://"):
-        host_port = tpu[len("grpc://") :]
-        host, _, port = host_port.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise checks.ConfigError(
-                f"TPU address {tpu!r} is not grpc://host:port with a port in 1..65535 "
-                f"(a TPU node listens on port 8470)."
-            )
-        return tpu
-    if _HOST_PORT.match(tpu) and tpu != "local":
-        raise checks.ConfigError(
-            f"TPU address {tpu!r} looks like host:port; TPU nodes are reached over "
-            f"gRPC: pass tpu='grpc://{tpu}'."
-        )
-    return tpu
+
+    @property
+    def given(self):
+        """Return the value as the user set it (COLAB_TPU_ADDR has no grpc:// scheme)."""
+        if self.source == "COLAB_TPU_ADDR":
+            return self.address[len("grpc://") :]
+        return self.address
 
 
 def _read(path):
@@ -131,13 +113,14 @@ def find_tpu(tpu=None, environ=None, root="/"):
     """
     environ = os.environ if environ is None else environ
     if tpu is not None:
-        return TPULocation(normalise_tpu_address(tpu), "argument"), None
+        return TPULocation(tpu_address.normalise(tpu, "tpu"), "argument"), None
     if environ.get("TPU_NAME", "").strip():
-        return TPULocation(normalise_tpu_address(environ["TPU_NAME"]), "TPU_NAME"), None
+        address = tpu_address.normalise(environ["TPU_NAME"], "TPU_NAME")
+        return TPULocation(address, "TPU_NAME"), None
     colab = environ.get("COLAB_TPU_ADDR", "").strip()
     if colab:
         # Legacy Colab TPU node: the variable holds host:port without the scheme.
-        return TPULocation(normalise_tpu_address(f"grpc://{colab}"), "COLAB_TPU_ADDR"), None
+        return TPULocation(tpu_address.colab_address(colab), "COLAB_TPU_ADDR"), None
     chip, chips = find_tpu_chips(root)
     if chips:
         return (
@@ -198,33 +181,53 @@ class ClusterSpec:
         return self.task_type == "chief" or (self.task_type == "worker" and self.task_index == 0)
 
 
+_TF_CONFIG_SHAPE = (
+    '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": N}} '
+    "on every worker, N its own position"
+)
+
+
 def parse_tf_config(environ=None):
     """Return the ClusterSpec in TF_CONFIG, or None when it is unset.
 
     Raises:
-      ValueError: when TF_CONFIG is not JSON or has no "cluster" mapping.
+      checks.SettingError: when TF_CONFIG is not JSON, has no "cluster" mapping, or
+        lists workers but no "task" among them (this process would not know which
+        worker it is: TensorFlow waits or fails later, far from the cause).
     """
     environ = os.environ if environ is None else environ
     raw = environ.get("TF_CONFIG", "").strip()
     if not raw:
         return None
+    alone = "or unset TF_CONFIG to train on this machine alone"
+    fix = f"set TF_CONFIG to {_TF_CONFIG_SHAPE}, {alone}"
     try:
         config = json.loads(raw)
     except json.JSONDecodeError as e:
-        raise checks.ConfigError(f"TF_CONFIG is not valid JSON ({e}): {raw[:200]!r}") from e
+        raise checks.SettingError("TF_CONFIG", raw, f"is not valid JSON ({e})", fix) from e
     cluster = config.get("cluster") if isinstance(config, dict) else None
     if not isinstance(cluster, dict):
-        raise checks.ConfigError(
-            f"TF_CONFIG has no 'cluster' mapping: {raw[:200]!r}; expected "
-            '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", '
-            '"index": 0}}'
-        )
-    workers = sum(len(cluster.get(kind, [])) for kind in ("chief", "worker"))
-    task = config.get("task") or {}
+        raise checks.SettingError("TF_CONFIG", raw, "has no 'cluster' mapping", fix)
     jobs = {kind: list(cluster[kind]) for kind in ("chief", "worker") if cluster.get(kind)}
-    return ClusterSpec(
-        workers=workers, task_type=task.get("type"), task_index=task.get("index"), jobs=jobs
+    task = config.get("task") or {}
+    spec = ClusterSpec(
+        workers=sum(len(addresses) for addresses in jobs.values()),
+        task_type=task.get("type") if isinstance(task, dict) else None,
+        task_index=task.get("index") if isinstance(task, dict) else None,
+        jobs=jobs,
     )
+    if spec.workers and spec.address is None:
+        where = ", ".join(f"{job} 0..{len(a) - 1}" for job, a in jobs.items())
+        problem = (
+            "has a cluster but no 'task', so this process cannot tell which worker it is"
+            if not task
+            else f"has task {task!r}, which is not an entry of its cluster ({where})"
+        )
+        raise checks.SettingError(
+            "TF_CONFIG", raw, problem,
+            f'give each worker its own "task": {{"type": "worker", "index": N}} ({where}), {alone}',
+        )
+    return spec
 
 
 @dataclasses.dataclass(frozen=True)

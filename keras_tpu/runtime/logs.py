@@ -10,8 +10,11 @@ TensorFlow talks through three channels, each silenced differently:
   "Could not find cuda drivers" INFO lines, twice). `quiet_startup` sends
   stderr to a temporary file during the import and writes back every line but
   those INFO lines, so a real error during the import still shows.
-* Python logs (absl and the "tensorflow" logger), e.g. the checkpoint saver's
-  "Sharding callback duration" INFO line on every save, follow `configure`.
+* Python logs follow `configure`: TensorFlow modules log either through the
+  "tensorflow" logger (tf_logging) or through absl directly (`from absl import
+  logging`: the checkpoint saver's "Sharding callback duration" on every save, the
+  SavedModel export's "Found untraced functions" and "Writing fingerprint"), so
+  both are set.
 
 keras_tpu/__init__.py calls `quiet_startup()` first; it acts only when
 KERAS_TPU_LOG_LEVEL is set (the scripts set it from --log_level before
@@ -104,6 +107,10 @@ def configure(level=DEFAULT_LEVEL):
 
     level = check_level(level)
     python_level = _PYTHON_LEVELS[level]
-    absl_logging.set_verbosity(python_level)
+    # By name: absl's set_verbosity takes absl verbosities (INFO 0, WARNING -1), and
+    # Python's logging.WARNING (30) there is "vlog level 30", which lets every INFO line
+    # through modules logging with absl directly (saved_model/save.py, functional_saver.py,
+    # fingerprinting_utils.py: the export chatter of issue 23 point 6).
+    absl_logging.set_verbosity(level)
     tf.get_logger().setLevel(python_level)
     logging.getLogger().setLevel(python_level)  # keras_tpu's own loggers propagate here.

@@ -162,7 +162,7 @@ def _tpu(request):
     if location.is_local:
         _refuse_unusable_tpu(location, request.environ, request.root)
     resolver, topology = tpu_connect.connect_tpu(
-        location, request.connect_timeout, request.init_timeout
+        location, request.connect_timeout, request.init_timeout, request.environ
     )
     system = strategy_info_lib.TPUSystem(
         location=location,

@@ -6,11 +6,12 @@ timeout; a TPU system is initialised once per process and address, because
 initialising again wipes TPU memory (the variables are lost).
 """
 
-import socket
+import os
 import threading
 
 import tensorflow as tf
 
+from keras_tpu.runtime import tpu_address
 from keras_tpu.runtime.strategy_info import StrategyError
 
 DEFAULT_CONNECT_TIMEOUT = 60.0  # Seconds for a TPU address (or every worker) to answer.
@@ -49,29 +50,21 @@ def _call_with_timeout(fn, timeout, what):
     return result["value"]
 
 
-def _probe_grpc(address, timeout):
-    """Fail fast, with the errno, when nothing listens at a grpc:// address."""
-    host, _, port = address[len("grpc://") :].rpartition(":")
-    host = host.strip("[]")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            pass
-    except OSError as e:
-        raise TPUConnectionError(
-            f"Cannot reach the TPU at {address}: {e.strerror or e} (waited at most {timeout:g} s). "
-            f"Check that the TPU is running and the address is right (TPU_NAME, COLAB_TPU_ADDR or "
-            f"the tpu argument), and that this VM can reach port {port} (same network and "
-            f"firewall rules)."
-        ) from e
+def connect_tpu(location, connect_timeout, init_timeout, environ=None):
+    """Connect to and initialise the TPU system at `location`, once per process.
 
-
-def connect_tpu(location, connect_timeout, init_timeout):
-    """Connect to and initialise the TPU system at `location`, once per process."""
+    A remote TPU is probed first (tpu_address.unreachable): nothing listening at a
+    grpc:// address, or a Cloud TPU name off Google Cloud, fails fast with the
+    setting to change instead of TensorFlow's wait or URLError traceback.
+    """
     with _lock:
         if location.address in _tpu_systems:
             return _tpu_systems[location.address]
-        if location.is_grpc:
-            _probe_grpc(location.address, connect_timeout)
+        problem = tpu_address.unreachable(
+            location, connect_timeout, os.environ if environ is None else environ
+        )
+        if problem is not None:
+            raise TPUConnectionError(str(problem))
 
         def connect():
             resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=location.address)
@@ -95,10 +88,12 @@ def connect_tpu(location, connect_timeout, init_timeout):
             )
         except TPUConnectionError as e:
             raise TPUConnectionError(f"{e} {hint}") from None
-        except (ValueError, RuntimeError, tf.errors.OpError) as e:
+        except (ValueError, RuntimeError, OSError, ImportError, tf.errors.OpError) as e:
+            # OSError: urllib's URLError from the Cloud TPU name lookup; RuntimeError or
+            # ImportError: the Google API client it needs is missing.
             raise TPUConnectionError(
                 f"TensorFlow could not connect to the TPU at {location.address} "
-                f"(found via {location.source}): {e}. {hint}"
+                f"(found via {location.source}): {type(e).__name__}: {e}. {hint}"
             ) from e
         _tpu_systems[location.address] = (resolver, topology)
         return resolver, topology

@@ -1,0 +1,67 @@
+"""Say why a tfds dataset could not be downloaded: a missing package, no network, or else.
+
+`tfds_source` downloads and prepares a dataset that is not in data_dir yet. That
+fails for different reasons that need different fixes, so the message names the
+one that happened instead of always asking for internet: tensorflow-datasets
+4.9.x imports `importlib_resources` on the download path (dataset_builder.py)
+but declares it only for Python < 3.9 (keras_tpu declares it in setup.cfg).
+"""
+
+import socket
+import urllib.error
+
+# Exceptions that mean the network (DNS, a connection, a proxy) failed. requests'
+# errors are OSErrors too, but so is a full disk: these are the network's own.
+_NETWORK_ERRORS = (urllib.error.URLError, socket.gaierror, ConnectionError, TimeoutError)
+
+
+def _chain(error):
+    """Yield `error` and the exceptions it was raised from or during, innermost last."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def _is_network_error(error):
+    try:
+        import requests  # pylint: disable=g-import-not-at-top  (tfds's own HTTP client)
+
+        network = _NETWORK_ERRORS + (requests.exceptions.ConnectionError,)
+    except ImportError:
+        network = _NETWORK_ERRORS
+    return isinstance(error, network)
+
+
+def failure_message(name, data_dir, error):
+    """Return the one-line reason `name` could not be downloaded into `data_dir`, and the fix.
+
+    Args:
+      name: the tfds dataset name, e.g. "fashion_mnist".
+      data_dir: where tfds looked for a prepared copy.
+      error: what `builder.download_and_prepare()` raised.
+    """
+    elsewhere = (
+        "or point data_dir at a prepared copy (or a gs:// bucket with try_gcs); offline, "
+        "use the 'digits' dataset"
+    )
+    head = f"tfds dataset {name!r} is not in data_dir {data_dir} and could not be downloaded"
+    for cause in _chain(error):
+        if isinstance(cause, ImportError):
+            module = (cause.name or str(cause)).split(".")[0]
+            return (
+                f"{head}: tensorflow-datasets needs the Python package {module!r} to download "
+                f"and prepare it, and it is not installed ({type(cause).__name__}: {cause}). "
+                f'Fix: pip install {module} (or reinstall keras_tpu: pip install -e ".", '
+                f"which declares it), {elsewhere}."
+            )
+        if _is_network_error(cause):
+            return (
+                f"{head}: no network ({type(cause).__name__}: {str(cause)[:200]}). Fix: run "
+                f"where there is internet (tfds downloads it once into data_dir), {elsewhere}."
+            )
+    return (
+        f"{head} ({type(error).__name__}: {str(error)[:200]}). Fix: check data_dir and "
+        f"the error above, {elsewhere}."
+    )
