@@ -298,7 +298,9 @@ def test_user_model_resumes_exactly_after_a_kill_or_preemption(tmp_path, user_re
         assert stopped.returncode == 143, stopped.stderr[-3000:]
         assert "run the same command again to resume" in _last_line(stopped)
     saved = backup_step(str(tmp_path))
-    assert saved == 24, saved  # The execution ending at step 24 (4, 8, 10, 14, ... 20, 24).
+    # Executions end at 4, 8, 10, 14, ... 20, 24, 28: the kill after step 24 finds its backup;
+    # SIGTERM, sent then, is honoured at the end of the next execution, 28 (nothing lost).
+    assert saved == (24 if fault == "SIGKILL" else 28), saved
     resumed = _train_user(tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _run_line(resumed) == (USER_TOTAL, saved, user_reference[2])

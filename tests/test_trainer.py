@@ -98,14 +98,23 @@ def test_progress_lines_and_tensorboard_carry_the_task_metrics(regression):
     lines = [line for line in output.splitlines() if line.startswith("epoch ")]
     assert lines and all(" mae " in line for line in lines)
     assert all(" val_mae " in line and " val_mse " in line for line in lines if "step 10/10" in line)
-    tags = set()
+    scalars = {}
     for root, _, files in os.walk(os.path.join(config.model_dir, "tensorboard")):
         for name in files:
             for event in tf.compat.v1.train.summary_iterator(os.path.join(root, name)):
-                tags |= {(os.path.basename(root), v.tag) for v in event.summary.value}
+                for v in event.summary.value:
+                    if v.tag.startswith("epoch_"):  # Scalars (not the model graph's keras tag).
+                        scalars.setdefault((os.path.basename(root), v.tag), {})[event.step] = (
+                            float(tf.make_ndarray(v.tensor))
+                        )
     for tag in ("epoch_loss", "epoch_mae", "epoch_mse", "epoch_learning_rate"):
-        assert ("train", tag) in tags, tags
-    assert ("validation", "epoch_loss") in tags and ("validation", "epoch_mae") in tags
+        assert ("train", tag) in scalars, sorted(scalars)
+    # TensorBoard's validation loss is the exact one, epoch by epoch (not Keras's padded mean).
+    logged = scalars[("validation", "epoch_loss")]
+    assert [logged[epoch] for epoch in sorted(logged)] == pytest.approx(
+        summary["history"]["val_loss"], rel=1e-6
+    )
+    assert ("validation", "epoch_mae") in scalars
 
 
 def test_config_yaml_names_the_task_and_its_module(regression):
