@@ -40,6 +40,8 @@ def fetched(monkeypatch):
         raise _NoNetwork(f"Failed to resolve host for {url}")
 
     monkeypatch.setattr(downloader, "_open_url", open_url)
+    # Get past the up-front name lookup (which fails fast here) to tfds's own download.
+    monkeypatch.setattr(tfds_download, "unresolved_host", lambda urls: None)
     return urls
 
 
@@ -70,6 +72,7 @@ def test_a_missing_package_is_named_not_the_network(monkeypatch, tmp_path):
         raise ModuleNotFoundError("No module named 'importlib_resources'", name="importlib_resources")
 
     monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", missing)
+    monkeypatch.setattr(tfds_download, "unresolved_host", lambda urls: None)  # As with internet.
     with pytest.raises(sources.DatasetUnavailableError) as e:
         sources.tfds_source("fashion_mnist", "train", data_dir=str(tmp_path))
     message = str(e.value)
@@ -109,3 +112,16 @@ def test_setup_declares_what_tfds_imports_to_download():
     required = config["options"]["install_requires"]
     assert "importlib_resources" in required
     import importlib_resources  # noqa: F401  (installed, as the declaration promises)
+
+
+def test_an_unresolvable_download_host_fails_fast_naming_the_network(monkeypatch, tmp_path):
+    """Offline, tfds would retry for minutes; the name lookup fails first, in one line."""
+    def lookup(host, port):
+        raise tfds_download.socket.gaierror(-2, f"Name or service not known: {host}")
+
+    monkeypatch.setattr(tfds_download.socket, "getaddrinfo", lookup)
+    monkeypatch.setattr(downloader, "_open_url", lambda url, **kw: pytest.fail(f"fetched {url}"))
+    with pytest.raises(sources.DatasetUnavailableError) as e:
+        sources.tfds_source("fashion_mnist", "train", data_dir=str(tmp_path))
+    message = str(e.value)
+    assert ": no network (" in message and "fashion-mnist" in message and "\n" not in message

@@ -280,6 +280,11 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
     except Exception as e:  # pylint: disable=broad-except
         raise DatasetUnavailableError(f"tfds has no dataset {name!r}: {str(e)[:300]}") from e
     if not builder.is_prepared():
+        offline = tfds_download.unresolved_host(builder.url_infos)
+        if offline is not None:
+            raise DatasetUnavailableError(
+                tfds_download.failure_message(name, builder.data_dir_root, offline)
+            ) from offline
         try:
             builder.download_and_prepare()
         except Exception as e:  # pylint: disable=broad-except

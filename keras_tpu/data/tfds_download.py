@@ -9,10 +9,25 @@ but declares it only for Python < 3.9 (keras_tpu declares it in setup.cfg).
 
 import socket
 import urllib.error
+import urllib.parse
 
 # Exceptions that mean the network (DNS, a connection, a proxy) failed. requests'
 # errors are OSErrors too, but so is a full disk: these are the network's own.
 _NETWORK_ERRORS = (urllib.error.URLError, socket.gaierror, ConnectionError, TimeoutError)
+
+
+def unresolved_host(urls):
+    """Return the OSError of the first download host in `urls` that DNS cannot resolve, or None.
+
+    Offline, tfds's HTTP client retries each file with back-off for minutes before
+    it fails; a name lookup fails in under a second, so `tfds_source` asks first.
+    """
+    for host in sorted({urllib.parse.urlparse(url).hostname for url in urls or ()} - {None}):
+        try:
+            socket.getaddrinfo(host, 443)
+        except OSError as e:
+            return e
+    return None
 
 
 def _chain(error):
