@@ -86,6 +86,24 @@ def test_bad_files_name_the_key_file_and_line(tmp_path, text, message):
     assert "\n" not in str(info.value)
 
 
+EMPTY = "the config file holds no settings (it is empty or only comments)"
+
+
+@pytest.mark.parametrize("text", ["", "\n  \n", "# only a comment\n# and another\n", "{}\n"])
+def test_an_empty_file_is_refused_not_run_with_every_default(tmp_path, text):
+    path = _write(tmp_path, text)
+    for load in (
+        lambda: config_files.load_config(path, tasks.CNNConfig),
+        lambda: config_files.read_task(path),  # scripts/train.py reads the task: key first.
+    ):
+        with pytest.raises(config_files.ConfigFileError) as info:
+            load()
+        assert str(info.value).startswith(f"{path}: {EMPTY}; write `name: value` lines")
+        assert "drop --config_file" in str(info.value) and "\n" not in str(info.value)
+    # A file naming only its task is not empty: it says what to run.
+    assert config_files.read_task(_write(tmp_path, "task: cnn\n")).task == "cnn"
+
+
 def test_bad_overrides(tmp_path):
     with pytest.raises(config_files.ConfigFileError, match="expected name=value"):
         config_files.parse_overrides("epochs", tasks.CNNConfig)
@@ -116,6 +134,8 @@ def test_shipped_configs_load_and_document_their_command(path):
         ("epoch: 2\n", "run.yaml:1: unknown key 'epoch' for CNNConfig"),
         ("epochs: two\n", "run.yaml:1: epochs: expected an integer, got 'two' (str)."),
         ("epochs: [1\n", "run.yaml:2: not valid YAML/JSON: "),
+        ("", f"run.yaml: {EMPTY}"),
+        ("# epochs: 2\n", f"run.yaml: {EMPTY}"),
     ],
 )
 def test_script_bad_file_is_one_line_exit_2(tmp_path, text, message):
@@ -123,6 +143,15 @@ def test_script_bad_file_is_one_line_exit_2(tmp_path, text, message):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+
+
+@pytest.mark.slow
+def test_train_py_empty_file_is_one_line_exit_2(tmp_path):
+    result = run_script("train.py", f"--config_file={_write(tmp_path, '# nothing yet')}", timeout=180)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    expected = f"error: {tmp_path / 'run.yaml'}: {EMPTY}; write `name: value` lines"
+    assert len(lines) == 1 and lines[0].startswith(expected), lines
 
 
 @pytest.mark.slow

@@ -183,3 +183,53 @@ def test_the_readme_example_runs_as_written(tmp_path):
     assert summary["status"] == "ok" and summary["test_examples"] == 111
     assert set(summary["test"]) == {"loss", "mae"}
     assert (tmp_path / "own" / "export" / "saved_model.pb").exists()
+
+
+def _files(root):
+    """Return {relative path: (mtime_ns, sha256)} of every file under `root`."""
+    import hashlib  # pylint: disable=g-import-not-at-top
+
+    found = {}
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            found[os.path.relpath(path, root)] = (os.stat(path).st_mtime_ns, digest)
+    return found
+
+
+@pytest.mark.slow
+def test_script_rerun_of_a_finished_run_trains_nothing_and_overwrite_trains_again(tmp_path):
+    from tests.conftest import run_script  # pylint: disable=g-import-not-at-top
+
+    model_dir = tmp_path / "run"
+    flags = ["--dataset=digits", "--epochs=1", f"--model_dir={model_dir}",
+             f"--export_dir={model_dir / 'export'}"]  # fmt: skip
+    first = run_script("train_cnn.py", *flags, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    summary = json.loads((model_dir / "summary.json").read_text())
+    assert summary["final_step"] == 22  # 1437 // 64: one epoch at the default batch of 64.
+    before = _files(model_dir)
+    assert "summary.json" in before and "export/saved_model.pb" in before
+    assert any(path.startswith("best/") for path in before)
+
+    again = run_script("train_cnn.py", *flags, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (
+        f"keras_tpu: this run finished at step 22, summary in {model_dir / 'summary.json'}; "
+        "nothing to do (--overwrite to train again)."
+    ) in again.stderr
+    # Nothing trained or written: summary, best weights, export, backups, logs untouched.
+    assert _files(model_dir) == before
+    checksum = f"weights sha256 {summary['weights_sha256']}"
+    assert checksum in first.stdout and checksum in again.stdout
+
+    overwrite = run_script("train_cnn.py", *flags, "--overwrite", timeout=600)
+    assert overwrite.returncode == 0, overwrite.stderr[-3000:]
+    assert "finished at step" not in overwrite.stderr
+    after = _files(model_dir)
+    for path in ("summary.json", "export/saved_model.pb"):
+        assert after[path][0] > before[path][0], path  # Written again.
+    retrained = json.loads((model_dir / "summary.json").read_text())
+    assert (retrained["final_step"], retrained["resumed_from_step"]) == (22, 0)

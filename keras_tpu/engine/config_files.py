@@ -98,12 +98,27 @@ def _check_key(config_cls, key, origin):
         )
 
 
+def _refuse_empty(path, document):
+    """Raise ConfigFileError if a parsed config file holds no keys at all.
+
+    An empty file (or one of only comments, or `{}`) would otherwise run every
+    default silently (30 epochs of the CNN), which is never what a file was for.
+    """
+    if document is None or document == {}:
+        raise ConfigFileError(
+            f"{path}: the config file holds no settings (it is empty or only comments); write "
+            f"`name: value` lines (the flag names, e.g. `epochs: 2`), or drop --config_file to "
+            f"run with every default."
+        )
+
+
 def load_file(path, config_cls):
     """Return {field: Setting} from a flat YAML or JSON mapping, every value type-checked.
 
     Raises:
-      ConfigFileError: unreadable file, invalid YAML/JSON, not a mapping, a
-        duplicate or unknown key, or a value of the wrong type.
+      ConfigFileError: unreadable file, invalid YAML/JSON, no keys at all (empty or
+        only comments), not a mapping, a duplicate or unknown key, or a value of the
+        wrong type.
     """
     try:
         with open(path, encoding="utf-8") as f:
@@ -118,8 +133,7 @@ def load_file(path, config_cls):
         where = f"{path}:{mark.line + 1}" if mark else path
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ConfigFileError(f"{where}: not valid YAML/JSON: {problem}.") from e
-    if root is None:
-        return {}
+    _refuse_empty(path, data)
     if not isinstance(root, yaml.MappingNode) or not isinstance(data, dict):
         raise ConfigFileError(f"{path}:1: expected a mapping of flag names to values.")
     settings = {}
@@ -145,12 +159,17 @@ class TaskRef:
 
 
 def read_task(path):
-    """Return the TaskRef of a config file's `task:` and `import:` keys (None when absent)."""
+    """Return the TaskRef of a config file's `task:` and `import:` keys (None when absent).
+
+    Raises:
+      ConfigFileError: the file holds no keys at all, or bad `task:`/`import:` values.
+    """
     try:
         with open(path, encoding="utf-8") as f:
             value = yaml.safe_load(f.read())
     except (OSError, yaml.YAMLError):
         return TaskRef(None, (), path)  # load_file reports it, with the line.
+    _refuse_empty(path, value)  # Before "name the task", which would not name the file.
     if not isinstance(value, dict):
         return TaskRef(None, (), path)
     task, imports = value.get(TASK_KEY), value.get(IMPORT_KEY) or []

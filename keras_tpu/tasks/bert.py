@@ -13,6 +13,7 @@ from keras_tpu.engine import export
 from keras_tpu.engine import optimizers
 from keras_tpu.models import bert
 from keras_tpu.parallel import memory
+from keras_tpu.tasks import bert_vocab
 from keras_tpu.tasks import inputs
 
 
@@ -85,6 +86,7 @@ def bert_task(config: BertRunConfig) -> keras_tpu.Task:
         mode="max",
         flops_per_example=lambda model: bert.training_flops_per_example(model, config.seq_length),
         check_memory=lambda model, info, policy: _check_memory(model, info, policy, config),
+        check_model=lambda model: bert_vocab.check_vocabulary(model, preprocessor, config),
         export=lambda model, export_dir, strategy, overwrite: export.export_text_classifier(
             model, preprocessor, export_dir, strategy, overwrite=overwrite
         ),
