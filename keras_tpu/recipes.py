@@ -23,13 +23,14 @@ from keras_tpu.engine import checkpointing
 from keras_tpu import checks
 from keras_tpu.runtime import cluster
 from keras_tpu.runtime import compat
+from keras_tpu.runtime import determinism
 from keras_tpu.engine import config_files
 from keras_tpu import data
 from keras_tpu.engine import export
 from keras_tpu.parallel import memory
 from keras_tpu.engine import optimizers
 from keras_tpu.engine import outputs
-from keras_tpu.tasks import inputs
+from keras_tpu.tasks import inputs as recipe_inputs
 from keras_tpu.runtime import resolver
 from keras_tpu.engine import run_dir
 from keras_tpu.engine import training
@@ -155,7 +156,7 @@ def _fit(config, strategy, task, splits, policy):
     one call per step; split, its halves would pass a dozen values between them.
     """
     info = StrategyInfo.of(strategy)
-    keras.utils.set_random_seed(config.seed)
+    determinism.seed_everything(config.seed, deterministic=config.deterministic)
     batch = config.per_replica_batch_size
     train_ds, full_pass = data.train_dataset(
         strategy, splits.train, batch, preprocess=splits.preprocess, seed=config.seed
