@@ -17,13 +17,6 @@ from keras_tpu.runtime import saved_model_dropout
 TINY = dict(vocab_size=50, num_layers=2, hidden_size=16, num_heads=2, intermediate_size=32)
 
 
-@pytest.fixture(autouse=True)
-def mode_off_afterwards():
-    """Leave the process as the other tests expect it: op determinism off."""
-    yield
-    determinism.seed_everything(0, deterministic=False)
-
-
 def _draws():
     return random.random(), np.random.rand(), float(tf.random.uniform([]))
 
