@@ -10,7 +10,7 @@ mode rewrites (saved_model_dropout). Reported: the median examples/s of each
 setting and the cost, 1 - on / off.
 
   python benchmarks/bench_determinism.py --wait_quiet=600 \
-      --json=benchmarks/results/determinism.json
+      --json=benchmarks/results/determinism.json --png=benchmarks/results/determinism.png
 """
 
 import os
@@ -128,6 +128,13 @@ def main(argv):
         [[r["model"], r["batch"], r["off_examples_per_second"], r["on_examples_per_second"],
           f"{100 * r['cost']:.1f}%"] for r in results["rows"]],
     )  # fmt: skip
+    rows = results["rows"]
+    fig = _common.bar_plot(
+        [r["model"] for r in rows], ["off", "on"],
+        [[r["off_examples_per_second"] for r in rows], [r["on_examples_per_second"] for r in rows]],
+        ylabel="examples/s", title="deterministic mode off / on (median, interleaved)",
+    )  # fmt: skip
+    _common.save_figure(fig)
 
 
 if __name__ == "__main__":
