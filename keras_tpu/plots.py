@@ -50,7 +50,7 @@ def plot_history(history, metrics=("loss", "accuracy"), figsize=None):
     """Plot training curves (and their validation counterparts), one panel per metric.
 
     Args:
-      history: anything `epoch_metrics` accepts (e.g. `recipes.train_cnn`'s summary).
+      history: anything `epoch_metrics` accepts (e.g. `tasks.train_cnn`'s summary).
       metrics: base metric names; "val_<name>" is drawn on the same panel when present.
         Names missing from the history are skipped.
       figsize: matplotlib figure size; default 5 inches wide per panel.
@@ -197,9 +197,9 @@ def collect_predictions(model, split, preprocess=None, batch_size=256, limit=Non
     Args:
       model: a callable from a batch of features to class scores (probabilities or logits).
       split: a `data.Source`, `data.ArraySplit` or (x, y) tuple, as
-        `recipes.load_image_data` returns.
+        `tasks.load_image_data` returns.
       preprocess: optional (features, labels) -> (features, labels) on batches,
-        as `recipes.load_image_data` returns (None for in-memory data).
+        as `tasks.load_image_data` returns (None for in-memory data).
       batch_size: examples per model call.
       limit: read at most this many examples (None: all).
 

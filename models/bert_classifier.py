@@ -6,6 +6,7 @@ from keras_tpu import checks
 from keras_tpu.runtime.compat import keras
 from keras_tpu.models import bert_hub
 from keras_tpu.models.bert_config import INPUT_NAMES
+from keras_tpu.runtime import determinism
 
 
 def build_bert_classifier(encoder, num_classes, seq_length, dropout=0.1, trainable=True):
@@ -43,7 +44,8 @@ def build_bert_classifier(encoder, num_classes, seq_length, dropout=0.1, trainab
 
 def classifier_head(pooled, num_classes, dropout):
     """Apply dropout and the float32 "logits" Dense layer to the pooled output."""
-    x = keras.layers.Dropout(dropout, name="dropout")(pooled)
+    # Seeded by its input: reruns and resumed runs draw the same masks.
+    x = determinism.ContentSeededDropout(dropout, name="dropout")(pooled)
     # float32 logits: under mixed bfloat16/float16 the loss must stay in float32.
     return keras.layers.Dense(
         num_classes,

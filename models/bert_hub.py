@@ -11,6 +11,8 @@ import tensorflow_hub as hub
 
 from keras_tpu import checks
 from keras_tpu.models.bert_config import INPUT_NAMES
+from keras_tpu.runtime import determinism
+from keras_tpu.runtime import saved_model_dropout
 
 NEW_INTERFACE_HANDLE = "https://tfhub.dev/tensorflow/bert_en_uncased_L-12_H-768_A-12/4"
 
@@ -89,7 +91,10 @@ def load_encoder(handle, trainable=True):
       ConfigError: when the handle does not load or has the old interface.
     """
     try:
-        encoder = hub.KerasLayer(handle, trainable=trainable, name="encoder")
+        path = handle
+        if determinism.current().deterministic:  # Its dropout seeded: reruns are identical.
+            path = saved_model_dropout.seeded_copy(handle)
+        encoder = hub.KerasLayer(path, trainable=trainable, name="encoder")
     except (OSError, ValueError, tf.errors.OpError) as e:
         raise checks.ConfigError(
             f"Could not load the TF Hub encoder {handle!r} ({type(e).__name__}: "

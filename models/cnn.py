@@ -1,6 +1,7 @@
 """The Fashion-MNIST-style CNN everyone runs first on a TPU, for any image shape."""
 
 from keras_tpu import checks
+from keras_tpu.runtime import determinism
 from keras_tpu.runtime.compat import keras
 
 VARIANTS = ("seed", "default")
@@ -55,12 +56,12 @@ def build_cnn(input_shape=(28, 28, 1), num_classes=10, variant="default", dropou
         for filters in (32, 64):
             x = _conv_block(x, filters)
             x = layers.MaxPooling2D(2)(x)
-            x = layers.Dropout(dropout)(x)
+            x = determinism.ContentSeededDropout(dropout)(x)
         x = layers.Flatten()(x)
         x = layers.Dense(128, use_bias=False)(x)
         x = layers.BatchNormalization(momentum=BATCHNORM_MOMENTUM)(x)
         x = layers.Activation("relu")(x)
-        x = layers.Dropout(min(2 * dropout, 0.5))(x)
+        x = determinism.ContentSeededDropout(min(2 * dropout, 0.5))(x)
         x = layers.Dense(num_classes)(x)
     # float32 softmax: under a mixed bfloat16/float16 policy the probabilities
     # and the loss must stay in float32 to be numerically safe.

@@ -180,6 +180,8 @@ RUN_HELP = {
     "overwrite": "Start over in a --model_dir holding another run, and replace an --export_dir "
     "holding something else (another model, other files).",
     "seed": "Random seed.",
+    "deterministic": "Bit-identical reruns and resumes: TensorFlow's op determinism and dropout "
+    "seeded by its input and --seed, also inside TF Hub encoders.",
     "backup_every_steps": "Back up every N steps for resuming (default: every epoch).",
     "backup": "Back up under model_dir/backup so a killed run resumes when restarted.",
     "keep_best": "Keep the weights with the best val_accuracy under model_dir/best.",

@@ -147,3 +147,17 @@ def fresh_resolver(monkeypatch):
     monkeypatch.setattr(resolver, "_strategies", {})
     monkeypatch.setattr(strategy_info, "_registry", {})
     return resolver
+
+
+@pytest.fixture(autouse=True)
+def _op_determinism_off_afterwards():
+    """Turn the deterministic mode off after a test that turned it on (a recipe run does).
+
+    It is process-wide: left on, a later test calling a TF Hub SavedModel's unseeded
+    dropout would fail with "random ops must have a seed".
+    """
+    yield
+    from keras_tpu.runtime import determinism  # pylint: disable=g-import-not-at-top
+
+    if determinism.current().deterministic:
+        determinism.seed_everything(0, deterministic=False)

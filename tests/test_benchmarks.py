@@ -181,3 +181,23 @@ def test_bench_engine(tmp_path):
     assert set(results["samples"]) == {"plain", "engine"}
     assert [len(v) for v in results["samples"].values()] == [2, 2]  # Epochs 2 and 3 of each.
     assert results["engine_vs_plain"] > 0 and "goal >= 0.97x" in stdout
+
+
+def test_bench_determinism(tmp_path):
+    results, stdout = run_benchmark(
+        tmp_path,
+        "bench_determinism.py",
+        "--cnn_steps=2",
+        "--bert_seq_length=16",
+        "--bert_batch=8",
+        "--bert_steps=2",
+        "--steps_per_execution=2",
+        "--repeats=1",
+    )
+    assert [r["model"] for r in results["rows"]] == ["cnn", "bert_tiny_seq16"]
+    for row in results["rows"]:
+        assert len(row["off_samples"]) == len(row["on_samples"]) == 1
+        ratio = row["on_examples_per_second"] / row["off_examples_per_second"]
+        assert row["cost"] == pytest.approx(1 - ratio, abs=0.01)
+    assert results["max_cost"] == max(r["cost"] for r in results["rows"])
+    assert "cost" in stdout

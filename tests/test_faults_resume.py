@@ -1,10 +1,12 @@
 """Fault injection for run state: exact resume, run identity, locks, preemption, NaN, full disks.
 
-Every test runs scripts/train_cnn.py (digits, the reference `seed` CNN: no dropout,
-so runs are deterministic) in a fresh interpreter. A fault is injected by a
-callback the child program appends to `callbacks.make_callbacks`' list: at a
-given optimizer step it SIGKILLs or signals its own process, poisons a weight
-with NaN, or fills the disk under model_dir.
+Most tests run scripts/train_cnn.py (digits, the reference `seed` CNN) in a fresh
+interpreter; the exact-rerun and exact-resume tests also run the default CNN (with
+dropout) and scripts/train_bert.py (a tiny TF Hub BERT, whose encoder has dropout)
+on 1 and 4 replicas, in the deterministic mode that is on by default. A fault is
+injected by a callback the child program appends to `callbacks.make_callbacks`'
+list: at a given optimizer step it SIGKILLs or signals its own process, poisons a
+weight with NaN, or fills the disk under model_dir.
 """
 
 import json
@@ -20,6 +22,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.conftest import backup_step
+from tests.conftest import run_script
 
 pytestmark = pytest.mark.slow
 
@@ -59,21 +62,25 @@ def with_fault(*args, **kwargs):
         result = dataclasses.replace(result, all=(*result.all, Fault()))
     return result
 callbacks.make_callbacks = with_fault
-script = os.environ.get("FAULT_SCRIPT", "train_cnn.py")
-sys.argv = [script, *sys.argv[3:]]
-runpy.run_path(os.path.join("scripts", script), run_name="__main__")
+sys.argv = [sys.argv[3], *sys.argv[4:]]
+runpy.run_path(os.path.join("scripts", sys.argv[0]), run_name="__main__")
 """
 
 
-def _train(model_dir, *flags, fault="none", at=0, timeout=400):
-    """Run train_cnn.py on digits with `fault` injected at optimizer step `at`."""
+def _script(script, model_dir, *flags, fault="none", at=0, timeout=400):
+    """Run scripts/<script> with `fault` injected at optimizer step `at`."""
     return subprocess.run(
-        [sys.executable, "-c", _CHILD, fault, str(at), "--dataset=digits", "--variant=seed",
-         f"--epochs={EPOCHS}", "--verbose=0", "--notensorboard", f"--model_dir={model_dir}",
-         *flags],
+        [sys.executable, "-c", _CHILD, fault, str(at), script, "--verbose=0", "--notensorboard",
+         f"--model_dir={model_dir}", *flags],
         capture_output=True, text=True, timeout=timeout, cwd=REPO,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""),
     )  # fmt: skip
+
+
+def _train(model_dir, *flags, **kwargs):
+    """Run train_cnn.py on digits (the `seed` CNN) with an optional fault (see _script)."""
+    return _script("train_cnn.py", model_dir, "--dataset=digits", "--variant=seed",
+                   f"--epochs={EPOCHS}", *flags, **kwargs)  # fmt: skip
 
 
 def _run_line(result):
@@ -111,7 +118,7 @@ def _reference(name, tmp_path_factory):
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_sigkill_then_restart_resumes_exactly(tmp_path, tmp_path_factory, name):
     """Row 1: the restart trains every step once, in the same order: same final weights."""
-    reference = None if "4replicas" in name else _reference(name, tmp_path_factory)
+    reference = _reference(name, tmp_path_factory)
     flags = [*CONFIGS[name], "--backup_every_steps=5"]
     killed = _train(tmp_path, *flags, fault="SIGKILL", at=70)
     assert killed.returncode == -signal.SIGKILL
@@ -122,12 +129,68 @@ def test_sigkill_then_restart_resumes_exactly(tmp_path, tmp_path_factory, name):
     assert saved == (82 if "spe16" in name else 70)
     resumed = _train(tmp_path, *flags)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    if "4replicas" in name:
-        # Two uninterrupted 4-replica CPU runs already end with different weights here
-        # (measured: 393932608fb87e15 vs d77b5e4d072ec8ed): only the step counts are exact.
-        assert _run_line(resumed)[:2] == (TOTAL, saved)
-    else:
-        assert _run_line(resumed) == (TOTAL, saved, reference)
+    assert _run_line(resumed) == (TOTAL, saved, reference)
+
+
+def test_cnn_with_dropout_on_4_replicas_reruns_bit_identically(tmp_path):
+    """Issue 23: two uninterrupted 4-replica runs of the default CNN (dropout) end equal."""
+    flags = ["--variant=default", "--epochs=2", *CONFIGS["spe16-4replicas"]]
+    first, again = (_train(tmp_path / name, *flags) for name in ("first", "again"))
+    assert first.returncode == 0 and again.returncode == 0, first.stderr[-3000:]
+    assert _run_line(again) == _run_line(first) == (2 * STEPS_PER_EPOCH, 0, _run_line(first)[2])
+
+
+SST2 = os.path.join(REPO, "..", "shared", "data", "sst2")
+BERT_STEPS = 20  # 2 epochs of 10 steps; backups every 5 steps, one step per execution.
+
+
+@pytest.fixture(scope="module")
+def tiny_hub(tmp_path_factory):
+    """A tiny TF Hub BERT (dropout 0.1, unseeded as TF Hub exports are) and its preprocessing."""
+    tmp = tmp_path_factory.mktemp("hub")
+    learned = subprocess.run(
+        [sys.executable, "-c", "import sys; from keras_tpu import data; from keras_tpu.data import "
+         "text; text.write_vocab(text.learn_wordpiece_vocab(data.load_tsv(sys.argv[1]).x, 1000), "
+         "sys.argv[2])", f"{SST2}/dev.tsv", str(tmp / "vocab.txt")],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert learned.returncode == 0, learned.stderr[-2000:]
+    exported = run_script("export_bert_hub.py", "--preset=tiny", f"--vocab_file={tmp / 'vocab.txt'}",
+                          f"--export_dir={tmp / 'hub'}")  # fmt: skip
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    return json.loads(exported.stdout.strip().splitlines()[-1])
+
+
+def _train_bert(handles, model_dir, *flags, **kwargs):
+    """Run train_bert.py on the tiny hub BERT, SST-2 dev, 20 steps (see _script)."""
+    return _script(
+        "train_bert.py", model_dir, f"--encoder_handle={handles['encoder']}",
+        f"--preprocess_handle={handles['preprocess']}", f"--train_file={SST2}/dev.tsv",
+        f"--eval_file={SST2}/dev.tsv", "--seq_length=16", "--per_replica_batch_size=8",
+        "--epochs=2", "--steps_per_epoch=10", "--learning_rate=1e-3", "--steps_per_execution=1",
+        "--backup_every_steps=5", "--nokeep_best", *flags, **kwargs,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("replicas", [1, 4])
+def test_bert_reruns_and_resumes_bit_identically(tmp_path, tiny_hub, replicas):
+    """Issue 23: a TF Hub BERT rerun (from its config.yaml) and a SIGKILLed run end equal."""
+    first = _train_bert(tiny_hub, tmp_path / "first", f"--cpu_replicas={replicas}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    final, resumed, reference = _run_line(first)
+    assert (final, resumed) == (BERT_STEPS, 0)
+    # The README's promise: the run's config.yaml reruns it exactly.
+    again = _train_bert(tiny_hub, tmp_path / "again",
+                        f"--config_file={tmp_path / 'first' / 'config.yaml'}")  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert _run_line(again) == (BERT_STEPS, 0, reference)
+    killed = _train_bert(tiny_hub, tmp_path / "killed", f"--cpu_replicas={replicas}",
+                         fault="SIGKILL", at=13)  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert backup_step(str(tmp_path / "killed")) == 10
+    resumed = _train_bert(tiny_hub, tmp_path / "killed", f"--cpu_replicas={replicas}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _run_line(resumed) == (BERT_STEPS, 10, reference)
 
 
 @pytest.fixture(scope="module")
@@ -268,16 +331,11 @@ def test_failed_export_keeps_the_backup_so_the_rerun_does_not_retrain(tmp_path, 
 USER_TOTAL = 40
 
 
-def _train_user(model_dir, *flags, fault="none", at=0, timeout=400):
-    """Run the user task with `fault` injected at optimizer step `at`."""
-    return subprocess.run(
-        [sys.executable, "-c", _CHILD, fault, str(at), "--import=examples/user_tasks.py",
-         "--task=diabetes_mlp", "--cpu_replicas=4", "--epochs=4", "--steps_per_execution=4",
-         "--backup_every_steps=4", "--verbose=0", f"--model_dir={model_dir}", *flags],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
-                 FAULT_SCRIPT="train.py"),
-    )  # fmt: skip
+def _train_user(model_dir, *flags, **kwargs):
+    """Run the user task through scripts/train.py with an optional fault (see _script)."""
+    return _script("train.py", model_dir, "--import=examples/user_tasks.py", "--task=diabetes_mlp",
+                   "--cpu_replicas=4", "--epochs=4", "--steps_per_execution=4",
+                   "--backup_every_steps=4", *flags, **kwargs)  # fmt: skip
 
 
 @pytest.fixture(scope="module")

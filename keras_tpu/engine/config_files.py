@@ -1,14 +1,14 @@
 """Experiments as files: load, merge and type-check YAML/JSON configs onto config dataclasses.
 
 A run is described by a flat YAML (or JSON) mapping whose keys are the fields
-of a recipe's config dataclass (recipes.CNNConfig, recipes.BertRunConfig),
+of a recipe's config dataclass (tasks.CNNConfig, tasks.BertRunConfig, or a user task's RunConfig subclass),
 optionally overridden by `params_override="a=1,b=x"` as in tensorflow/models,
 and by explicit values (the flags a script was given). Every value remembers
 where it came from, so a bad one is reported as one line naming the key, the
 file and its line: "configs/cnn.yaml:4: epochs: expected an integer, got 'ten'".
 `write` saves a resolved config that `load_config` reads back unchanged.
 
-  config = config_files.load_config("configs/digits_cnn.yaml", recipes.CNNConfig, epochs=2)
+  config = config_files.load_config("configs/digits_cnn.yaml", tasks.CNNConfig, epochs=2)
 """
 
 import dataclasses
@@ -227,7 +227,7 @@ def load_config(path, config_cls, *, params_override=None, **overrides):
 
     Args:
       path: YAML/JSON file, or None for the dataclass defaults.
-      config_cls: e.g. recipes.CNNConfig.
+      config_cls: e.g. tasks.CNNConfig.
       params_override: "a=1,b=x", applied after the file.
       **overrides: field values applied last (like flags given to a script).
     """

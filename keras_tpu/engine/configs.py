@@ -34,6 +34,7 @@ class RunConfig:
     data_dir: str | None = None  # tfds data_dir.
     export_dir: str | None = None  # SavedModel for serving.
     seed: int = 0
+    deterministic: bool = True  # Bit-identical reruns and resumes (keras_tpu.runtime.determinism).
     backup_every_steps: int | None = None  # None: back up every epoch.
     backup: bool = True  # Backups under model_dir/backup: a killed or preempted run resumes.
     overwrite: bool = (

@@ -41,6 +41,7 @@ from keras_tpu.engine import task as task_lib
 from keras_tpu.engine import training
 from keras_tpu.engine.configs import RunConfig
 from keras_tpu.runtime import cluster
+from keras_tpu.runtime import determinism
 from keras_tpu.runtime import resolver
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy_info import StrategyInfo
@@ -163,7 +164,7 @@ class _Run:
     def _prepare(self):
         """Build data, model and callbacks and run every check; write nothing."""
         config, task, backend = self.config, self.task, self.backend
-        keras.utils.set_random_seed(config.seed)
+        determinism.seed_everything(config.seed, deterministic=config.deterministic)
         backend.build()
         self.model, self.shape = backend.model, backend.shape
         if task.check_model:

@@ -1,6 +1,6 @@
 """The examples each recipe trains on: image datasets by name, TSV or tfds text, preprocessing.
 
-Split from recipes.py so that a recipe reads as its steps; everything here turns
+The datasets of the built-in tasks; everything here turns
 a config's data fields into `keras_tpu.data.sources` Sources and host-side preprocessing.
 """
 

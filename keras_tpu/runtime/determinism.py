@@ -1,0 +1,124 @@
+"""Reproducible runs: seed every random source, and make the rest deterministic.
+
+Measured on the tiny TF Hub BERT (issue 23, point 2), the reruns of one config
+differed only because the encoder's SavedModel dropout runs `RandomUniform` ops
+traced without a seed (seed=seed2=0: the kernel seeds itself from the OS on
+every process start). `tf.random.set_seed` cannot reach them: their seeds were
+fixed when the SavedModel was traced, and a SavedModel keeps no random state
+(tensorflow/tensorflow#28302). With them
+seeded, 1- and 4-replica CPU reruns were bit-identical even without TensorFlow's
+op determinism; the CNN (Keras layers, seeded by `keras.utils.set_random_seed`)
+already was.
+
+The deterministic mode therefore:
+  - seeds Python, NumPy and TensorFlow (`keras.utils.set_random_seed`);
+  - turns on `tf.config.experimental.enable_op_determinism()`: not needed on
+    this CPU, but TensorFlow's documented requirement on GPUs (atomics in
+    cuDNN/cuBLAS and segment reductions), and it turns a random op without a
+    seed into an error instead of a silent difference;
+  - makes dropout a function of its input and the run's seed (`content_seed`,
+    `ContentSeededDropout`; `saved_model_dropout` rewrites a SavedModel's
+    dropout the same way), so a resumed run draws the masks the uninterrupted
+    run drew at the same step: a stateful op's sequence would restart at 0
+    (its state lives in the kernel and cannot be saved or reset,
+    tensorflow/tensorflow#9171).
+"""
+
+import dataclasses
+import zlib
+
+import tensorflow as tf
+from tensorflow.python.framework import config as tf_config
+
+from keras_tpu.runtime.compat import keras
+
+
+@dataclasses.dataclass(frozen=True)
+class Determinism:
+    """The process's seeding: the run's seed and whether the deterministic mode is on."""
+
+    seed: int
+    deterministic: bool
+
+
+_current = Determinism(seed=0, deterministic=False)
+
+
+def seed_everything(seed, *, deterministic=True):
+    """Seed Python, NumPy and TensorFlow; with `deterministic`, make reruns bit-identical.
+
+    Process-wide, like the TensorFlow switches it sets: call it once per run,
+    before building the model (the last call wins, so a notebook can switch the
+    mode off again).
+
+    Args:
+      seed: the run's seed (an integer >= 0).
+      deterministic: also turn on TensorFlow's op determinism and make dropout in
+        TF Hub encoders loaded afterwards a function of the seed (see the module
+        docstring); False turns op determinism off again.
+
+    Returns:
+      The Determinism now in effect.
+    """
+    global _current
+    keras.utils.set_random_seed(seed)  # Python's random, NumPy and TensorFlow's global seed.
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
+    elif tf_config.is_op_determinism_enabled():
+        # TensorFlow has no public switch back; tf.config's own module does.
+        tf_config.disable_op_determinism()
+    _current = Determinism(seed=int(seed), deterministic=bool(deterministic))
+    return _current
+
+
+def current():
+    """Return the Determinism the last `seed_everything` call set (seed 0, off before any)."""
+    return _current
+
+
+def op_seed(name, seed=None):
+    """Return a 31-bit seed for the random op `name`: stable across processes, per run seed."""
+    seed = _current.seed if seed is None else seed
+    return zlib.crc32(f"{seed}/{name}".encode()) & 0x7FFFFFFF
+
+
+def content_seed(x, seed):
+    """Return an int32 [2] stateless seed: `seed` and a wrapping sum of `x`'s float32 bits.
+
+    The masks then follow the values they drop: they change every step (the
+    weights do), differ across replicas (their examples do) and come back
+    exactly on a rerun or a resume, with no random state to save. The bit
+    pattern is summed as integers, so the order of the sum does not matter.
+    """
+    bits = tf.bitcast(tf.cast(tf.reshape(x, [-1]), tf.float32), tf.int32)
+    return tf.stack([tf.constant(seed, tf.int32), tf.reduce_sum(bits)])
+
+
+class ContentSeededDropout(keras.layers.Dropout):
+    """Dropout whose masks are a function of the input and a seed (see `content_seed`).
+
+    Keras's own Dropout draws from a stateful op whose sequence restarts when a
+    killed run resumes, so the resumed run would draw other masks than the
+    uninterrupted one. This layer has no random state.
+    """
+
+    def __init__(self, rate, seed=None, **kwargs):
+        super().__init__(rate, **kwargs)
+        # Fixed when the layer is made: the seed goes into its config, so a reloaded
+        # model drops the same units.
+        self.seed = op_seed(self.name) if seed is None else int(seed)
+
+    def call(self, inputs, training=None):
+        if training is None:
+            training = keras.backend.learning_phase()
+        if self.rate == 0 or (isinstance(training, bool) and not training):
+            return tf.identity(inputs)
+
+        def dropped():
+            return tf.nn.experimental.stateless_dropout(
+                inputs, rate=self.rate, seed=content_seed(inputs, self.seed)
+            )
+
+        return tf.__internal__.smart_cond.smart_cond(
+            training, dropped, lambda: tf.identity(inputs)
+        )
