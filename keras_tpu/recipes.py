@@ -372,7 +372,7 @@ def train_cnn(config, train=None, test=None):
         )
         name = config.dataset
     else:
-        train, test, preprocess, image_shape, num_classes = recipe_inputs.in_memory_images(
+        train, test, preprocess, image_shape, num_classes = inputs.in_memory_images(
             train, test
         )
         name = "in-memory arrays"
@@ -400,8 +400,8 @@ def train_bert(config):
     if not config.encoder_handle:
         raise checks.ConfigError("BERT needs --encoder_handle (a TF Hub handle or a local export).")
     strategy = _resolve(config)
-    train, test = recipe_inputs.text_splits(config)
-    preprocessor = recipe_inputs.bert_preprocessor(config)
+    train, test = inputs.text_splits(config)
+    preprocessor = inputs.bert_preprocessor(config)
     if config.model_parallel > 1:  # Weights split across devices: its own loop (DTensor).
         from keras_tpu.parallel import sharded_training  # pylint: disable=g-import-not-at-top
 
