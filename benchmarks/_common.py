@@ -59,7 +59,17 @@ def cpu_facts():
 
 def has_bf16():
     """Return True if the CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX)."""
-    return bool({"avx512_bf16", "amx_bf16"} & set(cpu_facts()["isa"]))
+    from keras_tpu.runtime import cpu_features  # pylint: disable=g-import-not-at-top
+
+    return bool(cpu_features.read_cpu_features().native_bf16)
+
+
+def auto_precision():
+    """Return what precision "auto" picks on this host and why, for the results JSON."""
+    import keras_tpu  # pylint: disable=g-import-not-at-top
+
+    choice = keras_tpu.training.choose_precision("auto", keras_tpu.resolve_strategy())
+    return {"policy": choice.policy, "reason": choice.reason}
 
 
 def wait_for_quiet(max_wait=None, threshold=None, poll=10.0):

@@ -1,10 +1,11 @@
 """BERT fine-tuning examples/second and model FLOPs utilisation: toolkit vs plain Keras.
 
 For each preset (tiny, mini, small) and precision (fp32, and mixed bf16 where
-the CPU multiplies bfloat16 natively), fine-tune a sentence classifier on
-SST-2 at seq length 128, batch 32, with the same architecture, optimizer
-settings (AdamW, epsilon 1e-6, weight decay 0.01 except layer norms and
-biases, global-norm clipping 1.0) and FLOPs per example:
+the CPU multiplies bfloat16 natively; "auto", the toolkit's rule, if asked),
+fine-tune a sentence classifier on SST-2 at seq length 128, batch 32, with
+the same architecture, optimizer settings (AdamW, epsilon 1e-6, weight decay
+0.01 except layer norms and biases, global-norm clipping 1.0) and FLOPs per
+example:
 
   toolkit: what `tasks.train_bert` runs, step for step: resolve_strategy,
       set_precision, data.train_dataset with host WordPiece tokenisation,
@@ -17,6 +18,10 @@ biases, global-norm clipping 1.0) and FLOPs per example:
       SavedModel, no strategy), a plain tf.data pipeline over token ids
       tokenised once beforehand, keras.optimizers.AdamW, steps_per_execution
       --plain_steps_per_execution.
+
+With "auto" the plain side runs the policy the toolkit's rule picked (plain
+Keras has no "auto"), and `precision_ratios` gives the toolkit's auto/fp32 and
+bf16/fp32 per preset.
 
 Each side runs 1 + --repeats epochs of the preset's steps; epoch 0 (tracing)
 is not timed and the median of the others is reported. Model FLOPs are
@@ -39,7 +44,9 @@ import _common
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("presets", ["tiny", "mini", "small"], "BERT presets to run.")
-flags.DEFINE_list("precisions", None, "fp32 and/or bf16; default fp32 (+ bf16 if native).")
+flags.DEFINE_list(
+    "precisions", None, "fp32, bf16 and/or auto; default fp32 (+ bf16 if native)."
+)
 flags.DEFINE_list("sides", ["toolkit", "plain"], "Which sides to run.")
 flags.DEFINE_integer("seq_length", 128, "Sequence length.")
 flags.DEFINE_integer("batch", 32, "Batch (per replica; one replica on a CPU).")
@@ -110,7 +117,8 @@ def run_plain(preset, precision, setup, steps, repeats, peak_flops):
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
     from keras_tpu.models import bert  # pylint: disable=g-import-not-at-top
 
-    policy = PRECISIONS[precision]
+    # Plain Keras has no "auto": it runs what the toolkit's rule picked, for a like comparison.
+    policy = _common.auto_precision()["policy"] if precision == "auto" else PRECISIONS[precision]
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(policy)
     try:
@@ -195,6 +203,21 @@ def _peak(results):
     return peak["float32"]["gflops_median"] * 1e9
 
 
+def _precision_ratios(runs):
+    """Return {preset: {"auto_vs_fp32": x, "bf16_vs_fp32": y}}: the toolkit side's ratios."""
+    rates = {
+        (r["preset"], r["precision"]): r["toolkit"]["examples_per_second"]
+        for r in runs
+        if "toolkit" in r
+    }
+    ratios = {}
+    for (preset, precision), rate in rates.items():
+        fp32 = rates.get((preset, "fp32"))
+        if fp32 and precision != "fp32":
+            ratios.setdefault(preset, {})[f"{precision}_vs_fp32"] = round(rate / fp32, 3)
+    return ratios
+
+
 def main(argv):
     del argv
     import keras_tpu  # pylint: disable=g-import-not-at-top
@@ -202,7 +225,12 @@ def main(argv):
     keras_tpu.resolve_strategy()  # Before any other TensorFlow work, as the recipes do.
     precisions = FLAGS.precisions or ["fp32"] + (["bf16"] if _common.has_bf16() else [])
     load = _common.wait_for_quiet()
-    results = {"seq_length": FLAGS.seq_length, "batch": FLAGS.batch, "runs": []}
+    results = {
+        "seq_length": FLAGS.seq_length,
+        "batch": FLAGS.batch,
+        "auto_precision": _common.auto_precision(),
+        "runs": [],
+    }
     peak_flops = _peak(results)
     runners = {"toolkit": run_toolkit, "plain": run_plain}
     with tempfile.TemporaryDirectory() as tmp_dir:
@@ -226,6 +254,7 @@ def main(argv):
                     )
                 results["runs"].append(row)
                 print(f"done: {preset} {precision}", flush=True)
+    results["precision_ratios"] = _precision_ratios(results["runs"])
     _common.finish(results, load)
     print(f"BERT fine-tuning, seq {FLAGS.seq_length}, batch {FLAGS.batch}; fp32 peak "
           f"{peak_flops / 1e9:,.0f} GFLOP/s")  # fmt: skip
@@ -238,6 +267,9 @@ def main(argv):
                 r["model_gflops_per_second"], f"{100 * r['mfu_vs_fp32_peak']:.0f}%",
                 run.get("toolkit_vs_plain", ""),
             ])  # fmt: skip
+    for preset, ratios in results["precision_ratios"].items():
+        print(f"{preset}: " + ", ".join(f"{k} {v}x" for k, v in ratios.items()))
+    print(f"auto precision: {results['auto_precision']['reason']}")
     _common.print_table(
         ["preset", "precision", "side", "ex/s", "model GFLOP/s", "MFU(fp32 peak)", "toolkit/plain"],
         rows,

@@ -1,7 +1,8 @@
 """Images/second of CNN training: the notebook idiom, a hand-tuned baseline, the toolkit.
 
 Side by side in one process, on the same model (the reference notebook's CNN,
-`build_cnn(variant="seed")`, 28x28x1 -> 10 classes, Adam 1e-3, float32) and the
+`build_cnn(variant="seed")`, 28x28x1 -> 10 classes, Adam 1e-3; float32, but for
+the toolkit's precision "auto", which is bf16 on a CPU with native bf16) and the
 same 60,000 Fashion-MNIST-shaped synthetic images (no download here), each
 side timed over the same number of examples per repeat (--timed_examples):
 
@@ -21,6 +22,11 @@ side timed over the same number of examples per repeat (--timed_examples):
       line every --progress_seconds and per epoch ((c) runs verbose=0, without it).
       progress_vs_toolkit = (d) / (c) shows the callback costs no host round trips;
       (c) and (d) take turns (one timed epoch per call) so load changes hit both.
+  (e) toolkit_fp32, toolkit_bf16: (c) with --mixed_precision forced to fp32 or
+      bf16 (not in the default --sides). auto_vs_fp32 = (c) / toolkit_fp32 shows
+      "auto" is never slower than fp32; bf16_vs_fp32 shows what bf16 does here
+      (faster only where the CPU has native bf16: the rule auto follows).
+      Every toolkit side takes turns with the others, as (c) and (d) do.
 
 Every side first runs one untimed warm-up (tracing, first-iteration costs);
 (b) and (c) then time one epoch of timed_examples per repeat and report the
@@ -128,8 +134,10 @@ def _int_or_auto(value):
     return value if value == "auto" else int(value)
 
 
-def run_toolkit(split, test, timed_examples, batch, repeats, progress_seconds=None):
-    """(c), or (d) with progress_seconds: tasks.train_cnn on the arrays; the meter's rates."""
+def run_toolkit(
+    split, test, timed_examples, batch, repeats, progress_seconds=None, precision="auto"
+):
+    """(c), (d) with progress_seconds, (e) with precision: train_cnn on the arrays; its rates."""
     from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
 
     steps = max(1, timed_examples // batch)
@@ -142,6 +150,7 @@ def run_toolkit(split, test, timed_examples, batch, repeats, progress_seconds=No
         verbose=0 if progress_seconds is None else 2,
         progress_seconds=progress_seconds or 30.0,
         steps_per_execution=_int_or_auto(FLAGS.toolkit_steps_per_execution),
+        mixed_precision=precision,
     )
     summary = tasks.train_cnn(config, train=split, test=test)
     rates = [row["examples_per_second"] for row in summary["throughput"][1:]]
@@ -158,20 +167,25 @@ def run_toolkit(split, test, timed_examples, batch, repeats, progress_seconds=No
 
 
 def run_toolkit_sides(split, test, names):
-    """(c) and/or (d); both: interleaved, one timed epoch per call, alternating which goes first.
+    """(c), (d), (e); several: interleaved, one timed epoch per call, in turns.
 
     The ratio (d)/(c) is a few percent at most, well inside this machine's
-    run-to-run spread, so the two sides take turns instead of running one after
-    the other: a load change then hits both alike.
+    run-to-run spread, so the sides take turns instead of running one after
+    the other: a load change then hits all alike.
     """
-    interval = {"toolkit": None, "toolkit_progress": FLAGS.progress_seconds}
+    options = {  # side -> (progress_seconds, precision)
+        "toolkit": (None, "auto"),
+        "toolkit_progress": (FLAGS.progress_seconds, "auto"),
+        "toolkit_fp32": (None, "fp32"),
+        "toolkit_bf16": (None, "bf16"),
+    }
     args = (split, test, FLAGS.timed_examples, FLAGS.batch)
     if len(names) < 2:
-        return {name: run_toolkit(*args, FLAGS.repeats, interval[name]) for name in names}
+        return {name: run_toolkit(*args, FLAGS.repeats, *options[name]) for name in names}
     runs = {name: [] for name in names}
     for i in range(FLAGS.repeats):
         for name in names if i % 2 == 0 else names[::-1]:
-            runs[name].append(run_toolkit(*args, 1, interval[name]))
+            runs[name].append(run_toolkit(*args, 1, *options[name]))
     results = {}
     for name, parts in runs.items():
         samples = [sample for part in parts for sample in part["samples"]]
@@ -194,7 +208,11 @@ def main(argv):
     # (Taken from the training images: another seed would draw other class templates.)
     test = data.ArraySplit(split.x[: FLAGS.batch], split.y[: FLAGS.batch])
     load = _common.wait_for_quiet()
-    results = {"train_examples": FLAGS.train_examples, "sides": {}}
+    results = {
+        "train_examples": FLAGS.train_examples,
+        "auto_precision": _common.auto_precision(),
+        "sides": {},
+    }
     sides = results["sides"]
     if "notebook" in FLAGS.sides:
         sides["notebook"] = run_notebook(split, FLAGS.timed_examples, FLAGS.notebook_repeats)
@@ -213,19 +231,31 @@ def main(argv):
         goals["toolkit_vs_baseline"] = round(toolkit / sides["baseline"]["images_per_second"], 3)
     if toolkit and "notebook" in sides:
         goals["toolkit_vs_notebook"] = round(toolkit / sides["notebook"]["images_per_second"], 1)
+    fp32 = sides.get("toolkit_fp32", {}).get("images_per_second")
+    if fp32 and toolkit:
+        goals["auto_vs_fp32"] = round(toolkit / fp32, 3)
+    if fp32 and "toolkit_bf16" in sides:
+        goals["bf16_vs_fp32"] = round(sides["toolkit_bf16"]["images_per_second"] / fp32, 3)
     results["ratios"] = goals
     _common.finish(results, load)
-    print("CNN training (reference notebook model, 28x28x1, fp32):")
+    print("CNN training (reference notebook model, 28x28x1):")
     _common.print_table(
-        ["side", "img/s", "batch", "steps/exec", "repeats"],
+        ["side", "img/s", "batch", "steps/exec", "policy", "repeats"],
         [
-            [name, r["images_per_second"], r["batch"], r["steps_per_execution"], len(r["samples"])]
+            [name, r["images_per_second"], r["batch"], r["steps_per_execution"],
+             r.get("precision_policy", "float32"), len(r["samples"])]
             for name, r in sides.items()
         ],
-    )
+    )  # fmt: skip
+    wanted = {
+        "toolkit_vs_baseline": ">= 0.9x",
+        "toolkit_vs_notebook": ">= 20x",
+        "auto_vs_fp32": ">= 1x",
+        "bf16_vs_fp32": "> 1x only with native bf16",
+    }
     for name, value in goals.items():
-        goal = {"toolkit_vs_baseline": ">= 0.9", "toolkit_vs_notebook": ">= 20"}.get(name, "~1")
-        print(f"{name}: {value}x  (goal {goal}x)")
+        print(f"{name}: {value}x  (goal {wanted.get(name, '~1x')})")
+    print(f"auto precision: {results['auto_precision']['reason']}")
     names = list(sides)
     fig = _common.bar_plot(
         names,

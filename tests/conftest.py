@@ -113,8 +113,27 @@ def backup_step(model_dir):
     return None
 
 
-def pretend(monkeypatch, strategy, *, kind=None, tpu_address=None):
-    """Make StrategyInfo.of(strategy) report another kind or a TPU at `tpu_address`."""
+# /proc/cpuinfo flags of real hosts (abridged): no native bf16, AVX512_BF16, AMX-BF16 only.
+AVX2_FLAGS = "fpu sse2 avx avx2 fma"
+EPYC_BF16_FLAGS = "fpu sse2 avx avx2 fma avx512f avx512bw avx512_bf16"
+AMX_ONLY_FLAGS = "fpu sse2 avx avx2 fma avx512f amx_bf16 amx_tile amx_int8"
+
+
+def fake_cpu_host(root, flags):
+    """Write a two-processor /proc/cpuinfo with `flags` under `root`; return root as a str."""
+    os.makedirs(os.path.join(root, "proc"), exist_ok=True)
+    with open(os.path.join(root, "proc", "cpuinfo"), "w") as f:
+        for n in range(2):
+            f.write(f"processor\t: {n}\nmodel name\t: Faked CPU\nflags\t\t: {flags}\n\n")
+    return str(root)
+
+
+def pretend(monkeypatch, strategy, *, kind=None, tpu_address=None, cpu_root=None):
+    """Make StrategyInfo.of(strategy) report another kind, a TPU, or another host's CPU.
+
+    Args:
+      cpu_root: a faked host (fake_cpu_host) whose CPU flags decide the defaults.
+    """
     import dataclasses  # pylint: disable=g-import-not-at-top
 
     from keras_tpu.runtime import detect  # pylint: disable=g-import-not-at-top
@@ -122,8 +141,10 @@ def pretend(monkeypatch, strategy, *, kind=None, tpu_address=None):
 
     info = strategy_info.StrategyInfo.of(strategy)
     changes = {}
-    if kind:
-        changes.update(kind=kind, defaults=detect.device_defaults(kind, info.replicas))
+    if kind or cpu_root:
+        kind = kind or info.kind
+        defaults = detect.device_defaults(kind, info.replicas, root=cpu_root or "/")
+        changes.update(kind=kind, defaults=defaults)
     if tpu_address:
         location = detect.TPULocation(tpu_address, "test")
         changes.update(kind="tpu", tpu=strategy_info.TPUSystem(location, (1,), 1, info.replicas))

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from keras_tpu.engine import training
+from keras_tpu.runtime import detect
 from tests.conftest import REPO
 from tests.conftest import subprocess_env
 
@@ -79,12 +80,40 @@ def test_bench_cnn(tmp_path):
     assert "epoch 2/2 step 30/30 (60/60 overall)" in stdout  # (d)'s progress lines.
 
 
+def test_bench_cnn_precisions(tmp_path):
+    results, stdout = run_benchmark(
+        tmp_path,
+        "bench_cnn.py",
+        "--train_examples=1000",
+        "--timed_examples=640",
+        "--batch=64",
+        "--repeats=1",
+        "--sides=toolkit,toolkit_fp32,toolkit_bf16",
+    )
+    sides = results["sides"]
+    auto = detect.device_defaults("cpu")  # What "auto" picks on this host.
+    assert results["auto_precision"] == {
+        "policy": auto.precision_policy,
+        "reason": auto.precision_reason,
+    }
+    assert [sides[s]["precision_policy"] for s in sides] == [
+        auto.precision_policy,
+        "float32",
+        "mixed_bfloat16",
+    ]
+    assert set(results["ratios"]) == {"auto_vs_fp32", "bf16_vs_fp32"}
+    assert results["ratios"]["auto_vs_fp32"] == round(
+        sides["toolkit"]["images_per_second"] / sides["toolkit_fp32"]["images_per_second"], 3
+    )
+    assert f"auto precision: {auto.precision_reason}" in stdout
+
+
 def test_bench_bert(tmp_path):
     results, stdout = run_benchmark(
         tmp_path,
         "bench_bert.py",
         "--presets=tiny",
-        "--precisions=fp32,bf16",
+        "--precisions=fp32,bf16,auto",
         "--seq_length=16",
         "--batch=8",
         "--steps_per_epoch=2",
@@ -95,6 +124,7 @@ def test_bench_bert(tmp_path):
     assert [(r["preset"], r["precision"]) for r in results["runs"]] == [
         ("tiny", "fp32"),
         ("tiny", "bf16"),
+        ("tiny", "auto"),
     ]
     for run in results["runs"]:
         assert run["toolkit_vs_plain"] > 0
@@ -104,6 +134,12 @@ def test_bench_bert(tmp_path):
         # Same architecture and sequence length: the same FLOPs on both sides.
         assert run["toolkit"]["flops_per_example"] == run["plain"]["flops_per_example"]
     assert results["runs"][1]["toolkit"]["precision_policy"] == "mixed_bfloat16"
+    auto = detect.device_defaults("cpu")  # Plain Keras runs what the toolkit's rule picked.
+    assert [results["runs"][2][side]["precision_policy"] for side in ("toolkit", "plain")] == [
+        auto.precision_policy
+    ] * 2
+    assert results["auto_precision"]["reason"] == auto.precision_reason
+    assert set(results["precision_ratios"]["tiny"]) == {"bf16_vs_fp32", "auto_vs_fp32"}
     assert "float32" in results["peak"]
     assert "MFU" in stdout
 

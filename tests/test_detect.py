@@ -7,6 +7,10 @@ import pytest
 
 from keras_tpu import checks
 from keras_tpu.runtime import detect
+from tests.conftest import AMX_ONLY_FLAGS
+from tests.conftest import AVX2_FLAGS
+from tests.conftest import EPYC_BF16_FLAGS
+from tests.conftest import fake_cpu_host
 
 
 def _pci_device(root, slot, vendor, device):
@@ -172,7 +176,58 @@ def test_bad_tf_config_is_explained(raw, message):
         ("cpu", 4, None, "float32", False),
     ],
 )
-def test_device_defaults(kind, replicas, capability, policy, jit):
-    defaults = detect.device_defaults(kind, replicas, capability)
+def test_device_defaults(tmp_path, kind, replicas, capability, policy, jit):
+    root = fake_cpu_host(tmp_path, AVX2_FLAGS)  # No native bf16.
+    defaults = detect.device_defaults(kind, replicas, capability, root=root)
     assert (defaults.precision_policy, defaults.jit_compile) == (policy, jit)
-    assert defaults.reason
+    assert defaults.reason and defaults.precision_reason
+
+
+NO_NATIVE_BF16 = "fp32: this CPU has no native bf16 (no AVX512_BF16 or AMX-BF16)"
+
+
+@pytest.mark.parametrize(
+    "flags, policy, reason",
+    [
+        (EPYC_BF16_FLAGS, "mixed_bfloat16", "bf16: this CPU has AVX512_BF16"),
+        (AMX_ONLY_FLAGS, "mixed_bfloat16", "bf16: this CPU has AMX-BF16"),
+        (EPYC_BF16_FLAGS + " amx_bf16", "mixed_bfloat16", "bf16: this CPU has AVX512_BF16 and AMX-BF16"),
+        (AVX2_FLAGS, "float32", NO_NATIVE_BF16),
+        ("fpu avx512f avx512_fp16", "float32", NO_NATIVE_BF16),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("replicas", [1, 4])  # One CPU, or a rehearsal of 4 replicas.
+def test_cpu_precision_follows_native_bf16(tmp_path, flags, policy, reason, replicas):
+    defaults = detect.device_defaults("cpu", replicas, root=fake_cpu_host(tmp_path, flags))
+    assert (defaults.precision_policy, defaults.precision_reason) == (policy, reason)
+    assert defaults.jit_compile is False  # The precision rule leaves XLA's alone.
+
+
+def test_cpu_flags_unknown_means_fp32(tmp_path):
+    defaults = detect.device_defaults("cpu", root=str(tmp_path))
+    assert (defaults.precision_policy, defaults.precision_reason) == (
+        "float32",
+        f"fp32: the CPU flags are unknown ({tmp_path}/proc/cpuinfo has none)",
+    )
+
+
+@pytest.mark.parametrize(
+    "kind, capability, policy, reason",
+    [
+        ("tpu", None, "mixed_bfloat16", "bf16: TPUs compute bfloat16 natively"),
+        ("one_device", (8, 0), "mixed_float16", "fp16: this GPU (compute capability 8.0) has tensor cores"),
+        ("mirrored", (6, 1), "float32", "fp32: this GPU (compute capability 6.1) has no fp16 tensor cores"),
+        ("one_device", None, "float32", "fp32: the GPU's compute capability is unknown"),
+    ],
+)  # fmt: skip
+def test_accelerators_ignore_the_host_cpu(tmp_path, kind, capability, policy, reason):
+    root = fake_cpu_host(tmp_path, EPYC_BF16_FLAGS)  # A bf16 host CPU must not matter.
+    defaults = detect.device_defaults(kind, 8, capability, root=root)
+    assert (defaults.precision_policy, defaults.precision_reason) == (policy, reason)
+
+
+def test_cpu_cluster_stays_fp32_even_with_native_bf16(tmp_path):
+    root = fake_cpu_host(tmp_path, AMX_ONLY_FLAGS)
+    defaults = detect.device_defaults("multi_worker", 2, root=root)
+    assert defaults.precision_policy == "float32"
+    assert defaults.precision_reason.startswith("fp32: a multi-worker cluster keeps fp32")

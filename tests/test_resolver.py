@@ -10,6 +10,7 @@ import tensorflow as tf
 
 import keras_tpu
 from keras_tpu import keras
+from keras_tpu.runtime import detect
 from keras_tpu.runtime import resolver as resolver_lib
 from keras_tpu.runtime import tpu_address
 from tests.conftest import CPU_REPLICAS
@@ -30,6 +31,8 @@ def test_auto_falls_back_to_cpu_and_says_why(fresh_resolver, tmp_path):
     assert (info["kind"], info["replicas"], info["workers"]) == ("cpu", 1, 1)
     assert "no TPU found" in info["fallback_reason"] and "no GPU" in info["fallback_reason"]
     assert (info["precision_policy"], info["jit_compile"]) == ("float32", False)
+    # The faked root has no /proc/cpuinfo: native bf16 is not assumed.
+    assert info["precision_reason"].startswith("fp32: the CPU flags are unknown")
     assert info["tensorflow"] == tf.__version__ and info["tf_keras"] == keras.__version__
     assert "Fell back because: no TPU found" in info["summary"]
     json.dumps(info)  # describe() must stay JSON-serialisable.
@@ -276,6 +279,15 @@ def test_tpu_info_json_reports_cpu_replicas():
     assert result.returncode == 0, result.stderr
     info = json.loads(result.stdout)  # Exactly one JSON object on stdout.
     assert (info["replicas"], info["kind"], len(info["devices"])) == (4, "cpu", 4)
+    # The precision "auto" picks here, and why, in the JSON and in the paragraph.
+    expected = detect.device_defaults("cpu", 4)
+    assert (info["precision_policy"], info["precision_reason"]) == (
+        expected.precision_policy,
+        expected.precision_reason,
+    )
+    assert f"Precision policy {expected.precision_policy} ({expected.precision_reason})" in (
+        info["summary"]
+    )
 
 
 @pytest.mark.slow

@@ -2,10 +2,16 @@
 
 import json
 
+import pytest
+
 from keras_tpu.runtime import detect
 from keras_tpu.runtime import resolver
 from keras_tpu.runtime import strategy_info
+from tests.conftest import AMX_ONLY_FLAGS
+from tests.conftest import AVX2_FLAGS
 from tests.conftest import CPU_REPLICAS
+from tests.conftest import EPYC_BF16_FLAGS
+from tests.conftest import fake_cpu_host
 
 
 def _info(**fields):
@@ -54,7 +60,7 @@ def test_to_dict_keeps_the_keys_users_read(mirrored):
     assert set(as_dict) == {
         "kind", "workers", "fallback_reason", "tpu", "requested", "rehearsal", "resolve_seconds",
         "strategy", "replicas", "devices", "tensorflow", "tf_keras", "precision_policy",
-        "jit_compile", "defaults_reason", "summary",
+        "precision_reason", "jit_compile", "defaults_reason", "summary",
     }  # fmt: skip
     assert (as_dict["replicas"], as_dict["rehearsal"], info.kind) == (CPU_REPLICAS, True, "cpu")
     json.dumps(as_dict)
@@ -67,3 +73,32 @@ def test_to_dict_keeps_the_keys_users_read(mirrored):
         "num_tasks": 1,
         "num_tpus_per_task": 8,
     }
+
+
+@pytest.mark.parametrize(
+    "flags, policy, reason",
+    [
+        (EPYC_BF16_FLAGS, "mixed_bfloat16", "bf16: this CPU has AVX512_BF16"),
+        (AMX_ONLY_FLAGS, "mixed_bfloat16", "bf16: this CPU has AMX-BF16"),
+        (AVX2_FLAGS, "float32", "fp32: this CPU has no native bf16 (no AVX512_BF16 or AMX-BF16)"),
+    ],
+)
+def test_describe_says_which_precision_and_why(fresh_resolver, tmp_path, flags, policy, reason):
+    root = fake_cpu_host(tmp_path, flags)
+    strategy = fresh_resolver.resolve_strategy(strategy="cpu", environ={}, root=root)
+    info = fresh_resolver.describe(strategy)
+    assert (info["kind"], info["precision_policy"], info["precision_reason"]) == (
+        "cpu",
+        policy,
+        reason,
+    )
+    assert f"Precision policy {policy} ({reason}), jit_compile=False" in info["summary"]
+
+
+def test_describe_on_this_host_follows_the_rule(mirrored):
+    info = resolver.describe(mirrored)
+    expected = detect.device_defaults("cpu", CPU_REPLICAS)  # This host's /proc/cpuinfo.
+    assert (info["precision_policy"], info["precision_reason"]) == (
+        expected.precision_policy,
+        expected.precision_reason,
+    )

@@ -84,6 +84,9 @@ def test_summary_keys_and_best_weights_by_val_loss(regression):
     assert summary["final_step"] == 3 * (331 // GLOBAL_BATCH) and summary["resumed_from_step"] == 0
     assert (summary["global_batch"], summary["replicas"]) == (GLOBAL_BATCH, CPU_REPLICAS)
     assert len(summary["weights_sha256"]) == 16
+    # Which precision "auto" chose on this CPU, and why (issue 24).
+    expected = "bf16" if summary["precision_policy"] == "mixed_bfloat16" else "fp32"
+    assert summary["precision_reason"].startswith(f"{expected}: "), summary["precision_reason"]
     val_losses = summary["history"]["val_loss"]
     best_epoch = int(np.argmin(val_losses)) + 1
     assert summary["monitor"] == "val_loss"

@@ -9,6 +9,10 @@ import tensorflow as tf
 from keras_tpu import data
 from keras_tpu import keras
 from keras_tpu.engine import training
+from tests.conftest import AMX_ONLY_FLAGS
+from tests.conftest import AVX2_FLAGS
+from tests.conftest import EPYC_BF16_FLAGS
+from tests.conftest import fake_cpu_host
 from tests.conftest import pretend
 
 
@@ -87,14 +91,38 @@ def test_training_loss_goes_down_on_4_replicas(mirrored):
     assert history.history["loss"][-1] < history.history["loss"][0] / 2
 
 
-def test_set_precision(mirrored):
+def test_set_precision(mirrored, tmp_path, monkeypatch):
+    pretend(monkeypatch, mirrored, cpu_root=fake_cpu_host(tmp_path, AVX2_FLAGS))
     try:
-        assert training.set_precision("auto", mirrored) == "float32"  # CPU recommendation.
+        assert training.set_precision("auto", mirrored) == "float32"  # No native bf16.
         assert training.set_precision("bf16", mirrored) == "mixed_bfloat16"
         assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
         assert training.set_precision("fp16", mirrored) == "mixed_float16"
         with pytest.raises(ValueError, match="precision='int8' is not one of auto, fp32"):
             training.set_precision("int8", mirrored)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.parametrize(
+    "flags, precision, policy, reason",
+    [
+        (EPYC_BF16_FLAGS, "auto", "mixed_bfloat16", "bf16: this CPU has AVX512_BF16"),
+        (AMX_ONLY_FLAGS, "auto", "mixed_bfloat16", "bf16: this CPU has AMX-BF16"),
+        (AVX2_FLAGS, "auto", "float32", "fp32: this CPU has no native bf16 (no AVX512_BF16 or AMX-BF16)"),
+        # An explicit precision wins over the rule, either way.
+        (EPYC_BF16_FLAGS, "fp32", "float32", "fp32: asked for (--mixed_precision=fp32)"),
+        (AVX2_FLAGS, "bf16", "mixed_bfloat16", "bf16: asked for (--mixed_precision=bf16)"),
+        (AMX_ONLY_FLAGS, "fp16", "mixed_float16", "fp16: asked for (--mixed_precision=fp16)"),
+    ],
+)  # fmt: skip
+def test_choose_precision(mirrored, tmp_path, monkeypatch, flags, precision, policy, reason):
+    pretend(monkeypatch, mirrored, cpu_root=fake_cpu_host(tmp_path, flags))
+    choice = training.choose_precision(precision, mirrored)
+    assert choice == training.PrecisionChoice(policy, reason)
+    try:
+        assert training.set_precision(precision, mirrored) == policy
+        assert keras.mixed_precision.global_policy().name == policy
     finally:
         keras.mixed_precision.set_global_policy("float32")
 

@@ -65,6 +65,7 @@ class RunSummary:
     strategy: dict
     config: dict
     dataset: str | None = None
+    precision_reason: str | None = None  # Why this policy, e.g. "fp32: this CPU has no native bf16".
     extra: dict = dataclasses.field(default_factory=dict)  # Backend-specific (e.g. the mesh).
 
     def to_dict(self):

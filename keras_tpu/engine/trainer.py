@@ -112,7 +112,9 @@ def fit(task, config=None, *, strategy=None):
     previous_policy = keras.mixed_precision.global_policy()
     try:
         policy = training.set_precision(config.mixed_precision, strategy)
-        return _Run(task, config, strategy, policy).run()
+        run = _Run(task, config, strategy, policy)
+        run.precision_reason = training.choose_precision(config.mixed_precision, strategy).reason
+        return run.run()
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
 
@@ -334,6 +336,7 @@ def _summary(run, trained, test):
         global_batch=shape.global_batch,
         replicas=shape.replicas,
         precision_policy=run.policy,
+        precision_reason=run.precision_reason,
         epochs=config.epochs,
         steps_per_epoch=shape.steps_per_epoch,
         steps_per_execution=shape.steps_per_execution,

@@ -1,5 +1,7 @@
 """Compile, train and evaluate keras_tpu.keras models under a strategy."""
 
+import dataclasses
+
 from keras_tpu import checks
 from keras_tpu.runtime import compat
 from keras_tpu.runtime.strategy_info import StrategyInfo
@@ -22,25 +24,59 @@ AUTO_STEPS_PER_EXECUTION = {"tpu": 100, "one_device": 16, "mirrored": 16, "multi
 AUTO_STEPS_PER_EXECUTION_CPU = 16
 
 
+@dataclasses.dataclass(frozen=True)
+class PrecisionChoice:
+    """The mixed-precision policy a run uses and why.
+
+    Attributes:
+      policy: the Keras policy name, e.g. "mixed_bfloat16".
+      reason: one line a person reads, e.g. "bf16: this CPU has AVX512_BF16" or
+        "fp32: asked for (--mixed_precision=fp32)".
+    """
+
+    policy: str
+    reason: str
+
+
+def choose_precision(precision, strategy):
+    """Return the PrecisionChoice `precision` means under `strategy`, without setting it.
+
+    Args:
+      precision: "auto" (the device's rule: `StrategyInfo.precision_policy` and
+        its `precision_reason`), or "bf16", "fp16", "fp32", which always win.
+      strategy: the strategy the models will be built under.
+
+    Raises:
+      ConfigError: for an unknown name, or fp16 on a TPU.
+    """
+    info = StrategyInfo.of(strategy)
+    checks.one_of("precision", precision, ("auto", *PRECISIONS))
+    if precision == "auto":
+        choice = PrecisionChoice(info.precision_policy, info.precision_reason)
+    else:
+        choice = PrecisionChoice(
+            PRECISIONS[precision], f"{precision}: asked for (--mixed_precision={precision})"
+        )
+    if choice.policy == "mixed_float16" and info.is_tpu:
+        raise checks.ConfigError(
+            "precision='fp16' is not supported on TPU; use 'bf16' (or 'auto')."
+        )
+    return choice
+
+
 def set_precision(precision, strategy):
     """Set the global Keras mixed-precision policy; call it before building models.
 
     Args:
-      precision: "auto" (the device's recommendation, `StrategyInfo.precision_policy`),
-        "bf16", "fp16" or "fp32". Under fp16, compile wraps the optimizer in a
-        LossScaleOptimizer; outputs and losses stay float32 in keras_tpu models.
+      precision: "auto", "bf16", "fp16" or "fp32", as `choose_precision` takes.
+        Under fp16, compile wraps the optimizer in a LossScaleOptimizer; outputs
+        and losses stay float32 in keras_tpu models.
       strategy: the strategy the models will be built under.
 
     Returns:
-      The policy name set, e.g. "mixed_bfloat16".
+      The policy name set, e.g. "mixed_bfloat16" (`choose_precision` says why).
     """
-    info = StrategyInfo.of(strategy)
-    checks.one_of("precision", precision, ("auto", *PRECISIONS))
-    policy = info.precision_policy if precision == "auto" else PRECISIONS[precision]
-    if policy == "mixed_float16" and info.is_tpu:
-        raise checks.ConfigError(
-            "precision='fp16' is not supported on TPU; use 'bf16' (or 'auto')."
-        )
+    policy = choose_precision(precision, strategy).policy
     keras.mixed_precision.set_global_policy(policy)
     return policy
 

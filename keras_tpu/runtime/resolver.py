@@ -366,6 +366,7 @@ def resolve_strategy(
             requested=strategy,
             fallback_reason=fallback_reason,
             resolve_seconds=round(time.monotonic() - start, 3),
+            root=request.root,
         )
         strategy_info_lib.register(result, info)
         _strategies[key] = result

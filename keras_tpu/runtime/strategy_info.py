@@ -73,7 +73,7 @@ class StrategyInfo:
       replicas: replicas in sync.
       workers: worker processes (TPU hosts or multi-worker tasks).
       devices: the replicas' device names.
-      defaults: the device's precision policy and XLA rule.
+      defaults: the device's precision policy and XLA rule, each with its reason.
       tensorflow: TensorFlow's version.
       tf_keras: tf_keras's version.
       requested: the strategy argument, for strategies made by resolve_strategy.
@@ -148,6 +148,11 @@ class StrategyInfo:
         return self.defaults.precision_policy
 
     @property
+    def precision_reason(self):
+        """Why "auto" precision picks precision_policy, e.g. "bf16: this CPU has AVX512_BF16"."""
+        return self.defaults.precision_reason
+
+    @property
     def jit_compile(self):
         return self.defaults.jit_compile
 
@@ -175,15 +180,16 @@ class StrategyInfo:
         if self.rehearsal:
             text += "; a CPU rehearsal of a multi-replica run (host CPU split into logical devices)"
         text += (
-            f". Precision policy {self.precision_policy}, jit_compile={self.jit_compile} "
-            f"({self.defaults.reason}). TensorFlow {self.tensorflow}, tf_keras {self.tf_keras}."
+            f". Precision policy {self.precision_policy} ({self.precision_reason}), "
+            f"jit_compile={self.jit_compile} ({self.defaults.reason}). "
+            f"TensorFlow {self.tensorflow}, tf_keras {self.tf_keras}."
         )
         if self.fallback_reason:
             text += f" Fell back because: {self.fallback_reason}."
         return text
 
     def to_dict(self):
-        """Return the JSON-serialisable dict `describe()` returns (keys as before)."""
+        """Return the JSON-serialisable dict `describe()` returns (earlier keys kept)."""
         info = {
             "kind": self.kind,
             "workers": self.workers,
@@ -216,6 +222,7 @@ class StrategyInfo:
             tensorflow=self.tensorflow,
             tf_keras=self.tf_keras,
             precision_policy=self.precision_policy,
+            precision_reason=self.precision_reason,
             jit_compile=self.jit_compile,
             defaults_reason=self.defaults.reason,
         )
@@ -247,8 +254,10 @@ class StrategyInfo:
         )
 
     @classmethod
-    def from_strategy(cls, strategy, *, kind, workers=1, gpu_compute_capability=None, **fields):
-        """Return the info of `strategy` with the device facts read from it."""
+    def from_strategy(
+        cls, strategy, *, kind, workers=1, gpu_compute_capability=None, root="/", **fields
+    ):
+        """Return the info of `strategy` with the device facts read from it (under `root`)."""
         replicas = int(strategy.num_replicas_in_sync)
         return cls(
             kind=kind,
@@ -256,7 +265,7 @@ class StrategyInfo:
             replicas=replicas,
             workers=workers,
             devices=tuple(_devices_of(strategy)),
-            defaults=detect.device_defaults(kind, replicas, gpu_compute_capability),
+            defaults=detect.device_defaults(kind, replicas, gpu_compute_capability, root),
             tensorflow=tf.__version__,
             tf_keras=compat.keras.__version__,
             gpu_compute_capability=gpu_compute_capability,
