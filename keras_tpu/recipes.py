@@ -29,7 +29,7 @@ from keras_tpu.engine import export
 from keras_tpu.parallel import memory
 from keras_tpu.engine import optimizers
 from keras_tpu.engine import outputs
-from keras_tpu.tasks import inputs
+from keras_tpu.tasks import inputs as recipe_inputs
 from keras_tpu.runtime import resolver
 from keras_tpu.engine import run_dir
 from keras_tpu.engine import training
