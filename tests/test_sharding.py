@@ -416,3 +416,22 @@ def test_a_nan_loss_stops_the_run_with_exit_3_and_no_export(tiny_export, tmp_pat
     assert not (tmp_path / "export").exists()
     kept = tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints"))
     assert kept is None or int(kept.rsplit("-", 1)[1]) < summary["nan_step"]
+
+
+def test_plan_memory_script_plans_a_given_model_parallel():
+    import json  # pylint: disable=g-import-not-at-top
+
+    from tests.conftest import run_script  # pylint: disable=g-import-not-at-top
+
+    flags = ["--preset=large", "--accelerator=v3", "--seq_length=512", "--precision=bf16"]
+    result = run_script("plan_memory.py", *flags, "--model_parallel=2", "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    planned = json.loads(result.stdout)["plan"]
+    expected = memory.plan(memory.config_from_name("large"), 512, "bf16", "v3", model_parallel=2)
+    assert planned["model_parallel"] == 2
+    assert planned["max_per_replica_batch"] == expected.max_per_replica_batch > 0
+    refused = run_script("plan_memory.py", "--preset=base", "--model_parallel=5")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "error: BERT num_heads=12 is not divisible by model_parallel=5."
+    )
