@@ -3,6 +3,7 @@
   python scripts/plan_memory.py --preset=base --seq_length=512 --accelerator=v3
   python scripts/plan_memory.py --preset=large --accelerator=v5e --per_replica_batch=16
   python scripts/plan_memory.py --preset=base --accelerator=cpu --precision=fp32 --json
+  python scripts/plan_memory.py --preset=large --accelerator=v5e --model_parallel=2
 Without --per_replica_batch the breakdown is shown at the largest batch that fits. With
 --json, stdout holds exactly one JSON object (logs go to stderr).
 """
@@ -43,6 +44,12 @@ flags.DEFINE_enum(
     "runtime", None, list(memory.RUNTIMES), "xla or tf; default: xla on TPUs, tf elsewhere."
 )
 flags.DEFINE_float("margin", 0.1, "Fraction of the device's memory kept free.")
+flags.DEFINE_integer(
+    "model_parallel",
+    1,
+    "Plan per device with the weights split K ways (train_bert --model_parallel=K).",
+    lower_bound=1,
+)
 flags.DEFINE_bool("json", False, "Print one JSON object instead of the table.")
 
 
@@ -58,6 +65,7 @@ def result():
         FLAGS.optimizer,
         FLAGS.margin,
         runtime=runtime,
+        model_parallel=FLAGS.model_parallel,
     )
     if FLAGS.per_replica_batch is None:
         return best.estimate, best, None
@@ -68,6 +76,7 @@ def result():
         FLAGS.optimizer,
         FLAGS.precision,
         runtime=runtime,
+        model_parallel=FLAGS.model_parallel,
     )
     warning = memory.check_fits(
         config,
@@ -78,6 +87,7 @@ def result():
         FLAGS.optimizer,
         FLAGS.margin,
         runtime=runtime,
+        model_parallel=FLAGS.model_parallel,
     )
     return est, best, warning
 

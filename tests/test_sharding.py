@@ -189,6 +189,8 @@ def test_train_bert_model_parallel_trains_checkpoints_and_exports(tiny_export, t
     import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top
 
     from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
+    from keras_tpu.parallel import sharded_export  # pylint: disable=g-import-not-at-top
+    from keras_tpu.parallel import sharded_loop  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel import sharded_training  # pylint: disable=g-import-not-at-top
 
     root, vocab = tiny_export
@@ -203,7 +205,11 @@ def test_train_bert_model_parallel_trains_checkpoints_and_exports(tiny_export, t
     )
     assert summary["mesh"] == {"batch": 2, "model": 2} and summary["global_batch"] == 8
     assert (summary["final_step"], summary["resumed_from_step"]) == (6, 0)
+    assert summary["status"] == "ok" and summary["steps_per_execution"] == 3  # "auto", capped
     assert summary["test_examples"] == 64 and 0 <= summary["test"]["accuracy"] <= 1
+    assert summary["test"]["loss"] > 0
+    # The export was built whole beside its target and renamed once: nothing else is left.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "run"]
     assert len(summary["losses"]) == 6 and np.isfinite(summary["losses"]).all()
     assert tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints")).endswith("ckpt-6")
 
@@ -212,13 +218,13 @@ def test_train_bert_model_parallel_trains_checkpoints_and_exports(tiny_export, t
     texts = tf.constant(["good film", "dull plot awful", "great", "lifeless"])  # 2 per batch row
     features = preprocessor(texts)
     expected = tf.nn.softmax(
-        sharding.to_numpy(model(sharded_training._on_mesh(features, model_mesh(model))))
+        sharding.to_numpy(model(sharded_loop.on_mesh(features, model_mesh(model))))
     ).numpy()
     serve = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"]
     served = serve(text=texts)["probabilities"].numpy()
     # The unsharded model: the gathered weights in models/bert.py's ordinary encoder.
     weights = sharding.gather_weights(model)
-    encoder_config, _ = sharded_training.load_native_encoder(str(tmp_path / "export" / "encoder"))
+    encoder_config, _ = sharded_export.load_native_encoder(str(tmp_path / "export" / "encoder"))
     native = bert.build_bert_encoder(encoder_config)
     for variable in native.variables:
         variable.assign(weights[variable.name])
@@ -249,6 +255,16 @@ def model_mesh(model):
     [
         (dict(model_parallel=3), "model_parallel=3 does not divide the 4 CPU device"),
         (dict(encoder_handle="https://tfhub.dev/x/bert/4"), "cannot be rebuilt natively"),
+        # DTensor cannot lay out mixed-precision weights: refused, never ignored.
+        (dict(mixed_precision="bf16"), "--mixed_precision=bf16 cannot run with --model_parallel=2"),
+        (dict(mixed_precision="fp16"), "--mixed_precision=fp16 cannot run with --model_parallel=2"),
+        (dict(rehearse_tpu=True), "--rehearse_tpu cannot compile the sharded step"),
+        # 64 examples, 2 rows of 40: the message names both and the fix.
+        (
+            dict(per_replica_batch_size=40, steps_per_epoch=None),
+            r"the training split has 64 examples, fewer than one global batch of 80 \(40 per "
+            r"data-parallel row x 2 rows of the 2x2 mesh\); lower --per_replica_batch_size to 32",
+        ),
     ],
 )
 def test_train_bert_model_parallel_bad_input(tiny_export, overrides, message):
@@ -307,3 +323,116 @@ def test_sharded_run_killed_and_restarted_resumes(tiny_export, tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["resumed_from_step"], summary["final_step"]) == (killed_at, 60)
     assert len(summary["losses"]) == 60 - killed_at
+
+
+def _loop(root, vocab, **overrides):
+    """Return (ShardedLoop, train Source) of `_sharded_config` on a fresh 2x2 mesh."""
+    from keras_tpu.parallel import sharded_export  # pylint: disable=g-import-not-at-top
+    from keras_tpu.parallel import sharded_training  # pylint: disable=g-import-not-at-top
+
+    config = _sharded_config(root, vocab, **overrides)
+    train, _ = recipe_inputs.text_splits(config)
+    preprocessor = recipe_inputs.bert_preprocessor(config)
+    encoder_config, weights = sharded_export.load_native_encoder(config.encoder_handle)
+    keras.utils.set_random_seed(config.seed)
+    loop = sharded_training.build_loop(
+        config,
+        sharding.make_mesh(config.model_parallel),
+        encoder_config,
+        weights,
+        total_steps=12,
+        train_data=train,
+        preprocess=preprocessor.preprocess,
+    )
+    return loop, train
+
+
+def test_an_epoch_is_one_pass_over_the_training_data(tiny_export):
+    from keras_tpu.parallel import sharded_training  # pylint: disable=g-import-not-at-top
+
+    root, vocab = tiny_export
+    loop, train = _loop(root, vocab)
+    # 64 examples, 4 per data-parallel row x 2 rows: 8 steps (not 64 // 4 = 16).
+    steps = sharded_training.epoch_steps(64, 4, loop.mesh)
+    assert (loop.global_batch, steps) == (8, 8)
+    batches = loop.batches(0)
+    seen = [sharding.to_numpy(next(batches)[0]["input_word_ids"]) for _ in range(steps)]
+    seen = np.concatenate(seen)
+    preprocessor = recipe_inputs.bert_preprocessor(_sharded_config(root, vocab))
+    sentences = [line.split("\t")[0] for line in (root / "train.tsv").read_text().split("\n")[1:-1]]
+    expected = preprocessor(tf.constant(sentences))["input_word_ids"].numpy()
+    assert seen.shape == expected.shape == (64, 8)
+    # Every example exactly once (the same rows, in shuffled order).
+    assert sorted(map(tuple, seen)) == sorted(map(tuple, expected))
+
+
+@pytest.mark.slow  # three 2x2 loops: minutes on the shared CPUs
+def test_executions_of_n_steps_give_the_single_step_run(tiny_export, tmp_path):
+    root, vocab = tiny_export
+    one_call, _ = _loop(root, vocab)
+    whole = one_call.run_execution(6)
+    assert whole.step == 6 and len(whole.losses) == 6 and whole.finite
+    split, _ = _loop(root, vocab)
+    parts = [split.run_execution(n) for n in (1, 2, 3)]
+    assert [r.step for r in parts] == [1, 3, 6]
+    np.testing.assert_allclose(sum((r.losses for r in parts), ()), whole.losses, rtol=0, atol=1e-6)
+    assert split.weights_checksum() == one_call.weights_checksum()
+
+    # A restored loop reads the data from the restored step on (its examples skipped).
+    path = split.checkpoint.save(str(tmp_path / "ckpt"))
+    resumed, _ = _loop(root, vocab)
+    resumed.checkpoint.restore(path)
+    assert resumed.step == 6 and resumed.weights_checksum() == split.weights_checksum()
+    uninterrupted = resumed.batches(0)
+    for _ in range(6):
+        next(uninterrupted)
+    expected, positioned = next(uninterrupted), next(resumed.batches(resumed.step))
+    for a, b in zip(tf.nest.flatten(expected), tf.nest.flatten(positioned)):
+        np.testing.assert_array_equal(sharding.to_numpy(a), sharding.to_numpy(b))
+    assert resumed.run_execution(2).step == 8
+
+
+@pytest.mark.slow
+def test_a_nan_loss_stops_the_run_with_exit_3_and_no_export(tiny_export, tmp_path):
+    import json  # pylint: disable=g-import-not-at-top
+
+    from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import checkpointing  # pylint: disable=g-import-not-at-top
+
+    root, vocab = tiny_export
+    config = _sharded_config(
+        root,
+        vocab,
+        learning_rate=1e10,
+        steps_per_execution=2,
+        backup_every_steps=2,
+        model_dir=str(tmp_path / "run"),
+        export_dir=str(tmp_path / "export"),
+    )
+    with pytest.raises(checkpointing.RunStopped, match="loss became NaN at step") as stopped:
+        tasks.train_bert(config)
+    assert stopped.value.exit_code == 3
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "nan" and summary["nan_step"] <= 6
+    assert not (tmp_path / "export").exists()
+    kept = tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints"))
+    assert kept is None or int(kept.rsplit("-", 1)[1]) < summary["nan_step"]
+
+
+def test_plan_memory_script_plans_a_given_model_parallel():
+    import json  # pylint: disable=g-import-not-at-top
+
+    from tests.conftest import run_script  # pylint: disable=g-import-not-at-top
+
+    flags = ["--preset=large", "--accelerator=v3", "--seq_length=512", "--precision=bf16"]
+    result = run_script("plan_memory.py", *flags, "--model_parallel=2", "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    planned = json.loads(result.stdout)["plan"]
+    expected = memory.plan(memory.config_from_name("large"), 512, "bf16", "v3", model_parallel=2)
+    assert planned["model_parallel"] == 2
+    assert planned["max_per_replica_batch"] == expected.max_per_replica_batch > 0
+    refused = run_script("plan_memory.py", "--preset=base", "--model_parallel=5")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "error: BERT num_heads=12 is not divisible by model_parallel=5."
+    )

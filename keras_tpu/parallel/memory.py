@@ -715,6 +715,7 @@ def check_fits(
     margin=0.1,
     *,
     runtime=None,
+    model_parallel=1,
 ):
     """Return None if the step fits on `accelerator` with `margin` free, else a warning.
 
@@ -725,12 +726,25 @@ def check_fits(
     _check_margin(margin)
     runtime = runtime or default_runtime(accelerator)
     est = estimate(
-        config_or_model, per_replica_batch, seq_length, optimizer, precision, runtime=runtime
+        config_or_model,
+        per_replica_batch,
+        seq_length,
+        optimizer,
+        precision,
+        runtime=runtime,
+        model_parallel=model_parallel,
     )
     if est.total <= int(device.memory_bytes * (1 - margin)):
         return None
     best = plan(
-        config_or_model, seq_length, est.precision, accelerator, optimizer, margin, runtime=runtime
+        config_or_model,
+        seq_length,
+        est.precision,
+        accelerator,
+        optimizer,
+        margin,
+        runtime=runtime,
+        model_parallel=model_parallel,
     )
     if best.fits:
         advice = (

@@ -1,101 +1,109 @@
 """Fine-tune a BERT classifier with its weights split across devices (train_bert --model_parallel).
 
-The recipe's pieces are reused where they work under DTensor and replaced where
-they do not; each replacement names the failure it avoids:
-  - the encoder is rebuilt natively (models/bert.py) from an exported encoder
-    directory, because hub.KerasLayer weights cannot be laid out ("initial_value
-    must be specified" inside a LayoutMap scope; ordinary variables outside it);
-  - data: data.train_dataset_fn / eval_dataset_fn build the host pipeline, and
-    dtensor.DTensorDataset (training) or dtensor.pack-by-relayout (evaluation)
-    replace strategy.distribute_datasets_from_function, which has no DTensor mesh;
-  - the step: sharding.make_train_step instead of model.fit (one tf.function
-    drops the optimizer's updates on DTensor, and fit segfaults);
-  - checkpoints: tf.train.Checkpoint + CheckpointManager instead of
-    BackupAndRestore/ModelCheckpoint, whose save_weights refuses non-replicated
-    DTensors;
-  - evaluation: a forward tf.function and weighted accuracy instead of
-    model.evaluate (DTensor models' predict/evaluate loops fail the same way as fit);
-  - export: the weights are gathered into the ordinary encoder and classifier,
-    written by bert.export_encoder and export.export_text_classifier (model.save
-    refuses non-replicated DTensors).
+    summary, model = sharded_training.run_sharded(config, train_data=..., test_data=...,
+                                                  preprocessor=...)
+
+The run is a loop of executions (sharded_loop.ShardedLoop.run_execution: N steps,
+one host read) with every action at the boundaries between them: backups every
+--backup_every_steps (or epoch) and at the end, a NaN loss stops the run (exit 3,
+nothing saved or exported after it). The DTensor-specific pieces live in
+sharding (mesh, layouts, step), sharded_loop (the loop, evaluation) and
+sharded_export (the native encoder in, the gathered export out).
+
+Refused, each with the reason (never ignored):
+  - --mixed_precision=bf16/fp16: tf_keras's LayoutMap lays out only plain
+    variables; under a mixed policy each weight is wrapped in an AutoCastVariable
+    and stays an uninitialised LazyInitVariable off the mesh (the optimizer then
+    fails with "Neither layout nor DTensor initial value are provided"; TF 2.21).
+  - --rehearse_tpu: the rehearsal (readiness.tpu_rehearsal) traces model.fit's
+    per-replica step on an unsharded copy; the sharded step is a DTensor program
+    it cannot trace, and a copy without the mesh would rehearse another program.
 """
 
 import dataclasses
-import hashlib
-import json
 import logging
+import math
 import os
 import time
 
-import numpy as np
 import tensorflow as tf
-from tensorflow.experimental import dtensor
 
 from keras_tpu import checks
 from keras_tpu import data
-from keras_tpu.engine import export
+from keras_tpu.engine import checkpointing
 from keras_tpu.engine import optimizers
+from keras_tpu.engine import outputs
 from keras_tpu.engine import run_dir
+from keras_tpu.engine import training
+from keras_tpu.parallel import sharded_export
 from keras_tpu.parallel import sharding
-from keras_tpu.runtime.compat import keras
-from keras_tpu.models import bert
+from keras_tpu.parallel.sharded_loop import ShardedLoop
+from keras_tpu.parallel.sharded_loop import weights_checksum  # noqa: F401  (the one checksum)
 
 log = logging.getLogger(__name__)
-_INPUT_PIPELINE = tf.distribute.InputContext()  # one host pipeline feeds the whole mesh
+MESH_PRECISIONS = ("auto", "fp32")  # "auto" is fp32 on the mesh (see the module docstring).
 
 
-def load_native_encoder(handle):
-    """Return (BertConfig, {variable name: array}) of an encoder exported by keras_tpu.
+def check_supported(config):
+    """Raise ConfigError for a flag the sharded loop cannot honour, naming why and the fix."""
+    if config.mixed_precision not in MESH_PRECISIONS:
+        raise checks.ConfigError(
+            f"--mixed_precision={config.mixed_precision} cannot run with --model_parallel="
+            f"{config.model_parallel}: tf_keras's DTensor LayoutMap does not lay out weights "
+            f"wrapped for mixed precision (they stay off the mesh); use --mixed_precision=fp32, "
+            f"or --model_parallel=1 for {config.mixed_precision}."
+        )
+    if config.rehearse_tpu:
+        raise checks.ConfigError(
+            f"--rehearse_tpu cannot compile the sharded step (--model_parallel="
+            f"{config.model_parallel}): the rehearsal traces model.fit's per-replica step, and "
+            f"a DTensor mesh's step has none; rehearse the same encoder with --model_parallel=1 "
+            f"(the same ops, unsharded), then run without --rehearse_tpu."
+        )
 
-    Reads the BertConfig the Keras SavedModel metadata keeps for its embeddings
-    layer, and the variables by name (models/bert.py names them stably).
+
+def epoch_steps(examples, per_replica_batch, mesh):
+    """Return the steps of one pass over `examples`: examples // (per-replica x batch rows).
 
     Raises:
-      ValueError: the handle is not a local directory written by
-        bert.export_encoder (scripts/export_bert_hub.py), e.g. a tfhub.dev URL.
+      ConfigError: fewer examples than one global batch.
     """
-    fix = (
-        f"--model_parallel needs an encoder it can rebuild natively: export one with "
-        f"scripts/export_bert_hub.py (--from_hf=FOLDER or --preset) and pass its encoder directory"
-    )
-    metadata_path = os.path.join(str(handle), "keras_metadata.pb")
-    if not os.path.isfile(metadata_path):
-        raise checks.ConfigError(
-            f"encoder_handle={handle!r} cannot be rebuilt natively (no Keras metadata); {fix}."
+    rows = mesh.dim_size(sharding.BATCH)
+    global_batch = per_replica_batch * rows
+    if examples < global_batch:
+        fix = (
+            f"lower --per_replica_batch_size to {examples // rows} or less"
+            if examples >= rows
+            else f"add examples (at least {rows}, one per data-parallel row)"
         )
-    from tf_keras.protobuf import saved_metadata_pb2  # pylint: disable=g-import-not-at-top
-
-    metadata = saved_metadata_pb2.SavedMetadata()
-    with open(metadata_path, "rb") as f:
-        metadata.ParseFromString(f.read())
-    for node in metadata.nodes:
-        layer = json.loads(node.metadata or "{}")
-        if layer.get("class_name") == "BertEmbeddings":
-            config = bert.BertConfig(**layer["config"]["config"])
-            break
-    else:
         raise checks.ConfigError(
-            f"encoder_handle={handle!r} cannot be rebuilt natively (not a models/bert.py "
-            f"encoder); {fix}."
+            f"the training split has {examples} examples, fewer than one global batch of "
+            f"{global_batch} ({per_replica_batch} per data-parallel row x {rows} rows of the "
+            f"{rows}x{mesh.dim_size(sharding.MODEL)} mesh); {fix}."
         )
-    loaded = tf.saved_model.load(str(handle))
-    return config, {v.name: v.numpy() for v in loaded.variables}
+    return examples // global_batch
 
 
-@dataclasses.dataclass(frozen=True)
-class ShardedRun:
-    """What a sharded run built: the mesh, the model, its optimizer and checkpoint manager."""
+def resolve_steps_per_execution(steps_per_execution, mesh, steps_per_epoch):
+    """Return the integer steps per execution on `mesh` for "auto" or a user value (capped).
 
-    mesh: object
-    model: object
-    optimizer: object
-    manager: object
-    global_batch: int
+    "auto" is engine.training's choice for the mesh's devices (TPU or CPU/GPU).
+    """
+    if steps_per_execution == "auto":
+        on_tpu = mesh.device_type().upper() == "TPU"
+        steps_per_execution = (
+            training.AUTO_STEPS_PER_EXECUTION["tpu"]
+            if on_tpu
+            else training.AUTO_STEPS_PER_EXECUTION_CPU
+        )
+    checks.integer("steps_per_execution", steps_per_execution, fix="Or pass 'auto'.")
+    return min(steps_per_execution, steps_per_epoch)
 
 
-def build(config, encoder_config, encoder_weights, total_steps):
-    """Build the sharded classifier holding the encoder's weights; restore its checkpoint."""
-    mesh = sharding.make_mesh(config.model_parallel)
+def build_loop(
+    config, mesh, encoder_config, encoder_weights, *, total_steps, train_data, preprocess
+):
+    """Build the sharded classifier holding the encoder's weights and its ShardedLoop."""
     model = sharding.build_classifier(
         encoder_config, config.num_classes, mesh=mesh, dropout=config.dropout
     )
@@ -105,146 +113,122 @@ def build(config, encoder_config, encoder_weights, total_steps):
     optimizer = optimizers.bert_adamw(
         config.learning_rate, total_steps, config.warmup_fraction, mesh=mesh
     )
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
-    directory = os.path.join(config.model_dir, "checkpoints") if config.model_dir else None
-    manager = directory and tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1)
-    if manager and manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint)
-        log.info("keras_tpu: resumed from %s", manager.latest_checkpoint)
-    global_batch = config.per_replica_batch_size * mesh.dim_size(sharding.BATCH)
-    return ShardedRun(mesh, model, optimizer, manager, global_batch)
-
-
-def _on_mesh(structure, mesh):
-    """Lay a host batch out on the mesh: split on "batch", replicated on "model"."""
-
-    def place(tensor):
-        tensor = tf.convert_to_tensor(tensor)
-        replicated = dtensor.copy_to_mesh(
-            tensor, dtensor.Layout.replicated(mesh, tensor.shape.rank)
-        )
-        layout = dtensor.Layout.batch_sharded(mesh, sharding.BATCH, rank=tensor.shape.rank)
-        return dtensor.relayout(replicated, layout)
-
-    return tf.nest.map_structure(place, structure)
-
-
-def evaluate(run, test, preprocess):
-    """Return {"accuracy", "loss", "examples"} over every example of `test` exactly once."""
-    batching = data.Batching(run.global_batch, 1)
-    dataset_fn, steps, examples = data.eval_dataset_fn(test, batching, preprocess=preprocess)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
-    forward = tf.function(lambda features: run.model(features, training=False))
-    correct = total_loss = 0.0
-    for features, labels, weights in dataset_fn(_INPUT_PIPELINE).take(steps):
-        logits = sharding.to_numpy(forward(_on_mesh(features, run.mesh)))
-        labels, weights = labels.numpy(), weights.numpy()
-        correct += float(np.sum((logits.argmax(-1) == labels) * weights))
-        total_loss += float(np.sum(loss_fn(labels, logits).numpy() * weights))
-    return {"accuracy": correct / examples, "loss": total_loss / examples, "examples": examples}
-
-
-def train(config, run, train_data, preprocess, steps_per_epoch):
-    """Run config.epochs x steps_per_epoch steps from the restored step; return losses."""
-    batching = data.Batching(run.global_batch, 1)
-    dataset_fn, _ = data.train_dataset_fn(
-        train_data, batching, preprocess=preprocess, seed=config.seed
+    return ShardedLoop(
+        mesh,
+        model,
+        optimizer,
+        global_batch=config.per_replica_batch_size * mesh.dim_size(sharding.BATCH),
+        train_data=train_data,
+        preprocess=preprocess,
+        seed=config.seed,
     )
-    # DTensorDataset batches itself: it takes the host pipeline's examples unbatched.
-    dataset = sharding.distribute_dataset(
-        dataset_fn(_INPUT_PIPELINE).unbatch(), mesh=run.mesh, global_batch=run.global_batch
+
+
+def _nan_stop(config, result, manager):
+    """Return RunStopped (exit 3) for an execution with a NaN loss, after a "nan" summary."""
+    first = next(i for i, v in enumerate(result.losses) if not math.isfinite(v))
+    nan_step = result.step - len(result.losses) + first + 1
+    kept = manager and manager.latest_checkpoint
+    message = (
+        f"loss became NaN at step {nan_step}; stopped. "
+        + (f"The last finite checkpoint ({kept}) is kept. " if kept else "")
+        + "Lower --learning_rate, then run again."
     )
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    step = sharding.make_train_step(run.model, run.optimizer, loss)
-    start_step = int(sharding.to_numpy(run.optimizer.iterations))
+    summary = {
+        "status": "nan",
+        "nan_step": nan_step,
+        "final_step": result.step,
+        "message": message,
+        "config": dataclasses.asdict(config),
+    }
+    run_dir.write_summary(summary, config.model_dir)
+    return checkpointing.RunStopped(message, exit_code=3)
+
+
+def train(config, loop, *, steps_per_epoch, steps_per_execution, manager):
+    """Run executions up to config.epochs x steps_per_epoch; back up at their boundaries.
+
+    Returns:
+      The losses of the steps run here (not of restored ones).
+    """
     total = config.epochs * steps_per_epoch
     every = config.backup_every_steps or steps_per_epoch
-    batches, losses = iter(dataset), []
-    for number in range(start_step + 1, total + 1):
-        losses.append(float(sharding.to_numpy(step(*next(batches)))))
-        if run.manager and config.backup and (number % every == 0 or number == total):
-            run.manager.save(checkpoint_number=number)
-        if config.verbose and number % steps_per_epoch == 0:
-            log.warning("keras_tpu: step %d/%d loss %.4f", number, total, losses[-1])
-    return start_step, losses
-
-
-def export_classifier(run, encoder_config, preprocessor, export_dir, *, overwrite=False):
-    """Gather the weights and export the ordinary TF Hub encoder and raw-string classifier.
-
-    Writes export_dir/encoder (bert.export_encoder, loadable with hub.KerasLayer) and
-    the classifier at export_dir (export.export_text_classifier) built on it, so the
-    export serves exactly like an unsharded run's.
-    """
-    weights = sharding.gather_weights(run.model)
-    # The encoder is written beside export_dir first and moved in after the
-    # classifier's export, which replaces export_dir whole (outputs.save_atomically).
-    encoder_dir = os.path.join(os.path.dirname(os.path.abspath(export_dir)), ".encoder_tmp")
-    if tf.io.gfile.exists(encoder_dir):
-        tf.io.gfile.rmtree(encoder_dir)
-    with tf.device("/CPU:0"):
-        encoder = bert.build_bert_encoder(encoder_config)
-        for variable in encoder.variables:
-            variable.assign(weights[variable.name])
-        bert.export_encoder(encoder, encoder_dir)
-        seq_length = preprocessor.seq_length
-        classifier = bert.build_bert_classifier(
-            encoder_dir, int(weights["logits/bias:0"].shape[0]), seq_length, dropout=0.0
-        )
-        head = classifier.get_layer("logits")
-        head.set_weights([weights["logits/kernel:0"], weights["logits/bias:0"]])
-        export.export_text_classifier(
-            classifier, preprocessor, export_dir, None, overwrite=overwrite
-        )
-    tf.io.gfile.rename(encoder_dir, os.path.join(export_dir, "encoder"))
-    return export_dir
-
-
-def _checksum(model):
-    """Return recipes.weights_checksum's hash, over the gathered weights."""
-    digest = hashlib.sha256()
-    weights = sharding.gather_weights(model)
-    for variable in model.variables:
-        digest.update(np.ascontiguousarray(weights[variable.name]).tobytes())
-    return digest.hexdigest()[:16]
+    losses, step = [], loop.step
+    while step < total:
+        # An execution never crosses an epoch's end (as Keras's fit with steps_per_execution).
+        n = min(steps_per_execution, steps_per_epoch - step % steps_per_epoch)
+        result = loop.run_execution(n)
+        if not result.finite:  # Nothing is saved after a NaN: the last finite backup stays.
+            raise _nan_stop(config, result, manager)
+        losses.extend(result.losses)
+        due = result.step // every > step // every or result.step == total
+        if manager and config.backup and due:
+            manager.save(checkpoint_number=result.step)
+        if config.verbose and result.step // steps_per_epoch > step // steps_per_epoch:
+            log.warning("keras_tpu: step %d/%d loss %.4f", result.step, total, result.losses[-1])
+        step = result.step
+    return losses
 
 
 def run_sharded(config, *, train_data, test_data, preprocessor):
     """Train, evaluate and export a sharded BERT classifier; return (summary, model)."""
-    encoder_config, encoder_weights = load_native_encoder(config.encoder_handle)
-    keras.utils.set_random_seed(config.seed)
-    batching = data.Batching(config.per_replica_batch_size, 1)
-    steps_per_epoch = (
-        config.steps_per_epoch or data.count_examples(train_data) // batching.global_batch
+    check_supported(config)
+    encoder_config, encoder_weights = sharded_export.load_native_encoder(config.encoder_handle)
+    mesh = sharding.make_mesh(config.model_parallel)
+    full_pass = epoch_steps(data.count_examples(train_data), config.per_replica_batch_size, mesh)
+    steps_per_epoch = config.steps_per_epoch or full_pass
+    steps_per_execution = resolve_steps_per_execution(
+        config.steps_per_execution, mesh, steps_per_epoch
     )
-    run = build(config, encoder_config, encoder_weights, steps_per_epoch * config.epochs)
-    start = time.perf_counter()
-    start_step, losses = train(config, run, train_data, preprocessor.preprocess, steps_per_epoch)
+    loop = build_loop(
+        config,
+        mesh,
+        encoder_config,
+        encoder_weights,
+        total_steps=steps_per_epoch * config.epochs,
+        train_data=train_data,
+        preprocess=preprocessor.preprocess,
+    )
+    outputs.check_export_dir(config.export_dir, overwrite=config.overwrite, model=loop.model)
+    directory = os.path.join(config.model_dir, "checkpoints") if config.model_dir else None
+    manager = directory and tf.train.CheckpointManager(loop.checkpoint, directory, max_to_keep=1)
+    if manager and manager.latest_checkpoint:
+        loop.checkpoint.restore(manager.latest_checkpoint)
+        log.info("keras_tpu: resumed from %s", manager.latest_checkpoint)
+    start_step, start = loop.step, time.perf_counter()
+    losses = train(
+        config,
+        loop,
+        steps_per_epoch=steps_per_epoch,
+        steps_per_execution=steps_per_execution,
+        manager=manager,
+    )
     seconds = time.perf_counter() - start
-    test_metrics = evaluate(run, test_data, preprocessor.preprocess)
+    evaluation = loop.evaluate(test_data, preprocessor.preprocess)
     if config.export_dir:
-        export_classifier(
-            run, encoder_config, preprocessor, config.export_dir, overwrite=config.overwrite
-        )
+        loop.export(encoder_config, preprocessor, config.export_dir, overwrite=config.overwrite)
     summary = {
-        "model": run.model.name,
-        "parameters": int(run.model.count_params()),
+        "status": "ok",
+        "model": loop.model.name,
+        "parameters": int(loop.model.count_params()),
         "model_parallel": config.model_parallel,
-        "mesh": {name: run.mesh.dim_size(name) for name in (sharding.BATCH, sharding.MODEL)},
-        "per_device_weight_bytes": sharding.per_device_weight_bytes(run.model),
-        "global_batch": run.global_batch,
-        "replicas": run.mesh.dim_size(sharding.BATCH),
-        "test_examples": test_metrics.pop("examples"),
+        "mesh": {name: mesh.dim_size(name) for name in (sharding.BATCH, sharding.MODEL)},
+        "per_device_weight_bytes": sharding.per_device_weight_bytes(loop.model),
+        "global_batch": loop.global_batch,
+        "replicas": mesh.dim_size(sharding.BATCH),
+        "precision_policy": "float32",
+        "test_examples": evaluation.examples,
         "steps_per_epoch": steps_per_epoch,
-        "final_step": int(sharding.to_numpy(run.optimizer.iterations)),
+        "steps_per_execution": steps_per_execution,
+        "final_step": loop.step,
         "resumed_from_step": start_step,
         "losses": losses,
-        "test": test_metrics,
+        "test": {"loss": evaluation.loss, "accuracy": evaluation.accuracy},
         "train_seconds": round(seconds, 3),
-        "train_examples_per_second": round(len(losses) * run.global_batch / max(seconds, 1e-9), 1),
-        "weights_sha256": _checksum(run.model),
-        "strategy": {"kind": "dtensor", "workers": 1, "devices": run.mesh.num_local_devices()},
+        "train_examples_per_second": round(len(losses) * loop.global_batch / max(seconds, 1e-9), 1),
+        "weights_sha256": loop.weights_checksum(),
+        "strategy": {"kind": "dtensor", "workers": 1, "devices": mesh.num_local_devices()},
         "config": dataclasses.asdict(config),
     }
     run_dir.write_summary(summary, config.model_dir)
-    return summary, run.model
+    return summary, loop.model

@@ -1,0 +1,148 @@
+"""The sharded training loop: N steps per host call on a DTensor mesh, acted on between calls.
+
+    loop = sharded_loop.ShardedLoop(mesh, model, optimizer, global_batch=16, train_data=...)
+    loop.checkpoint.restore(path)            # optional: the data follows the restored step
+    result = loop.run_execution(16)          # ExecutionResult(step, losses)
+    metrics = loop.evaluate(test, preprocess)
+
+An execution of N steps is N dispatches of sharding.make_train_step from the host
+with no read back in between (the losses stay on the mesh until the end), not one
+tf.function looping N times: in one tf.function the DTensor expansion drops or
+reorders the optimizer's slot updates (tensorflow/tensorflow#61932; measured on
+TF 2.21, docs/model_parallel.md). Backups, NaN and signal checks belong between
+executions, which is what the caller (sharded_training, or the run engine) does.
+"""
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.experimental import dtensor
+
+from keras_tpu import data
+from keras_tpu.parallel import sharded_export
+from keras_tpu.engine import summary as summary_lib
+from keras_tpu.parallel import sharding
+from keras_tpu.runtime.compat import keras
+
+_INPUT_PIPELINE = tf.distribute.InputContext()  # one host pipeline feeds the whole mesh
+
+
+def weights_checksum(model):
+    """Return the engine's weights checksum over the model's full (gathered) weights.
+
+    DTensor models cannot give `model.get_weights()`; the gathered arrays, in
+    variable order, hash exactly as the engine's `summary.weights_checksum` does.
+    """
+    weights = sharding.gather_weights(model)
+    return summary_lib.weights_checksum([weights[v.name] for v in model.variables])
+
+
+def on_mesh(structure, mesh):
+    """Lay a host batch out on the mesh: split on "batch", replicated on "model"."""
+
+    def place(tensor):
+        tensor = tf.convert_to_tensor(tensor)
+        replicated = dtensor.copy_to_mesh(
+            tensor, dtensor.Layout.replicated(mesh, tensor.shape.rank)
+        )
+        layout = dtensor.Layout.batch_sharded(mesh, sharding.BATCH, rank=tensor.shape.rank)
+        return dtensor.relayout(replicated, layout)
+
+    return tf.nest.map_structure(place, structure)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutionResult:
+    """What one execution trained: the optimizer step after it and each step's loss."""
+
+    step: int
+    losses: tuple
+
+    @property
+    def finite(self):
+        return bool(np.isfinite(self.losses).all())
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """Exact metrics over every example of a split (padding weighted out)."""
+
+    loss: float
+    accuracy: float
+    examples: int
+
+
+class ShardedLoop:
+    """Train a mesh model N steps per host call; the caller acts between executions.
+
+    Attributes:
+      mesh, model, optimizer: what the loop trains.
+      checkpoint: tf.train.Checkpoint(model=, optimizer=) for backups; after
+        restoring it, the next execution reads the data from the restored step.
+      global_batch: examples per step across the mesh.
+    """
+
+    def __init__(self, mesh, model, optimizer, *, global_batch, train_data, preprocess, seed=0):
+        self.mesh, self.model, self.optimizer = mesh, model, optimizer
+        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        self.global_batch = global_batch
+        self._train, self._preprocess, self._seed = train_data, preprocess, seed
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        self._step_fn = sharding.make_train_step(model, optimizer, loss)
+        self._batches, self._position = None, None  # The iterator, and the step it is at.
+
+    @property
+    def step(self):
+        """The optimizer's step: how many steps the model has trained (restored ones too)."""
+        return int(sharding.to_numpy(self.optimizer.iterations))
+
+    def batches(self, start_step):
+        """Return an iterator of mesh batches positioned at `start_step` (its examples skipped)."""
+        batching = data.Batching(self.global_batch, 1)
+        dataset_fn, _ = data.train_dataset_fn(
+            self._train,
+            batching,
+            preprocess=self._preprocess,
+            seed=self._seed,
+            start_step=start_step,
+        )
+        # DTensorDataset batches itself: it takes the host pipeline's examples unbatched.
+        dataset = sharding.distribute_dataset(
+            dataset_fn(_INPUT_PIPELINE).unbatch(), mesh=self.mesh, global_batch=self.global_batch
+        )
+        return iter(dataset)
+
+    def run_execution(self, steps):
+        """Train `steps` steps with one read back to the host at the end; return the result."""
+        step = self.step
+        if self._position != step:  # The first execution, or a restore moved the model.
+            self._batches = self.batches(step)
+        losses = [self._step_fn(*next(self._batches)) for _ in range(steps)]
+        values = sharding.to_numpy(tf.stack(losses))  # The execution's only host read.
+        self._position = step + steps
+        return ExecutionResult(step=self._position, losses=tuple(float(v) for v in values))
+
+    def evaluate(self, test, preprocess):
+        """Return the Evaluation over every example of `test` exactly once."""
+        batching = data.Batching(self.global_batch, 1)
+        dataset_fn, steps, examples = data.eval_dataset_fn(test, batching, preprocess=preprocess)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+        forward = tf.function(lambda features: self.model(features, training=False))
+        correct = total_loss = 0.0
+        for features, labels, weights in dataset_fn(_INPUT_PIPELINE).take(steps):
+            logits = sharding.to_numpy(forward(on_mesh(features, self.mesh)))
+            labels, weights = labels.numpy(), weights.numpy()
+            correct += float(np.sum((logits.argmax(-1) == labels) * weights))
+            total_loss += float(np.sum(loss_fn(labels, logits).numpy() * weights))
+        return Evaluation(total_loss / examples, correct / examples, examples)
+
+    def export(self, encoder_config, preprocessor, export_dir, *, overwrite=False):
+        """Export the gathered encoder and raw-string classifier (sharded_export)."""
+        return sharded_export.export_classifier(
+            self.model, encoder_config, preprocessor, export_dir, overwrite=overwrite
+        )
+
+    def weights_checksum(self):
+        """Return `weights_checksum` of the model."""
+        return weights_checksum(self.model)
