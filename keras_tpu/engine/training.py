@@ -91,25 +91,12 @@ def resolve_steps_per_execution(steps_per_execution, strategy, steps_per_epoch):
     return min(steps_per_execution, steps_per_epoch)
 
 
-class _EvaluationLoss(keras.metrics.MeanMetricWrapper):
-    """The mean per-example loss weighted by sample weight, on weighted batches only.
-
-    Evaluation batches carry weights (0 on padding), training batches none: a
-    training step traces no update for it, so the exact evaluation loss costs
-    the training loop nothing.
-    """
-
-    def update_state(self, y_true, y_pred, sample_weight=None):
-        if sample_weight is None:  # A training batch (traced once per function).
-            return None
-        return super().update_state(y_true, y_pred, sample_weight=sample_weight)
-
-
 def _weighted_loss_metric(loss):
     """Return a metric with the mean per-example `loss`, weighted by sample weight."""
     loss = keras.losses.get(loss)
     fn = loss.call if isinstance(loss, keras.losses.Loss) else loss
-    return _EvaluationLoss(fn, name=WEIGHTED_LOSS)
+    # A stock Keras metric: exports keep it, and keras.models.load_model needs no custom class.
+    return keras.metrics.MeanMetricWrapper(fn, name=WEIGHTED_LOSS)
 
 
 def check_built_in_scope(model, strategy):
