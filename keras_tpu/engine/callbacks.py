@@ -2,11 +2,9 @@
 
 import dataclasses
 import logging
-import math
 import os
 import time
 
-import numpy as np
 import tensorflow as tf
 
 from keras_tpu.engine import checkpointing
@@ -123,14 +121,13 @@ class NaNGuard(keras.callbacks.Callback):
         self._epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        loss = (logs or {}).get("loss")
-        if loss is not None and not math.isfinite(float(np.asarray(loss))):
+        if not checkpointing.finite_loss(logs):
             self.stopped_at = (self._epoch, batch)
             self.step = int(self.model.optimizer.iterations.numpy())
             log.error(
                 "keras_tpu: loss became %s at epoch %d, step %d; stopping. Lower the learning "
                 "rate, enable gradient clipping, or use fp32 to find the overflow.",
-                loss,
+                logs["loss"],
                 self._epoch + 1,
                 batch + 1,
             )

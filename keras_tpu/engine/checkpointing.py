@@ -46,7 +46,8 @@ class BackupOrderError(checks.ConfigError):
     """A backup restored after the input pipeline was built: the data would not resume."""
 
 
-def _finite(logs):
+def finite_loss(logs):
+    """Return False if `logs` hold a non-finite loss (the one test NaNGuard, Backup and best use)."""
     loss = (logs or {}).get("loss")
     return loss is None or math.isfinite(float(np.asarray(loss)))
 
@@ -206,7 +207,7 @@ class Backup(keras.callbacks.Callback):
         self._previous_handlers = {}
 
     def on_train_batch_end(self, batch, logs=None):
-        if not _finite(logs):
+        if not finite_loss(logs):
             if self.nan_step is None:
                 self.nan_step = int(self.model.optimizer.iterations.numpy())
             return
@@ -249,7 +250,7 @@ class FiniteModelCheckpoint(keras.callbacks.ModelCheckpoint):
     """
 
     def on_epoch_end(self, epoch, logs=None):
-        if _finite(logs) and math.isfinite(float((logs or {}).get(self.monitor, 0.0))):
+        if finite_loss(logs) and math.isfinite(float((logs or {}).get(self.monitor, 0.0))):
             super().on_epoch_end(epoch, logs)
 
 

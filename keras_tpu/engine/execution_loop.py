@@ -21,11 +21,11 @@ counters; the data stream the train function reads must already start at S.
 """
 
 import dataclasses
-import math
 from typing import Callable
 
 import numpy as np
 
+from keras_tpu.engine import checkpointing
 from keras_tpu.runtime.compat import keras
 
 
@@ -91,7 +91,7 @@ def run(model, steps, callbacks, *, epochs, steps_per_epoch, steps_per_execution
             step += n
             callback_list.on_train_batch_end(step - 1, means.value())
         logs = means.value()
-        if steps.evaluate is not None and math.isfinite(logs.get("loss", 0.0)):
+        if steps.evaluate is not None and checkpointing.finite_loss(logs):
             logs.update({f"val_{k}": v for k, v in steps.evaluate().items() if k != "examples"})
         callback_list.on_epoch_end(epoch, logs)
         if model.stop_training:

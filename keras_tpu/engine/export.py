@@ -1,5 +1,9 @@
 """Export trained models as SavedModels for serving."""
 
+import os
+import shutil
+import tempfile
+
 import tensorflow as tf
 
 from keras_tpu.runtime import compat
@@ -76,3 +80,20 @@ def export_text_classifier(model, preprocess, export_dir, strategy, *, overwrite
         )
 
     return outputs.save_atomically(save, export_dir, model, overwrite=overwrite)
+
+
+def export_on_every_worker(export_fn, export_dir, strategy):
+    """Export from the chief to export_dir; other workers save to a temp dir and delete it.
+
+    Under MultiWorkerMirroredStrategy every worker must save: saving can run
+    collectives, so a chief saving alone would wait for its peers forever
+    (TensorFlow's multi-worker Keras tutorial, "Model saving and loading").
+    """
+    if StrategyInfo.of(strategy).is_chief:
+        return export_fn(export_dir)
+    scratch = tempfile.mkdtemp(prefix="keras_tpu_worker_export_")
+    try:
+        export_fn(os.path.join(scratch, "export"))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return None

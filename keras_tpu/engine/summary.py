@@ -26,6 +26,15 @@ def weights_checksum(weights):
     return digest.hexdigest()[:16]
 
 
+def best_epoch(history, monitor, mode):
+    """Return {"epoch", monitor} of the best finite epoch by `monitor`, or None."""
+    values = [(i + 1, v) for i, v in enumerate(history.get(monitor, [])) if v == v]
+    if not values:
+        return None
+    epoch, value = (min if mode == "min" else max)(values, key=lambda item: item[1])
+    return {"epoch": epoch, monitor: float(value)}
+
+
 @dataclasses.dataclass(frozen=True)
 class RunSummary:
     """A finished run: what it trained, how fast, where it ended, and its exact evaluation.

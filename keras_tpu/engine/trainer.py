@@ -23,8 +23,6 @@ what to train, the engine owns the sequence and each guarantee, written once:
 import dataclasses
 import logging
 import os
-import shutil
-import tempfile
 import time
 
 from keras_tpu import checks
@@ -32,6 +30,7 @@ from keras_tpu import data
 from keras_tpu.engine import callbacks as callbacks_lib
 from keras_tpu.engine import checkpointing
 from keras_tpu.engine import config_files
+from keras_tpu.engine import export
 from keras_tpu.engine import backend as backend_lib
 from keras_tpu.engine import outputs
 from keras_tpu.engine import registry
@@ -106,27 +105,27 @@ def fit(task, config=None, *, strategy=None):
         raise checks.ConfigError(
             f"fit() takes a keras_tpu.Task, a task name or a config -> Task function; got {task!r}."
         )
-    finished = _finished_run(config, strategy)
-    if finished is not None:
-        return finished
     previous_policy = keras.mixed_precision.global_policy()
     try:
         policy = training.set_precision(config.mixed_precision, strategy)
-        run = _Run(task, config, strategy, policy)
+        backend = backend_lib.backend_for(task, config, strategy, policy)
+        finished = _finished_run(config, backend.global_batch())
+        if finished is not None:
+            return finished
+        run = _Run(task, config, strategy, policy, backend)
         run.precision_reason = training.choose_precision(config.mixed_precision, strategy).reason
         return run.run()
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
 
 
-def _finished_run(config, strategy):
+def _finished_run(config, global_batch):
     """Return the summary of this same run if it already finished in model_dir, else None."""
     if not config.model_dir or config.overwrite:
         return None
     previous = summary_lib.read(config.model_dir)
     if not previous or previous.get("status") != "ok":
         return None
-    global_batch = config.per_replica_batch_size * strategy.num_replicas_in_sync
     if not run_dir.same_fields(config.model_dir, config, global_batch=global_batch):
         return None  # Another run: the identity check refuses it with the differences.
     log.warning(
@@ -139,10 +138,10 @@ def _finished_run(config, strategy):
 class _Run:
     """One run of a task: built, claimed, trained, concluded (see the module docstring)."""
 
-    def __init__(self, task, config, strategy, policy):
+    def __init__(self, task, config, strategy, policy, backend):
         self.task, self.config, self.strategy, self.policy = task, config, strategy, policy
         self.info = StrategyInfo.of(strategy)
-        self.backend = backend_lib.backend_for(task, config, strategy, policy)
+        self.backend = backend
 
     def run(self):
         self._prepare()
@@ -263,7 +262,7 @@ class _Run:
         config = self.config
         test = self.backend.evaluate() if self.shape.has_eval else {}
         if config.export_dir:
-            _export_on_every_worker(
+            export.export_on_every_worker(
                 lambda export_dir: self.backend.export(export_dir, overwrite=config.overwrite),
                 config.export_dir,
                 self.strategy,
@@ -281,32 +280,6 @@ class _Trained:
     history: dict  # Keras History.history: key -> one value per epoch (exact val_loss).
     seconds: float
     start_step: int
-
-
-def _export_on_every_worker(export_fn, export_dir, strategy):
-    """Export from the chief to export_dir; other workers save to a temp dir and delete it.
-
-    Under MultiWorkerMirroredStrategy every worker must save: saving can run
-    collectives, so a chief saving alone would wait for its peers forever
-    (TensorFlow's multi-worker Keras tutorial, "Model saving and loading").
-    """
-    if StrategyInfo.of(strategy).is_chief:
-        return export_fn(export_dir)
-    scratch = tempfile.mkdtemp(prefix="keras_tpu_worker_export_")
-    try:
-        export_fn(os.path.join(scratch, "export"))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return None
-
-
-def _best(history, monitor, mode):
-    """Return {"epoch", monitor} of the best finite epoch by `monitor`, or None."""
-    values = [(i + 1, v) for i, v in enumerate(history.get(monitor, [])) if v == v]
-    if not values:
-        return None
-    epoch, value = (min if mode == "min" else max)(values, key=lambda item: item[1])
-    return {"epoch": epoch, monitor: float(value)}
 
 
 def _summary(run, trained, test):
@@ -346,7 +319,7 @@ def _summary(run, trained, test):
         final_train={k: v[-1] for k, v in history.items() if not k.startswith("val_")},
         test=test,
         monitor=run.task.monitor,
-        best=_best(history, run.task.monitor, run.task.mode) if config.keep_best else None,
+        best=summary_lib.best_epoch(history, run.task.monitor, run.task.mode) if config.keep_best else None,
         history=history,
         accuracy_warning=accuracy_warning,
         train_seconds=round(trained.seconds, 3),
