@@ -6,6 +6,7 @@ from the exported model over every eval example (the eval split is not a
 multiple of the global batch, so padding would show).
 """
 
+import dataclasses
 import json
 import os
 import sys
@@ -101,15 +102,7 @@ def test_progress_lines_and_tensorboard_carry_the_task_metrics(regression):
     lines = [line for line in output.splitlines() if line.startswith("epoch ")]
     assert lines and all(" mae " in line for line in lines)
     assert all(" val_mae " in line and " val_mse " in line for line in lines if "step 10/10" in line)
-    scalars = {}
-    for root, _, files in os.walk(os.path.join(config.model_dir, "tensorboard")):
-        for name in files:
-            for event in tf.compat.v1.train.summary_iterator(os.path.join(root, name)):
-                for v in event.summary.value:
-                    if v.tag.startswith("epoch_"):  # Scalars (not the model graph's keras tag).
-                        scalars.setdefault((os.path.basename(root), v.tag), {})[event.step] = (
-                            float(tf.make_ndarray(v.tensor))
-                        )
+    scalars = _epoch_scalars(config.model_dir)
     for tag in ("epoch_loss", "epoch_mae", "epoch_mse", "epoch_learning_rate"):
         assert ("train", tag) in scalars, sorted(scalars)
     # TensorBoard's validation loss is the exact one, epoch by epoch (not Keras's padded mean).
@@ -118,6 +111,63 @@ def test_progress_lines_and_tensorboard_carry_the_task_metrics(regression):
         summary["history"]["val_loss"], rel=1e-6
     )
     assert ("validation", "epoch_mae") in scalars
+
+
+def _epoch_scalars(model_dir):
+    """Return {(train|validation, tag): {epoch: value}} of the run's TensorBoard scalars."""
+    scalars = {}
+    for root, _, files in os.walk(os.path.join(model_dir, "tensorboard")):
+        for name in files:
+            for event in tf.compat.v1.train.summary_iterator(os.path.join(root, name)):
+                for v in event.summary.value:
+                    if v.tag.startswith("epoch_"):  # Scalars (not the model graph's keras tag).
+                        scalars.setdefault((os.path.basename(root), v.tag), {})[event.step] = (
+                            float(tf.make_ndarray(v.tensor))
+                        )
+    return scalars
+
+
+class _Recorder(keras.callbacks.Callback):
+    """A user's callback: records what it sees and adds a value of its own to each epoch."""
+
+    def __init__(self):
+        super().__init__()
+        self.executions = 0
+        self.epoch_logs = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.executions += 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epoch_logs.append(dict(logs))
+        logs["my_score"] = 10.0 + epoch
+
+
+def test_user_callbacks_see_the_exact_logs_and_what_they_add_is_kept(tmp_path, capsys):
+    x = np.random.default_rng(0).random((44, 3), dtype=np.float32)
+    y = x.sum(axis=1, keepdims=True)
+    recorder = _Recorder()
+    task = keras_tpu.Task(
+        build_model=lambda: keras.Sequential([keras.layers.Dense(1, input_shape=(3,))]),
+        loss="mse", train_data=(x[:32], y[:32]), eval_data=(x[32:], y[32:]), callbacks=[recorder],
+    )  # fmt: skip
+    config = keras_tpu.RunConfig(
+        cpu_replicas=CPU_REPLICAS, per_replica_batch_size=2, epochs=2, steps_per_execution=2,
+        model_dir=str(tmp_path / "run"), progress_seconds=1e-6,
+    )  # fmt: skip
+    summary = keras_tpu.fit(task, config)
+    # 32 examples / global batch 8 = 4 steps an epoch, 2 per execution: 2 calls an epoch.
+    assert recorder.executions == 4
+    assert [logs["val_loss"] for logs in recorder.epoch_logs] == summary["history"]["val_loss"]
+    assert all(logs["examples_per_second"] > 0 for logs in recorder.epoch_logs)
+    assert summary["history"]["my_score"] == [10.0, 11.0]
+    assert "my_score 11" in capsys.readouterr().out
+    logged = _epoch_scalars(config.model_dir)[("train", "epoch_my_score")]
+    assert [logged[epoch] for epoch in sorted(logged)] == [10.0, 11.0]
+    with pytest.raises(keras_tpu.ConfigError, match="Task.callbacks holds builtins.str"):
+        keras_tpu.fit(dataclasses.replace(task, callbacks=["not a callback"]),
+                      dataclasses.replace(config, model_dir=str(tmp_path / "other")))  # fmt: skip
+    assert not (tmp_path / "other").exists()
 
 
 def test_config_yaml_names_the_task_and_its_module(regression):

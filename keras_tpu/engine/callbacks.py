@@ -171,6 +171,7 @@ def make_callbacks(
     tensorboard=True,
     steps_per_execution=1,
     progress_seconds=None,
+    extra=(),
 ):
     """Return the standard callback list for a run writing under `model_dir`.
 
@@ -188,13 +189,16 @@ def make_callbacks(
       steps_per_execution: the model's, to say where step backups can land.
       progress_seconds: print a progress line this often and after each epoch;
         None prints none.
+      extra: the user's callbacks: after the exact val_loss, the meter and the NaN
+        guard (their logs hold those values), before the progress lines, backups,
+        best weights and TensorBoard (which see what they add to logs).
 
     Returns:
       A RunCallbacks; pass `list(result.all)` to model.fit.
     """
     meter = ThroughputMeter(global_batch, flops_per_example, peak_flops)
     guard = NaNGuard()
-    callbacks = [ExactValidationLoss(), meter, LearningRateLogger(), guard]
+    callbacks = [ExactValidationLoss(), meter, LearningRateLogger(), guard, *extra]
     progress_logger = None
     if progress_seconds is not None:  # After the meter, which it reads.
         progress_logger = progress.ProgressLogger(meter, interval=progress_seconds)

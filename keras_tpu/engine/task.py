@@ -56,6 +56,12 @@ class Task:
       check_memory: (model, StrategyInfo, policy) -> a warning or None.
       check_model: model -> None, raising `ConfigError`: up-front checks (e.g. the
         vocabulary against the encoder), run before anything is written.
+      callbacks: your own tf_keras callbacks (or a () -> list factory, for fresh
+        ones each run). They run after the engine's exact val_loss, throughput
+        meter, learning-rate logger and NaN guard, so their `logs` hold the exact
+        `val_loss` and `examples_per_second`; and before the progress lines,
+        backups, best weights and TensorBoard, so a value they add to the epoch's
+        `logs` is printed, written as a scalar and lands in the summary's history.
       name: the data's name in the summary ("dataset").
       task_name: the registered name (set by the registry; written to config.yaml).
       backend: a `engine.backend.Backend` subclass that builds and steps the model
@@ -76,6 +82,7 @@ class Task:
     flops_per_example: Callable | None = None
     check_memory: Callable | None = None
     check_model: Callable | None = None
+    callbacks: Sequence[Any] | Callable[[], Sequence[Any]] = ()
     name: str | None = None
     task_name: str | None = None
     backend: Any = None
@@ -109,6 +116,19 @@ def build_metrics(spec):
             metric = type(metric).from_config(metric.get_config())
         fresh.append(metric)
     return fresh
+
+
+def build_callbacks(spec):
+    """Return the task's callbacks for one run, refusing anything but tf_keras callbacks."""
+    callbacks = list(spec() if callable(spec) else spec or ())
+    for callback in callbacks:
+        if not isinstance(callback, keras.callbacks.Callback):
+            raise checks.ConfigError(
+                f"Task.callbacks holds {type(callback).__module__}.{type(callback).__name__}, "
+                f"not a tf_keras callback; subclass keras_tpu.keras.callbacks.Callback "
+                f"(Keras 3 callbacks do not run under tf_keras' fit)."
+            )
+    return callbacks
 
 
 def metric_names(metrics):

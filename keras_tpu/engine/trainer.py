@@ -193,6 +193,7 @@ class _Run:
             peak_flops=config.peak_tflops and config.peak_tflops * 1e12,
             steps_per_execution=self.shape.steps_per_execution,
             progress_seconds=config.progress_seconds if config.verbose == 2 else None,
+            extra=task_lib.build_callbacks(task.callbacks),
         )
 
     def _claim_and_restore(self):
