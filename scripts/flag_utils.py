@@ -184,7 +184,8 @@ RUN_HELP = {
     "seeded by its input and --seed, also inside TF Hub encoders.",
     "backup_every_steps": "Back up every N steps for resuming (default: every epoch).",
     "backup": "Back up under model_dir/backup so a killed run resumes when restarted.",
-    "keep_best": "Keep the weights with the best val_accuracy under model_dir/best.",
+    "keep_best": "Keep the weights with the best value of the task's monitor (Task.monitor: "
+    "val_loss by default, val_accuracy for cnn and bert) under model_dir/best.",
     "tensorboard": "Write TensorBoard logs under model_dir/tensorboard.",
     "peak_tflops": "Combined peak TFLOP/s of the devices, to report MFU.",
     "verbose": "2: progress lines (every --progress_seconds and per epoch); 1: Keras's "

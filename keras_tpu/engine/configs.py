@@ -40,7 +40,7 @@ class RunConfig:
     overwrite: bool = (
         False  # Start over in a model_dir, or replace an export_dir, holding another run.
     )
-    keep_best: bool = True  # Keep the best weights (val_accuracy) under model_dir/best.
+    keep_best: bool = True  # Keep the best weights (by the task's monitor) under model_dir/best.
     tensorboard: bool = True  # TensorBoard logs under model_dir/tensorboard.
     peak_tflops: float | None = None  # Devices' combined peak, for MFU (e.g. bench_peak.py).
     rehearse_tpu: bool = False  # Compile the steps for the TPU on the CPU first; stop on a finding.
