@@ -184,34 +184,56 @@ def _sharded_config(root, vocab, **overrides):
     return tasks.BertRunConfig(**{**values, **overrides})
 
 
-@pytest.mark.slow  # ~2 min on the shared CPUs: two runs, an export and a reload.
-def test_train_bert_model_parallel_trains_checkpoints_and_exports(tiny_export, tmp_path):
+def _fit_capturing_backend(config):
+    """Run `config` through keras_tpu.fit; return (summary, the ShardedBackend it trained)."""
+    import dataclasses  # pylint: disable=g-import-not-at-top
+
+    from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
+
+    keras_tpu.strategy_for(config)  # Logical CPUs before any data.
+    task = tasks.bert_task(config)
+    built = []
+
+    def backend(*args, **kwargs):
+        built.append(task.backend(*args, **kwargs))
+        return built[-1]
+
+    summary = keras_tpu.fit(dataclasses.replace(task, backend=backend), config)
+    return summary, built[-1]
+
+
+@pytest.mark.slow  # ~2 min on the shared CPUs: a run, an export and a reload.
+def test_train_bert_model_parallel_trains_and_exports_under_the_engine(tiny_export, tmp_path):
     import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top
 
     from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
+    from keras_tpu.parallel import sharded_backend  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel import sharded_export  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel import sharded_loop  # pylint: disable=g-import-not-at-top
-    from keras_tpu.parallel import sharded_training  # pylint: disable=g-import-not-at-top
 
     root, vocab = tiny_export
     config = _sharded_config(
         root, vocab, model_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "export")
     )
-    keras_tpu.strategy_for(config)
-    train, test = recipe_inputs.text_splits(config)
-    preprocessor = recipe_inputs.bert_preprocessor(config)
-    summary, model = sharded_training.run_sharded(
-        config, train_data=train, test_data=test, preprocessor=preprocessor
-    )
+    summary, backend = _fit_capturing_backend(config)
+    assert isinstance(backend, sharded_backend.ShardedBackend)
+    model, preprocessor = backend.model, backend.bert.preprocessor
     assert summary["mesh"] == {"batch": 2, "model": 2} and summary["global_batch"] == 8
+    assert summary["replicas"] == 2 and summary["model_parallel"] == 2
     assert (summary["final_step"], summary["resumed_from_step"]) == (6, 0)
     assert summary["status"] == "ok" and summary["steps_per_execution"] == 3  # "auto", capped
     assert summary["test_examples"] == 64 and 0 <= summary["test"]["accuracy"] <= 1
     assert summary["test"]["loss"] > 0
+    assert summary["per_device_weight_bytes"] == sharding.per_device_weight_bytes(model)
+    # Exact val_ metrics each epoch (the engine's), the last equal to the final evaluation.
+    assert len(summary["history"]["loss"]) == 2 and np.isfinite(summary["history"]["loss"]).all()
+    assert summary["history"]["val_accuracy"][-1] == summary["test"]["accuracy"]
+    # The engine's run directory: identity, config, summary; backups deleted once done.
+    run = tmp_path / "run"
+    assert {"run.json", "config.yaml", "summary.json"} <= {p.name for p in run.iterdir()}
+    assert not (run / "backup").exists() and not (run / "run.lock").exists()
     # The export was built whole beside its target and renamed once: nothing else is left.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "run"]
-    assert len(summary["losses"]) == 6 and np.isfinite(summary["losses"]).all()
-    assert tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints")).endswith("ckpt-6")
 
     # The export: an ordinary TF Hub encoder and a raw-string classifier that give the
     # mesh model's outputs.
@@ -239,11 +261,9 @@ def test_train_bert_model_parallel_trains_checkpoints_and_exports(tiny_export, t
     encoder = hub.KerasLayer(str(tmp_path / "export" / "encoder"))
     assert encoder(features)["pooled_output"].shape == (4, CONFIG.hidden_size)
 
-    # Through train_bert: restarting with more epochs resumes from the checkpoint's step 6.
-    more = tasks.train_bert(
-        _sharded_config(root, vocab, model_dir=str(tmp_path / "run"), epochs=3)
-    )
-    assert (more["resumed_from_step"], more["final_step"], len(more["losses"])) == (6, 9, 3)
+    # Through train_bert: the finished run is a no-op returning its summary.
+    again = tasks.train_bert(config)
+    assert again == summary
 
 
 def model_mesh(model):
@@ -273,56 +293,6 @@ def test_train_bert_model_parallel_bad_input(tiny_export, overrides, message):
     root, vocab = tiny_export
     with pytest.raises(ValueError, match=message):
         tasks.train_bert(_sharded_config(root, vocab, **overrides))
-
-
-@pytest.mark.slow
-def test_sharded_run_killed_and_restarted_resumes(tiny_export, tmp_path):
-    import json  # pylint: disable=g-import-not-at-top
-    import subprocess  # pylint: disable=g-import-not-at-top
-    import sys  # pylint: disable=g-import-not-at-top
-    import time  # pylint: disable=g-import-not-at-top
-
-    from tests.conftest import REPO, subprocess_env  # pylint: disable=g-import-not-at-top
-
-    root, vocab = tiny_export
-    run_dir = tmp_path / "run"
-    args = [
-        sys.executable,
-        f"{REPO}/scripts/train_bert.py",
-        f"--encoder_handle={root / 'encoder'}",
-        f"--vocab_file={vocab}",
-        f"--train_file={root / 'train.tsv'}",
-        f"--eval_file={root / 'train.tsv'}",
-        "--seq_length=8",
-        "--per_replica_batch_size=4",
-        "--epochs=1",
-        "--steps_per_epoch=60",
-        "--backup_every_steps=2",
-        "--cpu_replicas=4",
-        "--model_parallel=2",
-        "--tensorboard=false",
-        f"--model_dir={run_dir}",
-    ]
-    child = subprocess.Popen(args, env=subprocess_env(), cwd=REPO, stderr=subprocess.DEVNULL)
-    killed_at, deadline = None, time.monotonic() + 300
-    while killed_at is None and time.monotonic() < deadline and child.poll() is None:
-        latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
-        if latest and int(latest.rsplit("-", 1)[1]) >= 4:
-            child.kill()
-            child.wait()
-            killed_at = int(
-                tf.train.latest_checkpoint(str(run_dir / "checkpoints")).rsplit("-", 1)[1]
-            )
-        time.sleep(0.2)
-    assert killed_at is not None, "the run ended or stalled before its step-4 checkpoint"
-    assert not (run_dir / "summary.json").exists()
-    result = subprocess.run(
-        args, env=subprocess_env(), cwd=REPO, capture_output=True, text=True, timeout=600
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert (summary["resumed_from_step"], summary["final_step"]) == (killed_at, 60)
-    assert len(summary["losses"]) == 60 - killed_at
 
 
 def _loop(root, vocab, **overrides):
@@ -398,6 +368,7 @@ def test_a_nan_loss_stops_the_run_with_exit_3_and_no_export(tiny_export, tmp_pat
 
     from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
     from keras_tpu.engine import checkpointing  # pylint: disable=g-import-not-at-top
+    from tests.conftest import backup_step  # pylint: disable=g-import-not-at-top
 
     root, vocab = tiny_export
     config = _sharded_config(
@@ -415,8 +386,8 @@ def test_a_nan_loss_stops_the_run_with_exit_3_and_no_export(tiny_export, tmp_pat
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "nan" and summary["nan_step"] <= 6
     assert not (tmp_path / "export").exists()
-    kept = tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints"))
-    assert kept is None or int(kept.rsplit("-", 1)[1]) < summary["nan_step"]
+    kept = backup_step(str(tmp_path / "run"))
+    assert kept is None or kept < summary["nan_step"]
 
 
 def test_plan_memory_script_plans_a_given_model_parallel():

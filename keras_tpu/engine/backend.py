@@ -53,6 +53,10 @@ class Backend:
     def check_config(self):
         """Raise ConfigError for a setting this backend cannot honour."""
 
+    def global_batch(self):
+        """Return the global batch the run will have, before `build` (for the run identity)."""
+        return self.config.per_replica_batch_size * self.strategy.num_replicas_in_sync
+
     def build(self):
         """Build the data, the model and its optimizer and metrics; set model and shape."""
         raise NotImplementedError

@@ -106,27 +106,27 @@ def fit(task, config=None, *, strategy=None):
         raise checks.ConfigError(
             f"fit() takes a keras_tpu.Task, a task name or a config -> Task function; got {task!r}."
         )
-    finished = _finished_run(config, strategy)
-    if finished is not None:
-        return finished
     previous_policy = keras.mixed_precision.global_policy()
     try:
         policy = training.set_precision(config.mixed_precision, strategy)
-        run = _Run(task, config, strategy, policy)
+        backend = backend_lib.backend_for(task, config, strategy, policy)
+        finished = _finished_run(config, backend.global_batch())
+        if finished is not None:
+            return finished
+        run = _Run(task, config, strategy, policy, backend)
         run.precision_reason = training.choose_precision(config.mixed_precision, strategy).reason
         return run.run()
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
 
 
-def _finished_run(config, strategy):
+def _finished_run(config, global_batch):
     """Return the summary of this same run if it already finished in model_dir, else None."""
     if not config.model_dir or config.overwrite:
         return None
     previous = summary_lib.read(config.model_dir)
     if not previous or previous.get("status") != "ok":
         return None
-    global_batch = config.per_replica_batch_size * strategy.num_replicas_in_sync
     if not run_dir.same_fields(config.model_dir, config, global_batch=global_batch):
         return None  # Another run: the identity check refuses it with the differences.
     log.warning(
@@ -139,10 +139,10 @@ def _finished_run(config, strategy):
 class _Run:
     """One run of a task: built, claimed, trained, concluded (see the module docstring)."""
 
-    def __init__(self, task, config, strategy, policy):
+    def __init__(self, task, config, strategy, policy, backend):
         self.task, self.config, self.strategy, self.policy = task, config, strategy, policy
         self.info = StrategyInfo.of(strategy)
-        self.backend = backend_lib.backend_for(task, config, strategy, policy)
+        self.backend = backend
 
     def run(self):
         self._prepare()
