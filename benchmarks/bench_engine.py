@@ -39,6 +39,7 @@ flags.DEFINE_integer("epochs", 4, "Epochs per run; the first is not timed.")
 flags.DEFINE_integer("steps_per_execution", 16, "Steps per host round trip, both sides.")
 flags.DEFINE_integer("cpu_replicas", 0, "Logical CPU replicas (0: the default strategy).")
 flags.DEFINE_float("progress_seconds", 30.0, "The engine's progress-line interval.")
+flags.DEFINE_bool("deterministic", True, "The engine's deterministic mode (its default: on).")
 
 
 def _split():
@@ -89,6 +90,7 @@ def run_engine(train, test):
             cpu_replicas=FLAGS.cpu_replicas, model_dir=model_dir, epochs=FLAGS.epochs,
             per_replica_batch_size=FLAGS.batch, steps_per_execution=FLAGS.steps_per_execution,
             mixed_precision="fp32", progress_seconds=FLAGS.progress_seconds,
+            deterministic=FLAGS.deterministic,
         )  # fmt: skip
         summary = keras_tpu.fit(task, config)
     return [row["examples_per_second"] for row in summary["throughput"][1:]]
@@ -112,6 +114,7 @@ def main(argv):
         "batch": FLAGS.batch,
         "replicas": strategy.num_replicas_in_sync,
         "steps_per_execution": FLAGS.steps_per_execution,
+        "engine_deterministic": FLAGS.deterministic,
         "samples": samples,
         "examples_per_second": {side: round(rate, 1) for side, rate in rates.items()},
         "engine_vs_plain": round(rates["engine"] / rates["plain"], 3),

@@ -134,6 +134,7 @@ def test_rerunning_a_finished_run_is_a_no_op(regression, caplog):
     assert "finished at step" in caplog.text and "--overwrite" in caplog.text
 
 
+@pytest.mark.slow  # A second whole run: the fast tier keeps the regression run only.
 def test_classifier_with_auc_and_top_k_equals_recomputed_metrics(tmp_path):
     config = _config(tmp_path, user_tasks.WineConfig, epochs=4, learning_rate=0.01)
     summary = keras_tpu.fit("wine_classifier", config)
@@ -175,6 +176,7 @@ def test_a_task_given_as_an_object_and_errors_before_anything_is_written(tmp_pat
         keras_tpu.fit("nope", keras_tpu.RunConfig(cpu_replicas=CPU_REPLICAS))
 
 
+@pytest.mark.slow
 def test_the_readme_example_runs_as_written(tmp_path):
     """README "Bring your own model": the block tagged ci:own-model, run with its own paths."""
     text = open(os.path.join(REPO, "README.md")).read()

@@ -280,7 +280,7 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
     except Exception as e:  # pylint: disable=broad-except
         raise DatasetUnavailableError(f"tfds has no dataset {name!r}: {str(e)[:300]}") from e
     if not builder.is_prepared():
-        offline = tfds_download.unresolved_host(builder.url_infos)
+        offline = tfds_download.unresolved_host(tfds_download.urls_to_fetch(builder))
         if offline is not None:
             raise DatasetUnavailableError(
                 tfds_download.failure_message(name, builder.data_dir_root, offline)

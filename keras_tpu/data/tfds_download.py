@@ -16,6 +16,18 @@ import urllib.parse
 _NETWORK_ERRORS = (urllib.error.URLError, socket.gaierror, ConnectionError, TimeoutError)
 
 
+def urls_to_fetch(builder):
+    """Return the URLs `builder.download_and_prepare()` would fetch (none under tfds's mock).
+
+    `tfds.testing.mock_data` replaces the download with a no-op (tfds/testing/mocking.py),
+    so a mocked builder fetches nothing and needs no network.
+    """
+    download = type(builder).download_and_prepare
+    if getattr(download, "__module__", "").startswith("tensorflow_datasets.testing"):
+        return ()
+    return builder.url_infos or ()
+
+
 def unresolved_host(urls):
     """Return the OSError of the first download host in `urls` that DNS cannot resolve, or None.
 

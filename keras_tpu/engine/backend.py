@@ -20,6 +20,7 @@ from keras_tpu.engine import inputs as inputs_lib
 from keras_tpu.engine import summary as summary_lib
 from keras_tpu.engine import task as task_lib
 from keras_tpu.engine import training
+from keras_tpu.runtime import determinism
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +120,11 @@ class KerasBackend(Backend):
         )
 
     def rehearse(self):
-        training.rehearse_or_raise(self.model, self.inputs.train(0), eval_dataset=self.inputs.eval)
+        with determinism.op_determinism_off():  # A compile check, not a run: XLA lacks some
+            # deterministic gradient kernels (MaxPoolGrad) that a TPU run does not need.
+            training.rehearse_or_raise(
+                self.model, self.inputs.train(0), eval_dataset=self.inputs.eval
+            )
 
     def train(self, callbacks, start_step):
         eval_data = self.inputs.eval

@@ -95,6 +95,7 @@ def _weighted_loss_metric(loss):
     """Return a metric with the mean per-example `loss`, weighted by sample weight."""
     loss = keras.losses.get(loss)
     fn = loss.call if isinstance(loss, keras.losses.Loss) else loss
+    # A stock Keras metric: exports keep it, and keras.models.load_model needs no custom class.
     return keras.metrics.MeanMetricWrapper(fn, name=WEIGHTED_LOSS)
 
 

@@ -24,6 +24,7 @@ The deterministic mode therefore:
     tensorflow/tensorflow#9171).
 """
 
+import contextlib
 import dataclasses
 import zlib
 
@@ -69,6 +70,24 @@ def seed_everything(seed, *, deterministic=True):
         tf_config.disable_op_determinism()
     _current = Determinism(seed=int(seed), deterministic=bool(deterministic))
     return _current
+
+
+@contextlib.contextmanager
+def op_determinism_off():
+    """Turn TensorFlow's op determinism off inside the block (and back on after, if it was).
+
+    XLA has no deterministic kernel for some gradients (MaxPoolGrad: "GPU MaxPool gradient
+    ops do not yet have a deterministic XLA implementation"), so the TPU compile rehearsal,
+    which asks only whether XLA can compile the step, runs without it.
+    """
+    was_on = tf_config.is_op_determinism_enabled()
+    if was_on:
+        tf_config.disable_op_determinism()
+    try:
+        yield
+    finally:
+        if was_on:
+            tf.config.experimental.enable_op_determinism()
 
 
 def current():

@@ -1,0 +1,33 @@
+"""The built-in tasks use only the engine's public names (dogfooding keeps the API complete)."""
+
+import ast
+import os
+
+import pytest
+
+from tests.conftest import REPO
+
+TASKS = os.path.join(REPO, "keras_tpu", "tasks")
+
+
+@pytest.mark.parametrize("name", ["cnn.py", "bert.py", "bert_vocab.py", "inputs.py"])
+def test_built_in_tasks_reach_no_private_name(name):
+    tree = ast.parse(open(os.path.join(TASKS, name)).read())
+    private = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("keras_tpu"):
+            private += [a.name for a in node.names if a.name.startswith("_")]
+            private += [p for p in node.module.split(".") if p.startswith("_")]
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            private.append(node.attr)
+    assert not private, f"{name} reaches private names: {private}"
+
+
+def test_built_in_tasks_are_registered_tasks_run_by_fit():
+    from keras_tpu.engine import registry  # pylint: disable=g-import-not-at-top
+    from keras_tpu.tasks import bert, cnn  # pylint: disable=g-import-not-at-top
+
+    assert registry.get_task("cnn").builder is cnn.cnn_task
+    assert registry.get_task("bert").builder is bert.bert_task
+    source = open(os.path.join(TASKS, "cnn.py")).read()
+    assert "keras_tpu.fit(" in source and "trainer" not in source
