@@ -9,6 +9,8 @@ import keras_tpu
 from keras_tpu.parallel import memory
 from keras_tpu.tasks import inputs as recipe_inputs
 from keras_tpu.parallel import sharding
+from keras_tpu.parallel.sharded_loop import on_mesh
+from keras_tpu.runtime import determinism
 from keras_tpu.runtime.compat import keras
 from keras_tpu.models import bert
 
@@ -100,6 +102,24 @@ def test_each_sharded_kernel_holds_one_kth_per_device():
     assert sharded["transformer/layer_0/self_attention/query/kernel:0"] == ["unsharded", "model"]
     assert sharded["transformer/layer_1/output/kernel:0"] == ["model", "unsharded"]
     assert "embeddings/word_embeddings:0" not in sharded
+
+
+def test_mesh_dropout_is_a_function_of_the_input_so_a_resume_draws_the_same_masks():
+    """Every dropout of the mesh classifier is content-seeded: no RNG state to lose."""
+    mesh = sharding.make_mesh(2)
+    config = bert.BertConfig(**{**vars(CONFIG), "hidden_dropout": 0.1, "attention_dropout": 0.1})
+    model = sharding.build_classifier(config, 2, mesh=mesh, dropout=0.1)
+    dropouts = [m for m in model.submodules if isinstance(m, keras.layers.Dropout)]
+    # Embeddings 1 + per layer 2 (attention, hidden; hidden is applied twice) + the head 1.
+    assert len(dropouts) == 1 + 2 * config.num_layers + 1
+    assert all(isinstance(m, determinism.ContentSeededDropout) for m in dropouts), dropouts
+    assert len({m.seed for m in dropouts}) == len(dropouts)  # Each layer its own seed.
+    features, _ = _batches()
+    batch = on_mesh({k: v[:BATCH] for k, v in features.items()}, mesh)
+    forward = tf.function(lambda x, training: model(x, training=training))
+    first, again = (sharding.to_numpy(forward(batch, True)) for _ in range(2))
+    np.testing.assert_array_equal(first, again)  # A stateful RNG would draw new masks.
+    assert np.abs(first - sharding.to_numpy(forward(batch, False))).max() > 1e-3  # It drops.
 
 
 @pytest.mark.parametrize(
@@ -276,9 +296,17 @@ def model_mesh(model):
         (dict(model_parallel=3), "model_parallel=3 does not divide the 4 CPU device"),
         (dict(encoder_handle="https://tfhub.dev/x/bert/4"), "cannot be rebuilt natively"),
         # DTensor cannot lay out mixed-precision weights: refused, never ignored.
-        (dict(mixed_precision="bf16"), "--mixed_precision=bf16 cannot run with --model_parallel=2"),
+        (
+            dict(mixed_precision="bf16"),
+            "--mixed_precision=bf16 cannot run with --model_parallel=2: tf_keras's DTensor "
+            "LayoutMap does not lay out weights wrapped for mixed precision",
+        ),
         (dict(mixed_precision="fp16"), "--mixed_precision=fp16 cannot run with --model_parallel=2"),
-        (dict(rehearse_tpu=True), "--rehearse_tpu cannot compile the sharded step"),
+        (
+            dict(rehearse_tpu=True),
+            r"--rehearse_tpu cannot compile the sharded step \(--model_parallel=2\): the "
+            r"rehearsal traces model.fit's per-replica step, and a DTensor mesh's step has none",
+        ),
         # 64 examples, 2 rows of 40: the message names both and the fix.
         (
             dict(per_replica_batch_size=40, steps_per_epoch=None),
@@ -291,8 +319,20 @@ def test_train_bert_model_parallel_bad_input(tiny_export, overrides, message):
     from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
 
     root, vocab = tiny_export
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as error:
         tasks.train_bert(_sharded_config(root, vocab, **overrides))
+    assert "\n" not in str(error.value)  # Scripts print it as one "error: ..." line.
+
+
+def test_auto_precision_choosing_bf16_is_refused_on_the_mesh(tiny_export):
+    """On a host with native bf16, "auto" picks mixed_bfloat16: refused, saying so."""
+    from keras_tpu.parallel import sharded_backend  # pylint: disable=g-import-not-at-top
+
+    config = _sharded_config(*tiny_export, mixed_precision="auto")
+    backend = sharded_backend.ShardedBackend(None, config, None, "mixed_bfloat16", bert=None)
+    with pytest.raises(ValueError, match=r"--mixed_precision=auto \(auto chose mixed_bfloat16\) "
+                       "cannot run with --model_parallel=2"):  # fmt: skip
+        backend.check_config()
 
 
 def _loop(root, vocab, **overrides):
@@ -318,17 +358,24 @@ def _loop(root, vocab, **overrides):
 
 
 def test_an_epoch_is_one_pass_over_the_training_data(tiny_export):
-    from keras_tpu.parallel import sharded_training  # pylint: disable=g-import-not-at-top
+    from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import backend as backend_lib  # pylint: disable=g-import-not-at-top
 
     root, vocab = tiny_export
-    loop, train = _loop(root, vocab)
+    config = _sharded_config(root, vocab, steps_per_epoch=None, epochs=1)
+    strategy = keras_tpu.strategy_for(config)
+    backend = backend_lib.backend_for(tasks.bert_task(config), config, strategy, "float32")
+    backend.build()  # What keras_tpu.fit sizes the run by, without --steps_per_epoch.
+    shape = backend.shape
     # 64 examples, 4 per data-parallel row x 2 rows: 8 steps (not 64 // 4 = 16).
-    steps = sharded_training.epoch_steps(64, 4, loop.mesh)
-    assert (loop.global_batch, steps) == (8, 8)
-    batches = loop.batches(0)
-    seen = [sharding.to_numpy(next(batches)[0]["input_word_ids"]) for _ in range(steps)]
+    assert (shape.train_examples, shape.global_batch, shape.steps_per_epoch) == (64, 8, 8)
+    batches = backend.loop.batches(0)
+    seen = [
+        sharding.to_numpy(next(batches)[0]["input_word_ids"])
+        for _ in range(shape.steps_per_epoch)
+    ]
     seen = np.concatenate(seen)
-    preprocessor = recipe_inputs.bert_preprocessor(_sharded_config(root, vocab))
+    preprocessor = recipe_inputs.bert_preprocessor(config)
     sentences = [line.split("\t")[0] for line in (root / "train.tsv").read_text().split("\n")[1:-1]]
     expected = preprocessor(tf.constant(sentences))["input_word_ids"].numpy()
     assert seen.shape == expected.shape == (64, 8)
