@@ -208,9 +208,9 @@ MODEL_PARALLEL = [1, 2]
 # bit-identical weights and batch, the restored mesh model's forward differs from the
 # uninterrupted model's by 2e-5 (and the uninterrupted model's eager and tf.function
 # forwards differ by 8e-6), and a content seed turns that into other masks; with the
-# encoder's dropout 0 the resume is bit-exact. Not explained yet: docs/model_parallel.md.
-EXACT_RESUME = [1, pytest.param(2, marks=pytest.mark.xfail(
-    strict=True, reason="the mesh forward is not bit-identical after a restore"))]  # fmt: skip
+# encoder's dropout 0 the resume is bit-exact. The reference itself is not stable across
+# sessions (4c0fa412..., ba63a884...). Not explained yet: docs/model_parallel.md.
+MESH_RESUME = "K>1: the mesh forward is not bit-identical after a restore (docs/model_parallel.md)"
 _bert_references = {}
 
 
@@ -251,7 +251,21 @@ def _tensorboard_tags(directory):
     return tags
 
 
-@pytest.mark.parametrize("model_parallel", EXACT_RESUME)
+def _assert_resumed_to(result, start, reference, model_parallel):
+    """Assert the run resumed at `start` and ended at the uninterrupted run's weights.
+
+    At K>1 a checksum mismatch is an expected failure (MESH_RESUME), reported only after
+    everything else (exit codes, backup steps, the reference run's progress lines and
+    TensorBoard scalars) has been asserted, so those still fail the test.
+    """
+    final, resumed, sha = _run_line(result)
+    assert (final, resumed) == (BERT_STEPS, start)
+    if model_parallel > 1 and sha != reference:
+        pytest.xfail(f"{MESH_RESUME}: {sha} != {reference}")
+    assert sha == reference
+
+
+@pytest.mark.parametrize("model_parallel", MODEL_PARALLEL)
 def test_bert_sigkill_resumes_to_the_uninterrupted_weights(
     tmp_path, tmp_path_factory, tiny_hub, model_parallel
 ):
@@ -261,10 +275,10 @@ def test_bert_sigkill_resumes_to_the_uninterrupted_weights(
     assert backup_step(str(tmp_path)) == 10
     resumed = _train_bert_k(tiny_hub, tmp_path, model_parallel)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert _run_line(resumed) == (BERT_STEPS, 10, reference)
+    _assert_resumed_to(resumed, 10, reference, model_parallel)
 
 
-@pytest.mark.parametrize("model_parallel", EXACT_RESUME)
+@pytest.mark.parametrize("model_parallel", MODEL_PARALLEL)
 def test_bert_sigterm_backs_up_and_resumes(tmp_path, tmp_path_factory, tiny_hub, model_parallel):
     reference = _bert_reference(tiny_hub, model_parallel, tmp_path_factory)
     stopped = _train_bert_k(tiny_hub, tmp_path, model_parallel, fault="SIGTERM", at=13)
@@ -274,7 +288,7 @@ def test_bert_sigterm_backs_up_and_resumes(tmp_path, tmp_path_factory, tiny_hub,
     assert backup_step(str(tmp_path)) == 14
     resumed = _train_bert_k(tiny_hub, tmp_path, model_parallel)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert _run_line(resumed) == (BERT_STEPS, 14, reference)
+    _assert_resumed_to(resumed, 14, reference, model_parallel)
 
 
 @pytest.mark.parametrize("model_parallel", MODEL_PARALLEL)
