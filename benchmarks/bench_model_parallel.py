@@ -15,11 +15,8 @@ Expect lower examples/s on CPU as K grows (the point is the memory column).
   python benchmarks/bench_model_parallel.py --json=benchmarks/results/model_parallel.json \
       --png=benchmarks/results/model_parallel.png
 
---compare=1,16 instead measures, at each steps_per_execution N, the same BERT and global
-batch three ways: the sharded loop at K=1 (a 4x1 mesh) as before (a host read after every
-step), as after (sharded_loop: N steps, one read), and the data-parallel path
-(MirroredStrategy over the 4 CPUs + model.fit(steps_per_execution=N)). Goal: after >= 0.9x
-data-parallel.
+The sharded run against the data-parallel one, both through keras_tpu.fit, is
+bench_model_parallel_compare.py (it reuses this script's BERT-shape flags).
 """
 
 import json
@@ -40,7 +37,6 @@ flags.DEFINE_integer("vocab", 8000, "Vocabulary size.")
 flags.DEFINE_integer("seq_length", 64, "Tokens per example.")
 flags.DEFINE_integer("global_batch", 16, "Examples per step across the mesh (every K).")
 flags.DEFINE_integer("steps", 10, "Timed steps per repeat (after 2 untimed warm-up steps).")
-flags.DEFINE_string("compare", None, "steps_per_execution values: K=1 loop vs data-parallel fit.")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CHILD = """
@@ -69,39 +65,6 @@ ids = rng.integers(0, config.vocab_size, (n, s)).astype(np.int32)
 features = {{"input_word_ids": ids, "input_mask": np.ones_like(ids), "input_type_ids": 0 * ids}}
 data = tf.data.Dataset.from_tensor_slices((features, rng.integers(0, 2, n).astype(np.int32)))
 batches = iter(sharding.distribute_dataset(data.repeat(), mesh=mesh, global_batch=b))
-if args.get("mode"):
-    n_exec = args["spe"]
-    def before():
-        for _ in range(n_exec):
-            sharding.to_numpy(step(*next(batches)))
-    def after():
-        sharding.to_numpy(tf.stack([step(*next(batches)) for _ in range(n_exec)]))
-    if args["mode"] == "mirrored":
-        strategy = tf.distribute.MirroredStrategy([f"/CPU:{{i}}" for i in range(4)])
-        with strategy.scope():
-            inputs = {{m: keras.Input(shape=(s,), dtype=tf.int32, name=m) for m in bert.INPUT_NAMES}}
-            pooled = bert.encoder_outputs(config, inputs)["pooled_output"]
-            dp = keras.Model(inputs, bert.classifier_head(pooled, 2, 0.1))
-            dp.compile(keras.optimizers.AdamW(1e-4),
-                keras.losses.SparseCategoricalCrossentropy(from_logits=True), steps_per_execution=n_exec)
-        dp_data = data.repeat().batch(b, drop_remainder=True)
-        timer = []
-        class T(keras.callbacks.Callback):
-            def on_epoch_begin(self, *a): timer.append(time.perf_counter())
-            def on_epoch_end(self, *a): timer[-1] = time.perf_counter() - timer[-1]
-        dp.fit(dp_data, epochs=1 + args["repeats"], steps_per_epoch=args["steps"], verbose=0, callbacks=[T()])
-        seconds = timer[1:]
-    else:
-        run = before if args["mode"] == "before" else after
-        run()
-        seconds = []
-        for _ in range(args["repeats"]):
-            start = time.perf_counter()
-            for _ in range(args["steps"] // n_exec):
-                run()
-            seconds.append(time.perf_counter() - start)
-    print("RESULT " + json.dumps({{"examples_per_second": b * (args["steps"] // n_exec * n_exec if args["mode"] != "mirrored" else args["steps"]) / float(np.median(seconds))}}))
-    raise SystemExit(0)
 seconds = []
 for repeat in range(args["repeats"]):
     for i in range(args["steps"] + (2 if repeat == 0 else 0)):
@@ -150,28 +113,9 @@ def run_child(k, **extra):
     return {"model_parallel": k, "mesh": f"{4 // k}x{k}", **json.loads(line[len("RESULT ") :])}
 
 
-def compare(load):
-    """Sharded K=1 before/after against data-parallel fit at each steps_per_execution."""
-    rows = []
-    for spe in (int(n) for n in FLAGS.compare.split(",")):
-        row = {"steps_per_execution": spe}
-        for mode in ("before", "after", "mirrored"):
-            row[mode] = run_child(1, mode=mode, spe=spe)["examples_per_second"]
-        row["after_vs_data_parallel"] = row["after"] / row["mirrored"]
-        rows.append(row)
-    _common.print_table(
-        ["N", "sharded before ex/s", "sharded after ex/s", "data-parallel ex/s", "after / dp"],
-        [[r["steps_per_execution"], r["before"], r["after"], r["mirrored"],
-          r["after_vs_data_parallel"]] for r in rows],
-    )
-    _common.finish({"benchmark": "model_parallel_vs_data_parallel", "rows": rows}, load)
-
-
 def main(argv):
     del argv
     load = _common.wait_for_quiet()
-    if FLAGS.compare:
-        return compare(load)
     rows = [run_child(int(k)) for k in FLAGS.model_parallel.split(",")]
     _common.print_table(
         ["K", "mesh", "examples/s", "state MiB/device", "planned MiB/device", "peak RSS MiB"],

@@ -9,6 +9,8 @@ import keras_tpu
 from keras_tpu.parallel import memory
 from keras_tpu.tasks import inputs as recipe_inputs
 from keras_tpu.parallel import sharding
+from keras_tpu.parallel.sharded_loop import on_mesh
+from keras_tpu.runtime import determinism
 from keras_tpu.runtime.compat import keras
 from keras_tpu.models import bert
 
@@ -102,6 +104,24 @@ def test_each_sharded_kernel_holds_one_kth_per_device():
     assert "embeddings/word_embeddings:0" not in sharded
 
 
+def test_mesh_dropout_is_a_function_of_the_input_so_a_resume_draws_the_same_masks():
+    """Every dropout of the mesh classifier is content-seeded: no RNG state to lose."""
+    mesh = sharding.make_mesh(2)
+    config = bert.BertConfig(**{**vars(CONFIG), "hidden_dropout": 0.1, "attention_dropout": 0.1})
+    model = sharding.build_classifier(config, 2, mesh=mesh, dropout=0.1)
+    dropouts = [m for m in model.submodules if isinstance(m, keras.layers.Dropout)]
+    # Embeddings 1 + per layer 2 (attention, hidden; hidden is applied twice) + the head 1.
+    assert len(dropouts) == 1 + 2 * config.num_layers + 1
+    assert all(isinstance(m, determinism.ContentSeededDropout) for m in dropouts), dropouts
+    assert len({m.seed for m in dropouts}) == len(dropouts)  # Each layer its own seed.
+    features, _ = _batches()
+    batch = on_mesh({k: v[:BATCH] for k, v in features.items()}, mesh)
+    forward = tf.function(lambda x, training: model(x, training=training))
+    first, again = (sharding.to_numpy(forward(batch, True)) for _ in range(2))
+    np.testing.assert_array_equal(first, again)  # A stateful RNG would draw new masks.
+    assert np.abs(first - sharding.to_numpy(forward(batch, False))).max() > 1e-3  # It drops.
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
@@ -184,34 +204,56 @@ def _sharded_config(root, vocab, **overrides):
     return tasks.BertRunConfig(**{**values, **overrides})
 
 
-@pytest.mark.slow  # ~2 min on the shared CPUs: two runs, an export and a reload.
-def test_train_bert_model_parallel_trains_checkpoints_and_exports(tiny_export, tmp_path):
+def _fit_capturing_backend(config):
+    """Run `config` through keras_tpu.fit; return (summary, the ShardedBackend it trained)."""
+    import dataclasses  # pylint: disable=g-import-not-at-top
+
+    from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
+
+    keras_tpu.strategy_for(config)  # Logical CPUs before any data.
+    task = tasks.bert_task(config)
+    built = []
+
+    def backend(*args, **kwargs):
+        built.append(task.backend(*args, **kwargs))
+        return built[-1]
+
+    summary = keras_tpu.fit(dataclasses.replace(task, backend=backend), config)
+    return summary, built[-1]
+
+
+@pytest.mark.slow  # ~2 min on the shared CPUs: a run, an export and a reload.
+def test_train_bert_model_parallel_trains_and_exports_under_the_engine(tiny_export, tmp_path):
     import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top
 
     from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
+    from keras_tpu.parallel import sharded_backend  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel import sharded_export  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel import sharded_loop  # pylint: disable=g-import-not-at-top
-    from keras_tpu.parallel import sharded_training  # pylint: disable=g-import-not-at-top
 
     root, vocab = tiny_export
     config = _sharded_config(
         root, vocab, model_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "export")
     )
-    keras_tpu.strategy_for(config)
-    train, test = recipe_inputs.text_splits(config)
-    preprocessor = recipe_inputs.bert_preprocessor(config)
-    summary, model = sharded_training.run_sharded(
-        config, train_data=train, test_data=test, preprocessor=preprocessor
-    )
+    summary, backend = _fit_capturing_backend(config)
+    assert isinstance(backend, sharded_backend.ShardedBackend)
+    model, preprocessor = backend.model, backend.bert.preprocessor
     assert summary["mesh"] == {"batch": 2, "model": 2} and summary["global_batch"] == 8
+    assert summary["replicas"] == 2 and summary["model_parallel"] == 2
     assert (summary["final_step"], summary["resumed_from_step"]) == (6, 0)
     assert summary["status"] == "ok" and summary["steps_per_execution"] == 3  # "auto", capped
     assert summary["test_examples"] == 64 and 0 <= summary["test"]["accuracy"] <= 1
     assert summary["test"]["loss"] > 0
+    assert summary["per_device_weight_bytes"] == sharding.per_device_weight_bytes(model)
+    # Exact val_ metrics each epoch (the engine's), the last equal to the final evaluation.
+    assert len(summary["history"]["loss"]) == 2 and np.isfinite(summary["history"]["loss"]).all()
+    assert summary["history"]["val_accuracy"][-1] == summary["test"]["accuracy"]
+    # The engine's run directory: identity, config, summary; backups deleted once done.
+    run = tmp_path / "run"
+    assert {"run.json", "config.yaml", "summary.json"} <= {p.name for p in run.iterdir()}
+    assert not (run / "backup").exists() and not (run / "run.lock").exists()
     # The export was built whole beside its target and renamed once: nothing else is left.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "run"]
-    assert len(summary["losses"]) == 6 and np.isfinite(summary["losses"]).all()
-    assert tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints")).endswith("ckpt-6")
 
     # The export: an ordinary TF Hub encoder and a raw-string classifier that give the
     # mesh model's outputs.
@@ -239,11 +281,9 @@ def test_train_bert_model_parallel_trains_checkpoints_and_exports(tiny_export, t
     encoder = hub.KerasLayer(str(tmp_path / "export" / "encoder"))
     assert encoder(features)["pooled_output"].shape == (4, CONFIG.hidden_size)
 
-    # Through train_bert: restarting with more epochs resumes from the checkpoint's step 6.
-    more = tasks.train_bert(
-        _sharded_config(root, vocab, model_dir=str(tmp_path / "run"), epochs=3)
-    )
-    assert (more["resumed_from_step"], more["final_step"], len(more["losses"])) == (6, 9, 3)
+    # Through train_bert: the finished run is a no-op returning its summary.
+    again = tasks.train_bert(config)
+    assert again == summary
 
 
 def model_mesh(model):
@@ -256,9 +296,17 @@ def model_mesh(model):
         (dict(model_parallel=3), "model_parallel=3 does not divide the 4 CPU device"),
         (dict(encoder_handle="https://tfhub.dev/x/bert/4"), "cannot be rebuilt natively"),
         # DTensor cannot lay out mixed-precision weights: refused, never ignored.
-        (dict(mixed_precision="bf16"), "--mixed_precision=bf16 cannot run with --model_parallel=2"),
+        (
+            dict(mixed_precision="bf16"),
+            "--mixed_precision=bf16 cannot run with --model_parallel=2: tf_keras's DTensor "
+            "LayoutMap does not lay out weights wrapped for mixed precision",
+        ),
         (dict(mixed_precision="fp16"), "--mixed_precision=fp16 cannot run with --model_parallel=2"),
-        (dict(rehearse_tpu=True), "--rehearse_tpu cannot compile the sharded step"),
+        (
+            dict(rehearse_tpu=True),
+            r"--rehearse_tpu cannot compile the sharded step \(--model_parallel=2\): the "
+            r"rehearsal traces model.fit's per-replica step, and a DTensor mesh's step has none",
+        ),
         # 64 examples, 2 rows of 40: the message names both and the fix.
         (
             dict(per_replica_batch_size=40, steps_per_epoch=None),
@@ -271,58 +319,20 @@ def test_train_bert_model_parallel_bad_input(tiny_export, overrides, message):
     from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
 
     root, vocab = tiny_export
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as error:
         tasks.train_bert(_sharded_config(root, vocab, **overrides))
+    assert "\n" not in str(error.value)  # Scripts print it as one "error: ..." line.
 
 
-@pytest.mark.slow
-def test_sharded_run_killed_and_restarted_resumes(tiny_export, tmp_path):
-    import json  # pylint: disable=g-import-not-at-top
-    import subprocess  # pylint: disable=g-import-not-at-top
-    import sys  # pylint: disable=g-import-not-at-top
-    import time  # pylint: disable=g-import-not-at-top
+def test_auto_precision_choosing_bf16_is_refused_on_the_mesh(tiny_export):
+    """On a host with native bf16, "auto" picks mixed_bfloat16: refused, saying so."""
+    from keras_tpu.parallel import sharded_backend  # pylint: disable=g-import-not-at-top
 
-    from tests.conftest import REPO, subprocess_env  # pylint: disable=g-import-not-at-top
-
-    root, vocab = tiny_export
-    run_dir = tmp_path / "run"
-    args = [
-        sys.executable,
-        f"{REPO}/scripts/train_bert.py",
-        f"--encoder_handle={root / 'encoder'}",
-        f"--vocab_file={vocab}",
-        f"--train_file={root / 'train.tsv'}",
-        f"--eval_file={root / 'train.tsv'}",
-        "--seq_length=8",
-        "--per_replica_batch_size=4",
-        "--epochs=1",
-        "--steps_per_epoch=60",
-        "--backup_every_steps=2",
-        "--cpu_replicas=4",
-        "--model_parallel=2",
-        "--tensorboard=false",
-        f"--model_dir={run_dir}",
-    ]
-    child = subprocess.Popen(args, env=subprocess_env(), cwd=REPO, stderr=subprocess.DEVNULL)
-    killed_at, deadline = None, time.monotonic() + 300
-    while killed_at is None and time.monotonic() < deadline and child.poll() is None:
-        latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
-        if latest and int(latest.rsplit("-", 1)[1]) >= 4:
-            child.kill()
-            child.wait()
-            killed_at = int(
-                tf.train.latest_checkpoint(str(run_dir / "checkpoints")).rsplit("-", 1)[1]
-            )
-        time.sleep(0.2)
-    assert killed_at is not None, "the run ended or stalled before its step-4 checkpoint"
-    assert not (run_dir / "summary.json").exists()
-    result = subprocess.run(
-        args, env=subprocess_env(), cwd=REPO, capture_output=True, text=True, timeout=600
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert (summary["resumed_from_step"], summary["final_step"]) == (killed_at, 60)
-    assert len(summary["losses"]) == 60 - killed_at
+    config = _sharded_config(*tiny_export, mixed_precision="auto")
+    backend = sharded_backend.ShardedBackend(None, config, None, "mixed_bfloat16", bert=None)
+    with pytest.raises(ValueError, match=r"--mixed_precision=auto \(auto chose mixed_bfloat16\) "
+                       "cannot run with --model_parallel=2"):  # fmt: skip
+        backend.check_config()
 
 
 def _loop(root, vocab, **overrides):
@@ -348,17 +358,24 @@ def _loop(root, vocab, **overrides):
 
 
 def test_an_epoch_is_one_pass_over_the_training_data(tiny_export):
-    from keras_tpu.parallel import sharded_training  # pylint: disable=g-import-not-at-top
+    from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import backend as backend_lib  # pylint: disable=g-import-not-at-top
 
     root, vocab = tiny_export
-    loop, train = _loop(root, vocab)
+    config = _sharded_config(root, vocab, steps_per_epoch=None, epochs=1)
+    strategy = keras_tpu.strategy_for(config)
+    backend = backend_lib.backend_for(tasks.bert_task(config), config, strategy, "float32")
+    backend.build()  # What keras_tpu.fit sizes the run by, without --steps_per_epoch.
+    shape = backend.shape
     # 64 examples, 4 per data-parallel row x 2 rows: 8 steps (not 64 // 4 = 16).
-    steps = sharded_training.epoch_steps(64, 4, loop.mesh)
-    assert (loop.global_batch, steps) == (8, 8)
-    batches = loop.batches(0)
-    seen = [sharding.to_numpy(next(batches)[0]["input_word_ids"]) for _ in range(steps)]
+    assert (shape.train_examples, shape.global_batch, shape.steps_per_epoch) == (64, 8, 8)
+    batches = backend.loop.batches(0)
+    seen = [
+        sharding.to_numpy(next(batches)[0]["input_word_ids"])
+        for _ in range(shape.steps_per_epoch)
+    ]
     seen = np.concatenate(seen)
-    preprocessor = recipe_inputs.bert_preprocessor(_sharded_config(root, vocab))
+    preprocessor = recipe_inputs.bert_preprocessor(config)
     sentences = [line.split("\t")[0] for line in (root / "train.tsv").read_text().split("\n")[1:-1]]
     expected = preprocessor(tf.constant(sentences))["input_word_ids"].numpy()
     assert seen.shape == expected.shape == (64, 8)
@@ -398,6 +415,7 @@ def test_a_nan_loss_stops_the_run_with_exit_3_and_no_export(tiny_export, tmp_pat
 
     from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
     from keras_tpu.engine import checkpointing  # pylint: disable=g-import-not-at-top
+    from tests.conftest import backup_step  # pylint: disable=g-import-not-at-top
 
     root, vocab = tiny_export
     config = _sharded_config(
@@ -415,8 +433,8 @@ def test_a_nan_loss_stops_the_run_with_exit_3_and_no_export(tiny_export, tmp_pat
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "nan" and summary["nan_step"] <= 6
     assert not (tmp_path / "export").exists()
-    kept = tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints"))
-    assert kept is None or int(kept.rsplit("-", 1)[1]) < summary["nan_step"]
+    kept = backup_step(str(tmp_path / "run"))
+    assert kept is None or kept < summary["nan_step"]
 
 
 def test_plan_memory_script_plans_a_given_model_parallel():

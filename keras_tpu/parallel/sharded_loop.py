@@ -10,7 +10,7 @@ with no read back in between (the losses stay on the mesh until the end), not on
 tf.function looping N times: in one tf.function the DTensor expansion drops or
 reorders the optimizer's slot updates (tensorflow/tensorflow#61932; measured on
 TF 2.21, docs/model_parallel.md). Backups, NaN and signal checks belong between
-executions, which is what the caller (sharded_training, or the run engine) does.
+executions, which is what the run engine does (parallel.sharded_backend).
 """
 
 import dataclasses

@@ -5,6 +5,7 @@
 """
 
 import dataclasses
+import functools
 
 import keras_tpu
 from keras_tpu import checks
@@ -52,14 +53,29 @@ class BertRunConfig(keras_tpu.RunConfig):
         checks.integer("model_parallel", self.model_parallel)
 
 
-def _check_memory(model, info, policy, config):
+def _check_memory(model_or_config, info, policy, config):
     """Return the memory planner's warning for this BERT step on this device, or None."""
     try:
         accelerator = info.accelerator
     except checks.ConfigError as e:  # A GPU the planner does not know: say so, do not stop the run.
         return f"memory check skipped: {e}"
     return memory.check_fits(
-        model, config.per_replica_batch_size, config.seq_length, policy, accelerator
+        model_or_config, config.per_replica_batch_size, config.seq_length, policy, accelerator,
+        model_parallel=config.model_parallel,
+    )  # fmt: skip
+
+
+def _sharded(config, preprocessor):
+    """Return the Task fields that split the weights over a mesh (model_parallel > 1)."""
+    from keras_tpu.parallel import sharded_backend  # pylint: disable=g-import-not-at-top
+    from keras_tpu.parallel import sharded_export  # pylint: disable=g-import-not-at-top
+
+    encoder_config, encoder_weights = sharded_export.load_native_encoder(config.encoder_handle)
+    bert_spec = sharded_backend.ShardedBert(encoder_config, encoder_weights, preprocessor)
+    return dict(
+        backend=functools.partial(sharded_backend.ShardedBackend, bert=bert_spec),
+        # The planner on the encoder's config: the mesh model's weights are DTensors.
+        check_memory=lambda model, info, policy: _check_memory(encoder_config, info, policy, config),
     )
 
 
@@ -70,7 +86,9 @@ def bert_task(config: BertRunConfig) -> keras_tpu.Task:
         raise checks.ConfigError("BERT needs --encoder_handle (a TF Hub handle or a local export).")
     train, test = inputs.text_splits(config)
     preprocessor = inputs.bert_preprocessor(config)
-    return keras_tpu.Task(
+    # model_parallel > 1: the weights split over a DTensor mesh (parallel.sharded_backend).
+    sharded = _sharded(config, preprocessor) if config.model_parallel > 1 else {}
+    fields = dict(
         build_model=lambda: bert.build_bert_classifier(
             config.encoder_handle, config.num_classes, config.seq_length, dropout=config.dropout
         ),
@@ -91,19 +109,9 @@ def bert_task(config: BertRunConfig) -> keras_tpu.Task:
             model, preprocessor, export_dir, strategy, overwrite=overwrite
         ),
     )
+    return keras_tpu.Task(**{**fields, **sharded})
 
 
 def train_bert(config):
     """Fine-tune a TF Hub BERT encoder for sentence classification; return the summary."""
-    if config.model_parallel > 1:  # Weights split across devices: its own loop (DTensor).
-        from keras_tpu.parallel import sharded_training  # pylint: disable=g-import-not-at-top
-
-        if not config.encoder_handle:
-            raise checks.ConfigError("BERT needs --encoder_handle (a local export).")
-        keras_tpu.strategy_for(config)  # Before any data: logical CPUs first.
-        train, test = inputs.text_splits(config)
-        preprocessor = inputs.bert_preprocessor(config)
-        return sharded_training.run_sharded(
-            config, train_data=train, test_data=test, preprocessor=preprocessor
-        )[0]
     return keras_tpu.fit("bert", config)

@@ -1,0 +1,164 @@
+"""The engine's model-parallel backend: BERT's weights split on a DTensor mesh, run by `fit`.
+
+    task = keras_tpu.Task(..., backend=functools.partial(
+        ShardedBackend, bert=ShardedBert(encoder_config, encoder_weights, preprocessor)))
+    keras_tpu.fit(task, config)            # config.model_parallel = K > 1
+
+`keras_tpu.fit` owns every run guarantee (run directory, lock and identity,
+backups and exact resume, SIGTERM, NaN stop, progress, TensorBoard, summary);
+this backend only builds the mesh model and steps it. Its steps are
+sharded_loop.ShardedLoop's executions, driven by engine.execution_loop with the
+engine's callbacks, so a sharded run keeps the guarantees a data-parallel run has
+without a second copy of them.
+
+Refused, each with the reason (never ignored), before anything is built:
+  - mixed precision (bf16/fp16, or "auto" choosing it): tf_keras's LayoutMap
+    lays out only plain variables; under a mixed policy each weight is wrapped in
+    an AutoCastVariable and stays an uninitialised LazyInitVariable off the mesh
+    (the optimizer then fails with "Neither layout nor DTensor initial value are
+    provided"; TF 2.21).
+  - --rehearse_tpu: the rehearsal (readiness.tpu_rehearsal) traces model.fit's
+    per-replica step on an unsharded copy; the sharded step is a DTensor program
+    it cannot trace, and a copy without the mesh would rehearse another program.
+"""
+
+import dataclasses
+from typing import Any
+
+from keras_tpu import checks
+from keras_tpu import data
+from keras_tpu.engine import backend as backend_lib
+from keras_tpu.engine import execution_loop
+from keras_tpu.parallel import sharded_export
+from keras_tpu.parallel import sharded_training
+from keras_tpu.parallel import sharding
+
+MESH_POLICIES = ("float32",)  # What the mesh can lay out (see the module docstring).
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardedBert:
+    """What the backend builds the mesh classifier from.
+
+    Attributes:
+      encoder_config: the exported encoder's models/bert.py BertConfig.
+      encoder_weights: {variable name: array} of the exported encoder.
+      preprocessor: the text preprocessor (for the raw-string export).
+    """
+
+    encoder_config: Any
+    encoder_weights: dict
+    preprocessor: Any
+
+
+class ShardedBackend(backend_lib.Backend):
+    """Train a BERT classifier whose weights are split across `config.model_parallel` devices."""
+
+    def __init__(self, task, config, strategy, policy, *, bert):
+        super().__init__(task, config, strategy, policy)
+        self.bert = bert
+        self.mesh = self.loop = None
+
+    def check_config(self):
+        config = self.config
+        if self.policy not in MESH_POLICIES:
+            chose = "" if config.mixed_precision != "auto" else f" (auto chose {self.policy})"
+            raise checks.ConfigError(
+                f"--mixed_precision={config.mixed_precision}{chose} cannot run with "
+                f"--model_parallel={config.model_parallel}: tf_keras's DTensor LayoutMap does not "
+                f"lay out weights wrapped for mixed precision (they stay off the mesh); use "
+                f"--mixed_precision=fp32, or --model_parallel=1 for mixed precision."
+            )
+        if config.rehearse_tpu:
+            raise checks.ConfigError(
+                f"--rehearse_tpu cannot compile the sharded step (--model_parallel="
+                f"{config.model_parallel}): the rehearsal traces model.fit's per-replica step, "
+                f"and a DTensor mesh's step has none; rehearse the same encoder with "
+                f"--model_parallel=1 (the same ops, unsharded), then run without --rehearse_tpu."
+            )
+
+    def global_batch(self):
+        """Return the global batch before building: per-replica x the mesh's batch rows."""
+        devices = len(sharding.mesh_devices()[1])
+        shape = sharding.mesh_shape(self.config.model_parallel, devices)
+        return self.config.per_replica_batch_size * shape.data_parallel
+
+    def build(self):
+        config, task = self.config, self.task
+        self.mesh = sharding.make_mesh(config.model_parallel)
+        rows = self.mesh.dim_size(sharding.BATCH)
+        train_examples = data.count_examples(task.train_data)
+        full_pass = sharded_training.epoch_steps(
+            train_examples, config.per_replica_batch_size, self.mesh
+        )
+        steps_per_epoch = config.steps_per_epoch or full_pass
+        steps_per_execution = sharded_training.resolve_steps_per_execution(
+            config.steps_per_execution, self.mesh, steps_per_epoch
+        )
+        self.loop = sharded_training.build_loop(
+            config,
+            self.mesh,
+            self.bert.encoder_config,
+            self.bert.encoder_weights,
+            total_steps=steps_per_epoch * config.epochs,
+            train_data=task.train_data,
+            preprocess=task.preprocess,
+        )
+        self.model = self.loop.model
+        # The engine's backups checkpoint tf.train.Checkpoint(model=model) and read the
+        # step from model.optimizer.iterations: the mesh optimizer rides on the model.
+        self.model.optimizer = self.loop.optimizer
+        self.shape = backend_lib.Shape(
+            steps_per_epoch=steps_per_epoch,
+            steps_per_execution=steps_per_execution,
+            per_replica_batch=config.per_replica_batch_size,
+            replicas=rows,
+            train_examples=train_examples,
+            has_eval=task.eval_data is not None,
+        )
+
+    def rehearse(self):
+        raise AssertionError("check_config refuses --rehearse_tpu before build")
+
+    def train(self, callbacks, start_step):
+        loop = self.loop
+
+        def train_steps(n):
+            # ShardedLoop positions the data at the optimizer's (restored) step itself.
+            return {"loss": sum(loop.run_execution(n).losses) / n}
+
+        steps = execution_loop.StepFunctions(
+            train=train_steps, evaluate=self.evaluate if self.shape.has_eval else None
+        )
+        return execution_loop.run(
+            self.model,
+            steps,
+            callbacks,
+            epochs=self.config.epochs,
+            steps_per_epoch=self.shape.steps_per_epoch,
+            steps_per_execution=self.shape.steps_per_execution,
+            start_step=start_step,
+        )
+
+    def evaluate(self):
+        evaluation = self.loop.evaluate(self.task.eval_data, self.task.preprocess)
+        return dataclasses.asdict(evaluation)
+
+    def export(self, export_dir, *, overwrite):
+        return sharded_export.export_classifier(
+            self.model,
+            self.bert.encoder_config,
+            self.bert.preprocessor,
+            export_dir,
+            overwrite=overwrite,
+        )
+
+    def weights_checksum(self):
+        return self.loop.weights_checksum()
+
+    def summary_extra(self):
+        return {
+            "model_parallel": self.config.model_parallel,
+            "mesh": {name: self.mesh.dim_size(name) for name in (sharding.BATCH, sharding.MODEL)},
+            "per_device_weight_bytes": sharding.per_device_weight_bytes(self.model),
+        }
