@@ -28,23 +28,10 @@ from keras_tpu import checks
 from keras_tpu.runtime.compat import keras
 from keras_tpu.models.bert_config import INPUT_NAMES
 from keras_tpu.models.bert_config import BertConfig
-from keras_tpu.runtime import determinism
 
 
 def _initializer(config):
     return keras.initializers.TruncatedNormal(stddev=config.initializer_range)
-
-
-def _dropout(rate, content_seeded, name):
-    """Return a Dropout layer; `content_seeded`: determinism.ContentSeededDropout.
-
-    keras_tpu.parallel.sharding asks for the content-seeded one: under DTensor, Keras's
-    Dropout draws from a tf.random.Generator whose state no backup holds, so a resumed
-    run would draw other masks than the uninterrupted run at the same step.
-    """
-    if content_seeded:
-        return determinism.ContentSeededDropout(rate, name=name)
-    return keras.layers.Dropout(rate)
 
 
 def _dim(x, axis):
@@ -59,19 +46,16 @@ def _dim(x, axis):
 class BertEmbeddings(keras.layers.Layer):
     """Sum word, position and token-type embeddings, then LayerNorm and dropout."""
 
-    def __init__(self, config, one_hot_lookup=False, content_seeded_dropout=False, **kwargs):
+    def __init__(self, config, one_hot_lookup=False, **kwargs):
         super().__init__(**kwargs)
         self.config = config if isinstance(config, BertConfig) else BertConfig(**config)
         # keras_tpu.parallel.sharding looks rows up as a one-hot matmul: under DTensor the
         # gather's sparse gradient (ResourceScatterAdd) fails in the optimizer update.
         self.one_hot_lookup = one_hot_lookup
-        self.content_seeded_dropout = content_seeded_dropout
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=self.config.layer_norm_epsilon, name="layer_norm"
         )
-        self.dropout = _dropout(
-            self.config.hidden_dropout, content_seeded_dropout, f"{self.name}/dropout"
-        )
+        self.dropout = keras.layers.Dropout(self.config.hidden_dropout)
 
     def build(self, input_shape):
         c = self.config
@@ -116,17 +100,15 @@ class BertEmbeddings(keras.layers.Layer):
 
     def get_config(self):
         config = {**super().get_config(), "config": dataclasses.asdict(self.config)}
-        flags = ("one_hot_lookup", "content_seeded_dropout")
-        return {**config, **{flag: True for flag in flags if getattr(self, flag)}}
+        return {**config, "one_hot_lookup": True} if self.one_hot_lookup else config
 
 
 class TransformerLayer(keras.layers.Layer):
     """One post-LayerNorm BERT layer: self-attention then the feed-forward block."""
 
-    def __init__(self, config, content_seeded_dropout=False, **kwargs):
+    def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
         c = self.config = config if isinstance(config, BertConfig) else BertConfig(**config)
-        self.content_seeded_dropout = content_seeded_dropout
         self.head_dim = c.hidden_size // c.num_heads
 
         def dense(units, name, activation=None):
@@ -148,11 +130,8 @@ class TransformerLayer(keras.layers.Layer):
         self.output_layer_norm = keras.layers.LayerNormalization(
             epsilon=c.layer_norm_epsilon, name="output_layer_norm"
         )
-        seeded = content_seeded_dropout  # Per-layer names: distinct seeds (determinism.op_seed).
-        self.attention_dropout = _dropout(
-            c.attention_dropout, seeded, f"{self.name}/attention_dropout"
-        )
-        self.hidden_dropout = _dropout(c.hidden_dropout, seeded, f"{self.name}/hidden_dropout")
+        self.attention_dropout = keras.layers.Dropout(c.attention_dropout)
+        self.hidden_dropout = keras.layers.Dropout(c.hidden_dropout)
 
     def _split_heads(self, x):
         """[batch, seq, hidden] -> [batch, heads, seq, head_dim]."""
@@ -176,9 +155,7 @@ class TransformerLayer(keras.layers.Layer):
         return self.output_layer_norm(x + self.hidden_dropout(y, training=training))
 
     def get_config(self):
-        config = {**super().get_config(), "config": dataclasses.asdict(self.config)}
-        seeded = self.content_seeded_dropout
-        return {**config, "content_seeded_dropout": True} if seeded else config
+        return {**super().get_config(), "config": dataclasses.asdict(self.config)}
 
 
 class Pooler(keras.layers.Dense):
@@ -212,23 +189,18 @@ def build_bert_encoder(config):
     return keras.Model(inputs, encoder_outputs(config, inputs), name="bert_encoder")
 
 
-def encoder_outputs(config, inputs, *, one_hot_lookup=False, content_seeded_dropout=False):
+def encoder_outputs(config, inputs, *, one_hot_lookup=False):
     """Apply the encoder's layers to Keras inputs; return the output dict (see above).
 
     keras_tpu.parallel.sharding builds its classifier from these layers directly (one flat
-    functional model), so that a LayoutMap names every variable by its layer; it asks
-    for `one_hot_lookup` and `content_seeded_dropout` (see BertEmbeddings, `_dropout`).
+    functional model), so that a LayoutMap names every variable by its layer.
     """
-    seeded = content_seeded_dropout
-    x = BertEmbeddings(
-        config, one_hot_lookup=one_hot_lookup, content_seeded_dropout=seeded, name="embeddings"
-    )(inputs["input_word_ids"], inputs["input_type_ids"])
+    x = BertEmbeddings(config, one_hot_lookup=one_hot_lookup, name="embeddings")(
+        inputs["input_word_ids"], inputs["input_type_ids"]
+    )
     layer_outputs = []
     for i in range(config.num_layers):
-        layer = TransformerLayer(
-            config, content_seeded_dropout=seeded, name=f"transformer/layer_{i}"
-        )
-        x = layer(x, inputs["input_mask"])
+        x = TransformerLayer(config, name=f"transformer/layer_{i}")(x, inputs["input_mask"])
         layer_outputs.append(x)
     pooled = Pooler(
         config.hidden_size,

@@ -9,8 +9,6 @@ import keras_tpu
 from keras_tpu.parallel import memory
 from keras_tpu.tasks import inputs as recipe_inputs
 from keras_tpu.parallel import sharding
-from keras_tpu.parallel.sharded_loop import on_mesh
-from keras_tpu.runtime import determinism
 from keras_tpu.runtime.compat import keras
 from keras_tpu.models import bert
 
@@ -102,24 +100,6 @@ def test_each_sharded_kernel_holds_one_kth_per_device():
     assert sharded["transformer/layer_0/self_attention/query/kernel:0"] == ["unsharded", "model"]
     assert sharded["transformer/layer_1/output/kernel:0"] == ["model", "unsharded"]
     assert "embeddings/word_embeddings:0" not in sharded
-
-
-def test_mesh_dropout_is_a_function_of_the_input_so_a_resume_draws_the_same_masks():
-    """Every dropout of the mesh classifier is content-seeded: no RNG state to lose."""
-    mesh = sharding.make_mesh(2)
-    config = bert.BertConfig(**{**vars(CONFIG), "hidden_dropout": 0.1, "attention_dropout": 0.1})
-    model = sharding.build_classifier(config, 2, mesh=mesh, dropout=0.1)
-    dropouts = [m for m in model.submodules if isinstance(m, keras.layers.Dropout)]
-    # Embeddings 1 + per layer 2 (attention, hidden; hidden is applied twice) + the head 1.
-    assert len(dropouts) == 1 + 2 * config.num_layers + 1
-    assert all(isinstance(m, determinism.ContentSeededDropout) for m in dropouts), dropouts
-    assert len({m.seed for m in dropouts}) == len(dropouts)  # Each layer its own seed.
-    features, _ = _batches()
-    batch = on_mesh({k: v[:BATCH] for k, v in features.items()}, mesh)
-    forward = tf.function(lambda x, training: model(x, training=training))
-    first, again = (sharding.to_numpy(forward(batch, True)) for _ in range(2))
-    np.testing.assert_array_equal(first, again)  # A stateful RNG would draw new masks.
-    assert np.abs(first - sharding.to_numpy(forward(batch, False))).max() > 1e-3  # It drops.
 
 
 @pytest.mark.parametrize(
@@ -407,34 +387,6 @@ def test_executions_of_n_steps_give_the_single_step_run(tiny_export, tmp_path):
     for a, b in zip(tf.nest.flatten(expected), tf.nest.flatten(positioned)):
         np.testing.assert_array_equal(sharding.to_numpy(a), sharding.to_numpy(b))
     assert resumed.run_execution(2).step == 8
-
-
-@pytest.mark.slow
-def test_a_nan_loss_stops_the_run_with_exit_3_and_no_export(tiny_export, tmp_path):
-    import json  # pylint: disable=g-import-not-at-top
-
-    from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
-    from keras_tpu.engine import checkpointing  # pylint: disable=g-import-not-at-top
-    from tests.conftest import backup_step  # pylint: disable=g-import-not-at-top
-
-    root, vocab = tiny_export
-    config = _sharded_config(
-        root,
-        vocab,
-        learning_rate=1e10,
-        steps_per_execution=2,
-        backup_every_steps=2,
-        model_dir=str(tmp_path / "run"),
-        export_dir=str(tmp_path / "export"),
-    )
-    with pytest.raises(checkpointing.RunStopped, match="loss became NaN at step") as stopped:
-        tasks.train_bert(config)
-    assert stopped.value.exit_code == 3
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["status"] == "nan" and summary["nan_step"] <= 6
-    assert not (tmp_path / "export").exists()
-    kept = backup_step(str(tmp_path / "run"))
-    assert kept is None or kept < summary["nan_step"]
 
 
 def test_plan_memory_script_plans_a_given_model_parallel():

@@ -140,12 +140,7 @@ def build_classifier(config, num_classes, *, mesh, dropout=0.1):
         inputs = {
             name: keras.Input(shape=(None,), dtype=tf.int32, name=name) for name in bert.INPUT_NAMES
         }
-        # Content-seeded dropout: Keras's draws from tf.random.Generator states that no
-        # backup holds, so a resumed run would draw other masks (runtime/determinism.py).
-        outputs = bert.encoder_outputs(
-            config, inputs, one_hot_lookup=True, content_seeded_dropout=True
-        )
-        pooled = outputs["pooled_output"]
+        pooled = bert.encoder_outputs(config, inputs, one_hot_lookup=True)["pooled_output"]
         logits = bert.classifier_head(pooled, num_classes, dropout)
         return keras.Model(inputs, logits, name="bert_classifier")
 
