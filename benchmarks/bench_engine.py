@@ -71,7 +71,8 @@ def _epoch_clock():
 
         def on_train_batch_end(self, batch, logs=None):
             self._end = (time.perf_counter(), time.process_time())
-            self._examples = (batch + 1) * FLAGS.batch * self.model.distribute_strategy.num_replicas_in_sync
+            replicas = self.model.distribute_strategy.num_replicas_in_sync
+            self._examples = (batch + 1) * FLAGS.batch * replicas
 
         def on_epoch_end(self, epoch, logs=None):
             for clock, start, end in zip(CLOCKS, self._start, self._end):

@@ -47,7 +47,7 @@ class BackupOrderError(checks.ConfigError):
 
 
 def finite_loss(logs):
-    """Return False if `logs` hold a non-finite loss (the one test NaNGuard, Backup and best use)."""
+    """Return False if `logs` hold a non-finite loss (NaNGuard, Backup and best use this)."""
     loss = (logs or {}).get("loss")
     return loss is None or math.isfinite(float(np.asarray(loss)))
 

@@ -320,7 +320,11 @@ def _summary(run, trained, test):
         final_train={k: v[-1] for k, v in history.items() if not k.startswith("val_")},
         test=test,
         monitor=run.task.monitor,
-        best=summary_lib.best_epoch(history, run.task.monitor, run.task.mode) if config.keep_best else None,
+        best=(
+            summary_lib.best_epoch(history, run.task.monitor, run.task.mode)
+            if config.keep_best
+            else None
+        ),
         history=history,
         accuracy_warning=accuracy_warning,
         train_seconds=round(trained.seconds, 3),
