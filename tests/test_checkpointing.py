@@ -154,3 +154,45 @@ def test_restore_then_data_at_the_step_resumes_to_the_uninterrupted_weights(tmp_
     assert step == 14 and int(resumed.optimizer.iterations.numpy()) == 30
     for got, want in zip(resumed.get_weights(), uninterrupted.get_weights()):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.fixture
+def generator_dropout():
+    """tf_keras's tf.random.Generator dropout (what the DTensor mesh turns on), then off."""
+    was_on = keras.backend.experimental.is_tf_random_generator_enabled()
+    keras.backend.experimental.enable_tf_random_generator()
+    yield
+    if not was_on:
+        keras.backend.experimental.disable_tf_random_generator()
+
+
+def _dropout_model():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Dense(16, input_shape=(3,)),
+                              keras.layers.Dropout(0.5), keras.layers.Dense(1)])  # fmt: skip
+    model.compile(keras.optimizers.Adam(0.01), "mse")
+    return model
+
+
+def test_dropout_generators_resume_with_the_uninterrupted_masks(tmp_path, generator_dropout):
+    """The generator state is backed up: the resumed run draws the masks it would have."""
+    del generator_dropout
+    strategy = tf.distribute.get_strategy()
+    uninterrupted = _dropout_model()
+    assert len(checkpointing.random_generators(uninterrupted)) == 1
+    _fit(uninterrupted, checkpointing.Backup(str(tmp_path / "a"), strategy, every_steps=1), 3)
+    model = _dropout_model()
+    stop = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda b, logs: setattr(
+            model, "stop_training", int(model.optimizer.iterations.numpy()) >= 14
+        )
+    )
+    _fit(model, checkpointing.Backup(str(tmp_path / "b"), strategy, every_steps=1), 3, [stop])
+    resumed = _dropout_model()
+    backup = checkpointing.Backup(str(tmp_path / "b"), strategy, every_steps=1)
+    step = backup.restore(resumed)
+    stream = tf.data.Dataset.from_tensor_slices((X, Y)).batch(8).repeat().skip(step)
+    resumed.fit(stream, epochs=3, steps_per_epoch=STEPS_PER_EPOCH, verbose=0, callbacks=[backup])
+    assert step == 14
+    for got, want in zip(resumed.get_weights(), uninterrupted.get_weights()):
+        np.testing.assert_array_equal(got, want)

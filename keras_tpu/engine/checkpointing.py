@@ -11,7 +11,9 @@ written, and cannot route writes through this host for a remote TPU.
 checkpoint of `{"model": model}` (so `model/optimizer/_iterations` is the step,
 the layout BackupAndRestore used). Epoch and batch are derived from it, so they
 always agree with the weights; the input pipeline skips the examples of the
-steps already trained (`data.train_dataset(start_step=...)`).
+steps already trained (`data.train_dataset(start_step=...)`). The checkpoint
+also holds the state of each layer's `tf.random.Generator` (`random_generators`),
+so dropout resumes with the masks an uninterrupted run would draw.
 """
 
 import glob
@@ -50,6 +52,25 @@ def finite_loss(logs):
     """Return False if `logs` hold a non-finite loss (NaNGuard, Backup and best use this)."""
     loss = (logs or {}).get("loss")
     return loss is None or math.isfinite(float(np.asarray(loss)))
+
+
+def random_generators(model):
+    """Return the `tf.random.Generator`s of the model's layers, in layer order.
+
+    tf_keras layers with randomness (Dropout, ...) draw from a `tf.random.Generator`
+    when `keras.backend.experimental.enable_tf_random_generator()` is on (the DTensor
+    mesh needs it). Its state advances with every training step, yet tf_keras
+    exposes it to SavedModel only, not to checkpoints (`BaseRandomLayer.
+    _trackable_children`), so a backup without it resumes with other dropout masks.
+    Generators are created when a layer is first called: a model is built by then.
+    """
+    generators = []
+    for layer in [model, *model.submodules]:
+        holder = getattr(layer, "_random_generator", None)  # tf_keras BaseRandomLayer.
+        generator = getattr(holder, "_generator", None)
+        if isinstance(generator, tf.random.Generator):
+            generators.append(generator)
+    return generators
 
 
 class _Counters:
@@ -109,7 +130,9 @@ class Backup(keras.callbacks.Callback):
         but only the chief's copy is kept; every worker restores from it.
         """
         if self._manager is None:
-            checkpoint = tf.train.Checkpoint(model=self.model)
+            checkpoint = tf.train.Checkpoint(
+                model=self.model, random_generators=random_generators(self.model)
+            )
             chief_dir = os.path.join(self.directory, "chief")
             read = tf.train.CheckpointManager(checkpoint, chief_dir, max_to_keep=1)
             if self.chief:

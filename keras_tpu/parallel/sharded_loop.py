@@ -20,6 +20,7 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from keras_tpu import data
+from keras_tpu.engine import checkpointing
 from keras_tpu.parallel import sharded_export
 from keras_tpu.engine import summary as summary_lib
 from keras_tpu.parallel import sharding
@@ -78,14 +79,19 @@ class ShardedLoop:
 
     Attributes:
       mesh, model, optimizer: what the loop trains.
-      checkpoint: tf.train.Checkpoint(model=, optimizer=) for backups; after
-        restoring it, the next execution reads the data from the restored step.
+      checkpoint: tf.train.Checkpoint(model=, optimizer=, random_generators=) (the
+        dropout generators' state, as the engine's backups hold it); after restoring
+        it, the next execution reads the data from the restored step.
       global_batch: examples per step across the mesh.
     """
 
     def __init__(self, mesh, model, optimizer, *, global_batch, train_data, preprocess, seed=0):
         self.mesh, self.model, self.optimizer = mesh, model, optimizer
-        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        self.checkpoint = tf.train.Checkpoint(
+            model=model,
+            optimizer=optimizer,
+            random_generators=checkpointing.random_generators(model),
+        )
         self.global_batch = global_batch
         self._train, self._preprocess, self._seed = train_data, preprocess, seed
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
