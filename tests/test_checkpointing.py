@@ -174,9 +174,9 @@ def _dropout_model():
     return model
 
 
-def test_dropout_generators_resume_with_the_uninterrupted_masks(tmp_path, generator_dropout):
+@pytest.mark.usefixtures("generator_dropout")
+def test_dropout_generators_resume_with_the_uninterrupted_masks(tmp_path):
     """The generator state is backed up: the resumed run draws the masks it would have."""
-    del generator_dropout
     strategy = tf.distribute.get_strategy()
     uninterrupted = _dropout_model()
     assert len(checkpointing.random_generators(uninterrupted)) == 1
