@@ -106,7 +106,16 @@ class BertEmbeddings(keras.layers.Layer):
 class TransformerLayer(keras.layers.Layer):
     """One post-LayerNorm BERT layer: self-attention then the feed-forward block."""
 
-    def __init__(self, config, **kwargs):
+    def __init__(self, config, attention_dropout=None, **kwargs):
+        """Create the layer.
+
+        Args:
+          config: a BertConfig (or its dict).
+          attention_dropout: makes the attention probabilities' dropout layer from its
+            rate; default keras Dropout. keras_tpu.parallel.sharding passes one that
+            draws its mask split over the batch only (a DTensor workaround). Not part
+            of the config: a reloaded layer uses the default.
+        """
         super().__init__(**kwargs)
         c = self.config = config if isinstance(config, BertConfig) else BertConfig(**config)
         self.head_dim = c.hidden_size // c.num_heads
@@ -130,7 +139,7 @@ class TransformerLayer(keras.layers.Layer):
         self.output_layer_norm = keras.layers.LayerNormalization(
             epsilon=c.layer_norm_epsilon, name="output_layer_norm"
         )
-        self.attention_dropout = keras.layers.Dropout(c.attention_dropout)
+        self.attention_dropout = (attention_dropout or keras.layers.Dropout)(c.attention_dropout)
         self.hidden_dropout = keras.layers.Dropout(c.hidden_dropout)
 
     def _split_heads(self, x):
@@ -189,18 +198,21 @@ def build_bert_encoder(config):
     return keras.Model(inputs, encoder_outputs(config, inputs), name="bert_encoder")
 
 
-def encoder_outputs(config, inputs, *, one_hot_lookup=False):
+def encoder_outputs(config, inputs, *, one_hot_lookup=False, attention_dropout=None):
     """Apply the encoder's layers to Keras inputs; return the output dict (see above).
 
     keras_tpu.parallel.sharding builds its classifier from these layers directly (one flat
-    functional model), so that a LayoutMap names every variable by its layer.
+    functional model), so that a LayoutMap names every variable by its layer, and passes
+    `one_hot_lookup` (BertEmbeddings) and `attention_dropout` (TransformerLayer).
     """
     x = BertEmbeddings(config, one_hot_lookup=one_hot_lookup, name="embeddings")(
         inputs["input_word_ids"], inputs["input_type_ids"]
     )
     layer_outputs = []
     for i in range(config.num_layers):
-        x = TransformerLayer(config, name=f"transformer/layer_{i}")(x, inputs["input_mask"])
+        x = TransformerLayer(config, attention_dropout, name=f"transformer/layer_{i}")(
+            x, inputs["input_mask"]
+        )
         layer_outputs.append(x)
     pooled = Pooler(
         config.hidden_size,

@@ -102,6 +102,46 @@ def test_each_sharded_kernel_holds_one_kth_per_device():
     assert "embeddings/word_embeddings:0" not in sharded
 
 
+def _replica_spread(tensor):
+    """Return the largest difference between devices meant to hold the same shard of `tensor`."""
+    layout = dtensor.fetch_layout(tensor)
+    split = [dim for dim in layout.mesh.dim_names if dim in layout.sharding_specs]
+    copies = {}
+    for location, part in zip(layout.mesh.local_device_locations(), dtensor.unpack(tensor)):
+        copies.setdefault(tuple(location[dim] for dim in split), []).append(np.asarray(part))
+    return max(float(np.abs(p - parts[0]).max()) for parts in copies.values() for p in parts)
+
+
+def test_replicated_values_stay_one_copy_with_every_dropout_on():
+    """Each device of a "model" row computes the same logits and keeps the same weights.
+
+    With keras Dropout on the head-split attention probabilities, DTensor gave every
+    later "batch"-split mask of the step (hidden dropout, the head's) a different
+    seed on each device of a row (parallel/mesh_dropout.py): the logits differed by
+    0.02 and, after two steps, so did the replicated weights.
+    """
+    config = bert.BertConfig(**{**vars(CONFIG), "hidden_dropout": 0.1, "attention_dropout": 0.1})
+    mesh = sharding.make_mesh(2)
+    keras.utils.set_random_seed(0)
+    model = sharding.build_classifier(config, 2, mesh=mesh, dropout=0.1)
+    features, labels = _batches()
+    dataset = tf.data.Dataset.from_tensor_slices((features, labels))
+    batches = iter(sharding.distribute_dataset(dataset, mesh=mesh, global_batch=BATCH))
+    first_features, _ = next(batches)
+    forward = tf.function(lambda features, training: model(features, training=training))
+    logits = forward(first_features, True)
+    assert _replica_spread(logits) == 0.0
+    assert not np.array_equal(
+        sharding.to_numpy(logits), sharding.to_numpy(forward(first_features, False))
+    )  # the dropouts dropped
+    optimizer = keras.optimizers.Adam(1e-2, mesh=mesh)
+    step = sharding.make_train_step(model, optimizer, _loss())
+    for _ in range(2):
+        step(*next(batches))
+    spreads = {v.name: _replica_spread(v.read_value()) for v in model.variables}
+    assert {name: spread for name, spread in spreads.items() if spread} == {}
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
@@ -150,7 +190,8 @@ def tiny_export(tmp_path_factory):
     vocab = text.write_vocab(
         ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS], str(root / "v.txt")
     )
-    config = bert.BertConfig(**{**vars(CONFIG), "vocab_size": 15, "hidden_dropout": 0.1})
+    dropout = {"hidden_dropout": 0.1, "attention_dropout": 0.1}
+    config = bert.BertConfig(**{**vars(CONFIG), "vocab_size": 15, **dropout})
     with hf_bert._float32_policy():
         encoder = bert.build_bert_encoder(config)
     bert.export_encoder(encoder, str(root / "encoder"))
@@ -386,8 +427,8 @@ def test_executions_of_n_steps_give_the_single_step_run(tiny_export, tmp_path):
     expected, positioned = next(uninterrupted), next(resumed.batches(resumed.step))
     for a, b in zip(tf.nest.flatten(expected), tf.nest.flatten(positioned)):
         np.testing.assert_array_equal(sharding.to_numpy(a), sharding.to_numpy(b))
-    # The encoder's hidden dropout (0.1) draws from generators the checkpoint holds: the
-    # resumed loop continues to the uninterrupted loop's weights.
+    # The encoder's hidden and attention dropout (0.1) draw from generators the checkpoint
+    # holds: the resumed loop continues to the uninterrupted loop's weights.
     assert resumed.run_execution(2).step == split.run_execution(2).step == 8
     assert resumed.weights_checksum() == split.weights_checksum()
 

@@ -13,7 +13,7 @@ mesh is (N / K) x K.
 
 This is tf_keras's DTensor path (`keras.dtensor.experimental.LayoutMap`), isolated
 here: keras-hub moved to Keras 3's distribution API instead (keras-team/keras-hub#979),
-so it may age. Three changes make BERT train under it (each is applied below):
+so it may age. Four changes make BERT train under it (each is applied below):
   - `enable_tf_random_generator()`: LayoutMap needs dropout's RNG state to be a
     tf.random.Generator variable it can lay out; the legacy stateless seeds raise
     "Keras is expected to use tf.random.Generator when using DTensor API".
@@ -22,18 +22,24 @@ so it may age. Three changes make BERT train under it (each is applied below):
   - the embedding lookup as a one-hot matmul (`bert.BertEmbeddings(one_hot_lookup=True)`):
     the gather's sparse gradient makes the optimizer call ResourceScatterAdd, which
     fails on DTensor variables.
+  - attention dropout draws its mask split over "batch" only
+    (`mesh_dropout.BatchSplitDropout`): DTensor seeds a mask split over
+    ("batch", "model") in a way that leaks into every later "batch"-split mask of
+    the step, so replicated weights drift apart across a "model" row.
 Two more were found here: models/bert.py avoids StridedSlices of dynamic shapes and
 `[tf.newaxis]` slices (DTensor fails to lay them out, or segfaults), and
 `make_train_step` splits the step into two tf.functions (docs/model_parallel.md).
 """
 
 import dataclasses
+import functools
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from keras_tpu import checks
+from keras_tpu.parallel import mesh_dropout
 from keras_tpu.runtime.compat import keras
 from keras_tpu.models import bert
 
@@ -140,7 +146,12 @@ def build_classifier(config, num_classes, *, mesh, dropout=0.1):
         inputs = {
             name: keras.Input(shape=(None,), dtype=tf.int32, name=name) for name in bert.INPUT_NAMES
         }
-        pooled = bert.encoder_outputs(config, inputs, one_hot_lookup=True)["pooled_output"]
+        attention_dropout = functools.partial(
+            mesh_dropout.BatchSplitDropout, mesh=mesh, batch_dim=BATCH
+        )
+        pooled = bert.encoder_outputs(
+            config, inputs, one_hot_lookup=True, attention_dropout=attention_dropout
+        )["pooled_output"]
         logits = bert.classifier_head(pooled, num_classes, dropout)
         return keras.Model(inputs, logits, name="bert_classifier")
 

@@ -113,7 +113,28 @@ def content_seed(x, seed):
     return tf.stack([tf.constant(seed, tf.int32), tf.reduce_sum(bits)])
 
 
-class ContentSeededDropout(keras.layers.Dropout):
+class TrainingDropout(keras.layers.Dropout):
+    """Keras Dropout whose mask a subclass draws: `drop(inputs)` runs only when training.
+
+    Subclasses keep Keras Dropout's config, its `training` handling (a Python bool,
+    a tensor, or the learning phase) and its identity at inference.
+    """
+
+    def drop(self, inputs):
+        """Return `inputs` with units dropped at `self.rate` and the rest scaled up."""
+        raise NotImplementedError
+
+    def call(self, inputs, training=None):
+        if training is None:
+            training = keras.backend.learning_phase()
+        if self.rate == 0 or (isinstance(training, bool) and not training):
+            return tf.identity(inputs)
+        return tf.__internal__.smart_cond.smart_cond(
+            training, lambda: self.drop(inputs), lambda: tf.identity(inputs)
+        )
+
+
+class ContentSeededDropout(TrainingDropout):
     """Dropout whose masks are a function of the input and a seed (see `content_seed`).
 
     Keras's own Dropout draws from a stateful op whose sequence restarts when a
@@ -127,17 +148,7 @@ class ContentSeededDropout(keras.layers.Dropout):
         # model drops the same units.
         self.seed = op_seed(self.name) if seed is None else int(seed)
 
-    def call(self, inputs, training=None):
-        if training is None:
-            training = keras.backend.learning_phase()
-        if self.rate == 0 or (isinstance(training, bool) and not training):
-            return tf.identity(inputs)
-
-        def dropped():
-            return tf.nn.experimental.stateless_dropout(
-                inputs, rate=self.rate, seed=content_seed(inputs, self.seed)
-            )
-
-        return tf.__internal__.smart_cond.smart_cond(
-            training, dropped, lambda: tf.identity(inputs)
+    def drop(self, inputs):
+        return tf.nn.experimental.stateless_dropout(
+            inputs, rate=self.rate, seed=content_seed(inputs, self.seed)
         )
