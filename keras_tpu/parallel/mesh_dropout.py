@@ -7,7 +7,7 @@ Why: DTensor expands a random op whose output is split over some mesh dimensions
 into a local op seeded by the device's coordinates on those dimensions. It caches
 that device seed per set of dimensions, but looks the cache up with a prefix match
 (`GetDeviceSeed` in tensorflow/dtensor/mlir/expansions/random_op_spmd_expander.cc:
-`std::equal` over the new op's dimensions only; TF 2.20 and 2.21). So once a step
+`std::equal` over the new op's dimensions only; measured on TF 2.21). So once a step
 draws a mask split over ("batch", "model"), as the dropout on head-split attention
 probabilities does, every later mask split over "batch" alone reuses the
 ("batch", "model") seed: the two devices of a "model" row draw different masks for
