@@ -28,29 +28,29 @@ def _images(n, seed=0):
 
 
 def test_recipe_prints_monotonic_progress_ending_at_the_final_step(capsys):
-    images, labels = _images(600)
+    images, labels = _images(200)
     config = tasks.CNNConfig(
         variant="seed",
         epochs=2,
-        steps_per_epoch=60,  # 120 steps of global batch 8 on 4 replicas.
+        steps_per_epoch=20,  # 40 steps of global batch 8 on 4 replicas.
         per_replica_batch_size=2,
         steps_per_execution=4,
         cpu_replicas=CPU_REPLICAS,
         progress_seconds=1e-6,  # A line after every execution.
     )
-    summary = tasks.train_cnn(config, train=(images[:500], labels[:500]), test=(images[500:], labels[500:]))
+    summary = tasks.train_cnn(config, train=(images[:160], labels[:160]), test=(images[160:], labels[160:]))
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch ")]
     matches = [LINE.match(line) for line in lines]
     assert all(matches), [line for line, m in zip(lines, matches) if not m]
     overall = [int(m.group(5)) for m in matches]
-    # 15 executions per epoch: 14 lines within it, then the epoch-end line (with val_ metrics).
-    assert len(lines) == 30
+    # 5 executions per epoch: 4 lines within it, then the epoch-end line (with val_ metrics).
+    assert len(lines) == 10
     assert overall == sorted(overall) and len(set(overall)) == len(overall)
-    assert overall == [4 * i for i in range(1, 31)]
-    assert overall[-1] == summary["final_step"] == 120
-    assert {int(m.group(6)) for m in matches} == {120}
+    assert overall == [4 * i for i in range(1, 11)]
+    assert overall[-1] == summary["final_step"] == 40
+    assert {int(m.group(6)) for m in matches} == {40}
     ends = [m for m in matches if m.group(8)]
-    assert [(int(m.group(1)), int(m.group(3))) for m in ends] == [(1, 60), (2, 60)]
+    assert [(int(m.group(1)), int(m.group(3))) for m in ends] == [(1, 20), (2, 20)]
     assert matches[-1].group(9)  # ETA 0:00:00 at the end.
 
 

@@ -73,6 +73,7 @@ def test_script_bad_input_is_one_clear_line(flags, message):
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # ~19 s; test_train_cnn_in_process_on_four_replicas stays fast
 def test_train_cnn_on_tfds_mock_data_with_four_replicas(tmp_path):
     config = tasks.CNNConfig(
         dataset="fashion_mnist",

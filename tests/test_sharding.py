@@ -433,6 +433,7 @@ def test_executions_of_n_steps_give_the_single_step_run(tiny_export, tmp_path):
     assert resumed.weights_checksum() == split.weights_checksum()
 
 
+@pytest.mark.slow  # two script runs in subprocesses (~12 s)
 def test_plan_memory_script_plans_a_given_model_parallel():
     import json  # pylint: disable=g-import-not-at-top
 

@@ -60,6 +60,7 @@ def _fit_two_steps(model, dataset):
     assert math.isfinite(history.history["loss"][-1]), history.history
 
 
+@pytest.mark.slow  # ~15 s: a rehearsal and two steps on 4 replicas
 def test_cnn_passes_on_its_real_pipelines_on_4_replicas_and_still_trains(mirrored):
     train, test = data.load_digits(seed=0)
     train_ds, _ = data.train_dataset(mirrored, train, 8)
@@ -90,6 +91,7 @@ def bert_assets(tmp_path_factory):
     return encoder_dir, vocab, str(tsv)
 
 
+@pytest.mark.slow  # ~12 s: a rehearsal and two steps of the BERT classifier
 def test_bert_classifier_passes_on_its_real_pipelines_and_still_trains(bert_assets):
     encoder_dir, vocab, tsv = bert_assets
     strategy = tf.distribute.get_strategy()
