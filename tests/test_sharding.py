@@ -11,6 +11,9 @@ from keras_tpu.tasks import inputs as recipe_inputs
 from keras_tpu.parallel import sharding
 from keras_tpu.runtime.compat import keras
 from keras_tpu.models import bert
+from tests.conftest import EPYC_BF16_FLAGS
+from tests.conftest import fake_cpu_host
+from tests.conftest import pretend
 
 CONFIG = bert.BertConfig(
     hidden_size=64,
@@ -345,14 +348,24 @@ def test_train_bert_model_parallel_bad_input(tiny_export, overrides, message):
     assert "\n" not in str(error.value)  # Scripts print it as one "error: ..." line.
 
 
-def test_auto_precision_choosing_bf16_is_refused_on_the_mesh(tiny_export):
-    """On a host with native bf16, "auto" picks mixed_bfloat16: refused, saying so."""
+def test_auto_precision_picks_float32_on_the_mesh(tiny_export, mirrored, monkeypatch, tmp_path):
+    """On a host with native bf16, "auto" picks float32 on the mesh and says why."""
+    from keras_tpu.engine import training  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel import sharded_backend  # pylint: disable=g-import-not-at-top
 
-    config = _sharded_config(*tiny_export, mixed_precision="auto")
+    pretend(monkeypatch, mirrored, cpu_root=fake_cpu_host(tmp_path, EPYC_BF16_FLAGS))
+    assert training.choose_precision("auto", mirrored).policy == "mixed_bfloat16"
+    choice = training.choose_precision(
+        "auto", mirrored, supported=sharded_backend.ShardedBackend.supported_policies
+    )
+    assert choice.policy == "float32"
+    assert choice.reason == (
+        "fp32: this backend builds float32 weights only (the device's rule chose mixed_bfloat16)"
+    )
+    config = _sharded_config(*tiny_export, mixed_precision="bf16")
     backend = sharded_backend.ShardedBackend(None, config, None, "mixed_bfloat16", bert=None)
-    with pytest.raises(ValueError, match=r"--mixed_precision=auto \(auto chose mixed_bfloat16\) "
-                       "cannot run with --model_parallel=2"):  # fmt: skip
+    with pytest.raises(ValueError, match=r"--mixed_precision=bf16 cannot run with "
+                       "--model_parallel=2"):  # fmt: skip
         backend.check_config()
 
 

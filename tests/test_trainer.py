@@ -27,6 +27,9 @@ GLOBAL_BATCH = 8 * CPU_REPLICAS
 
 
 def _config(tmp_path, config_cls, **fields):
+    # fp32 on every host: the metrics are recomputed from the export to 1e-5 (bf16, which
+    # "auto" picks on an AMX or AVX512_BF16 CPU, rounds differently across batch sizes).
+    fields.setdefault("mixed_precision", "fp32")
     return config_cls(
         cpu_replicas=CPU_REPLICAS, model_dir=str(tmp_path / "run"),
         export_dir=str(tmp_path / "export"), progress_seconds=1e-6, **fields,

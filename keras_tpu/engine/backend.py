@@ -45,7 +45,11 @@ class Backend:
     Attributes set by `build`: `model` (with `model.optimizer`, whose
     `iterations` is the step and which the backups checkpoint with the model)
     and `shape` (a Shape).
+    `supported_policies`: the mixed-precision policies the backend can build
+    (None: every one); "auto" picks among them (`training.choose_precision`).
     """
+
+    supported_policies = None
 
     def __init__(self, task, config, strategy, policy):
         self.task, self.config, self.strategy, self.policy = task, config, strategy, policy
@@ -148,8 +152,20 @@ class KerasBackend(Backend):
         return self.task.export(self.model, export_dir, self.strategy, overwrite=overwrite)
 
 
+def backend_class(task):
+    """Return the class (or factory) of the task's backend: KerasBackend unless it names one."""
+    return task.backend or KerasBackend
+
+
+def supported_policies(task):
+    """Return the precision policies the task's backend can build, or None for all."""
+    factory = backend_class(task)
+    factory = getattr(factory, "func", factory)  # A functools.partial of a Backend class.
+    return getattr(factory, "supported_policies", None)
+
+
 def backend_for(task, config, strategy, policy):
     """Return the task's backend (KerasBackend unless the task names another)."""
-    backend = (task.backend or KerasBackend)(task, config, strategy, policy)
+    backend = backend_class(task)(task, config, strategy, policy)
     backend.check_config()
     return backend

@@ -107,13 +107,15 @@ def fit(task, config=None, *, strategy=None):
         )
     previous_policy = keras.mixed_precision.global_policy()
     try:
-        policy = training.set_precision(config.mixed_precision, strategy)
+        supported = backend_lib.supported_policies(task)
+        choice = training.choose_precision(config.mixed_precision, strategy, supported=supported)
+        policy = training.set_precision(config.mixed_precision, strategy, supported=supported)
         backend = backend_lib.backend_for(task, config, strategy, policy)
         finished = _finished_run(config, backend.global_batch())
         if finished is not None:
             return finished
         run = _Run(task, config, strategy, policy, backend)
-        run.precision_reason = training.choose_precision(config.mixed_precision, strategy).reason
+        run.precision_reason = choice.reason
         return run.run()
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)

@@ -38,20 +38,30 @@ class PrecisionChoice:
     reason: str
 
 
-def choose_precision(precision, strategy):
+def choose_precision(precision, strategy, *, supported=None):
     """Return the PrecisionChoice `precision` means under `strategy`, without setting it.
 
     Args:
       precision: "auto" (the device's rule: `StrategyInfo.precision_policy` and
         its `precision_reason`), or "bf16", "fp16", "fp32", which always win.
       strategy: the strategy the models will be built under.
+      supported: the policies the run's backend can build (None: all). "auto"
+        picks the first of them when the device's rule picks another one; an
+        explicit choice is left for the backend to refuse with its reason.
 
     Raises:
       ConfigError: for an unknown name, or fp16 on a TPU.
     """
     info = StrategyInfo.of(strategy)
     checks.one_of("precision", precision, ("auto", *PRECISIONS))
-    if precision == "auto":
+    if precision == "auto" and supported and info.precision_policy not in supported:
+        choice = PrecisionChoice(
+            supported[0],
+            f"{_SHORT_NAMES.get(supported[0], supported[0])}: this backend builds "
+            f"{' or '.join(supported)} weights only (the device's rule chose "
+            f"{info.precision_policy})",
+        )
+    elif precision == "auto":
         choice = PrecisionChoice(info.precision_policy, info.precision_reason)
     else:
         choice = PrecisionChoice(
@@ -64,7 +74,10 @@ def choose_precision(precision, strategy):
     return choice
 
 
-def set_precision(precision, strategy):
+_SHORT_NAMES = {policy: name for name, policy in PRECISIONS.items()}
+
+
+def set_precision(precision, strategy, *, supported=None):
     """Set the global Keras mixed-precision policy; call it before building models.
 
     Args:
@@ -72,11 +85,12 @@ def set_precision(precision, strategy):
         Under fp16, compile wraps the optimizer in a LossScaleOptimizer; outputs
         and losses stay float32 in keras_tpu models.
       strategy: the strategy the models will be built under.
+      supported: the policies the backend can build, as `choose_precision` takes.
 
     Returns:
       The policy name set, e.g. "mixed_bfloat16" (`choose_precision` says why).
     """
-    policy = choose_precision(precision, strategy).policy
+    policy = choose_precision(precision, strategy, supported=supported).policy
     keras.mixed_precision.set_global_policy(policy)
     return policy
 

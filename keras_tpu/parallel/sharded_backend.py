@@ -12,7 +12,7 @@ engine's callbacks, so a sharded run keeps the guarantees a data-parallel run ha
 without a second copy of them.
 
 Refused, each with the reason (never ignored), before anything is built:
-  - mixed precision (bf16/fp16, or "auto" choosing it): tf_keras's LayoutMap
+  - mixed precision (bf16/fp16; "auto" picks float32 on the mesh): tf_keras's LayoutMap
     lays out only plain variables; under a mixed policy each weight is wrapped in
     an AutoCastVariable and stays an uninitialised LazyInitVariable off the mesh
     (the optimizer then fails with "Neither layout nor DTensor initial value are
@@ -53,6 +53,8 @@ class ShardedBert:
 
 class ShardedBackend(backend_lib.Backend):
     """Train a BERT classifier whose weights are split across `config.model_parallel` devices."""
+
+    supported_policies = MESH_POLICIES
 
     def __init__(self, task, config, strategy, policy, *, bert):
         super().__init__(task, config, strategy, policy)
