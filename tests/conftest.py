@@ -22,6 +22,8 @@ import keras_tpu  # noqa: E402,F401  (pins tf_keras before anything touches tf.k
 
 CPU_REPLICAS = 4
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# SST-2 dev (872 rows) and an 8,000-row sample of train, shipped with the tests (tests/data).
+SST2 = os.path.join(REPO, "tests", "data", "sst2")
 
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],

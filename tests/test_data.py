@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from keras_tpu import data
+from tests.conftest import SST2
 from tests.conftest import CPU_REPLICAS
 from tests.conftest import pretend
 
@@ -159,7 +160,7 @@ def test_text_pipeline_on_sst2_with_four_replicas(mirrored, tmp_path):
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "it", "'", "s", "a"]) + "\n")
     preprocessor = text.BertPreprocessor(str(vocab), seq_length=16)
-    dev = data.load_tsv(os.path.join(os.path.dirname(__file__), "../../shared/data/sst2/dev.tsv"))
+    dev = data.load_tsv(os.path.join(SST2, "dev.tsv"))
     eval_data = data.eval_dataset(mirrored, dev, 8, preprocess=preprocessor.preprocess)
     assert (eval_data.examples, eval_data.steps) == (872, 28)  # 28 x 32 = 896 >= 872.
     features, labels, weights = next(iter(eval_data.dataset))

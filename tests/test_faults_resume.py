@@ -20,6 +20,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.conftest import SST2
 from tests.conftest import REPO
 from tests.conftest import backup_step
 from tests.conftest import run_script
@@ -145,7 +146,6 @@ def test_cnn_with_dropout_on_4_replicas_reruns_bit_identically(tmp_path):
     assert _run_line(again) == _run_line(first) == (2 * STEPS_PER_EPOCH, 0, _run_line(first)[2])
 
 
-SST2 = os.path.join(REPO, "..", "shared", "data", "sst2")
 BERT_STEPS = 20  # 2 epochs of 10 steps; backups every 5 steps, one step per execution.
 
 

@@ -9,6 +9,7 @@ import tensorflow as tf
 from absl import logging as absl_logging
 
 from keras_tpu.runtime import logs
+from tests.conftest import SST2
 from tests.conftest import export_tiny_bert
 from tests.conftest import run_script
 
@@ -79,7 +80,6 @@ def test_main_job_output_is_clean_and_log_level_brings_chatter_back(tmp_path):
     assert ABSL_INFO.search(loud.stderr)
 
 
-SST2 = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "sst2")
 
 
 @pytest.mark.slow

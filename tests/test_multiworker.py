@@ -16,6 +16,7 @@ import pytest
 
 from keras_tpu.runtime import cluster
 from keras_tpu.runtime import detect
+from tests.conftest import SST2
 from tests.conftest import REPO
 from tests.conftest import backup_step
 from tests.conftest import export_tiny_bert
@@ -24,7 +25,6 @@ from tests.conftest import subprocess_env
 
 DIGITS_TRAIN = 1437  # load_digits: 80% of sklearn's 1,797 images.
 FAILURE_BOUND = 60  # Seconds a surviving worker may take to stop after a peer dies.
-SST2 = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "sst2")
 
 
 def _hosts(n):

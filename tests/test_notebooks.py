@@ -16,13 +16,13 @@ nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 pytest.importorskip("matplotlib")
 
+from tests.conftest import SST2
 from tests.conftest import REPO  # noqa: E402
 
 # Fresh interpreters and long runs: the slow tier (`pytest -m slow`).
 pytestmark = pytest.mark.slow
 
 NOTEBOOKS = os.path.join(REPO, "notebooks")
-SST2 = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "sst2"))
 CELL_TIMEOUT = 300  # seconds per cell
 
 

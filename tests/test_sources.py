@@ -9,8 +9,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from keras_tpu.data import sources
+from tests.conftest import SST2
 
-SST2 = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "sst2")
 
 
 def _write_tsv(path, text):
