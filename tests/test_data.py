@@ -213,3 +213,21 @@ def test_file_cache_is_written(mirrored, tmp_path):
     for _ in range(2 * steps):  # Two passes: the first fills the cache, the second reads it.
         next(iterator)
     assert any(p.name.startswith("cache.pipeline0") for p in tmp_path.iterdir())
+
+
+def test_no_pipeline_runs_the_autotune_thread_that_stalls_iterator_deletion():
+    """tf.data's autotune thread ignores cancellation while it sleeps (pipelines.py says why)."""
+    split = data.ArraySplit(np.zeros((40, 3), np.float32), np.zeros((40,), np.int32))
+    batching = data.Batching(per_replica=4, replicas=1)
+    context = tf.distribute.InputContext(1, 0, 1)
+    train_fn, _ = data.train_dataset_fn(split, batching)
+    eval_fn, _, _ = data.eval_dataset_fn(split, batching)
+    assert train_fn(context).options().autotune.enabled is False
+    assert eval_fn(context).options().autotune.enabled is False
+    # A user's dataset: the thread goes unless the user chose autotune explicitly.
+    users = tf.data.Dataset.range(8).batch(4)
+    assert data.without_autotune_thread(users).options().autotune.enabled is False
+    chosen = tf.data.Options()
+    chosen.autotune.enabled = True
+    kept = data.without_autotune_thread(users.with_options(chosen))
+    assert kept.options().autotune.enabled is True

@@ -77,7 +77,7 @@ def _from_function(dataset_fn, strategy):
 
     def train(start_step):
         def positioned(context):
-            dataset = dataset_fn(context)
+            dataset = data.without_autotune_thread(dataset_fn(context))
             if start_step:
                 # Each pipeline feeds num_replicas / pipelines replicas one batch each a step.
                 per_step = context.num_replicas_in_sync // context.num_input_pipelines
@@ -94,7 +94,9 @@ def _eval(task, strategy, batching):
     if task.eval_data is None:
         return None
     if _is_dataset_fn(task.eval_data):
-        dataset = strategy.distribute_datasets_from_function(task.eval_data)
+        dataset = strategy.distribute_datasets_from_function(
+            lambda context: data.without_autotune_thread(task.eval_data(context))
+        )
         return data.EvalData(dataset, None, None, batching)
     return data.eval_dataset(
         strategy, data.as_source(task.eval_data, "eval"), batching.per_replica,
