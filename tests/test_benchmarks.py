@@ -242,3 +242,14 @@ def test_bench_determinism(tmp_path):
         assert row["cost"] == pytest.approx(1 - ratio, abs=0.01)
     assert results["max_cost"] == max(r["cost"] for r in results["rows"])
     assert "cost" in stdout
+
+
+def test_bench_stall(tmp_path):
+    results, stdout = run_benchmark(
+        tmp_path, "bench_stall.py", "--paths=main", "--load=quiet", "--repeats=1", "--epochs=1",
+        timeout=600,
+    )
+    (row,) = results["stall"]["main/quiet"]["runs"]
+    assert set(row) == {"stall", "interpreter_exit", "eval", "export", "total"}
+    assert row["eval"] > 0 and row["export"] > 0  # Both were stamped after the last step.
+    assert "stall median s" in stdout

@@ -435,6 +435,7 @@ def test_mirrored_strategy_steps_per_execution(engine, tmp_path):
     )
 
 
+@pytest.mark.serial  # Two loopback workers with a deadline.
 @pytest.mark.parametrize(
     "engine",
     _engine_params(

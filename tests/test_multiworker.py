@@ -199,6 +199,7 @@ json.dump({"steps": steps, "epochs": epochs, "workers": info["workers"],
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # A loopback cluster: its peers and time-outs need the cores.
 def test_each_example_is_used_once_per_epoch_across_two_workers(tmp_path):
     hosts = _hosts(2)
     command = [sys.executable, "-c", _SHARDING_PROGRAM]
@@ -233,6 +234,7 @@ def test_each_example_is_used_once_per_epoch_across_two_workers(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # A loopback cluster: its peers and time-outs need the cores.
 def test_two_workers_train_the_cnn_identically_and_only_the_chief_writes(tmp_path):
     hosts = _hosts(2)
     flags = [
@@ -286,6 +288,7 @@ def test_two_workers_train_the_cnn_identically_and_only_the_chief_writes(tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # A loopback cluster: its peers and time-outs need the cores.
 def test_worker_that_never_starts_fails_within_the_connect_timeout(tmp_path):
     hosts = _hosts(2)
     start = time.monotonic()
@@ -304,6 +307,7 @@ def test_worker_that_never_starts_fails_within_the_connect_timeout(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # A loopback cluster: its peers and time-outs need the cores.
 @pytest.mark.parametrize("victim", [1, 0], ids=["worker", "chief"])
 def test_a_killed_worker_stops_the_other_and_a_restart_resumes(tmp_path, victim):
     hosts = _hosts(2)
@@ -387,6 +391,7 @@ except cluster.FAILURE_ERRORS as e:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # A loopback cluster: its peers and time-outs need the cores.
 def test_a_stuck_worker_fails_the_others_after_the_collective_timeout(tmp_path):
     hosts = _hosts(2)
     logs = [tmp_path / "worker0.log", tmp_path / "worker1.log"]
@@ -415,6 +420,7 @@ def tiny_hub_bert(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # A loopback cluster: its peers and time-outs need the cores.
 def test_two_workers_fine_tune_bert_identically(tmp_path, tiny_hub_bert):
     hosts = _hosts(2)
     command = [

@@ -1,13 +1,22 @@
-"""The README's `[tpu]` install, for real: a fresh virtualenv with the TPU build, on this CPU host.
+"""The README's `[tpu]` install, for real: a virtualenv with the TPU build, on this CPU host.
 
-Slow (downloads and installs about 2.6 GB). The commands are read from the README's
-`ci:tpu-install` block, with the git URL replaced by this checkout.
+Slow. The commands are read from the README's `ci:tpu-install` block, with the git
+URL replaced by this checkout. Every run first asks pip what the install resolves
+to (`pip install --dry-run --report`: metadata only, ~30 s) and checks it: the TPU
+build of TensorFlow 2.20, libtpu in the pinned range. The environment itself
+(about 2.6 GB, ~8 minutes to install) is cached under KERAS_TPU_TEST_CACHE
+(default ~/.cache/keras_tpu_tests), keyed on setup.cfg, the README block and the
+Python version, and reused only while it holds exactly what pip resolves today;
+keras_tpu itself is reinstalled from this checkout each time. The cache misses
+only a broken download of versions that installed before (see docs/testing.md).
 """
 
+import hashlib
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -39,23 +48,86 @@ def _v5e_root(root):
     return root
 
 
+def _pip(python, *args, env=None, **kwargs):
+    return subprocess.run([python, "-m", "pip", *args], env=env, **kwargs)
+
+
+def _commands():
+    """The README's commands as argument lists, the git URL replaced by this checkout."""
+    commands = [c.replace("keras_tpu[tpu] @ git+<this repository>", f"{REPO}[tpu]")
+                for c in readme_tpu_commands()]  # fmt: skip
+    args = [shlex.split(c) for c in commands]
+    assert all(a[0] == "pip" for a in args), commands
+    return args
+
+
+def _resolved(python, env, report):
+    """Return {name: version} that the README's first command resolves to today."""
+    first = _commands()[0]
+    _pip(python, *first[1:2], "--dry-run", "--ignore-installed", "--quiet", "--report", report,
+         *first[2:], check=True, env=env, timeout=900, capture_output=True)  # fmt: skip
+    with open(report) as f:
+        installs = json.load(f)["install"]
+    return {_canonical(i["metadata"]["name"]): i["metadata"]["version"] for i in installs}
+
+
+def _canonical(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _installed(python, env):
+    frozen = _pip(python, "list", "--format=json", env=env, check=True, capture_output=True,
+                  text=True, timeout=300).stdout  # fmt: skip
+    return {_canonical(p["name"]): p["version"] for p in json.loads(frozen)}
+
+
+def _cache_dir():
+    with open(os.path.join(REPO, "setup.cfg"), "rb") as f:
+        key = hashlib.sha256(f.read())
+    key.update("\n".join(readme_tpu_commands()).encode())
+    key.update(sys.version.encode())
+    root = os.environ.get("KERAS_TPU_TEST_CACHE") or os.path.expanduser("~/.cache/keras_tpu_tests")
+    return os.path.join(root, f"tpu-venv-{key.hexdigest()[:16]}")
+
+
 @pytest.fixture(scope="module")
-def tpu_venv(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("tpu") / "venv")
-    venv.create(path, with_pip=True)
-    bindir = os.path.join(path, "bin")
-    env = dict(os.environ, PATH=bindir + os.pathsep + os.environ["PATH"])
+def tpu_resolution(tmp_path_factory):
+    """{package: version} pip resolves the `[tpu]` install to, today (metadata only)."""
+    env = dict(os.environ)
     env.pop("PYTHONPATH", None)
+    return _resolved(sys.executable, env, str(tmp_path_factory.mktemp("resolve") / "report.json"))
+
+
+@pytest.fixture(scope="module")
+def tpu_venv(tpu_resolution):
+    """A virtualenv holding exactly what the README's commands install (cached, see above)."""
+    path = _cache_dir()
+    python = os.path.join(path, "bin", "python")
+    env = dict(os.environ, PATH=os.path.dirname(python) + os.pathsep + os.environ["PATH"])
+    env.pop("PYTHONPATH", None)
+    wanted = {k: v for k, v in tpu_resolution.items() if k != "keras-tpu"}
+    if os.path.exists(python):
+        have = _installed(python, env)
+        if any(have.get(name) != version for name, version in wanted.items()):
+            shutil.rmtree(path)  # Stale: today's resolution differs; install again.
     start = time.monotonic()
-    for command in readme_tpu_commands():
-        command = command.replace("keras_tpu[tpu] @ git+<this repository>", f"{REPO}[tpu]")
-        args = shlex.split(command)
-        assert args[0] == "pip", command
-        subprocess.run([os.path.join(bindir, "python"), "-m", *args], check=True, env=env,
-                       timeout=3600, cwd=path)
-    # For the record (README): how long the install took; `du -sh` the venv for its size.
-    print(f"\n[tpu] install: {time.monotonic() - start:.0f} s into {path}", file=sys.stderr)
-    return os.path.join(bindir, "python")
+    if not os.path.exists(python):
+        building = path + f".{os.getpid()}.partial"
+        shutil.rmtree(building, ignore_errors=True)
+        venv.create(building, with_pip=True)
+        build_python = os.path.join(building, "bin", "python")
+        for args in _commands():
+            _pip(build_python, *args[1:], check=True, env=env, timeout=3600, cwd=building)
+        # Moved into place only when complete (we run it as `python -m`, so its scripts'
+        # shebangs, which name the build path, are never used).
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.rename(building, path)
+    else:  # This checkout's keras_tpu, over the cached dependencies.
+        _pip(python, "install", "--quiet", "--no-deps", "--force-reinstall", REPO, check=True,
+             env=env, timeout=600, capture_output=True)  # fmt: skip
+    print(f"\n[tpu] environment ready in {time.monotonic() - start:.0f} s at {path}",
+          file=sys.stderr)
+    return python
 
 
 def _run(python, *args, env=None, timeout=600):
@@ -68,6 +140,14 @@ def _run(python, *args, env=None, timeout=600):
 def test_readme_block_is_the_two_commands():
     commands = readme_tpu_commands()
     assert len(commands) == 2 and commands[1].endswith('"tensorflow-tpu==2.20.0"')
+
+
+def test_the_install_resolves_to_the_tpu_build_and_the_libtpu_range(tpu_resolution):
+    assert tpu_resolution["tensorflow-tpu"].startswith("2.20.")
+    assert tpu_resolution["tensorflow"].startswith("2.20.")
+    assert tpu_resolution["tf-keras"].startswith("2.20.")
+    libtpu = tuple(int(x) for x in tpu_resolution["libtpu"].split(".")[:3])
+    assert (0, 0, 21) <= libtpu < (0, 0, 32), tpu_resolution["libtpu"]
 
 
 def test_keras_tpu_imports_with_the_tpu_build(tpu_venv):
