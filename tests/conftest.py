@@ -8,6 +8,9 @@ whatever the test order. Tests that need a different device set-up (or a
 fresh interpreter) run in a subprocess via `run_python` / `run_script`.
 """
 
+import fcntl
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -85,8 +88,6 @@ def export_tiny_bert(vocab_file, export_dir):
     Returns:
       {"encoder": path, "preprocess": path}, as scripts/export_bert_hub.py prints them.
     """
-    import json  # pylint: disable=g-import-not-at-top
-
     exported = run_script(
         "export_bert_hub.py",
         "--preset=tiny",
@@ -95,6 +96,51 @@ def export_tiny_bert(vocab_file, export_dir):
     )
     assert exported.returncode == 0, exported.stderr[-3000:]
     return json.loads(exported.stdout.strip().splitlines()[-1])
+
+
+def _tree_digest(*roots):
+    """Return a digest of every .py file under `roots` (relative to REPO) and their paths."""
+    digest = hashlib.sha256(tf.__version__.encode())
+    for root in roots:
+        for folder, _, files in sorted(os.walk(os.path.join(REPO, root))):
+            for name in sorted(f for f in files if f.endswith((".py", ".tsv"))):
+                path = os.path.join(folder, name)
+                digest.update(path[len(REPO):].encode())
+                with open(path, "rb") as f:
+                    digest.update(f.read())
+    return digest.hexdigest()[:16]
+
+
+@pytest.fixture(scope="session")
+def tiny_hub(tmp_path_factory):
+    """A tiny random BERT and its preprocessing, exported as TF Hub SavedModels, once.
+
+    The vocabulary (2,000 WordPieces) is learned from tests/data/sst2/train.tsv. The
+    export is shared by every test, xdist worker and pytest run of the same code: it is
+    kept under pytest's temporary root, keyed on the code that writes it, and made
+    under a file lock (xdist workers start together).
+
+    Returns:
+      {"encoder": path, "preprocess": path}, as scripts/export_bert_hub.py prints them.
+    """
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    cache = root.parent / f"keras_tpu_tiny_hub_{_tree_digest('keras_tpu', 'models', 'scripts', 'tests/data')}"
+    cache.mkdir(exist_ok=True)
+    with open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = cache / "handles.json"
+        if not done.exists():
+            from keras_tpu import data  # pylint: disable=g-import-not-at-top
+            from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
+
+            sentences = data.load_tsv(os.path.join(SST2, "train.tsv")).x
+            vocab = text.write_vocab(text.learn_wordpiece_vocab(sentences, 2000),
+                                     str(cache / "vocab.txt"))  # fmt: skip
+            handles = export_tiny_bert(vocab, cache / "hub")
+            done.write_text(json.dumps({**handles, "vocab": vocab}))
+        return json.loads(done.read_text())
 
 
 def backup_step(model_dir):

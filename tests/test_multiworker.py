@@ -19,7 +19,6 @@ from keras_tpu.runtime import detect
 from tests.conftest import SST2
 from tests.conftest import REPO
 from tests.conftest import backup_step
-from tests.conftest import export_tiny_bert
 from tests.conftest import run_script
 from tests.conftest import subprocess_env
 
@@ -407,26 +406,14 @@ def test_a_stuck_worker_fails_the_others_after_the_collective_timeout(tmp_path):
     assert "DeadlineExceededError" in log
 
 
-@pytest.fixture(scope="module")
-def tiny_hub_bert(tmp_path_factory):
-    """A tiny BERT encoder + preprocessing exported as TF Hub SavedModels."""
-    from keras_tpu import data  # pylint: disable=g-import-not-at-top
-    from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
-
-    root = tmp_path_factory.mktemp("hub")
-    dev = data.load_tsv(os.path.join(SST2, "dev.tsv"))
-    vocab = text.write_vocab(text.learn_wordpiece_vocab(dev.x, 1000), str(root / "vocab.txt"))
-    return export_tiny_bert(vocab, root)
-
-
 @pytest.mark.slow
 @pytest.mark.serial  # A loopback cluster: its peers and time-outs need the cores.
-def test_two_workers_fine_tune_bert_identically(tmp_path, tiny_hub_bert):
+def test_two_workers_fine_tune_bert_identically(tmp_path, tiny_hub):
     hosts = _hosts(2)
     command = [
         *_script("train_bert.py"),
-        f"--encoder_handle={tiny_hub_bert['encoder']}",
-        f"--preprocess_handle={tiny_hub_bert['preprocess']}",
+        f"--encoder_handle={tiny_hub['encoder']}",
+        f"--preprocess_handle={tiny_hub['preprocess']}",
         f"--train_file={SST2}/dev.tsv",
         f"--eval_file={SST2}/dev.tsv",
         "--seq_length=32",

@@ -2,29 +2,38 @@
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from keras_tpu import data
 from keras_tpu import tasks
 from keras_tpu.models import cnn
 from tests.conftest import SST2
 from tests.conftest import CPU_REPLICAS
 from tests.conftest import backup_step
-from tests.conftest import export_tiny_bert
 from tests.conftest import run_python
 from tests.conftest import run_script
 
 
-@pytest.mark.slow
-def test_main_job_trains_digits_to_95_percent(tmp_path):
-    result = run_script("train_cnn.py", "--dataset=digits", f"--model_dir={tmp_path}")
+ABSL_INFO = re.compile(r"^I\d{4} ", re.M)
+
+
+@pytest.fixture(scope="module")
+def main_job(tmp_path_factory):
+    """The README's main job, as written: (result, summary, model_dir). Run once, checked often."""
+    model_dir = tmp_path_factory.mktemp("main_job")
+    result = run_script("train_cnn.py", "--dataset=digits", f"--model_dir={model_dir}")
     assert result.returncode == 0, result.stderr[-3000:]
-    with open(tmp_path / "summary.json") as f:
-        summary = json.load(f)
-    assert summary["test"]["accuracy"] >= 0.95
+    return result, json.loads((model_dir / "summary.json").read_text()), model_dir
+
+
+@pytest.mark.slow
+def test_main_job_trains_digits_to_95_percent(main_job):
+    result, summary, _ = main_job
+    assert summary["test"]["accuracy"] >= 0.97  # The README promises 0.95; the default CNN
+    assert summary["epochs"] == 30  # reaches 0.97 with its default 30 epochs.
     assert (summary["train_examples"], summary["test_examples"]) == (1437, 360)
     assert (summary["replicas"], summary["per_replica_batch"], summary["global_batch"]) == (
         1,
@@ -37,22 +46,26 @@ def test_main_job_trains_digits_to_95_percent(tmp_path):
 
 
 @pytest.mark.slow
-def test_script_rehearses_two_replicas(tmp_path):
-    result = run_script(
+def test_main_job_output_is_clean_and_log_level_brings_chatter_back(main_job, tmp_path):
+    result, _, _ = main_job
+    output = result.stdout + result.stderr
+    assert "Sharding callback duration" not in output
+    assert not ABSL_INFO.search(output), ABSL_INFO.findall(output)
+    assert "All log messages before absl::InitializeLog" not in output
+    assert "keras_tpu: using cpu" in result.stderr  # The strategy paragraph stays.
+    epoch_lines = [line for line in result.stdout.splitlines() if line.startswith("epoch ")]
+    assert len(epoch_lines) == 30 and epoch_lines[-1].startswith("epoch 30/30 step 22/22")
+    assert len(output.splitlines()) <= 40
+    loud = run_script(
         "train_cnn.py",
         "--dataset=digits",
-        "--cpu_replicas=2",
-        "--epochs=2",
-        "--per_replica_batch_size=16",
-        "--steps_per_execution=4",
-        f"--model_dir={tmp_path}",
+        "--epochs=1",
+        "--log_level=info",
+        f"--model_dir={tmp_path / 'loud'}",
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert (summary["replicas"], summary["global_batch"]) == (2, 32)
-    assert summary["steps_per_epoch"] == 1437 // 32
-    assert summary["test_examples"] == 360  # Every test example, despite 360 % 32 != 0.
-    assert summary["strategy"]["rehearsal"] is True
+    assert loud.returncode == 0, loud.stderr[-3000:]
+    assert "Sharding callback duration" in loud.stderr
+    assert ABSL_INFO.search(loud.stderr)
 
 
 @pytest.mark.slow
@@ -126,7 +139,7 @@ def test_killed_run_resumes_from_its_last_backup(tmp_path):
 
     flags = [
         "--variant=seed",
-        "--epochs=12",
+        "--epochs=3",
         "--per_replica_batch_size=16",
         "--steps_per_execution=1",
         "--backup_every_steps=10",
@@ -140,7 +153,7 @@ def test_killed_run_resumes_from_its_last_backup(tmp_path):
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and run.poll() is None:
             step = backup_step(str(tmp_path))
-            if step is not None and step >= 200:
+            if step is not None and step >= 120:
                 break
             time.sleep(0.2)
         assert run.poll() is None, "the run ended before it could be killed"
@@ -160,15 +173,14 @@ def test_killed_run_resumes_from_its_last_backup(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["resumed_from_step"] == saved  # Nothing before the last backup re-run.
-    assert summary["final_step"] == 12 * (1437 // 16)  # The same total as an unbroken run.
+    assert summary["final_step"] == 3 * (1437 // 16)  # The same total as an unbroken run.
 
 
 @pytest.mark.slow
-def test_tensorboard_has_the_scalars(tmp_path):
+def test_tensorboard_has_the_scalars(main_job):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    result = run_script("train_cnn.py", "--epochs=2", "--variant=seed", f"--model_dir={tmp_path}")
-    assert result.returncode == 0, result.stderr[-3000:]
+    _, _, tmp_path = main_job
     tags = set()
     for events in (tmp_path / "tensorboard").rglob("events.out.tfevents.*"):
         for event in tf.compat.v1.train.summary_iterator(str(events)):
@@ -183,24 +195,12 @@ def test_tensorboard_has_the_scalars(tmp_path):
         assert tag in tags, sorted(tags)
 
 
-@pytest.fixture(scope="module")
-def sst2_vocab(tmp_path_factory):
-    """A WordPiece vocabulary learned from SST-2 train (no BERT vocab is available offline)."""
-    from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
-
-    train = data.load_tsv(os.path.join(SST2, "train.tsv"))
-    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
-    return text.write_vocab(text.learn_wordpiece_vocab(train.x, 4000), str(path))
-
-
-
-
 TSV_FLAGS = [f"--train_file={SST2}/dev.tsv", f"--eval_file={SST2}/dev.tsv"]
 
 
 @pytest.mark.slow
-def test_train_bert_end_to_end_on_sst2(tmp_path, sst2_vocab):
-    handles = export_tiny_bert(sst2_vocab, tmp_path / "hub")
+def test_train_bert_end_to_end_on_sst2(tmp_path, tiny_hub):
+    handles = tiny_hub
     result = run_script(
         "train_bert.py",
         f"--encoder_handle={handles['encoder']}",
@@ -267,6 +267,7 @@ def test_four_replicas_reach_95_percent_on_digits(tmp_path):
         "train_cnn.py",
         "--cpu_replicas=4",
         "--per_replica_batch_size=16",
+        "--epochs=10",  # 0.95 well before the default 30 (the main job shows those).
         "--notensorboard",
         "--nobackup",
         f"--model_dir={tmp_path}",
@@ -275,6 +276,9 @@ def test_four_replicas_reach_95_percent_on_digits(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert (summary["replicas"], summary["global_batch"]) == (4, 64)
+    assert summary["strategy"]["rehearsal"] is True  # Logical CPU replicas stand in for chips.
+    assert summary["steps_per_epoch"] == 1437 // 64
+    assert summary["test_examples"] == 360  # Every test example, despite 360 % 64 != 0.
     assert summary["test"]["accuracy"] >= 0.95
     assert not (tmp_path / "tensorboard").exists() and not (tmp_path / "backup").exists()
     assert list((tmp_path / "best").glob("checkpoint*"))  # Best weights kept.

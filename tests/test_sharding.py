@@ -242,6 +242,8 @@ def _fit_capturing_backend(config):
         built.append(task.backend(*args, **kwargs))
         return built[-1]
 
+    # What a Backend class declares, a factory wrapping one must too (engine/backend.py).
+    backend.supported_policies = task.backend.func.supported_policies
     summary = keras_tpu.fit(dataclasses.replace(task, backend=backend), config)
     return summary, built[-1]
 
@@ -417,15 +419,17 @@ def test_an_epoch_is_one_pass_over_the_training_data(tiny_export):
     assert sorted(map(tuple, seen)) == sorted(map(tuple, expected))
 
 
-@pytest.mark.slow  # three 2x2 loops: minutes on the shared CPUs
+@pytest.mark.slow  # three 2x2 loops and four traced executions: minutes on 2 cores
 def test_executions_of_n_steps_give_the_single_step_run(tiny_export, tmp_path):
     root, vocab = tiny_export
+    # Each distinct execution length traces a DTensor program (tens of seconds here):
+    # 4 steps as one execution, then as 1 + 3, and the resumed loop reuses length 1.
     one_call, _ = _loop(root, vocab)
-    whole = one_call.run_execution(6)
-    assert whole.step == 6 and len(whole.losses) == 6 and whole.finite
+    whole = one_call.run_execution(4)
+    assert whole.step == 4 and len(whole.losses) == 4 and whole.finite
     split, _ = _loop(root, vocab)
-    parts = [split.run_execution(n) for n in (1, 2, 3)]
-    assert [r.step for r in parts] == [1, 3, 6]
+    parts = [split.run_execution(n) for n in (1, 3)]
+    assert [r.step for r in parts] == [1, 4]
     np.testing.assert_allclose(sum((r.losses for r in parts), ()), whole.losses, rtol=0, atol=1e-6)
     assert split.weights_checksum() == one_call.weights_checksum()
 
@@ -433,16 +437,16 @@ def test_executions_of_n_steps_give_the_single_step_run(tiny_export, tmp_path):
     path = split.checkpoint.save(str(tmp_path / "ckpt"))
     resumed, _ = _loop(root, vocab)
     resumed.checkpoint.restore(path)
-    assert resumed.step == 6 and resumed.weights_checksum() == split.weights_checksum()
+    assert resumed.step == 4 and resumed.weights_checksum() == split.weights_checksum()
     uninterrupted = resumed.batches(0)
-    for _ in range(6):
+    for _ in range(4):
         next(uninterrupted)
     expected, positioned = next(uninterrupted), next(resumed.batches(resumed.step))
     for a, b in zip(tf.nest.flatten(expected), tf.nest.flatten(positioned)):
         np.testing.assert_array_equal(sharding.to_numpy(a), sharding.to_numpy(b))
     # The encoder's hidden and attention dropout (0.1) draw from generators the checkpoint
     # holds: the resumed loop continues to the uninterrupted loop's weights.
-    assert resumed.run_execution(2).step == split.run_execution(2).step == 8
+    assert resumed.run_execution(1).step == split.run_execution(1).step == 5
     assert resumed.weights_checksum() == split.weights_checksum()
 
 
