@@ -13,6 +13,7 @@ from typing import Callable
 
 from keras_tpu import checks
 from keras_tpu import data
+from keras_tpu.data import function_eval
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,14 +91,13 @@ def _from_function(dataset_fn, strategy):
 
 
 def _eval(task, strategy, batching):
-    """Return the task's EvalData (exact for arrays and Sources), or None."""
+    """Return the task's EvalData (exact for every form: a function's examples are counted)."""
     if task.eval_data is None:
         return None
     if _is_dataset_fn(task.eval_data):
-        dataset = strategy.distribute_datasets_from_function(
-            lambda context: data.without_autotune_thread(task.eval_data(context))
+        return function_eval.eval_function_data(
+            strategy, task.eval_data, batching, preprocess=task.preprocess
         )
-        return data.EvalData(dataset, None, None, batching)
     return data.eval_dataset(
         strategy, data.as_source(task.eval_data, "eval"), batching.per_replica,
         preprocess=task.preprocess,
