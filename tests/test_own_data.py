@@ -119,3 +119,54 @@ def test_an_infinite_eval_function_is_refused_before_anything_is_written(tmp_pat
         _fit(_train_fn, lambda context: _eval_fn(context).repeat(), steps_per_epoch=3,
              model_dir=str(tmp_path / "run"))  # fmt: skip
     assert not (tmp_path / "run").exists()
+
+
+def _build_two_outputs(models):
+    def build():
+        image = keras.Input((4, 4, 1), name="image")
+        question = keras.Input((5,), name="question", dtype="int32")
+        words = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(VOCAB, 4)(question))
+        joined = keras.layers.Concatenate()([keras.layers.Flatten()(image), words])
+        outputs = {
+            "answer": keras.layers.Dense(CLASSES, activation="softmax", name="answer")(joined),
+            "score": keras.layers.Dense(1, name="score")(joined),
+        }
+        model = keras.Model({"image": image, "question": question}, outputs)
+        models.append(model)
+        return model
+
+    return build
+
+
+@pytest.mark.slow  # A whole run.
+def test_dict_labels_for_two_outputs_are_evaluated_exactly_per_output_and_summed():
+    def labels(split):
+        features, label = split
+        return features, {"answer": label, "score": features["image"].mean((1, 2, 3))[:, None]}
+
+    models = []
+    task = keras_tpu.Task(
+        build_model=_build_two_outputs(models),
+        loss={"answer": "sparse_categorical_crossentropy", "score": "mse"},
+        metrics=["accuracy"], train_data=labels(TRAIN), eval_data=labels(EVAL),
+    )  # fmt: skip
+    config = keras_tpu.RunConfig(
+        cpu_replicas=CPU_REPLICAS, per_replica_batch_size=PER_REPLICA, epochs=2,
+        mixed_precision="fp32", verbose=0, learning_rate=0.05,
+    )  # fmt: skip
+    summary = keras_tpu.fit(task, config)
+    features, truth = labels(EVAL)
+    predicted = models[-1].predict(features, batch_size=64, verbose=0)
+    answer = truth["answer"]
+    cross_entropy = np.mean(
+        -np.log(np.clip(predicted["answer"][np.arange(37), answer], 1e-7, 1))
+    )
+    mse = np.mean((predicted["score"] - truth["score"]) ** 2)
+    test = summary["test"]
+    np.testing.assert_allclose(test["answer_loss"], cross_entropy, rtol=1e-5)
+    np.testing.assert_allclose(test["score_loss"], mse, rtol=1e-5)
+    np.testing.assert_allclose(test["loss"], cross_entropy + mse, rtol=1e-5)
+    np.testing.assert_allclose(
+        test["answer_accuracy"], np.mean(predicted["answer"].argmax(-1) == answer), rtol=1e-6
+    )
+    np.testing.assert_allclose(summary["history"]["val_loss"][-1], test["loss"], rtol=1e-5)

@@ -95,9 +95,10 @@ class ExactValidationLoss(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if logs is None:
             return
-        if "val_" + training.WEIGHTED_LOSS in logs:
-            logs["val_loss"] = logs.pop("val_" + training.WEIGHTED_LOSS)
-        logs.pop(training.WEIGHTED_LOSS, None)
+        val_loss = training.exact_loss(logs, "val_")
+        if val_loss is not None:
+            logs["val_loss"] = val_loss
+        training.exact_loss(logs, keep_outputs=False)  # Training's: full batches, not padded.
 
 
 class LearningRateLogger(keras.callbacks.Callback):
