@@ -31,6 +31,7 @@ from keras_tpu.engine import callbacks as callbacks_lib
 from keras_tpu.engine import checkpointing
 from keras_tpu.engine import config_files
 from keras_tpu.engine import export
+from keras_tpu.engine import instances
 from keras_tpu.engine import backend as backend_lib
 from keras_tpu.engine import outputs
 from keras_tpu.engine import registry
@@ -94,7 +95,10 @@ def fit(task, config=None, *, strategy=None):
     if not isinstance(config, RunConfig):
         raise checks.ConfigError(f"config must be a keras_tpu.RunConfig, got {type(config).__name__}.")
     entry = registry.get_task(task) if isinstance(task, str) else None
-    strategy = strategy or strategy_for(config)
+    try:
+        strategy = strategy or strategy_for(config)
+    except resolver.DeviceConfigError as e:  # Say if the task's own instances caused it.
+        raise instances.explain_device_error(e, task) from e
     # Built after the strategy: builders may load data or TF Hub models, which
     # initialises TensorFlow's devices.
     if entry is not None:
