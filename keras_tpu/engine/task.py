@@ -37,12 +37,17 @@ class Task:
       loss: a Keras loss name or instance (per-example losses are averaged over the
         global batch; padded evaluation rows weigh 0).
       train_data: anything `data.as_source` takes (a Source, an ArraySplit, an
-        (x, y) tuple of arrays, a tfds "name:split"), or a function of a
-        `tf.distribute.InputContext` returning a dataset batched per replica that
-        repeats forever (then `RunConfig.steps_per_epoch` is required).
-      eval_data: the same forms, or None for no evaluation. Arrays and Sources are
-        evaluated exactly (every example once, padding weighted 0); a function's
-        dataset is evaluated as it comes and must be finite.
+        (x, y) or (x, y, sample_weight) tuple of arrays, a tfds "name:split"), or a
+        function of a `tf.distribute.InputContext` returning a dataset batched per
+        replica that repeats forever (then `RunConfig.steps_per_epoch` is
+        required). Features may be a dict of arrays or tensors for a model with
+        several inputs (`({"image": images, "question": ids}, labels)`), labels a
+        dict keyed by output name for a model with several outputs.
+      eval_data: the same forms, or None for no evaluation. Every form is
+        evaluated exactly (every example once, padding weighted 0): a function's
+        finite dataset is read once to count its examples, then re-batched at the
+        run's batch. Before anything is written the labels are checked against
+        the model's output and the data for NaN (`engine.data_checks`).
       metrics: Keras metric names or instances, or a () -> list factory. Instances
         are rebuilt from their config inside the scope, fresh for each run; but
         creating one before the run initialises TensorFlow's devices, so with

@@ -30,6 +30,7 @@ from keras_tpu import data
 from keras_tpu.engine import callbacks as callbacks_lib
 from keras_tpu.engine import checkpointing
 from keras_tpu.engine import config_files
+from keras_tpu.engine import data_checks
 from keras_tpu.engine import export
 from keras_tpu.engine import instances
 from keras_tpu.engine import backend as backend_lib
@@ -176,6 +177,7 @@ class _Run:
         self.model, self.shape = backend.model, backend.shape
         if task.check_model:
             task.check_model(self.model)
+        data_checks.check_task_data(task, self.model, self.shape.global_batch)
         if config.export_dir and task.export is None:
             raise checks.ConfigError("this task has no export; drop --export_dir.")
         outputs.check_export_dir(config.export_dir, overwrite=config.overwrite, model=self.model)
