@@ -249,6 +249,7 @@ def evaluate(model, eval_data):
       the split (without regularisation terms), and "examples", the count (None
       for a dataset function's stream, whose padding keras_tpu does not know).
     """
+    compat.ensure_tf_keras(model)  # A Keras 3 model: the clear TypeError, as compile_model's.
     if not any(WEIGHTED_LOSS in str(name) for name in _compiled_metric_names(model)):
         model = _exactly_weighted(model)
     results = model.evaluate(eval_data.dataset, steps=eval_data.steps, verbose=0, return_dict=True)
