@@ -170,3 +170,55 @@ def test_dict_labels_for_two_outputs_are_evaluated_exactly_per_output_and_summed
         test["answer_accuracy"], np.mean(predicted["answer"].argmax(-1) == answer), rtol=1e-6
     )
     np.testing.assert_allclose(summary["history"]["val_loss"][-1], test["loss"], rtol=1e-5)
+
+
+@pytest.mark.slow  # A whole run of the example.
+def test_the_multimodal_example_trains_from_python_and_evaluates_exactly(tmp_path):
+    import os  # pylint: disable=g-import-not-at-top
+    import sys  # pylint: disable=g-import-not-at-top
+
+    from tests.conftest import REPO  # pylint: disable=g-import-not-at-top
+
+    sys.path.insert(0, os.path.join(REPO, "examples"))
+    import multimodal_vqa  # pylint: disable=g-import-not-at-top
+
+    config = multimodal_vqa.VqaConfig(
+        cpu_replicas=CPU_REPLICAS, epochs=2, mixed_precision="fp32", verbose=0,
+        model_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "export"),
+    )  # fmt: skip
+    summary = keras_tpu.fit("digits_vqa", config)
+    _, (features, answers) = multimodal_vqa.make_splits(config.seed)
+    exported = keras.models.load_model(config.export_dir, compile=False)
+    probabilities = exported.predict(features, batch_size=128, verbose=0)
+    assert summary["test_examples"] == len(answers) == 360 and 360 % (16 * CPU_REPLICAS)
+    loss = -np.log(np.clip(probabilities[np.arange(360), answers], 1e-7, 1))
+    np.testing.assert_allclose(summary["test"]["loss"], loss.mean(), rtol=1e-5)
+    np.testing.assert_allclose(
+        summary["test"]["accuracy"], np.mean(probabilities.argmax(-1) == answers), rtol=1e-6
+    )
+
+
+@pytest.mark.slow  # Three runs of scripts/train.py in fresh interpreters.
+def test_the_multimodal_example_resumes_after_sigkill_to_the_same_weights(tmp_path):
+    import signal  # pylint: disable=g-import-not-at-top
+
+    from tests.conftest import backup_step  # pylint: disable=g-import-not-at-top
+    from tests.test_faults_resume import _run_line  # pylint: disable=g-import-not-at-top
+    from tests.test_faults_resume import _script  # pylint: disable=g-import-not-at-top
+
+    flags = ["--import=examples/multimodal_vqa.py", "--task=digits_vqa", "--epochs=2",
+             f"--cpu_replicas={CPU_REPLICAS}", "--steps_per_execution=5",
+             "--backup_every_steps=5"]  # fmt: skip
+    reference = _script("train.py", tmp_path / "reference", *flags)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    total, _, checksum = _run_line(reference)
+    assert total == 2 * (1437 // 64)
+    killed = _script("train.py", tmp_path / "killed", *flags, fault="SIGKILL", at=30)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    saved = backup_step(str(tmp_path / "killed"))
+    # 22 steps an epoch, 5 per execution: executions end at 5, 10, 15, 20, 22, 27, 32, ...;
+    # the kill comes after the one ending at 32, whose backup (due at 30) is written first.
+    assert saved == 32
+    resumed = _script("train.py", tmp_path / "killed", *flags)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _run_line(resumed) == (total, saved, checksum)

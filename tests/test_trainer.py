@@ -261,6 +261,20 @@ def test_the_readme_example_runs_as_written(tmp_path):
     assert (tmp_path / "own" / "export" / "saved_model.pb").exists()
 
 
+@pytest.mark.slow
+def test_the_readme_dict_features_example_runs_as_written(tmp_path):
+    """README "Several inputs or outputs": the block tagged ci:own-model-dict."""
+    text = open(os.path.join(REPO, "README.md")).read()
+    block = text.split("<!-- ci:own-model-dict -->\n```python\n", 1)[1].split("```", 1)[0]
+    code = block.replace("/tmp/keras_tpu_two_inputs", str(tmp_path / "two"))
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)  # pylint: disable=exec-used
+    summary = namespace["summary"]
+    assert summary["status"] == "ok" and summary["test_examples"] == 100
+    assert set(summary["test"]) == {"loss", "accuracy"}
+    assert summary["final_step"] == 2 * (400 // 64)
+
+
 def _files(root):
     """Return {relative path: (mtime_ns, sha256)} of every file under `root`."""
     import hashlib  # pylint: disable=g-import-not-at-top

@@ -279,6 +279,8 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
 
     Datasets with supervised keys (mnist, imdb_reviews, ...) need no `keys`;
     others name their feature and label, e.g. glue/sst2: keys=("sentence", "label").
+    Several features (a model with several inputs) are named as a tuple and
+    arrive as a dict, e.g. glue/mrpc: keys=(("sentence1", "sentence2"), "label").
 
     Training pipelines read whole files per pipeline through tfds's own
     `ReadConfig(input_context=...)`; evaluation shards by element.
@@ -317,8 +319,13 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
             f"e.g. keys=('sentence', 'label'), from its features {features}."
         )
 
+    def pick(example, key):  # One feature by name, or several as a dict keyed by name.
+        return example[key] if isinstance(key, str) else {k: example[k] for k in key}
+
     def pairs(ds):
-        return ds if supervised else ds.map(lambda example: (example[keys[0]], example[keys[1]]))
+        if supervised:
+            return ds
+        return ds.map(lambda example: (pick(example, keys[0]), pick(example, keys[1])))
 
     def open_shard(num_pipelines, pipeline_id, by_file):
         if by_file:
@@ -333,7 +340,8 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
         return pairs(ds).shard(num_pipelines, pipeline_id)
 
     label_key = "label" if keys is None else keys[1]
-    label = builder.info.features[label_key] if label_key in builder.info.features else None
+    features = builder.info.features
+    label = features[label_key] if isinstance(label_key, str) and label_key in features else None
     return Source(
         f"tfds:{name}/{split}",
         num_examples,
