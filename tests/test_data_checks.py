@@ -107,3 +107,28 @@ def test_a_mistake_stops_the_run_before_anything_is_written(tmp_path):
     with pytest.raises(keras_tpu.ConfigError, match="train labels hold 4 but output"):
         keras_tpu.fit(task, config)
     assert not (tmp_path / "run").exists()
+
+
+def test_string_features_without_tokenising_are_one_line():
+    task = _task("mse", np.zeros((40, 1), np.float32), x=np.array(["a question"] * 40, object))
+    with pytest.raises(keras_tpu.ConfigError, match=r"train features x are strings \(e.g. 'a question'\)"):
+        _check(task, _model(1))
+
+
+def test_a_training_function_that_ends_before_the_run_is_refused_before_anything_is_written(
+    tmp_path,
+):
+    def finite(context):
+        return tf.data.Dataset.from_tensor_slices((X, X[:, :1])).batch(2)  # 20 batches, no repeat.
+
+    task = keras_tpu.Task(build_model=lambda: _model(1), loss="mse", train_data=finite,
+                          monitor="loss")  # fmt: skip
+    config = keras_tpu.RunConfig(cpu_replicas=CPU_REPLICAS, per_replica_batch_size=2,
+                                 steps_per_epoch=5, epochs=2, model_dir=str(tmp_path / "run"))  # fmt: skip
+    with pytest.raises(keras_tpu.ConfigError) as raised:
+        keras_tpu.fit(task, config)
+    assert str(raised.value) == (
+        "train_data function's dataset ends after 20 batches, but 2 epoch(s) of 5 steps on 4 "
+        "replica(s) read 40; end it with .repeat() (the engine stops at the run's last step)."
+    )
+    assert not (tmp_path / "run").exists()

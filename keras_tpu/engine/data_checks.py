@@ -96,6 +96,14 @@ def _check_batch(split, where, batch, model, loss):
                 f"numbers. Map them to class ids 0..k-1 first, e.g. "
                 f"sklearn.preprocessing.LabelEncoder().fit_transform(labels)."
             )
+    for path, leaf in structures.leaves_with_paths(x, "x"):
+        if np.asarray(leaf).dtype.kind in "OSU":
+            raise checks.ConfigError(
+                f"{split} features {path} are strings (e.g. {np.asarray(leaf).flat[0]!r}); the model needs "
+                f"numbers. Tokenise them on the host: pass Task(preprocess=...), e.g. "
+                f"keras_tpu.data.text.BertPreprocessor(...).preprocess, or map them in your "
+                f"dataset function."
+            )
     for part, structure in (("x", x), ("y", y), ("sample_weight", weight)):
         for path, leaf in structures.leaves_with_paths(structure, part) if structure is not None else ():
             _check_finite(split, where, path, np.asarray(leaf))
