@@ -132,3 +132,15 @@ def test_a_training_function_that_ends_before_the_run_is_refused_before_anything
         "replica(s) read 40; end it with .repeat() (the engine stops at the run's last step)."
     )
     assert not (tmp_path / "run").exists()
+
+
+def test_the_nan_loss_message_asks_to_check_the_data_only_when_it_was_not_checked_whole():
+    assert data_checks.nan_hint(_task("mse", X[:, :1])) == ""
+    source = data.as_source((X, X[:, :1]))
+    assert data_checks.nan_hint(_task("mse", X[:, :1], eval_data=None)) == ""
+    streamed = keras_tpu.Task(build_model=lambda: None, loss="mse", train_data=source,
+                              monitor="loss")  # fmt: skip
+    assert data_checks.nan_hint(streamed) == (
+        " Only the first batch of the training data was checked for NaN and infinity; check "
+        "the rest of it too."
+    )

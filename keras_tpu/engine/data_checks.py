@@ -50,6 +50,16 @@ def check_task_data(task, model, global_batch):
         _check_batch(split, where, batch, model, task.loss)
 
 
+def nan_hint(task):
+    """Return a sentence for the NaN-loss message when the training data was not checked whole."""
+    if _in_memory(task.train_data) is not None and task.preprocess is None:
+        return ""  # Checked whole before the run: the NaN came from training itself.
+    return (
+        " Only the first batch of the training data was checked for NaN and infinity; check the "
+        "rest of it too."
+    )
+
+
 def _sample(value, preprocess, global_batch, split):
     """Return ((x, y, w or None) as NumPy, "where" words) of what the model will read."""
     if callable(value) and not isinstance(value, (data.Source, data.ArraySplit, tuple)):

@@ -251,6 +251,7 @@ class _Run:
             f"loss became NaN at step {guard.step}; stopped. "
             + (f"The last finite backup (step {kept}) is kept in {backup.directory}. " if kept else "")
             + "Lower --learning_rate, or use fp32, then run again (with --overwrite to start over)."
+            + data_checks.nan_hint(self.task)
         )
         if self.info.is_chief:
             summary_lib.write(
