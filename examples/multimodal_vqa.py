@@ -81,7 +81,7 @@ class VqaConfig(keras_tpu.RunConfig):
 
 
 def build_model(config):
-    """Return the two-input model: a small CNN for the image, mean word embeddings for the question."""
+    """Return the two-input model: a small CNN for the image, mean word vectors for the question."""
     image = keras.Input((8, 8, 1), name="image")
     question = keras.Input((SEQ_LENGTH,), dtype="int32", name="question")
     seen = keras.layers.Conv2D(16, 3, activation="relu")(image)

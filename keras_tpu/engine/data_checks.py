@@ -109,13 +109,15 @@ def _check_batch(split, where, batch, model, loss):
     for path, leaf in structures.leaves_with_paths(x, "x"):
         if np.asarray(leaf).dtype.kind in "OSU":
             raise checks.ConfigError(
-                f"{split} features {path} are strings (e.g. {np.asarray(leaf).flat[0]!r}); the model needs "
-                f"numbers. Tokenise them on the host: pass Task(preprocess=...), e.g. "
+                f"{split} features {path} are strings (e.g. {np.asarray(leaf).flat[0]!r}); the "
+                f"model needs numbers. Tokenise them on the host: pass Task(preprocess=...), e.g. "
                 f"keras_tpu.data.text.BertPreprocessor(...).preprocess, or map them in your "
                 f"dataset function."
             )
     for part, structure in (("x", x), ("y", y), ("sample_weight", weight)):
-        for path, leaf in structures.leaves_with_paths(structure, part) if structure is not None else ():
+        if structure is None:
+            continue
+        for path, leaf in structures.leaves_with_paths(structure, part):
             _check_finite(split, where, path, np.asarray(leaf))
     for name, labels, output_shape in _pairs(y, model):
         _check_labels(split, where, name, np.asarray(labels), output_shape, _loss_for(loss, name))
@@ -150,7 +152,7 @@ def _output_shapes(model):
 
 
 def _pairs(y, model):
-    """Return [(output name, labels, output shape)] for labels the model's outputs can be matched to."""
+    """Return [(output name, labels, output shape)] for the labels matched to the model's outputs."""
     shapes = _output_shapes(model)
     if not shapes:
         return []  # A subclassed model not yet called: Keras checks at the first step.
@@ -208,11 +210,13 @@ def _check_class_ids(split, where, output, labels, output_shape):
     if labels.dtype.kind == "f" and np.any(labels != np.floor(labels)):
         raise checks.ConfigError(
             f"{split} labels are fractions (e.g. {labels[labels != np.floor(labels)].flat[0]}) "
-            f"but sparse_categorical_crossentropy takes integer class ids; pass ints 0..{classes - 1}."
+            f"but sparse_categorical_crossentropy takes integer class ids; pass ints "
+            f"0..{classes - 1}."
         )
     outside = np.unique(labels[(labels < 0) | (labels >= classes)])
     if outside.size:
-        shown = ", ".join(str(v) for v in outside[:5].tolist()) + (", ..." if outside.size > 5 else "")
+        shown = ", ".join(str(v) for v in outside[:5].tolist())
+        shown += ", ..." if outside.size > 5 else ""
         in_where = "" if where == "example" else f" (in {where})"
         raise checks.ConfigError(
             f"{split} labels hold {shown}{in_where} but output {output!r} has {classes} unit(s), "

@@ -136,7 +136,7 @@ def import_modules(modules):
 
 
 def _import_failed(module, error):
-    """Return "--import=m: file.py:12 raised ValueError: ..." for an exception importing `module`."""
+    """Return "--import=m: file.py:12 raised ValueError: ..." for an error importing `module`."""
     frames = traceback.extract_tb(error.__traceback__)
     # The deepest frame outside Python's import machinery: where the user's code raised.
     own = [f for f in frames if "importlib" not in f.filename] or frames

@@ -162,7 +162,9 @@ def exact_loss(logs, prefix="", *, keep_outputs=True):
     total = None
     for key in list(logs):
         rest = key[len(prefix):] if key.startswith(prefix) else None
-        if rest is None or not rest.endswith(WEIGHTED_LOSS) or (not prefix and rest.startswith("val_")):
+        if rest is None or not rest.endswith(WEIGHTED_LOSS):
+            continue
+        if not prefix and rest.startswith("val_"):
             continue
         value = logs.pop(key)
         total = value if total is None else total + value
@@ -246,8 +248,8 @@ def evaluate(model, eval_data):
     Returns:
       A dict of metric values weighted by the real examples only (so equal to
       the metrics over the whole split), "loss" the mean per-example loss over
-      the split (without regularisation terms), and "examples", the count (None
-      for a dataset function's stream, whose padding keras_tpu does not know).
+      the split (without regularisation terms; for several outputs the sum of
+      theirs, each also as "<output>_loss"), and "examples", the count.
     """
     compat.ensure_tf_keras(model)  # A Keras 3 model: the clear TypeError, as compile_model's.
     if not any(WEIGHTED_LOSS in str(name) for name in _compiled_metric_names(model)):
