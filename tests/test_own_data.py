@@ -222,3 +222,12 @@ def test_the_multimodal_example_resumes_after_sigkill_to_the_same_weights(tmp_pa
     resumed = _script("train.py", tmp_path / "killed", *flags)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _run_line(resumed) == (total, saved, checksum)
+
+
+def test_an_unbatched_eval_function_is_refused_with_the_fix():
+    def unbatched(context):
+        del context
+        return tf.data.Dataset.from_tensor_slices(EVAL)
+
+    with pytest.raises(keras_tpu.ConfigError, match=r"returns unbatched examples .* return batches"):
+        _fit(_train_fn, unbatched, steps_per_epoch=3)

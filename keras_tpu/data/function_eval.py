@@ -33,6 +33,12 @@ def _examples(dataset_fn, context):
             "eval_data function returns an infinite dataset (it repeats): evaluation reads "
             "every example once. Drop .repeat() from the evaluation dataset."
         )
+    scalars = [spec for spec in tf.nest.flatten(ds.element_spec) if spec.shape.rank == 0]
+    if scalars:
+        raise checks.ConfigError(
+            f"eval_data function returns unbatched examples (element {ds.element_spec}); "
+            f"return batches, e.g. dataset.batch(context.get_per_replica_batch_size(64))."
+        )
     return ds.unbatch()
 
 
