@@ -144,3 +144,20 @@ def test_the_nan_loss_message_asks_to_check_the_data_only_when_it_was_not_checke
         " Only the first batch of the training data was checked for NaN and infinity; check "
         "the rest of it too."
     )
+
+
+def test_an_eval_functions_first_batch_is_checked_too():
+    x = X.copy()
+    x[1, 0] = np.nan
+
+    def eval_fn(context):
+        del context
+        return tf.data.Dataset.from_tensor_slices((x, X[:, :1])).batch(4)
+
+    task = _task("mse", X[:, :1], eval_data=eval_fn)
+    with pytest.raises(keras_tpu.ConfigError) as raised:
+        _check(task, _model(1))
+    assert str(raised.value).startswith(
+        "your eval data has nan at x, example 1 of the first batch of the eval_data function "
+        "(index (1, 0))"
+    )

@@ -154,9 +154,20 @@ def metric_names(metrics):
     return names
 
 
-def check_monitor(monitor, metrics, *, has_eval):
-    """Raise ConfigError unless `monitor` is a value the run will log."""
-    base = ["loss", *metric_names(metrics)]
+def check_monitor(monitor, metrics, *, has_eval, outputs=()):
+    """Raise ConfigError unless `monitor` is a value the run will log.
+
+    Args:
+      monitor: e.g. "val_auc".
+      metrics: the task's metrics (names or instances).
+      has_eval: the run evaluates (so "val_" values are logged).
+      outputs: the model's output names when it has several: Keras then logs each
+        output's loss and metrics as "<output>_<name>".
+    """
+    names = metric_names(metrics)
+    base = ["loss", *names]
+    if len(outputs) > 1:
+        base = ["loss", *(f"{o}_{n}" for o in outputs for n in ["loss", *names])]
     known = base + ([f"val_{name}" for name in base] if has_eval else [])
     if monitor not in known:
         raise checks.ConfigError(
