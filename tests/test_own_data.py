@@ -54,8 +54,8 @@ def _fit(train_data, eval_data, **config):
         metrics=["accuracy"], train_data=train_data, eval_data=eval_data,
     )  # fmt: skip
     config = keras_tpu.RunConfig(
-        cpu_replicas=CPU_REPLICAS, per_replica_batch_size=PER_REPLICA, epochs=2,
-        mixed_precision="fp32", verbose=0, learning_rate=0.05, **config,
+        **{"cpu_replicas": CPU_REPLICAS, "per_replica_batch_size": PER_REPLICA, "epochs": 2,
+           "mixed_precision": "fp32", "verbose": 0, "learning_rate": 0.05, **config},
     )  # fmt: skip
     return keras_tpu.fit(task, config), models[-1]
 
@@ -231,3 +231,10 @@ def test_an_unbatched_eval_function_is_refused_with_the_fix():
 
     with pytest.raises(keras_tpu.ConfigError, match=r"returns unbatched examples .* return batches"):
         _fit(_train_fn, unbatched, steps_per_epoch=3)
+
+
+@pytest.mark.slow  # XLA compiles a train and an eval step.
+def test_the_tpu_compile_rehearsal_takes_dict_features():
+    summary, model = _fit(TRAIN, EVAL, rehearse_tpu=True, epochs=1)
+    assert summary["status"] == "ok"
+    _assert_exact(summary, model)
