@@ -161,3 +161,18 @@ def test_an_eval_functions_first_batch_is_checked_too():
         "your eval data has nan at x, example 1 of the first batch of the eval_data function "
         "(index (1, 0))"
     )
+
+
+def test_a_sources_known_classes_are_checked_against_the_outputs_units():
+    source = data.Source("tfds:mnist/train", 40, lambda *_: tf.data.Dataset.from_tensor_slices(
+        (X, np.zeros(40, np.int32))), num_classes=10)  # fmt: skip
+    task = keras_tpu.Task(build_model=lambda: None, loss="sparse_categorical_crossentropy",
+                          train_data=source, monitor="loss")  # fmt: skip
+    model = _model(5)
+    with pytest.raises(keras_tpu.ConfigError) as raised:
+        _check(task, model)
+    assert str(raised.value) == (
+        f"train data tfds:mnist/train has 10 classes but output {model.output_names[0]!r} has 5 "
+        f"unit(s); give the last layer 10 units."
+    )
+    _check(task, _model(10))

@@ -48,6 +48,21 @@ def check_task_data(task, model, global_batch):
             continue
         batch, where = _sample(value, task.preprocess, global_batch, split)
         _check_batch(split, where, batch, model, task.loss)
+        if isinstance(value, data.Source) and value.num_classes:
+            _check_source_classes(split, value, model, task.loss)
+
+
+def _check_source_classes(split, source, model, loss):
+    """Raise ConfigError if a source's classes (e.g. tfds metadata) outnumber the output's units."""
+    shapes = _output_shapes(model)
+    if len(shapes) != 1 or _loss_name(loss) != _SPARSE:
+        return
+    (output, shape), = shapes.items()
+    if shape[-1] is not None and shape[-1] < source.num_classes:
+        raise checks.ConfigError(
+            f"{split} data {source.name} has {source.num_classes} classes but output {output!r} "
+            f"has {shape[-1]} unit(s); give the last layer {source.num_classes} units."
+        )
 
 
 def nan_hint(task):
