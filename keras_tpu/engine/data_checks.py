@@ -102,7 +102,8 @@ def _first(ds, preprocess):
     """Return the first (x, y, w or None) element of a batched dataset, as NumPy."""
     if preprocess is not None:
         ds = ds.map(lambda x, y, *w: (*preprocess(x, y), *w))
-    element = next(iter(ds.take(1)), None)
+    # Without tf.data's autotune thread: deleting the iterator would wait out its sleep.
+    element = next(iter(data.without_autotune_thread(ds.take(1))), None)
     if element is None:
         return None
     element = tf.nest.map_structure(lambda t: t.numpy(), tuple(element))
