@@ -14,6 +14,7 @@ config-file key, type-checked with file:line errors (`--helpfull` lists them).
 """
 
 import sys
+import traceback
 
 from absl import app
 from absl import flags
@@ -28,12 +29,24 @@ from keras_tpu.engine import config_files  # noqa: E402
 from keras_tpu.engine import registry  # noqa: E402
 
 
+_HELP = ("--help", "-h", "--helpshort", "--helpfull", "-?")
+
+
 def _task_entry(argv):
     """Return the TaskEntry that argv names (--task, or the config file's task: key)."""
     config_file = (flag_utils.argv_values(argv, "config_file") or [None])[-1]
     ref = config_files.read_task(config_file) if config_file else None
-    registry.import_modules([*(ref.imports if ref else ()), *flag_utils.argv_values(argv, "import")])
+    imports = [*(ref.imports if ref else ()), *flag_utils.argv_values(argv, "import")]
+    try:
+        registry.import_modules(imports)
+    except registry.ImportFailedError as e:
+        if flag_utils.argv_values(argv, "log_level")[-1:] == ["debug"]:
+            traceback.print_exception(e.__cause__)
+        raise
     name = (flag_utils.argv_values(argv, "task") or [ref and ref.task])[-1]
+    if not name and any(arg in _HELP for arg in argv):
+        # Help without a task: RunConfig's flags, and the tasks there are (below).
+        return registry.TaskEntry("(none)", None, keras_tpu.RunConfig, "keras_tpu")
     if not name:
         raise keras_tpu.ConfigError(
             f"name the task: --task=NAME (registered: {', '.join(registry.registered())}) or "
@@ -43,6 +56,11 @@ def _task_entry(argv):
 
 
 ENTRY = flag_utils.run_or_explain(_task_entry, sys.argv)
+# absl's --help prints this module's docstring first: end it with the tasks one can name.
+__doc__ += (
+    f"\nRegistered tasks: {', '.join(registry.registered())} (with --import=... and "
+    f"--config_file's import:, yours). --task=NAME --help lists that task's own flags too.\n"
+)
 flag_utils.define_flags(ENTRY.config_cls, flag_utils.RUN_HELP)
 flags.DEFINE_string("task", None, "Registered task name, or package.module:function.")
 flags.DEFINE_multi_string("import", [], "Module (or .py file) to import first: it registers tasks.")

@@ -28,6 +28,15 @@ def test_keras3_model_is_rejected_with_the_reason_and_the_fix():
     assert "from keras_tpu import keras" in message
 
 
+def test_a_compiled_keras3_model_is_rejected_by_evaluate_with_the_reason():
+    import keras as keras3  # pylint: disable=g-import-not-at-top
+
+    model = keras3.Sequential([keras3.Input((3,)), keras3.layers.Dense(1)])
+    model.compile(loss="mse", metrics=["mae"])
+    with pytest.raises(TypeError, match="is a Keras 3 object .*from keras_tpu import keras"):
+        training.evaluate(model, eval_data=None)
+
+
 def test_keras3_layer_is_rejected_by_the_training_api():
     import keras as keras3  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top

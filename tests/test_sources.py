@@ -140,6 +140,25 @@ def test_tfds_text_dataset_by_feature_keys():
             sources.tfds_source("glue/sst2", "validation")
 
 
+def test_tfds_several_features_arrive_as_a_dict():
+    with tfds.testing.mock_data(num_examples=4):
+        source = sources.tfds_source("glue/mrpc", "validation",
+                                     keys=(("sentence1", "sentence2"), "label"))  # fmt: skip
+        features, label = next(iter(source.open_shard(1, 0, False)))
+        assert sorted(features) == ["sentence1", "sentence2"] and label.dtype == tf.int64
+        assert source.num_classes == 2
+
+
+def test_dict_features_and_sample_weights_from_arrays():
+    x = {"image": np.zeros((5, 2, 2), np.float32), "question": np.arange(15).reshape(5, 3)}
+    source = sources.as_source((x, np.arange(5), np.linspace(0, 1, 5)))
+    features, label, weight = list(source.open_shard(2, 1, True))[1]
+    assert features["question"].numpy().tolist() == [9, 10, 11] and int(label) == 3
+    assert weight.dtype == tf.float32 and float(weight) == 0.75
+    with pytest.raises(ValueError, match=r"x\['image'\] has 5 examples but x\['question'\] has 4"):
+        sources.as_source(({"image": x["image"], "question": x["question"][:4]}, np.arange(5)))
+
+
 def test_a_tfds_name_and_split_is_a_source(monkeypatch):
     from keras_tpu.data import sources  # pylint: disable=g-import-not-at-top
 

@@ -31,6 +31,11 @@ def test_metrics_are_fresh_per_run_and_monitor_must_be_logged():
     assert first[0] is not auc and first[0] is not second[0] and first[0].name == "auc"
     assert task_lib.metric_names(["acc", auc]) == ["accuracy", "auc"]
     task_lib.check_monitor("val_auc", [auc], has_eval=True)
+    # Several outputs: Keras logs each output's loss and metrics under its name.
+    task_lib.check_monitor("val_answer_auc", [auc], has_eval=True, outputs=["answer", "score"])
+    task_lib.check_monitor("val_score_loss", [auc], has_eval=True, outputs=["answer", "score"])
+    with pytest.raises(ValueError, match="logs loss, answer_loss, answer_auc, score_loss, score_auc"):
+        task_lib.check_monitor("val_auc", [auc], has_eval=True, outputs=["answer", "score"])
     with pytest.raises(keras_tpu.ConfigError, match="it logs loss, auc, val_loss, val_auc"):
         task_lib.check_monitor("val_accuracy", [auc], has_eval=True)
 

@@ -38,3 +38,65 @@ def test_an_unknown_task_is_one_line_and_exit_2(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("error: unknown task 'nope'; registered: ") and "cnn" in lines[-1]
     assert "--import=" in lines[-1] and "Traceback" not in result.stderr
+
+
+BAD_TASKS = '''
+import numpy as np
+import keras_tpu
+from keras_tpu import keras
+
+X = np.random.default_rng(0).random((40, 3)).astype(np.float32)
+
+
+@keras_tpu.register_task("one_hot_vs_sigmoid")
+def one_hot_vs_sigmoid(config):
+    return keras_tpu.Task(
+        build_model=lambda: keras.Sequential([keras.layers.Dense(1, "sigmoid", input_shape=(3,))]),
+        loss="binary_crossentropy", train_data=(X, np.eye(2, dtype=np.float32)[(X[:, 0] > 0.5).astype(int)]),
+        monitor="loss",
+    )
+
+
+@keras_tpu.register_task("nan_features")
+def nan_features(config):
+    x = X.copy()
+    x[7, 2] = np.nan
+    return keras_tpu.Task(
+        build_model=lambda: keras.Sequential([keras.layers.Dense(1, input_shape=(3,))]),
+        loss="mse", train_data=(x, X[:, :1]), monitor="loss",
+    )
+'''
+
+
+def _error_lines(result):
+    return [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+
+
+def test_help_lists_the_tasks_and_a_failing_import_or_data_mistake_is_one_line(tmp_path):
+    helped = run_script("train.py", "--help")
+    assert "Registered tasks: bert, cnn " in helped.stdout and "--task" in helped.stdout
+    assert "error:" not in helped.stderr
+    broken = tmp_path / "broken_tasks.py"
+    broken.write_text("import numpy\n\nraise ValueError('the data file is missing')\n")
+    result = run_script("train.py", f"--import={broken}", "--task=x")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert _error_lines(result) == [
+        f"error: --import={broken}: {broken}:3 raised ValueError: the data file is missing "
+        f"(--log_level=debug shows the traceback)."
+    ]
+    debug = run_script("train.py", f"--import={broken}", "--task=x", "--log_level=debug")
+    assert debug.returncode == 2 and "Traceback (most recent call last)" in debug.stderr
+    assert f'File "{broken}", line 3, in <module>' in debug.stderr
+    (tmp_path / "bad_tasks.py").write_text(BAD_TASKS)
+    for task, start in [
+        ("one_hot_vs_sigmoid", "error: train labels have shape (40, 2) but output "),
+        ("nan_features", "error: your train data has nan at x, example 7 (index (7, 2))"),
+    ]:
+        model_dir = tmp_path / task
+        result = run_script("train.py", f"--import={tmp_path / 'bad_tasks.py'}", f"--task={task}",
+                            "--cpu_replicas=4", "--per_replica_batch_size=2",
+                            f"--model_dir={model_dir}")  # fmt: skip
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+        lines = _error_lines(result)
+        assert len(lines) == 1 and lines[0].startswith(start), lines
+        assert not model_dir.exists()

@@ -116,6 +116,24 @@ def test_progress_lines_and_tensorboard_carry_the_task_metrics(regression):
     assert ("validation", "epoch_mae") in scalars
 
 
+def test_tensorboard_evaluation_loss_vs_iterations_is_exact(regression):
+    """keras.callbacks.TensorBoard's per-evaluation scalars: the exact loss, not the padded one."""
+    summary, config, _ = regression
+    logged = {}
+    for root, _, files in os.walk(os.path.join(config.model_dir, "tensorboard", "validation")):
+        for name in files:
+            for event in tf.compat.v1.train.summary_iterator(os.path.join(root, name)):
+                for v in event.summary.value:
+                    if v.tag.endswith("_vs_iterations"):
+                        logged.setdefault(v.tag, {})[event.step] = float(tf.make_ndarray(v.tensor))
+    losses = logged["evaluation_loss_vs_iterations"]
+    assert sorted(losses) == [10, 20, 30]  # After each epoch's 10 steps.
+    assert [losses[step] for step in sorted(losses)] == pytest.approx(
+        summary["history"]["val_loss"], rel=1e-6
+    )
+    assert losses[30] == pytest.approx(summary["test"]["loss"], rel=1e-6)
+
+
 def _epoch_scalars(model_dir):
     """Return {(train|validation, tag): {epoch: value}} of the run's TensorBoard scalars."""
     scalars = {}
@@ -241,6 +259,20 @@ def test_the_readme_example_runs_as_written(tmp_path):
     assert summary["status"] == "ok" and summary["test_examples"] == 111
     assert set(summary["test"]) == {"loss", "mae"}
     assert (tmp_path / "own" / "export" / "saved_model.pb").exists()
+
+
+@pytest.mark.slow
+def test_the_readme_dict_features_example_runs_as_written(tmp_path):
+    """README "Several inputs or outputs": the block tagged ci:own-model-dict."""
+    text = open(os.path.join(REPO, "README.md")).read()
+    block = text.split("<!-- ci:own-model-dict -->\n```python\n", 1)[1].split("```", 1)[0]
+    code = block.replace("/tmp/keras_tpu_two_inputs", str(tmp_path / "two"))
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)  # pylint: disable=exec-used
+    summary = namespace["summary"]
+    assert summary["status"] == "ok" and summary["test_examples"] == 100
+    assert set(summary["test"]) == {"loss", "accuracy"}
+    assert summary["final_step"] == 2 * (400 // 64)
 
 
 def _files(root):

@@ -326,11 +326,34 @@ def eval_dataset_fn(data, batching, *, preprocess=None):
     def dataset_fn(input_context):
         pipelines, pipeline_id = input_context.num_input_pipelines, input_context.input_pipeline_id
         ds = source.open_shard(pipelines, pipeline_id, False)
-        ds = ds.map(lambda x, y: (x, y, tf.constant(1.0)))
-        padding = tf.data.Dataset.from_tensors(_padding_element(ds.element_spec)).repeat()
-        batch = input_context.get_per_replica_batch_size(batching.global_batch)
-        replicas_per_pipeline = input_context.num_replicas_in_sync // pipelines
-        ds = ds.concatenate(padding).take(steps * batch * replicas_per_pipeline)
-        return _finish(ds, batch, preprocess, deterministic=True)
+        return padded_eval_batches(ds, steps, batching, input_context, preprocess=preprocess)
 
     return dataset_fn, steps, n
+
+
+def weighted(ds):
+    """Return unbatched (x, y) or (x, y, w) elements as (x, y, float32 w), w 1 when not given."""
+
+    def add_weight(x, y, *weight):
+        return (x, y, tf.cast(weight[0], tf.float32) if weight else tf.constant(1.0))
+
+    return ds.map(add_weight)
+
+
+def padded_eval_batches(ds, steps, batching, input_context, *, preprocess=None):
+    """Batch one pipeline's unbatched examples into exactly `steps` steps, padded with weight 0.
+
+    Args:
+      ds: this pipeline's (x, y) or (x, y, sample_weight) examples, unbatched;
+        x and y may be dicts (or nestings) of tensors.
+      steps: evaluation steps every pipeline runs (the same on all of them).
+      batching: the run's Batching.
+      input_context: the pipeline's tf.distribute.InputContext.
+      preprocess: optional (features, labels) -> (features, labels) on batches.
+    """
+    ds = weighted(ds)
+    padding = tf.data.Dataset.from_tensors(_padding_element(ds.element_spec)).repeat()
+    batch = input_context.get_per_replica_batch_size(batching.global_batch)
+    replicas_per_pipeline = input_context.num_replicas_in_sync // input_context.num_input_pipelines
+    ds = ds.concatenate(padding).take(steps * batch * replicas_per_pipeline)
+    return _finish(ds, batch, preprocess, deterministic=True)

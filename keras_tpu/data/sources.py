@@ -7,12 +7,13 @@ A source only knows how to open its examples for one input pipeline
 import csv
 import dataclasses
 import os
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.data import structures
 from keras_tpu.data import tfds_download
 
 
@@ -22,21 +23,31 @@ class DatasetUnavailableError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class ArraySplit:
-    """An in-memory split: features `x` and integer labels `y` of equal length.
+    """An in-memory split: features `x`, labels `y` and optional sample weights, row-aligned.
 
     `x` may be numbers (images, token ids) or strings (sentences, tokenised on
-    the host inside tf.data).
+    the host inside tf.data), or a dict (or tuple, list, nesting) of arrays for
+    a model with several inputs: `{"image": images, "question": token_ids}`.
+    `y` likewise: an array, or a dict of arrays keyed by output name for a model
+    with several outputs. `sample_weight`, one number per example, weighs each
+    example in the loss and the metrics (training and exact evaluation).
     """
 
-    x: np.ndarray
-    y: np.ndarray
+    x: Any
+    y: Any
+    sample_weight: Any = None
 
     def __post_init__(self):
-        if len(self.x) != len(self.y):
-            raise checks.ConfigError(f"x has {len(self.x)} examples but y has {len(self.y)}.")
+        structures.num_rows(x=self.x, y=self.y, sample_weight=self.sample_weight)
 
     def __len__(self):
-        return len(self.x)
+        return structures.num_rows(x=self.x, y=self.y)
+
+    def element(self):
+        """Return the (x, y) or (x, y, sample_weight) tuple tf.data slices into examples."""
+        if self.sample_weight is None:
+            return (self.x, self.y)
+        return (self.x, self.y, np.asarray(self.sample_weight, np.float32))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +58,8 @@ class Source:
       name: what the source is, for messages and summaries.
       num_examples: examples in the split, or None when unknown until read.
       open_shard: (num_pipelines, pipeline_id, by_file) -> dataset of this
-        pipeline's unbatched (features, label) elements. With by_file the
+        pipeline's unbatched (features, label) or (features, label, sample_weight)
+        elements; features and labels may be dicts (or nestings) of tensors. With by_file the
         source may give each pipeline whole files (training); without it every
         pipeline gets every k-th element (evaluation, where counts must be exact).
       paths: local or remote files the pipelines read at run time, for the
@@ -63,7 +75,8 @@ class Source:
 
 
 def as_source(data, name="arrays"):
-    """Return `data` as a Source: a Source, an ArraySplit, an (x, y) tuple or a tfds "name:split"."""
+    """Return `data` as a Source: a Source, an ArraySplit, an (x, y) or (x, y, sample_weight)
+    tuple (x and y arrays, or dicts of arrays) or a tfds "name:split"."""
     if isinstance(data, Source):
         return data
     if isinstance(data, str):
@@ -74,19 +87,19 @@ def as_source(data, name="arrays"):
                 f"e.g. 'mnist:train'."
             )
         return tfds_source(dataset, split)
-    if isinstance(data, tuple) and len(data) == 2:
-        data = ArraySplit(np.asarray(data[0]), np.asarray(data[1]))
+    if isinstance(data, tuple) and len(data) in (2, 3):
+        data = ArraySplit(*structures.as_arrays(data))
     if not isinstance(data, ArraySplit):
         raise TypeError(
-            f"expected a Source, ArraySplit, (x, y) tuple or 'tfds_name:split', got "
-            f"{type(data).__name__}"
+            f"expected a Source, ArraySplit, (x, y) or (x, y, sample_weight) tuple or "
+            f"'tfds_name:split', got {type(data).__name__}"
         )
     if len(data) == 0:
         raise checks.ConfigError(f"source {name!r} is empty.")
 
     def open_shard(num_pipelines, pipeline_id, by_file):
         del by_file  # One block of memory: shard by element.
-        ds = tf.data.Dataset.from_tensor_slices((data.x, data.y))
+        ds = tf.data.Dataset.from_tensor_slices(data.element())
         return ds.shard(num_pipelines, pipeline_id)
 
     return Source(name, len(data), open_shard)
@@ -266,6 +279,8 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
 
     Datasets with supervised keys (mnist, imdb_reviews, ...) need no `keys`;
     others name their feature and label, e.g. glue/sst2: keys=("sentence", "label").
+    Several features (a model with several inputs) are named as a tuple and
+    arrive as a dict, e.g. glue/mrpc: keys=(("sentence1", "sentence2"), "label").
 
     Training pipelines read whole files per pipeline through tfds's own
     `ReadConfig(input_context=...)`; evaluation shards by element.
@@ -304,8 +319,13 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
             f"e.g. keys=('sentence', 'label'), from its features {features}."
         )
 
+    def pick(example, key):  # One feature by name, or several as a dict keyed by name.
+        return example[key] if isinstance(key, str) else {k: example[k] for k in key}
+
     def pairs(ds):
-        return ds if supervised else ds.map(lambda example: (example[keys[0]], example[keys[1]]))
+        if supervised:
+            return ds
+        return ds.map(lambda example: (pick(example, keys[0]), pick(example, keys[1])))
 
     def open_shard(num_pipelines, pipeline_id, by_file):
         if by_file:
@@ -320,7 +340,8 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
         return pairs(ds).shard(num_pipelines, pipeline_id)
 
     label_key = "label" if keys is None else keys[1]
-    label = builder.info.features[label_key] if label_key in builder.info.features else None
+    features = builder.info.features
+    label = features[label_key] if isinstance(label_key, str) and label_key in features else None
     return Source(
         f"tfds:{name}/{split}",
         num_examples,

@@ -110,7 +110,10 @@ class KerasBackend(Backend):
                 learning_rate=config.learning_rate,
             )
             metrics = task_lib.build_metrics(task.metrics)
-        task_lib.check_monitor(task.monitor, metrics, has_eval=self.inputs.eval is not None)
+        task_lib.check_monitor(
+            task.monitor, metrics, has_eval=self.inputs.eval is not None,
+            outputs=list(getattr(self.model, "output_names", None) or ()),
+        )  # fmt: skip
         training.compile_model(
             self.model, strategy, optimizer=optimizer, loss=task.loss, metrics=metrics,
             steps_per_execution=steps_per_execution,

@@ -88,16 +88,28 @@ class ExactValidationLoss(keras.callbacks.Callback):
     batch into the mean (0.3434 shown for a true 0.4251 with 517 of 640 slots
     real). `training.compile_model` adds a weighted mean loss, which counts real
     examples only; this puts it in `val_loss` for the progress lines,
-    TensorBoard, the history and the best-weights monitor, and drops its
-    training twin (equal to `loss` less regularisation: full batches).
+    TensorBoard (epoch_loss and evaluation_loss_vs_iterations), the history and
+    the best-weights monitor, and drops its training twin (equal to `loss` less
+    regularisation: full batches).
     """
+
+    def on_test_end(self, logs=None):
+        # TensorBoard, later in the list, writes these logs as evaluation_<name>_vs_iterations:
+        # make its loss (and each output's) the exact one. Nothing is popped: fit reads them.
+        if not logs:
+            return
+        exact = dict(logs)
+        total = training.exact_loss(exact)
+        if total is not None:
+            logs.update({k: v for k, v in exact.items() if k.endswith("loss")}, loss=total)
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is None:
             return
-        if "val_" + training.WEIGHTED_LOSS in logs:
-            logs["val_loss"] = logs.pop("val_" + training.WEIGHTED_LOSS)
-        logs.pop(training.WEIGHTED_LOSS, None)
+        val_loss = training.exact_loss(logs, "val_")
+        if val_loss is not None:
+            logs["val_loss"] = val_loss
+        training.exact_loss(logs, keep_outputs=False)  # Training's: full batches, not padded.
 
 
 class LearningRateLogger(keras.callbacks.Callback):

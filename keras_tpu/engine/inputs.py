@@ -11,8 +11,11 @@ Lightning-AI/pytorch-lightning#18780).
 import dataclasses
 from typing import Callable
 
+import tensorflow as tf
+
 from keras_tpu import checks
 from keras_tpu import data
+from keras_tpu.data import function_eval
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +48,7 @@ def build(task, config, strategy):
                 "train_data is a dataset function, whose length keras_tpu cannot know; set "
                 "steps_per_epoch (RunConfig.steps_per_epoch or --steps_per_epoch)."
             )
+        _check_stream_length(task.train_data, config, batching)
         train, steps, examples = _from_function(task.train_data, strategy), None, None
     else:
         source = data.as_source(task.train_data, "train")
@@ -72,6 +76,23 @@ def build(task, config, strategy):
     )
 
 
+def _check_stream_length(dataset_fn, config, batching):
+    """Raise ConfigError if a training function's dataset is known to end before the run does."""
+    dataset = dataset_fn(tf.distribute.InputContext(1, 0, batching.replicas))
+    if not isinstance(dataset, tf.data.Dataset):
+        raise checks.ConfigError(
+            f"train_data function returned {type(dataset).__name__}, not a tf.data.Dataset."
+        )
+    batches = int(dataset.cardinality())
+    needed = config.steps_per_epoch * config.epochs * batching.replicas  # One batch per replica.
+    if 0 <= batches < needed:
+        raise checks.ConfigError(
+            f"train_data function's dataset ends after {batches} batches, but {config.epochs} "
+            f"epoch(s) of {config.steps_per_epoch} steps on {batching.replicas} replica(s) read "
+            f"{needed}; end it with .repeat() (the engine stops at the run's last step)."
+        )
+
+
 def _from_function(dataset_fn, strategy):
     """Return start_step -> the distributed dataset of a per-replica-batched dataset_fn."""
 
@@ -90,14 +111,12 @@ def _from_function(dataset_fn, strategy):
 
 
 def _eval(task, strategy, batching):
-    """Return the task's EvalData (exact for arrays and Sources), or None."""
+    """Return the task's EvalData (exact for every form: a function's examples are counted)."""
     if task.eval_data is None:
         return None
     if _is_dataset_fn(task.eval_data):
-        dataset = strategy.distribute_datasets_from_function(
-            lambda context: data.without_autotune_thread(task.eval_data(context))
-        )
-        return data.EvalData(dataset, None, None, batching)
+        # As for a training function, the user's function does its own preprocessing.
+        return function_eval.eval_function_data(strategy, task.eval_data, batching)
     return data.eval_dataset(
         strategy, data.as_source(task.eval_data, "eval"), batching.per_replica,
         preprocess=task.preprocess,

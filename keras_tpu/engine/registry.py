@@ -18,6 +18,7 @@ import inspect
 import logging
 import os
 import sys
+import traceback
 import typing
 from typing import Callable
 
@@ -32,6 +33,10 @@ _BUILT_INS = "keras_tpu.tasks"
 
 class UnknownTaskError(checks.ConfigError):
     """A task name or import string that names no task."""
+
+
+class ImportFailedError(checks.ConfigError):
+    """A module named by --import (or a config file's `import:`) raised while importing."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,11 +122,31 @@ def import_modules(modules):
             _FILES[name] = os.path.abspath(module)
         try:
             importlib.import_module(name)
-        except ImportError as e:
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise ImportFailedError(_import_failed(module, e)) from e
             raise checks.ConfigError(
                 f"--import={module}: cannot import it ({e}); pass its file path "
                 f"(--import=path/to/module.py), or put its folder on PYTHONPATH."
             ) from e
+        except Exception as e:  # pylint: disable=broad-except
+            # The user's module raised: one line naming where and what (the traceback is
+            # chained as __cause__; scripts print it with --log_level=debug).
+            raise ImportFailedError(_import_failed(module, e)) from e
+
+
+def _import_failed(module, error):
+    """Return "--import=m: file.py:12 raised ValueError: ..." for an error importing `module`."""
+    frames = traceback.extract_tb(error.__traceback__)
+    # The deepest frame outside Python's import machinery: where the user's code raised.
+    own = [f for f in frames if "importlib" not in f.filename] or frames
+    where = f"{own[-1].filename}:{own[-1].lineno}" if own else module
+    if isinstance(error, SyntaxError) and error.filename:
+        where = f"{error.filename}:{error.lineno}"
+    return (
+        f"--import={module}: {where} raised {type(error).__name__}: {error} "
+        f"(--log_level=debug shows the traceback)."
+    )
 
 
 def registered():

@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 from keras_tpu import checks
 from keras_tpu.engine import export as export_lib
+from keras_tpu.engine import instances
 from keras_tpu.runtime.compat import keras
 
 MODES = ("min", "max")
@@ -36,17 +37,27 @@ class Task:
       loss: a Keras loss name or instance (per-example losses are averaged over the
         global batch; padded evaluation rows weigh 0).
       train_data: anything `data.as_source` takes (a Source, an ArraySplit, an
-        (x, y) tuple of arrays, a tfds "name:split"), or a function of a
-        `tf.distribute.InputContext` returning a dataset batched per replica that
-        repeats forever (then `RunConfig.steps_per_epoch` is required).
-      eval_data: the same forms, or None for no evaluation. Arrays and Sources are
-        evaluated exactly (every example once, padding weighted 0); a function's
-        dataset is evaluated as it comes and must be finite.
-      metrics: Keras metric names or instances (instances are cloned inside the
-        scope for each run), or a () -> list factory.
+        (x, y) or (x, y, sample_weight) tuple of arrays, a tfds "name:split"), or a
+        function of a `tf.distribute.InputContext` returning a dataset batched per
+        replica that repeats forever (then `RunConfig.steps_per_epoch` is
+        required). Features may be a dict of arrays or tensors for a model with
+        several inputs (`({"image": images, "question": ids}, labels)`), labels a
+        dict keyed by output name for a model with several outputs.
+      eval_data: the same forms, or None for no evaluation. Every form is
+        evaluated exactly (every example once, padding weighted 0): a function's
+        finite dataset is read once to count its examples, then re-batched at the
+        run's batch. Before anything is written the labels are checked against
+        the model's output and the data for NaN (`engine.data_checks`).
+      metrics: Keras metric names or instances, or a () -> list factory. Instances
+        are rebuilt from their config inside the scope, fresh for each run; but
+        creating one before the run initialises TensorFlow's devices, so with
+        `cpu_replicas` create the Task after `keras_tpu.resolve_strategy` or
+        pass the factory (`metrics=lambda: [keras.metrics.AUC()]`).
       optimizer: an optimizer name (built with `RunConfig.learning_rate`), a
         () -> optimizer factory or class, or a (total_steps) -> optimizer function
-        (e.g. for a schedule). Built inside the scope; an instance is refused.
+        (e.g. for a schedule). Built inside the scope; an instance is refused
+        when the Task is created (its config may not carry all of it, e.g.
+        AdamW's excluded variables): pass `lambda: keras.optimizers.Adam(1e-3)`.
       preprocess: (features, labels) -> (features, labels) on host batches.
       monitor: the value that chooses the best weights ("val_loss", "val_auc", ...).
       mode: "min" or "max" for `monitor`.
@@ -97,6 +108,7 @@ class Task:
         if isinstance(self.build_model, keras.Model):
             raise checks.ConfigError("Task.build_model got a model; pass a function that builds it.")
         checks.one_of("mode", self.mode, MODES)
+        instances.refuse_optimizer_instance(self.optimizer)
         if self.train_data is None:
             raise checks.ConfigError("Task.train_data is required.")
         if self.monitor.startswith("val_") and self.eval_data is None:
@@ -142,9 +154,20 @@ def metric_names(metrics):
     return names
 
 
-def check_monitor(monitor, metrics, *, has_eval):
-    """Raise ConfigError unless `monitor` is a value the run will log."""
-    base = ["loss", *metric_names(metrics)]
+def check_monitor(monitor, metrics, *, has_eval, outputs=()):
+    """Raise ConfigError unless `monitor` is a value the run will log.
+
+    Args:
+      monitor: e.g. "val_auc".
+      metrics: the task's metrics (names or instances).
+      has_eval: the run evaluates (so "val_" values are logged).
+      outputs: the model's output names when it has several: Keras then logs each
+        output's loss and metrics as "<output>_<name>".
+    """
+    names = metric_names(metrics)
+    base = ["loss", *names]
+    if len(outputs) > 1:
+        base = ["loss", *(f"{o}_{n}" for o in outputs for n in ["loss", *names])]
     known = base + ([f"val_{name}" for name in base] if has_eval else [])
     if monitor not in known:
         raise checks.ConfigError(
@@ -160,12 +183,7 @@ def build_optimizer(spec, *, total_steps, learning_rate):
         optimizer = keras.optimizers.get(spec or "adam")
         optimizer.learning_rate = learning_rate
         return optimizer
-    if isinstance(spec, (keras.optimizers.Optimizer, keras.optimizers.legacy.Optimizer)):
-        raise checks.ConfigError(
-            f"Task.optimizer got an optimizer instance ({type(spec).__name__}); pass a factory, "
-            f"e.g. `optimizer=lambda: keras.optimizers.Adam(1e-3)`, so it is built inside "
-            f"strategy.scope() (its variables must live on the run's devices)."
-        )
+    instances.refuse_optimizer_instance(spec)
     if isinstance(spec, type):
         return spec(learning_rate=learning_rate)
     if not callable(spec):

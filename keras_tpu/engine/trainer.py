@@ -30,7 +30,9 @@ from keras_tpu import data
 from keras_tpu.engine import callbacks as callbacks_lib
 from keras_tpu.engine import checkpointing
 from keras_tpu.engine import config_files
+from keras_tpu.engine import data_checks
 from keras_tpu.engine import export
+from keras_tpu.engine import instances
 from keras_tpu.engine import backend as backend_lib
 from keras_tpu.engine import outputs
 from keras_tpu.engine import registry
@@ -94,7 +96,10 @@ def fit(task, config=None, *, strategy=None):
     if not isinstance(config, RunConfig):
         raise checks.ConfigError(f"config must be a keras_tpu.RunConfig, got {type(config).__name__}.")
     entry = registry.get_task(task) if isinstance(task, str) else None
-    strategy = strategy or strategy_for(config)
+    try:
+        strategy = strategy or strategy_for(config)
+    except resolver.DeviceConfigError as e:  # Say if the task's own instances caused it.
+        raise instances.explain_device_error(e, task) from e
     # Built after the strategy: builders may load data or TF Hub models, which
     # initialises TensorFlow's devices.
     if entry is not None:
@@ -172,6 +177,7 @@ class _Run:
         self.model, self.shape = backend.model, backend.shape
         if task.check_model:
             task.check_model(self.model)
+        data_checks.check_task_data(task, self.model, self.shape.global_batch)
         if config.export_dir and task.export is None:
             raise checks.ConfigError("this task has no export; drop --export_dir.")
         outputs.check_export_dir(config.export_dir, overwrite=config.overwrite, model=self.model)
@@ -245,6 +251,7 @@ class _Run:
             f"loss became NaN at step {guard.step}; stopped. "
             + (f"The last finite backup (step {kept}) is kept in {backup.directory}. " if kept else "")
             + "Lower --learning_rate, or use fp32, then run again (with --overwrite to start over)."
+            + data_checks.nan_hint(self.task)
         )
         if self.info.is_chief:
             summary_lib.write(

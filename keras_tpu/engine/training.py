@@ -2,6 +2,8 @@
 
 import dataclasses
 
+import tensorflow as tf
+
 from keras_tpu import checks
 from keras_tpu.runtime import compat
 from keras_tpu.runtime.strategy_info import StrategyInfo
@@ -113,6 +115,65 @@ def _weighted_loss_metric(loss):
     return keras.metrics.MeanMetricWrapper(fn, name=WEIGHTED_LOSS)
 
 
+def _weighted_metrics(model, loss, metrics):
+    """Return compile's weighted_metrics: the task's metrics and the exact loss, per output.
+
+    A model with several outputs (dict labels) gets, for each output, its own copy
+    of every metric and the mean of that output's loss; Keras logs them as
+    "<output>_<metric>", and `exact_loss` sums the outputs' losses.
+    """
+    names = list(getattr(model, "output_names", None) or ())
+    if len(names) < 2:
+        return list(metrics) + [_weighted_loss_metric(loss)]
+    losses = loss if isinstance(loss, dict) else dict.fromkeys(names, loss)
+    unknown = sorted(set(losses) - set(names))
+    if unknown:
+        raise checks.ConfigError(
+            f"the loss names outputs {unknown} that model {model.name!r} does not have; its "
+            f"outputs are {names}. Key the loss (and the labels) by output name."
+        )
+    return {
+        name: [_fresh(m) for m in metrics] + [_weighted_loss_metric(losses[name])]
+        for name in names
+        if name in losses
+    }
+
+
+def _fresh(metric):
+    """Return a new metric like `metric` (one per output: outputs must not share state)."""
+    if isinstance(metric, keras.metrics.Metric):
+        return type(metric).from_config(metric.get_config())
+    return metric
+
+
+def exact_loss(logs, prefix="", *, keep_outputs=True):
+    """Pop the exact loss terms compile_model logs and return their sum (the exact loss).
+
+    Args:
+      logs: Keras logs, e.g. {"val_weighted_loss": ...} or, for outputs a and b,
+        {"val_a_weighted_loss": ..., "val_b_weighted_loss": ...}.
+      prefix: "val_" for validation logs, "" for training or evaluate's.
+      keep_outputs: put each output's exact loss in place of Keras's padded
+        "<prefix><output>_loss".
+
+    Returns:
+      The summed loss, or None when the logs hold no exact loss.
+    """
+    total = None
+    for key in list(logs):
+        rest = key[len(prefix):] if key.startswith(prefix) else None
+        if rest is None or not rest.endswith(WEIGHTED_LOSS):
+            continue
+        if not prefix and rest.startswith("val_"):
+            continue
+        value = logs.pop(key)
+        total = value if total is None else total + value
+        output = rest[: -len(WEIGHTED_LOSS)]  # "" for one output, "a_" for output a.
+        if output and keep_outputs:
+            logs[f"{prefix}{output}loss"] = value
+    return total
+
+
 def check_built_in_scope(model, strategy):
     """Raise ValueError unless every variable of `model` was created under `strategy`.
 
@@ -165,7 +226,7 @@ def compile_model(
     if jit_compile is None:
         jit_compile = StrategyInfo.of(strategy).jit_compile
     with strategy.scope():
-        weighted = list(metrics) + [_weighted_loss_metric(loss)]
+        weighted = _weighted_metrics(model, loss, metrics)
         model.compile(
             optimizer=optimizer,
             loss=loss,
@@ -187,16 +248,17 @@ def evaluate(model, eval_data):
     Returns:
       A dict of metric values weighted by the real examples only (so equal to
       the metrics over the whole split), "loss" the mean per-example loss over
-      the split (without regularisation terms), and "examples", the count (None
-      for a dataset function's stream, whose padding keras_tpu does not know).
+      the split (without regularisation terms; for several outputs the sum of
+      theirs, each also as "<output>_loss"), and "examples", the count.
     """
-    if WEIGHTED_LOSS not in _compiled_metric_names(model):
+    compat.ensure_tf_keras(model)  # A Keras 3 model: the clear TypeError, as compile_model's.
+    if not any(WEIGHTED_LOSS in str(name) for name in _compiled_metric_names(model)):
         model = _exactly_weighted(model)
     results = model.evaluate(eval_data.dataset, steps=eval_data.steps, verbose=0, return_dict=True)
     results = {k: float(v) for k, v in results.items()}
     # Keras's own "loss" divides the padded last batch by its padded size; the
     # weighted mean loss compiled by compile_model counts real examples only.
-    results["loss"] = results.pop(WEIGHTED_LOSS)
+    results["loss"] = exact_loss(results)  # Each output's loss is replaced too.
     results["examples"] = eval_data.examples
     return results
 
@@ -210,8 +272,9 @@ def _compiled_metric_names(model):
         )
     # tf_keras keeps the metrics given to compile on its MetricsContainer
     # (tf_keras/engine/compile_utils.py); tf_keras 2.x is in maintenance, so stable.
-    user = [*(container._user_metrics or []), *(container._user_weighted_metrics or [])]
-    return [getattr(m, "name", m) for m in user]
+    # Flattened: a model with several outputs holds a dict of lists per output.
+    user = tf.nest.flatten([container._user_metrics, container._user_weighted_metrics])
+    return [getattr(m, "name", m) for m in user if m is not None]
 
 
 class _SharedLayers(keras.Model):
