@@ -219,6 +219,25 @@ def fresh_resolver(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def _tf_random_generator_restored():
+    """Put tf_keras's process-wide random-generator switch back after each test.
+
+    A mesh run turns it on (parallel/sharding.py); left on, a later test's dropout
+    traces generator ops instead of RandomUniform, so which tests share an xdist
+    worker would decide what an exported encoder holds.
+    """
+    from keras_tpu.runtime.compat import keras  # pylint: disable=g-import-not-at-top
+
+    was_on = keras.backend.experimental.is_tf_random_generator_enabled()
+    yield
+    if keras.backend.experimental.is_tf_random_generator_enabled() != was_on:
+        if was_on:
+            keras.backend.experimental.enable_tf_random_generator()
+        else:
+            keras.backend.experimental.disable_tf_random_generator()
+
+
+@pytest.fixture(autouse=True)
 def _op_determinism_off_afterwards():
     """Turn the deterministic mode off after a test that turned it on (a recipe run does).
 
