@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.recipes and scripts/train_cnn.py: the main job end to end."""
+"""Tests for keras_tpu.tasks (the built-in CNN and BERT) and their scripts, the main job end to end."""
 
 import json
 import os
