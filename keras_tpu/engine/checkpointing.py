@@ -14,6 +14,10 @@ always agree with the weights; the input pipeline skips the examples of the
 steps already trained (`data.train_dataset(start_step=...)`). The checkpoint
 also holds the state of each layer's `tf.random.Generator` (`random_generators`),
 so dropout resumes with the masks an uninterrupted run would draw.
+
+Beside each checkpoint, written before it, are the run's records
+(`run_records.Records`: history, best value, throughput, callback state), so a
+resumed run reports what an uninterrupted one does.
 """
 
 import glob
@@ -30,6 +34,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.engine import run_dir
+from keras_tpu.engine import run_records
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy_info import StrategyInfo
 
@@ -100,8 +105,26 @@ class Backup(keras.callbacks.Callback):
     """
 
     def __init__(self, model_dir, strategy, *, every_steps=None, steps_per_execution=1,
-                 options=None, handle_signals=True):  # fmt: skip
+                 options=None, handle_signals=True, state_callbacks=(), history=None):  # fmt: skip
+        """Create the backup callback.
+
+        Args:
+          model_dir: the run directory; backups go to model_dir/backup.
+          strategy: the run's strategy (the chief's backup is the one kept).
+          every_steps: back up every this many optimizer steps; None: every epoch.
+          steps_per_execution: the model's, to say where step backups can land.
+          options: tf.train.CheckpointOptions (a remote TPU's I/O device).
+          handle_signals: back up and stop on SIGTERM/SIGINT.
+          state_callbacks: callbacks whose `state_dict()` is saved with each backup
+            and given back by `load_state_dict` on restore (run_records).
+          history: the run's `run_records.RunHistory` (epochs done, training time).
+        """
         super().__init__()
+        self.state_callbacks = tuple(state_callbacks)
+        self.history = history
+        self.records = None  # The Records restored with the backup, if any.
+        self._logs = {}
+        self._add_metrics = False
         self.directory = os.path.join(model_dir, "backup")
         self.chief = StrategyInfo.of(strategy).is_chief
         self.every_steps = every_steps
@@ -153,16 +176,34 @@ class Backup(keras.callbacks.Callback):
             read.checkpoint.restore(read.latest_checkpoint, options=self.options)
             self.start_step = self.saved_step = int(self.model.optimizer.iterations.numpy())
             log.warning("keras_tpu: resuming from the backup at step %d", self.start_step)
+            self.records = run_records.read(read.directory, self.start_step)
+            if self.records is not None:
+                run_records.load(self.records, self.state_callbacks, self.history)
+                self._add_metrics = bool(self.records.metrics)
         return self.start_step
 
+    def pending_epoch(self, steps_per_epoch):
+        """Return the epoch whose last step was restored but which was not evaluated, or None."""
+        return self.records.pending_epoch(steps_per_epoch) if self.records else None
+
     def save(self):
-        """Back up the current step; a write failure raises RunStopped naming the path."""
+        """Back up the current step and its records; a write failure raises RunStopped.
+
+        At an already backed-up step only the records are replaced (e.g. once the
+        epoch whose last step was backed up is evaluated): the weights are the same.
+        """
         step = int(self.model.optimizer.iterations.numpy())
-        if step == self.saved_step:
-            return
         _, write = self._managers()
         try:
+            records = run_records.collect(
+                self.model, step, self._logs, self.state_callbacks, self.history
+            )
+            # Before the checkpoint: its index file is the commit, so a backup has records.
+            run_records.write(write.directory, records)
+            if step == self.saved_step:
+                return
             write.save(checkpoint_number=step, options=self.options)
+            run_records.remove_others(write.directory, step)
         except (tf.errors.OpError, OSError) as e:
             _remove_partial(write.directory, step)
             raise RunStopped(self._write_error(write.directory, e), exit_code=2) from e
@@ -230,22 +271,31 @@ class Backup(keras.callbacks.Callback):
         self._previous_handlers = {}
 
     def on_train_batch_end(self, batch, logs=None):
+        if self._add_metrics:  # The first execution of a resumed run: see add_metric_sums.
+            self._add_metrics = False
+            if self.start_step % self.params["steps"]:
+                run_records.add_metric_sums(self.model, self.records.metrics)
         if not finite_loss(logs):
             if self.nan_step is None:
                 self.nan_step = int(self.model.optimizer.iterations.numpy())
             return
+        self._logs = logs or {}
         if self.signal is not None:
             self.save()
-            self.model.stop_training = True
-            return
+            # Raised, not `stop_training`: fit would still evaluate the partial epoch and
+            # end it (best weights, history, TensorBoard) in the signal's grace period.
+            raise self.stop_reason()
         if self.every_steps:
             step = int(self.model.optimizer.iterations.numpy())
             if step // self.every_steps > (self.saved_step or 0) // self.every_steps:
                 self.save()
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.every_steps is None and self.nan_step is None and self.signal is None:
-            self.save()
+        if self.nan_step is not None or self.signal is not None:
+            return
+        step = int(self.model.optimizer.iterations.numpy())
+        if self.every_steps is None or step == self.saved_step:
+            self.save()  # At a backed-up step: its records now hold this epoch's end.
 
     def on_train_end(self, logs=None):
         self._restore_handlers()
@@ -275,6 +325,13 @@ class FiniteModelCheckpoint(keras.callbacks.ModelCheckpoint):
     def on_epoch_end(self, epoch, logs=None):
         if finite_loss(logs) and math.isfinite(float((logs or {}).get(self.monitor, 0.0))):
             super().on_epoch_end(epoch, logs)
+
+    def state_dict(self):
+        """Return the best value so far: a resumed run replaces `best/` only when beaten."""
+        return {"best": float(self.best)}
+
+    def load_state_dict(self, state):
+        self.best = state["best"]
 
 
 def checkpoint_bytes(model):

@@ -23,7 +23,6 @@ what to train, the engine owns the sequence and each guarantee, written once:
 import dataclasses
 import logging
 import os
-import time
 
 from keras_tpu import checks
 from keras_tpu import data
@@ -227,11 +226,34 @@ class _Run:
 
     def _train(self, start_step):
         """Train from `start_step`, the data positioned there; return a _Trained."""
-        start = time.perf_counter()
-        history = self.backend.train(self.callbacks.all, start_step)
-        seconds = time.perf_counter() - start
+        self._end_pending_epoch()
+        try:
+            self.backend.train(self.callbacks.all, start_step)
+        except checkpointing.RunStopped:
+            _close_tensorboard(self.callbacks.all)  # Its last epochs reach the disk.
+            raise
         self._raise_if_stopped()
-        return _Trained(history, seconds, start_step)
+        history = self.callbacks.history
+        return _Trained(history.history, history.seconds(), start_step)
+
+    def _end_pending_epoch(self):
+        """Evaluate and end the epoch whose last step was backed up before its evaluation."""
+        backup = self.callbacks.backup
+        epoch = backup.pending_epoch(self.shape.steps_per_epoch) if backup else None
+        if epoch is None:
+            return
+        log.warning("keras_tpu: evaluating epoch %d, backed up before its evaluation", epoch + 1)
+        logs = dict(backup.records.epoch_logs)
+        if self.shape.has_eval and checkpointing.finite_loss(logs):
+            logs.update(self.backend.validation_logs())
+        # The progress line needs fit's start; every other callback ends the epoch as
+        # fit would have: exact val_loss, throughput, best weights, TensorBoard, history.
+        ending = [c for c in self.callbacks.all if c is not self.callbacks.progress]
+        callbacks = keras.callbacks.CallbackList(
+            ending, model=self.model, epochs=self.config.epochs,
+            steps=self.shape.steps_per_epoch, verbose=0,
+        )  # fmt: skip
+        callbacks.on_epoch_end(epoch, logs)
 
     def _raise_if_stopped(self):
         """Raise RunStopped for a preempted run, or for a NaN loss (after a "nan" summary)."""
@@ -278,10 +300,16 @@ class _Run:
         return summary.to_dict()
 
 
+def _close_tensorboard(callbacks):
+    for callback in callbacks:
+        if isinstance(callback, keras.callbacks.TensorBoard):
+            callback.on_train_end()
+
+
 @dataclasses.dataclass(frozen=True)
 class _Trained:
-    history: dict  # Keras History.history: key -> one value per epoch (exact val_loss).
-    seconds: float
+    history: dict  # The whole run's: key -> one value per epoch (exact val_loss), resumes too.
+    seconds: float  # The whole run's training time (every process's, up to its backup).
     start_step: int
 
 
@@ -300,7 +328,6 @@ def _summary(run, trained, test):
         if accuracy_warning:
             log.warning("keras_tpu: %s", accuracy_warning)
     final_step = int(model.optimizer.iterations.numpy())
-    steps_run = final_step - trained.start_step
     return summary_lib.RunSummary(
         status="ok",
         task=run.task.task_name,
@@ -330,7 +357,10 @@ def _summary(run, trained, test):
         history=history,
         accuracy_warning=accuracy_warning,
         train_seconds=round(trained.seconds, 3),
-        train_examples_per_second=round(steps_run * shape.global_batch / trained.seconds, 1),
+        # The whole run's examples over its whole training time, resumed or not.
+        train_examples_per_second=(
+            round(final_step * shape.global_batch / trained.seconds, 1) if trained.seconds else 0.0
+        ),
         throughput=run.callbacks.meter.history,
         weights_sha256=run.backend.weights_checksum(),
         chief=run.info.is_chief,
