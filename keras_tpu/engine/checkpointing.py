@@ -351,10 +351,12 @@ def _existing(path):
 
 
 def _remove_partial(directory, step):
-    """Remove what a failed save left: `*_temp` shards and the unfinished step's files."""
+    """Remove what a failed save left: `*_temp` shards, the unfinished step's files and records."""
     if "://" in directory:
         return
-    for path in glob.glob(os.path.join(directory, "*_temp*")) + glob.glob(
-        os.path.join(directory, f"ckpt-{step}.*")
+    for path in (
+        glob.glob(os.path.join(directory, "*_temp*"))
+        + glob.glob(os.path.join(directory, f"ckpt-{step}.*"))
+        + glob.glob(run_records.path(directory, step) + "*")
     ):
         shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
