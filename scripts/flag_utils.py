@@ -186,6 +186,8 @@ RUN_HELP = {
     "backup": "Back up under model_dir/backup so a killed run resumes when restarted.",
     "keep_best": "Keep the weights with the best value of the task's monitor (Task.monitor: "
     "val_loss by default, val_accuracy for cnn and bert) under model_dir/best.",
+    "export_weights": "Which weights the final evaluation and the export use: 'final' (the last "
+    "step's) or 'best' (those kept under model_dir/best by the task's monitor).",
     "tensorboard": "Write TensorBoard logs under model_dir/tensorboard.",
     "peak_tflops": "Combined peak TFLOP/s of the devices, to report MFU.",
     "verbose": "2: progress lines (every --progress_seconds and per epoch); 1: Keras's "

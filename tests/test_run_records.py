@@ -53,7 +53,7 @@ class _Seen(keras.callbacks.Callback):
         self.epochs.append(epoch)
 
 
-def _run(model_dir, stop=None):
+def _run(model_dir, stop=None, **fields):
     seen = _Seen(stop)
     task = keras_tpu.Task(
         build_model=lambda: keras.Sequential([keras.layers.Dense(1, input_shape=(3,))], name="line"),
@@ -63,6 +63,7 @@ def _run(model_dir, stop=None):
     config = keras_tpu.RunConfig(
         cpu_replicas=CPU_REPLICAS, per_replica_batch_size=2, epochs=5, steps_per_execution=1,
         model_dir=str(model_dir), mixed_precision="fp32", backup_every_steps=2, verbose=0,
+        **fields,
     )  # fmt: skip
     return keras_tpu.fit(task, config), seen
 
@@ -88,7 +89,8 @@ def _epoch_scalars(model_dir):
 
 def _without_timing(summary):
     summary = dict(summary)
-    for key in ("train_seconds", "train_examples_per_second", "resumed_from_step", "config"):
+    for key in ("train_seconds", "train_examples_per_second", "resumed_from_step", "config",
+                "test", "test_weights"):  # fmt: skip
         summary.pop(key)
     for key in ("history", "final_train"):
         summary[key] = {k: v for k, v in summary[key].items() if k not in TIMING}
@@ -112,7 +114,7 @@ def test_a_run_stopped_three_times_reports_the_uninterrupted_run(tmp_path):
         _run(run, stop=(8, "sigterm"))  # Epoch 2's last step: backed up, not evaluated.
     with pytest.raises(KeyboardInterrupt):
         _run(run, stop=(13, "kill"))  # Epoch 3 was a new best; the last backup is step 12.
-    resumed, seen = _run(run)
+    resumed, seen = _run(run, export_weights="best", export_dir=str(tmp_path / "export"))
 
     assert resumed["resumed_from_step"] == 12 and resumed["final_step"] == 20
     assert _without_timing(resumed) == _without_timing(whole)
@@ -122,6 +124,14 @@ def test_a_run_stopped_three_times_reports_the_uninterrupted_run(tmp_path):
     assert best.keys() == whole_best.keys() and best
     for name in best:
         np.testing.assert_array_equal(best[name], whole_best[name], err_msg=name)
+    # The best weights were evaluated and exported; the checksum is the final weights'.
+    assert (whole["test_weights"], resumed["test_weights"]) == ("final", "best")
+    np.testing.assert_allclose(resumed["test"]["loss"], val_loss[2], rtol=1e-6)
+    np.testing.assert_allclose(whole["test"]["loss"], val_loss[4], rtol=1e-6)
+    exported = tf.train.load_checkpoint(str(tmp_path / "export" / "variables" / "variables"))
+    kernel = [n for n in exported.get_variable_to_shape_map() if n.endswith("kernel/.ATTRIBUTES/VARIABLE_VALUE")]
+    np.testing.assert_array_equal(exported.get_tensor(kernel[0]), best[
+        "layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE"])
     scalars = _epoch_scalars(run)
     assert scalars == _epoch_scalars(tmp_path / "whole")
     assert len([s for s in scalars if s[:2] == ("validation", "epoch_loss")]) == 5

@@ -24,6 +24,8 @@ import dataclasses
 import logging
 import os
 
+import tensorflow as tf
+
 from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.engine import callbacks as callbacks_lib
@@ -234,7 +236,8 @@ class _Run:
             raise
         self._raise_if_stopped()
         history = self.callbacks.history
-        return _Trained(history.history, history.seconds(), start_step)
+        final_step = int(self.model.optimizer.iterations.numpy())
+        return _Trained(history.history, history.seconds(), start_step, final_step)
 
     def _end_pending_epoch(self):
         """Evaluate and end the epoch whose last step was backed up before its evaluation."""
@@ -285,6 +288,8 @@ class _Run:
     def _conclude(self, trained):
         """Evaluate, export, write the summary, then delete the backups; return the summary."""
         config = self.config
+        checksum = self.backend.weights_checksum()  # Of the final weights, whatever is exported.
+        weights = self._load_exported_weights()
         test = self.backend.evaluate() if self.shape.has_eval else {}
         if config.export_dir:
             export.export_on_every_worker(
@@ -292,12 +297,24 @@ class _Run:
                 config.export_dir,
                 self.strategy,
             )
-        summary = _summary(self, trained, test)
+        summary = _summary(self, trained, test, weights=weights, checksum=checksum)
         if self.info.is_chief:
             summary_lib.write(summary, config.model_dir)
         if self.callbacks.backup:  # Only now: a failed export leaves the backup for the rerun.
             self.callbacks.backup.finish()
         return summary.to_dict()
+
+    def _load_exported_weights(self):
+        """Load the best weights if the config exports them; return "final" or "best"."""
+        if self.config.export_weights != "best":
+            return "final"
+        path = os.path.join(self.config.model_dir, "best", "checkpoint")
+        if not tf.io.gfile.exists(path + ".index"):
+            log.warning("keras_tpu: no epoch was kept as best (%s); evaluating and exporting the "
+                        "final weights.", path)  # fmt: skip
+            return "final"
+        self.model.load_weights(path).expect_partial()  # The weights; not the optimizer's slots.
+        return "best"
 
 
 def _close_tensorboard(callbacks):
@@ -311,9 +328,10 @@ class _Trained:
     history: dict  # The whole run's: key -> one value per epoch (exact val_loss), resumes too.
     seconds: float  # The whole run's training time (every process's, up to its backup).
     start_step: int
+    final_step: int  # Read before the best weights (and their optimizer step) may be loaded.
 
 
-def _summary(run, trained, test):
+def _summary(run, trained, test, *, weights, checksum):
     """Return the RunSummary of a finished run."""
     model, config, shape = run.model, run.config, run.shape
     test = dict(test)
@@ -327,7 +345,7 @@ def _summary(run, trained, test):
         )
         if accuracy_warning:
             log.warning("keras_tpu: %s", accuracy_warning)
-    final_step = int(model.optimizer.iterations.numpy())
+    final_step = trained.final_step
     return summary_lib.RunSummary(
         status="ok",
         task=run.task.task_name,
@@ -348,6 +366,7 @@ def _summary(run, trained, test):
         memory_warning=run.memory_warning or None,
         final_train={k: v[-1] for k, v in history.items() if not k.startswith("val_")},
         test=test,
+        test_weights=weights,
         monitor=run.task.monitor,
         best=(
             summary_lib.best_epoch(history, run.task.monitor, run.task.mode)
@@ -362,7 +381,7 @@ def _summary(run, trained, test):
             round(final_step * shape.global_batch / trained.seconds, 1) if trained.seconds else 0.0
         ),
         throughput=run.callbacks.meter.history,
-        weights_sha256=run.backend.weights_checksum(),
+        weights_sha256=checksum,
         chief=run.info.is_chief,
         strategy=run.info.to_dict(),
         config=dataclasses.asdict(config),
