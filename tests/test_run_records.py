@@ -5,9 +5,12 @@ val_loss improves for 3 epochs, then worsens. One run is stopped three times
 (SIGTERM mid-epoch; SIGTERM at an epoch's last step, backed up before its
 evaluation; an exception, as a kill, one epoch after a new best) and rerun each
 time; its summary, history, best epoch and `best/` weights, a user callback's
-state and TensorBoard's per-epoch scalars equal an uninterrupted run's.
+state and TensorBoard's per-epoch scalars equal an uninterrupted run's. The same
+runs show `export_weights="best"` and that a config.yaml rerun into another
+model_dir is refused rather than replacing the first run's export.
 """
 
+import hashlib
 import os
 import signal
 
@@ -17,6 +20,8 @@ import tensorflow as tf
 
 import keras_tpu
 from keras_tpu.engine import checkpointing
+from keras_tpu.engine import config_files
+from keras_tpu.engine import outputs
 from keras_tpu import keras
 from tests.conftest import CPU_REPLICAS
 
@@ -53,19 +58,22 @@ class _Seen(keras.callbacks.Callback):
         self.epochs.append(epoch)
 
 
-def _run(model_dir, stop=None, **fields):
-    seen = _Seen(stop)
-    task = keras_tpu.Task(
+def _task(seen):
+    return keras_tpu.Task(
         build_model=lambda: keras.Sequential([keras.layers.Dense(1, input_shape=(3,))], name="line"),
         loss="mse", train_data=(X[:32], Y[:32]), eval_data=(X[32:], Y[32:]),
         optimizer=lambda: keras.optimizers.SGD(0.3), callbacks=lambda: [seen],
     )  # fmt: skip
+
+
+def _run(model_dir, stop=None, **fields):
+    seen = _Seen(stop)
     config = keras_tpu.RunConfig(
         cpu_replicas=CPU_REPLICAS, per_replica_batch_size=2, epochs=5, steps_per_execution=1,
         model_dir=str(model_dir), mixed_precision="fp32", backup_every_steps=2, verbose=0,
         **fields,
     )  # fmt: skip
-    return keras_tpu.fit(task, config), seen
+    return keras_tpu.fit(_task(seen), config), seen
 
 
 def _best_weights(model_dir):
@@ -101,10 +109,12 @@ def _without_timing(summary):
 
 
 def test_a_run_stopped_three_times_reports_the_uninterrupted_run(tmp_path):
-    whole, whole_seen = _run(tmp_path / "whole")
+    """Also: the best weights exported, and another run's export dir refused."""
+    whole, whole_seen = _run(tmp_path / "whole", export_dir=str(tmp_path / "whole_export"))
     val_loss = whole["history"]["val_loss"]
     assert whole["best"]["epoch"] == 3 and val_loss[2] < val_loss[1] < val_loss[0]
     assert val_loss[3] > val_loss[2] and val_loss[4] > val_loss[2]  # Worse after the best.
+    _refused_rerun_into_another_model_dir(tmp_path, tmp_path / "whole")
 
     run = tmp_path / "resumed"
     with pytest.raises(checkpointing.RunStopped, match="SIGTERM at step 6") as stopped:
@@ -135,3 +145,29 @@ def test_a_run_stopped_three_times_reports_the_uninterrupted_run(tmp_path):
     scalars = _epoch_scalars(run)
     assert scalars == _epoch_scalars(tmp_path / "whole")
     assert len([s for s in scalars if s[:2] == ("validation", "epoch_loss")]) == 5
+
+
+def _digest(directory):
+    digest = hashlib.md5()
+    for root, _, files in sorted(os.walk(directory)):
+        for name in sorted(files):
+            digest.update(name.encode() + open(os.path.join(root, name), "rb").read())
+    return digest.hexdigest()
+
+
+def _refused_rerun_into_another_model_dir(tmp_path, first):
+    """A config.yaml rerun into a new model_dir is refused; the first run's export is untouched."""
+    export_dir = tmp_path / "whole_export"
+    before = _digest(export_dir)
+    rerun = config_files.load_config(
+        str(first / "config.yaml"), keras_tpu.RunConfig, model_dir=str(tmp_path / "second"), epochs=3
+    )
+    assert rerun.export_dir == str(export_dir)  # The file records it.
+    with pytest.raises(outputs.OutputError) as refused:
+        keras_tpu.fit(_task(_Seen()), rerun)
+    assert str(refused.value) == (
+        f"export_dir={str(export_dir)!r} holds the export of the run in {first}, not of this run "
+        f"({tmp_path / 'second'}); pass another --export_dir, or --overwrite to replace that "
+        f"run's export."
+    )
+    assert _digest(export_dir) == before and not (tmp_path / "second").exists()

@@ -175,7 +175,10 @@ class _Run:
             task.check_model(self.model)
         if config.export_dir and task.export is None:
             raise checks.ConfigError("this task has no export; drop --export_dir.")
-        outputs.check_export_dir(config.export_dir, overwrite=config.overwrite, model=self.model)
+        outputs.check_export_dir(
+            config.export_dir, overwrite=config.overwrite, model=self.model,
+            run=outputs.run_owner(config.model_dir),
+        )  # fmt: skip
         self.memory_warning = task.check_memory and task.check_memory(
             self.model, self.info, self.policy
         )
@@ -292,11 +295,12 @@ class _Run:
         weights = self._load_exported_weights()
         test = self.backend.evaluate() if self.shape.has_eval else {}
         if config.export_dir:
-            export.export_on_every_worker(
-                lambda export_dir: self.backend.export(export_dir, overwrite=config.overwrite),
-                config.export_dir,
-                self.strategy,
-            )
+            with outputs.exporting_run(config.model_dir):
+                export.export_on_every_worker(
+                    lambda export_dir: self.backend.export(export_dir, overwrite=config.overwrite),
+                    config.export_dir,
+                    self.strategy,
+                )
         summary = _summary(self, trained, test, weights=weights, checksum=checksum)
         if self.info.is_chief:
             summary_lib.write(summary, config.model_dir)
