@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from keras_tpu.engine import checkpointing
 from keras_tpu.engine import training
+from keras_tpu.engine import preemption as preemption_lib
 from keras_tpu.engine import progress
 from keras_tpu.engine import run_records
 from keras_tpu.runtime.compat import keras
@@ -191,6 +192,7 @@ def make_callbacks(
     steps_per_execution=1,
     progress_seconds=None,
     extra=(),
+    preemption=None,
 ):
     """Return the standard callback list for a run writing under `model_dir`.
 
@@ -212,6 +214,9 @@ def make_callbacks(
         guard (their logs hold those values), before the progress lines, best
         weights, TensorBoard, the run's history and backups (which see what they
         add to logs). Those with `state_dict`/`load_state_dict` are backed up.
+      preemption: the run's `preemption.Preemption` (it owns SIGTERM/SIGINT): the
+        backup saves and stops on its signal, or, without backups, `StopOnSignal`
+        stops. None: the backup handles the signals itself.
 
     Returns:
       A RunCallbacks; pass `list(result.all)` to model.fit.
@@ -241,8 +246,11 @@ def make_callbacks(
             options=io_options(strategy, model_dir),
             state_callbacks=tuple(callbacks),
             history=history,
+            preemption=preemption,
         )
         callbacks.append(backup_callback)
+    elif preemption is not None:
+        callbacks.append(preemption_lib.StopOnSignal(preemption))
     return RunCallbacks(
         meter=meter,
         nan_guard=guard,

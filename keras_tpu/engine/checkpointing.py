@@ -105,7 +105,8 @@ class Backup(keras.callbacks.Callback):
     """
 
     def __init__(self, model_dir, strategy, *, every_steps=None, steps_per_execution=1,
-                 options=None, handle_signals=True, state_callbacks=(), history=None):  # fmt: skip
+                 options=None, handle_signals=True, state_callbacks=(), history=None,
+                 preemption=None):  # fmt: skip
         """Create the backup callback.
 
         Args:
@@ -114,10 +115,13 @@ class Backup(keras.callbacks.Callback):
           every_steps: back up every this many optimizer steps; None: every epoch.
           steps_per_execution: the model's, to say where step backups can land.
           options: tf.train.CheckpointOptions (a remote TPU's I/O device).
-          handle_signals: back up and stop on SIGTERM/SIGINT.
+          handle_signals: back up and stop on SIGTERM/SIGINT, with handlers of its own
+            (standalone use with model.fit; ignored with `preemption`).
           state_callbacks: callbacks whose `state_dict()` is saved with each backup
             and given back by `load_state_dict` on restore (run_records).
           history: the run's `run_records.RunHistory` (epochs done, training time).
+          preemption: the run's `preemption.Preemption`, which owns the signals:
+            this backs up and stops when it has received one.
         """
         super().__init__()
         self.state_callbacks = tuple(state_callbacks)
@@ -129,7 +133,8 @@ class Backup(keras.callbacks.Callback):
         self.chief = StrategyInfo.of(strategy).is_chief
         self.every_steps = every_steps
         self.options = options
-        self.handle_signals = handle_signals
+        self.handle_signals = handle_signals and preemption is None
+        self.preemption = preemption
         if every_steps and every_steps % steps_per_execution:
             log.warning(
                 "keras_tpu: backups every %d steps are written at the end of the execution "
@@ -140,7 +145,7 @@ class Backup(keras.callbacks.Callback):
         self.restored = False  # restore() ran (the engine calls it before building the data).
         self.saved_step = None
         self.nan_step = None
-        self.signal = None
+        self._own_signal = None
         self._previous_handlers = {}
         self._manager = None
 
@@ -251,13 +256,18 @@ class Backup(keras.callbacks.Callback):
 
     def _on_signal(self, signum, frame):
         del frame
-        if self.signal is not None:  # A second signal: stop now, the default way.
+        if self._own_signal is not None:  # A second signal: stop now, the default way.
             self._restore_handlers()
             signal.raise_signal(signum)
             return
-        self.signal = signum
+        self._own_signal = signum
         log.warning("keras_tpu: %s: backing up at the end of this execution, then stopping",
                     signal.Signals(signum).name)  # fmt: skip
+
+    @property
+    def signal(self):
+        """The SIGTERM/SIGINT received (by the run's Preemption or this callback), or None."""
+        return self.preemption.signal if self.preemption is not None else self._own_signal
 
     def close(self):
         """Give SIGTERM/SIGINT back their handlers, drop a worker's scratch; idempotent."""
@@ -300,8 +310,10 @@ class Backup(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         self._restore_handlers()
         self.model._training_state = None  # pylint: disable=protected-access
-        if self.nan_step is None and self.signal is None:
-            self.save()  # A failed export then finds the trained weights, not an older step.
+        if self.nan_step is None:
+            # A failed export then finds the trained weights, not an older step; a signal
+            # that came after the last execution (during its evaluation) loses nothing.
+            self.save()
 
     def stop_reason(self):
         """Return RunStopped for a preempted run, else None."""

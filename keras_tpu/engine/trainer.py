@@ -34,6 +34,7 @@ from keras_tpu.engine import config_files
 from keras_tpu.engine import export
 from keras_tpu.engine import backend as backend_lib
 from keras_tpu.engine import outputs
+from keras_tpu.engine import preemption as preemption_lib
 from keras_tpu.engine import registry
 from keras_tpu.engine import run_dir
 from keras_tpu.engine import summary as summary_lib
@@ -147,9 +148,22 @@ class _Run:
         self.backend = backend
 
     def run(self):
+        self.model = None
+        self.preemption = preemption_lib.Preemption(
+            step=lambda: int(self.model.optimizer.iterations.numpy()) if self.model else 0,
+            no_backup_reason=(
+                "backups are off (--nobackup)" if self.config.model_dir
+                else "there is no --model_dir to back up to"
+            ),
+        )  # fmt: skip
+        with self.preemption.installed():  # Every phase, until the run returns or raises.
+            return self._run()
+
+    def _run(self):
         self._prepare()
         lock, start_step = self._claim_and_restore()
         try:
+            self.preemption.enter("training")
             trained = self._train(start_step)
             summary = self._conclude(trained)
         except cluster.FAILURE_ERRORS as e:
@@ -200,7 +214,9 @@ class _Run:
             steps_per_execution=self.shape.steps_per_execution,
             progress_seconds=config.progress_seconds if config.verbose == 2 else None,
             extra=task_lib.build_callbacks(task.callbacks),
+            preemption=self.preemption,
         )
+        self.preemption.backup = self.callbacks.backup
 
     def _claim_and_restore(self):
         """Lock model_dir, check it holds this run, restore its backup; return (lock, step)."""
@@ -264,8 +280,8 @@ class _Run:
     def _raise_if_stopped(self):
         """Raise RunStopped for a preempted run, or for a NaN loss (after a "nan" summary)."""
         backup, guard = self.callbacks.backup, self.callbacks.nan_guard
-        if backup and backup.stop_reason():
-            raise backup.stop_reason()
+        if self.preemption.signal is not None:  # It came after the last execution.
+            raise backup.stop_reason() if backup else self.preemption.stopped()
         if guard.stopped_at is None:
             return
         kept = backup and backup.saved_step
@@ -291,10 +307,12 @@ class _Run:
     def _conclude(self, trained):
         """Evaluate, export, write the summary, then delete the backups; return the summary."""
         config = self.config
+        self.preemption.enter("evaluating")
         checksum = self.backend.weights_checksum()  # Of the final weights, whatever is exported.
         weights = self._load_exported_weights()
         test = self.backend.evaluate() if self.shape.has_eval else {}
         if config.export_dir:
+            self.preemption.enter("exporting")
             with outputs.exporting_run(config.model_dir):
                 export.export_on_every_worker(
                     lambda export_dir: self.backend.export(export_dir, overwrite=config.overwrite),
@@ -302,6 +320,7 @@ class _Run:
                     self.strategy,
                 )
         summary = _summary(self, trained, test, weights=weights, checksum=checksum)
+        self.preemption.enter("finishing")
         if self.info.is_chief:
             summary_lib.write(summary, config.model_dir)
         if self.callbacks.backup:  # Only now: a failed export leaves the backup for the rerun.
