@@ -13,11 +13,15 @@ what to train, the engine owns the sequence and each guarantee, written once:
      the TPU compile rehearsal. Nothing is written before these pass;
   4. claim model_dir (lock, run identity) and restore the backup, *then* build
      the training stream at the restored step (exact resume) and write config.yaml;
-  5. train with the engine's callbacks (exact val_loss, throughput, NaN stop,
-     step-exact backups and SIGTERM/SIGINT, best weights by the task's monitor,
-     progress lines, TensorBoard);
-  6. a preempted or NaN run stops with its exit code; else evaluate exactly,
-     export atomically, write summary.json, and only then delete the backups.
+  5. end an epoch whose last step was backed up before its evaluation, then train
+     with the engine's callbacks (exact val_loss, throughput, NaN stop, best
+     weights by the task's monitor, progress lines, TensorBoard, the run's
+     history, and step-exact backups holding the run's records);
+  6. a preempted or NaN run stops with its exit code; else evaluate exactly (the
+     final or the best weights), export atomically into this run's export dir,
+     write summary.json, and only then delete the backups.
+
+SIGTERM/SIGINT are handled in every phase, from start to exit (preemption.py).
 """
 
 import dataclasses
