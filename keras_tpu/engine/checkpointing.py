@@ -131,6 +131,8 @@ class Backup(keras.callbacks.Callback):
         self._add_metrics = False
         self.directory = os.path.join(model_dir, "backup")
         self.chief = StrategyInfo.of(strategy).is_chief
+        # Each worker holds its own share of the metric sums; the records hold the chief's.
+        self.multi_worker = StrategyInfo.of(strategy).is_multi_worker
         self.every_steps = every_steps
         self.options = options
         self.handle_signals = handle_signals and preemption is None
@@ -184,7 +186,7 @@ class Backup(keras.callbacks.Callback):
             self.records = run_records.read(read.directory, self.start_step)
             if self.records is not None:
                 run_records.load(self.records, self.state_callbacks, self.history)
-                self._add_metrics = bool(self.records.metrics)
+                self._add_metrics = bool(self.records.metrics) and not self.multi_worker
         return self.start_step
 
     def pending_epoch(self, steps_per_epoch):
