@@ -173,15 +173,24 @@ class Backup(keras.callbacks.Callback):
             self._manager = (read, write)
         return self._manager
 
-    def restore(self, model=None):
-        """Restore the newest backup into the model; return its optimizer step (0: none)."""
+    def restore(self, model=None, *, last_step=None):
+        """Restore the newest backup into the model; return its optimizer step (0: none).
+
+        Args:
+          model: the model to restore into (else the callback's).
+          last_step: the run's final optimizer step, if known. A backup at it trains
+            no more, so the optimizer's slots (created at the first step, then given
+            their restored values) are never created: that is expected, not reported.
+        """
         if model is not None:
             self.set_model(model)
         read, _ = self._managers()
         self.restored = True
         if read.latest_checkpoint:
-            read.checkpoint.restore(read.latest_checkpoint, options=self.options)
+            status = read.checkpoint.restore(read.latest_checkpoint, options=self.options)
             self.start_step = self.saved_step = int(self.model.optimizer.iterations.numpy())
+            if last_step is not None and self.start_step >= last_step:
+                status.expect_partial()
             log.warning("keras_tpu: resuming from the backup at step %d", self.start_step)
             self.records = run_records.read(read.directory, self.start_step)
             if self.records is not None:

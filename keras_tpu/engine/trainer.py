@@ -237,7 +237,8 @@ class _Run:
                 needed_bytes=2 * checkpointing.checkpoint_bytes(self.model),
             )
         try:
-            start_step = backup.restore(self.model) if backup else 0
+            last_step = self.shape.steps_per_epoch * config.epochs
+            start_step = backup.restore(self.model, last_step=last_step) if backup else 0
             if config.model_dir and self.info.is_chief:  # Even a killed run can be rerun.
                 entry = registry.get_task(self.task.task_name) if self.task.task_name else None
                 config_files.write(
