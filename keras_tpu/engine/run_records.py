@@ -139,7 +139,8 @@ def add_metric_sums(model, metrics):
     Called after the first execution of a run resumed mid-epoch: the metric
     variables only exist once the train step was traced, and a sum is exact in
     either order when that execution ran one step (tf_keras adds one value per
-    step), so the epoch's means then equal an uninterrupted run's.
+    step), so the epoch's means then equal an uninterrupted run's. With more steps
+    in it they may differ in the last bit (another order of float32 additions).
     """
     variables = _metric_variables(model)
     if len(variables) != len(metrics):
