@@ -139,16 +139,24 @@ def parse_flags(argv):
 
 
 def print_run(summary):
-    """Print where the run ran and its weights' checksum (equal on every worker)."""
+    """Print where the run ran, its final weights' checksum and which weights were tested.
+
+    The checksum is equal on every worker.
+    """
     info = summary["strategy"]
     where = f"{summary['replicas']} replica(s) across {info['workers']} worker(s)"
     if info.get("task"):
         task = info["task"]
         role = "chief" if task["chief"] else "not the chief: wrote no summary"
         where += f"; this is {task['type']} {task['index']} ({role})"
+    best = summary.get("best") or {}
+    weights = (
+        f"; test and export use the best weights (epoch {best.get('epoch')})"
+        if summary.get("test_weights") == "best" else ""
+    )  # fmt: skip
     print(
         f"run: {where}; final step {summary['final_step']} (resumed from "
-        f"{summary['resumed_from_step']}); weights sha256 {summary['weights_sha256']}"
+        f"{summary['resumed_from_step']}); weights sha256 {summary['weights_sha256']}{weights}"
     )
 
 
