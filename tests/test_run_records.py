@@ -1,10 +1,9 @@
 """Tests for keras_tpu.engine.run_records: a run stopped and resumed reports what an uninterrupted one does.
 
 In-process, on the session's 4 logical CPU replicas: a linear regression whose
-val_loss improves for 3 epochs, then worsens. One run is stopped three times
-(SIGTERM mid-epoch; SIGTERM at an epoch's last step, backed up before its
-evaluation; an exception, as a kill, one epoch after a new best) and rerun each
-time; its summary, history, best epoch and `best/` weights, a user callback's
+val_loss improves for 3 epochs, then worsens. One run is stopped twice
+(SIGTERM at an epoch's last step, backed up before its evaluation; an
+exception, as a kill, mid-epoch after a new best) and rerun each time; its summary, history, best epoch and `best/` weights, a user callback's
 state and TensorBoard's per-epoch scalars equal an uninterrupted run's. The same
 runs show `export_weights="best"` and that a config.yaml rerun into another
 model_dir is refused rather than replacing the first run's export.
@@ -108,25 +107,23 @@ def _without_timing(summary):
     return summary
 
 
-def test_a_run_stopped_three_times_reports_the_uninterrupted_run(tmp_path):
+def test_a_run_stopped_twice_reports_the_uninterrupted_run(tmp_path):
     """Also: the best weights exported, and another run's export dir refused."""
-    whole, whole_seen = _run(tmp_path / "whole", export_dir=str(tmp_path / "whole_export"))
+    whole, whole_seen = _run(tmp_path / "whole")
     val_loss = whole["history"]["val_loss"]
     assert whole["best"]["epoch"] == 3 and val_loss[2] < val_loss[1] < val_loss[0]
     assert val_loss[3] > val_loss[2] and val_loss[4] > val_loss[2]  # Worse after the best.
-    _refused_rerun_into_another_model_dir(tmp_path, tmp_path / "whole")
 
     run = tmp_path / "resumed"
-    with pytest.raises(checkpointing.RunStopped, match="SIGTERM at step 6") as stopped:
-        _run(run, stop=(6, "sigterm"))  # Mid-epoch 2.
-    assert stopped.value.exit_code == 128 + signal.SIGTERM
-    with pytest.raises(checkpointing.RunStopped, match="SIGTERM at step 8"):
+    with pytest.raises(checkpointing.RunStopped, match="SIGTERM at step 8") as stopped:
         _run(run, stop=(8, "sigterm"))  # Epoch 2's last step: backed up, not evaluated.
+    assert stopped.value.exit_code == 128 + signal.SIGTERM
     with pytest.raises(KeyboardInterrupt):
-        _run(run, stop=(13, "kill"))  # Epoch 3 was a new best; the last backup is step 12.
+        # Epoch 3 (steps 9-12) was a new best; the last backup, step 14, is mid-epoch 4.
+        _run(run, stop=(15, "kill"))
     resumed, seen = _run(run, export_weights="best", export_dir=str(tmp_path / "export"))
 
-    assert resumed["resumed_from_step"] == 12 and resumed["final_step"] == 20
+    assert resumed["resumed_from_step"] == 14 and resumed["final_step"] == 20
     assert _without_timing(resumed) == _without_timing(whole)
     assert resumed["train_examples_per_second"] > 0
     assert (seen.batches, seen.epochs) == (whole_seen.batches, whole_seen.epochs) == (20, [0, 1, 2, 3, 4])
@@ -145,6 +142,7 @@ def test_a_run_stopped_three_times_reports_the_uninterrupted_run(tmp_path):
     scalars = _epoch_scalars(run)
     assert scalars == _epoch_scalars(tmp_path / "whole")
     assert len([s for s in scalars if s[:2] == ("validation", "epoch_loss")]) == 5
+    _refused_rerun_into_another_model_dir(tmp_path, run)
 
 
 def _digest(directory):
@@ -157,7 +155,7 @@ def _digest(directory):
 
 def _refused_rerun_into_another_model_dir(tmp_path, first):
     """A config.yaml rerun into a new model_dir is refused; the first run's export is untouched."""
-    export_dir = tmp_path / "whole_export"
+    export_dir = tmp_path / "export"
     before = _digest(export_dir)
     rerun = config_files.load_config(
         str(first / "config.yaml"), keras_tpu.RunConfig, model_dir=str(tmp_path / "second"), epochs=3
