@@ -198,6 +198,13 @@ class Backup(keras.callbacks.Callback):
                 self._add_metrics = bool(self.records.metrics) and not self.multi_worker
         return self.start_step
 
+    def track(self, holder):
+        """Back up `holder`'s state too (the state protocol); give it the restored state now."""
+        self.state_callbacks = (*self.state_callbacks, holder)
+        key = dict((id(c), k) for k, c in run_records.state_keys(self.state_callbacks))[id(holder)]
+        if self.records is not None and key in self.records.callbacks:
+            holder.load_state_dict(self.records.callbacks[key])
+
     def pending_epoch(self, steps_per_epoch):
         """Return the epoch whose last step was restored but which was not evaluated, or None."""
         return self.records.pending_epoch(steps_per_epoch) if self.records else None
