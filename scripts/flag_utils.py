@@ -139,16 +139,24 @@ def parse_flags(argv):
 
 
 def print_run(summary):
-    """Print where the run ran and its weights' checksum (equal on every worker)."""
+    """Print where the run ran, its final weights' checksum and which weights were tested.
+
+    The checksum is equal on every worker.
+    """
     info = summary["strategy"]
     where = f"{summary['replicas']} replica(s) across {info['workers']} worker(s)"
     if info.get("task"):
         task = info["task"]
         role = "chief" if task["chief"] else "not the chief: wrote no summary"
         where += f"; this is {task['type']} {task['index']} ({role})"
+    best = summary.get("best") or {}
+    weights = (
+        f"; test and export use the best weights (epoch {best.get('epoch')})"
+        if summary.get("test_weights") == "best" else ""
+    )  # fmt: skip
     print(
         f"run: {where}; final step {summary['final_step']} (resumed from "
-        f"{summary['resumed_from_step']}); weights sha256 {summary['weights_sha256']}"
+        f"{summary['resumed_from_step']}); weights sha256 {summary['weights_sha256']}{weights}"
     )
 
 
@@ -186,6 +194,8 @@ RUN_HELP = {
     "backup": "Back up under model_dir/backup so a killed run resumes when restarted.",
     "keep_best": "Keep the weights with the best value of the task's monitor (Task.monitor: "
     "val_loss by default, val_accuracy for cnn and bert) under model_dir/best.",
+    "export_weights": "Which weights the final evaluation and the export use: 'final' (the last "
+    "step's) or 'best' (those kept under model_dir/best by the task's monitor).",
     "tensorboard": "Write TensorBoard logs under model_dir/tensorboard.",
     "peak_tflops": "Combined peak TFLOP/s of the devices, to report MFU.",
     "verbose": "2: progress lines (every --progress_seconds and per epoch); 1: Keras's "

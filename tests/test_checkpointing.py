@@ -116,7 +116,7 @@ def test_a_failed_save_names_the_path_and_leaves_no_litter(tmp_path, monkeypatch
     assert "0.0 MB is" in message and "the last good backup (step 5) is kept" in message
     assert e.value.exit_code == 2
     assert sorted(os.listdir(directory)) == ["checkpoint", "ckpt-5.data-00000-of-00001",
-                                             "ckpt-5.index"]  # fmt: skip
+                                             "ckpt-5.index", "records-5.json"]  # fmt: skip
 
 
 def test_a_backup_restored_only_when_fit_starts_is_refused_with_the_fix(tmp_path):

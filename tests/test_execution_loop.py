@@ -2,10 +2,11 @@
 
 A hand-written train step (GradientTape, the loop a DTensor mesh needs) driven with
 the engine's standard callbacks: backups land on execution boundaries and a run
-stopped at step 14 resumes to the uninterrupted weights; progress and NaN work.
+killed after its step-18 backup resumes to the uninterrupted weights and history; progress and NaN work.
 """
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from keras_tpu import keras
@@ -67,7 +68,8 @@ def _run(model, steps, made, start_step=0):
 def test_a_stopped_run_resumes_to_the_uninterrupted_weights(tmp_path):
     model, steps = _setup()
     lines = []
-    history = _run(model, steps, _callbacks(tmp_path / "a", lines))
+    whole = _callbacks(tmp_path / "a", lines)
+    history = _run(model, steps, whole)
     assert int(model.optimizer.iterations) == 30 and len(history["val_loss"]) == 3
     # Executions end at 4, 8, 10, 14, ...: a progress line each, the epoch's with val_loss.
     assert [line.split(" (")[1].split("/")[0] for line in lines][:4] == ["4", "8", "10", "14"]
@@ -75,20 +77,29 @@ def test_a_stopped_run_resumes_to_the_uninterrupted_weights(tmp_path):
 
     stopped, stopped_steps = _setup()
     made = _callbacks(tmp_path / "b")
-    halt = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: setattr(
-        stopped, "stop_training", int(stopped.optimizer.iterations) >= 14))  # fmt: skip
-    made = callbacks.RunCallbacks(**{**made.__dict__, "all": (*made.all, halt)})
-    _run(stopped, stopped_steps, made)
-    assert made.backup.saved_step == 14  # On the boundary after 10 (backups every 5).
+
+    def halt(batch, logs):  # A kill right after the backup at step 18.
+        if int(stopped.optimizer.iterations) >= 18:
+            raise KeyboardInterrupt("killed")
+
+    made = callbacks.RunCallbacks(**{**made.__dict__, "all": (
+        *made.all, keras.callbacks.LambdaCallback(on_train_batch_end=halt))})  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        _run(stopped, stopped_steps, made)
+    assert made.backup.saved_step == 18  # On the boundary after 15 (backups every 5).
 
     resumed_made = _callbacks(tmp_path / "b")
     resumed = _model()
     start = resumed_made.backup.restore(resumed)  # Restore, then the data at the step.
     resumed, resumed_steps = _setup(resumed, start_step=start)
     _run(resumed, resumed_steps, resumed_made, start_step=start)
-    assert start == 14 and int(resumed.optimizer.iterations) == 30
+    assert start == 18 and int(resumed.optimizer.iterations) == 30
     for got, want in zip(resumed.get_weights(), model.get_weights()):
         np.testing.assert_array_equal(got, want)
+    # The run's records came back too: epoch 2's training mean (resumed at its step 8)
+    # and the validation losses equal the uninterrupted run's.
+    for key in ("loss", "val_loss"):
+        assert resumed_made.history.history[key] == whole.history.history[key], key
 
 
 def test_a_nan_stops_at_its_execution_and_is_never_backed_up(tmp_path):

@@ -61,6 +61,19 @@ class Fault(keras.callbacks.Callback):
             with open(path, "wb") as f:
                 f.write(b"0" * max(0, free - 2048))
 
+if mode in ("SIGTERM:evaluate", "SIGTERM:export"):  # A signal in the final phases.
+    from keras_tpu.engine import backend, outputs
+    def signalled(fn):
+        def call(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGTERM)
+            return fn(*args, **kwargs)
+        return call
+    if mode == "SIGTERM:evaluate":
+        backend.KerasBackend.evaluate = signalled(backend.KerasBackend.evaluate)
+    else:
+        save_atomically = outputs.save_atomically
+        outputs.save_atomically = lambda save, *a, **k: save_atomically(signalled(save), *a, **k)
+
 make = callbacks.make_callbacks
 def with_fault(*args, **kwargs):
     result = make(*args, **kwargs)
@@ -467,6 +480,39 @@ def test_user_model_resumes_exactly_after_a_kill_or_preemption(tmp_path, user_re
     resumed = _train_user(tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _run_line(resumed) == (USER_TOTAL, saved, user_reference[2])
+
+
+def test_sigterm_without_backups_is_one_line_and_exit_143(tmp_path):
+    stopped = _train_user(tmp_path, "--nobackup", fault="SIGTERM", at=22)
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert "Traceback" not in stopped.stderr
+    assert [ln for ln in stopped.stderr.splitlines() if ln.startswith("error:")] == [
+        "error: stopped by SIGTERM at step 28; nothing was saved: backups are off (--nobackup), "
+        "so running the same command again starts over."
+    ]
+
+
+def test_sigterm_in_the_final_evaluation_or_export_is_one_line_and_the_rerun_concludes(
+    tmp_path, user_reference
+):
+    export_dir = f"--export_dir={tmp_path / 'export'}"
+    for fault, words in [("SIGTERM:evaluate", "during the final evaluation"),
+                         ("SIGTERM:export", "during the export")]:  # fmt: skip
+        stopped = _train_user(tmp_path / "run", export_dir, fault=fault)
+        assert stopped.returncode == 143, stopped.stderr[-3000:]
+        assert "Traceback" not in stopped.stderr
+        assert [ln for ln in stopped.stderr.splitlines() if ln.startswith("error:")] == [
+            f"error: stopped by SIGTERM {words} (step {USER_TOTAL}); the backup of step "
+            f"{USER_TOTAL} is in {tmp_path / 'run' / 'backup'}; run the same command again to "
+            f"evaluate and export."
+        ]
+        assert not (tmp_path / "export").exists() and backup_step(str(tmp_path / "run")) == USER_TOTAL
+    concluded = _train_user(tmp_path / "run", export_dir)
+    assert concluded.returncode == 0, concluded.stderr[-3000:]
+    assert _run_line(concluded) == (USER_TOTAL, USER_TOTAL, user_reference[2])
+    assert (tmp_path / "export" / "saved_model.pb").exists()
+    # Resumed at the last step, the optimizer's slots are never created: not reported as lost.
+    assert "could not be found in the restored object" not in concluded.stderr
 
 
 def test_user_model_nan_exits_3_and_refuses_a_second_run_or_batch(tmp_path):

@@ -80,6 +80,13 @@ class Backend:
         """Return {"loss", metric..., "examples"} over every evaluation example once."""
         raise NotImplementedError
 
+    def validation_logs(self):
+        """Return the val_ logs of an epoch's end, as the training loop computes them.
+
+        Used for an epoch whose last step was backed up before its evaluation.
+        """
+        return {f"val_{k}": v for k, v in self.evaluate().items() if k != "examples"}
+
     def export(self, export_dir, *, overwrite):
         """Write the serving export (atomically) and return its directory."""
         raise NotImplementedError
@@ -150,6 +157,13 @@ class KerasBackend(Backend):
 
     def evaluate(self):
         return training.evaluate(self.model, self.inputs.eval)
+
+    def validation_logs(self):
+        eval_data = self.inputs.eval  # As model.fit validates: the same data, steps and metrics.
+        logs = self.model.evaluate(
+            eval_data.dataset, steps=eval_data.steps, return_dict=True, verbose=0
+        )
+        return {f"val_{k}": v for k, v in logs.items()}
 
     def export(self, export_dir, *, overwrite):
         if self.task.export is None:

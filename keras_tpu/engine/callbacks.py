@@ -9,7 +9,9 @@ import tensorflow as tf
 
 from keras_tpu.engine import checkpointing
 from keras_tpu.engine import training
+from keras_tpu.engine import preemption as preemption_lib
 from keras_tpu.engine import progress
+from keras_tpu.engine import run_records
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy_info import StrategyInfo
 
@@ -41,6 +43,7 @@ class ThroughputMeter(keras.callbacks.Callback):
         self.peak_flops = peak_flops
         self.history = []
         self.start_step = None
+        self._carried = None  # (steps, seconds) of a resumed epoch before the backup.
 
     def on_train_batch_begin(self, batch, logs=None):
         if self.start_step is None:
@@ -48,9 +51,25 @@ class ThroughputMeter(keras.callbacks.Callback):
             self.start_step = int(self.model.optimizer.iterations.numpy())
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._start = time.perf_counter()
-        self._end = self._start
-        self._steps = 0
+        steps, seconds = self._carried or (0, 0.0)
+        if steps >= ((self.params or {}).get("steps") or steps + 1):
+            steps, seconds = 0, 0.0  # The backup ended an epoch: this one starts afresh.
+        self._carried = None
+        self._start = time.perf_counter() - seconds
+        self._end = self._start + seconds
+        self._steps = steps
+
+    def state_dict(self):
+        """Return the epochs' records and the current epoch's steps and time (for backups)."""
+        seconds = getattr(self, "_end", 0.0) - getattr(self, "_start", 0.0)
+        return {"history": self.history, "epoch": [getattr(self, "_steps", 0), seconds]}
+
+    def load_state_dict(self, state):
+        """Take back the records and the interrupted epoch's steps and time."""
+        self.history = [dict(record) for record in state["history"]]
+        steps, seconds = state["epoch"]
+        self._carried = (steps, seconds)
+        self._start, self._end, self._steps = 0.0, seconds, steps  # An epoch ended on resume.
 
     def on_train_batch_end(self, batch, logs=None):
         # `batch` is the index of the last step of the execution that ended.
@@ -165,6 +184,7 @@ class RunCallbacks:
     nan_guard: NaNGuard
     progress: progress.ProgressLogger | None  # None unless progress_seconds is given.
     backup: checkpointing.Backup | None  # None without model_dir or with backup=False.
+    history: run_records.RunHistory  # The whole run's per-epoch logs, across resumes.
     all: tuple  # Every callback for model.fit, in order: the exact val_loss, then the meter
     # (TensorBoard logs their values).
 
@@ -184,6 +204,7 @@ def make_callbacks(
     steps_per_execution=1,
     progress_seconds=None,
     extra=(),
+    preemption=None,
 ):
     """Return the standard callback list for a run writing under `model_dir`.
 
@@ -202,8 +223,12 @@ def make_callbacks(
       progress_seconds: print a progress line this often and after each epoch;
         None prints none.
       extra: the user's callbacks: after the exact val_loss, the meter and the NaN
-        guard (their logs hold those values), before the progress lines, backups,
-        best weights and TensorBoard (which see what they add to logs).
+        guard (their logs hold those values), before the progress lines, best
+        weights, TensorBoard, the run's history and backups (which see what they
+        add to logs). Those with `state_dict`/`load_state_dict` are backed up.
+      preemption: the run's `preemption.Preemption` (it owns SIGTERM/SIGINT): the
+        backup saves and stops on its signal, or, without backups, `StopOnSignal`
+        stops. None: the backup handles the signals itself.
 
     Returns:
       A RunCallbacks; pass `list(result.all)` to model.fit.
@@ -215,26 +240,35 @@ def make_callbacks(
     if progress_seconds is not None:  # After the meter, which it reads.
         progress_logger = progress.ProgressLogger(meter, interval=progress_seconds)
         callbacks.append(progress_logger)
+    if model_dir:
+        callbacks += _file_callbacks(model_dir, strategy, best_metric, best_mode, tensorboard)
+    history = run_records.RunHistory()
+    callbacks.append(history)
     backup_callback = None
     if model_dir and backup:
         # A backup lets a killed or preempted run resume where it stopped: restarting
-        # the same command restores weights, optimizer state and the step (see
-        # checkpointing.py for why this is not tf_keras's BackupAndRestore).
+        # the same command restores weights, optimizer state, the step and the run's
+        # records (see checkpointing.py for why this is not tf_keras's BackupAndRestore).
+        # Last: an epoch's backup holds its best value, history and TensorBoard scalars.
         backup_callback = checkpointing.Backup(
             model_dir,
             strategy,
             every_steps=backup_every_steps,
             steps_per_execution=steps_per_execution,
             options=io_options(strategy, model_dir),
+            state_callbacks=tuple(callbacks),
+            history=history,
+            preemption=preemption,
         )
         callbacks.append(backup_callback)
-    if model_dir:
-        callbacks += _file_callbacks(model_dir, strategy, best_metric, best_mode, tensorboard)
+    elif preemption is not None:
+        callbacks.append(preemption_lib.StopOnSignal(preemption))
     return RunCallbacks(
         meter=meter,
         nan_guard=guard,
         progress=progress_logger,
         backup=backup_callback,
+        history=history,
         all=tuple(callbacks),
     )
 

@@ -14,6 +14,10 @@ always agree with the weights; the input pipeline skips the examples of the
 steps already trained (`data.train_dataset(start_step=...)`). The checkpoint
 also holds the state of each layer's `tf.random.Generator` (`random_generators`),
 so dropout resumes with the masks an uninterrupted run would draw.
+
+Beside each checkpoint, written before it, are the run's records
+(`run_records.Records`: history, best value, throughput, callback state), so a
+resumed run reports what an uninterrupted one does.
 """
 
 import glob
@@ -30,6 +34,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.engine import run_dir
+from keras_tpu.engine import run_records
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy_info import StrategyInfo
 
@@ -100,13 +105,38 @@ class Backup(keras.callbacks.Callback):
     """
 
     def __init__(self, model_dir, strategy, *, every_steps=None, steps_per_execution=1,
-                 options=None, handle_signals=True):  # fmt: skip
+                 options=None, handle_signals=True, state_callbacks=(), history=None,
+                 preemption=None):  # fmt: skip
+        """Create the backup callback.
+
+        Args:
+          model_dir: the run directory; backups go to model_dir/backup.
+          strategy: the run's strategy (the chief's backup is the one kept).
+          every_steps: back up every this many optimizer steps; None: every epoch.
+          steps_per_execution: the model's, to say where step backups can land.
+          options: tf.train.CheckpointOptions (a remote TPU's I/O device).
+          handle_signals: back up and stop on SIGTERM/SIGINT, with handlers of its own
+            (standalone use with model.fit; ignored with `preemption`).
+          state_callbacks: callbacks whose `state_dict()` is saved with each backup
+            and given back by `load_state_dict` on restore (run_records).
+          history: the run's `run_records.RunHistory` (epochs done, training time).
+          preemption: the run's `preemption.Preemption`, which owns the signals:
+            this backs up and stops when it has received one.
+        """
         super().__init__()
+        self.state_callbacks = tuple(state_callbacks)
+        self.history = history
+        self.records = None  # The Records restored with the backup, if any.
+        self._logs = {}
+        self._add_metrics = False
         self.directory = os.path.join(model_dir, "backup")
         self.chief = StrategyInfo.of(strategy).is_chief
+        # Each worker holds its own share of the metric sums; the records hold the chief's.
+        self.multi_worker = StrategyInfo.of(strategy).is_multi_worker
         self.every_steps = every_steps
         self.options = options
-        self.handle_signals = handle_signals
+        self.handle_signals = handle_signals and preemption is None
+        self.preemption = preemption
         if every_steps and every_steps % steps_per_execution:
             log.warning(
                 "keras_tpu: backups every %d steps are written at the end of the execution "
@@ -117,7 +147,7 @@ class Backup(keras.callbacks.Callback):
         self.restored = False  # restore() ran (the engine calls it before building the data).
         self.saved_step = None
         self.nan_step = None
-        self.signal = None
+        self._own_signal = None
         self._previous_handlers = {}
         self._manager = None
 
@@ -143,26 +173,60 @@ class Backup(keras.callbacks.Callback):
             self._manager = (read, write)
         return self._manager
 
-    def restore(self, model=None):
-        """Restore the newest backup into the model; return its optimizer step (0: none)."""
+    def restore(self, model=None, *, last_step=None):
+        """Restore the newest backup into the model; return its optimizer step (0: none).
+
+        Args:
+          model: the model to restore into (else the callback's).
+          last_step: the run's final optimizer step, if known. A backup at it trains
+            no more, so the optimizer's slots (created at the first step, then given
+            their restored values) are never created: that is expected, not reported.
+        """
         if model is not None:
             self.set_model(model)
         read, _ = self._managers()
         self.restored = True
         if read.latest_checkpoint:
-            read.checkpoint.restore(read.latest_checkpoint, options=self.options)
+            status = read.checkpoint.restore(read.latest_checkpoint, options=self.options)
             self.start_step = self.saved_step = int(self.model.optimizer.iterations.numpy())
+            if last_step is not None and self.start_step >= last_step:
+                status.expect_partial()
             log.warning("keras_tpu: resuming from the backup at step %d", self.start_step)
+            self.records = run_records.read(read.directory, self.start_step)
+            if self.records is not None:
+                run_records.load(self.records, self.state_callbacks, self.history)
+                self._add_metrics = bool(self.records.metrics) and not self.multi_worker
         return self.start_step
 
+    def track(self, holder):
+        """Back up `holder`'s state too (the state protocol); give it the restored state now."""
+        self.state_callbacks = (*self.state_callbacks, holder)
+        key = dict((id(c), k) for k, c in run_records.state_keys(self.state_callbacks))[id(holder)]
+        if self.records is not None and key in self.records.callbacks:
+            holder.load_state_dict(self.records.callbacks[key])
+
+    def pending_epoch(self, steps_per_epoch):
+        """Return the epoch whose last step was restored but which was not evaluated, or None."""
+        return self.records.pending_epoch(steps_per_epoch) if self.records else None
+
     def save(self):
-        """Back up the current step; a write failure raises RunStopped naming the path."""
+        """Back up the current step and its records; a write failure raises RunStopped.
+
+        At an already backed-up step only the records are replaced (e.g. once the
+        epoch whose last step was backed up is evaluated): the weights are the same.
+        """
         step = int(self.model.optimizer.iterations.numpy())
-        if step == self.saved_step:
-            return
         _, write = self._managers()
         try:
+            records = run_records.collect(
+                self.model, step, self._logs, self.state_callbacks, self.history
+            )
+            # Before the checkpoint: its index file is the commit, so a backup has records.
+            run_records.write(write.directory, records)
+            if step == self.saved_step:
+                return
             write.save(checkpoint_number=step, options=self.options)
+            run_records.remove_others(write.directory, step)
         except (tf.errors.OpError, OSError) as e:
             _remove_partial(write.directory, step)
             raise RunStopped(self._write_error(write.directory, e), exit_code=2) from e
@@ -210,13 +274,18 @@ class Backup(keras.callbacks.Callback):
 
     def _on_signal(self, signum, frame):
         del frame
-        if self.signal is not None:  # A second signal: stop now, the default way.
+        if self._own_signal is not None:  # A second signal: stop now, the default way.
             self._restore_handlers()
             signal.raise_signal(signum)
             return
-        self.signal = signum
+        self._own_signal = signum
         log.warning("keras_tpu: %s: backing up at the end of this execution, then stopping",
                     signal.Signals(signum).name)  # fmt: skip
+
+    @property
+    def signal(self):
+        """The SIGTERM/SIGINT received (by the run's Preemption or this callback), or None."""
+        return self.preemption.signal if self.preemption is not None else self._own_signal
 
     def close(self):
         """Give SIGTERM/SIGINT back their handlers, drop a worker's scratch; idempotent."""
@@ -230,28 +299,39 @@ class Backup(keras.callbacks.Callback):
         self._previous_handlers = {}
 
     def on_train_batch_end(self, batch, logs=None):
+        if self._add_metrics:  # The first execution of a resumed run: see add_metric_sums.
+            self._add_metrics = False
+            if self.start_step % self.params["steps"]:
+                run_records.add_metric_sums(self.model, self.records.metrics)
         if not finite_loss(logs):
             if self.nan_step is None:
                 self.nan_step = int(self.model.optimizer.iterations.numpy())
             return
+        self._logs = logs or {}
         if self.signal is not None:
             self.save()
-            self.model.stop_training = True
-            return
+            # Raised, not `stop_training`: fit would still evaluate the partial epoch and
+            # end it (best weights, history, TensorBoard) in the signal's grace period.
+            raise self.stop_reason()
         if self.every_steps:
             step = int(self.model.optimizer.iterations.numpy())
             if step // self.every_steps > (self.saved_step or 0) // self.every_steps:
                 self.save()
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.every_steps is None and self.nan_step is None and self.signal is None:
-            self.save()
+        if self.nan_step is not None or self.signal is not None:
+            return
+        step = int(self.model.optimizer.iterations.numpy())
+        if self.every_steps is None or step == self.saved_step:
+            self.save()  # At a backed-up step: its records now hold this epoch's end.
 
     def on_train_end(self, logs=None):
         self._restore_handlers()
         self.model._training_state = None  # pylint: disable=protected-access
-        if self.nan_step is None and self.signal is None:
-            self.save()  # A failed export then finds the trained weights, not an older step.
+        if self.nan_step is None:
+            # A failed export then finds the trained weights, not an older step; a signal
+            # that came after the last execution (during its evaluation) loses nothing.
+            self.save()
 
     def stop_reason(self):
         """Return RunStopped for a preempted run, else None."""
@@ -276,6 +356,13 @@ class FiniteModelCheckpoint(keras.callbacks.ModelCheckpoint):
         if finite_loss(logs) and math.isfinite(float((logs or {}).get(self.monitor, 0.0))):
             super().on_epoch_end(epoch, logs)
 
+    def state_dict(self):
+        """Return the best value so far: a resumed run replaces `best/` only when beaten."""
+        return {"best": float(self.best)}
+
+    def load_state_dict(self, state):
+        self.best = state["best"]
+
 
 def checkpoint_bytes(model):
     """Return about the bytes of one backup: weights, and Adam-like slots if not built yet."""
@@ -294,10 +381,12 @@ def _existing(path):
 
 
 def _remove_partial(directory, step):
-    """Remove what a failed save left: `*_temp` shards and the unfinished step's files."""
+    """Remove what a failed save left: `*_temp` shards, the unfinished step's files and records."""
     if "://" in directory:
         return
-    for path in glob.glob(os.path.join(directory, "*_temp*")) + glob.glob(
-        os.path.join(directory, f"ckpt-{step}.*")
+    for path in (
+        glob.glob(os.path.join(directory, "*_temp*"))
+        + glob.glob(os.path.join(directory, f"ckpt-{step}.*"))
+        + glob.glob(run_records.path(directory, step) + "*")
     ):
         shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)

@@ -13,6 +13,9 @@ from keras_tpu.engine import outputs
 from keras_tpu.runtime import tpu_connect
 
 
+EXPORT_WEIGHTS = ("final", "best")
+
+
 @dataclasses.dataclass
 class RunConfig:
     """What every run shares; field names are the scripts' flag names."""
@@ -41,6 +44,7 @@ class RunConfig:
         False  # Start over in a model_dir, or replace an export_dir, holding another run.
     )
     keep_best: bool = True  # Keep the best weights (by the task's monitor) under model_dir/best.
+    export_weights: str = "final"  # Evaluate and export "final" weights or the "best" kept ones.
     tensorboard: bool = True  # TensorBoard logs under model_dir/tensorboard.
     peak_tflops: float | None = None  # Devices' combined peak, for MFU (e.g. bench_peak.py).
     rehearse_tpu: bool = False  # Compile the steps for the TPU on the CPU first; stop on a finding.
@@ -64,4 +68,10 @@ class RunConfig:
                     "worker_hosts and its own task_index."
                 )
             cluster.tf_config_from_hosts(self.worker_hosts, self.task_index)
+        checks.one_of("export_weights", self.export_weights, EXPORT_WEIGHTS)
+        if self.export_weights == "best" and not (self.keep_best and self.model_dir):
+            raise checks.ConfigError(
+                "export_weights='best' needs the best weights kept: give --model_dir and "
+                "--keep_best, or export_weights='final'."
+            )
         checks.one_of("mixed_precision", self.mixed_precision, ("auto", *checks.PRECISION_POLICIES))

@@ -45,10 +45,23 @@ class StepFunctions:
 
 
 class _EpochMeans:
-    """Running means of the training logs over an epoch's steps (as fit's logs are)."""
+    """Running means of the training logs over an epoch's steps (as fit's logs are).
+
+    Backed up with the run's records (the state protocol), so an epoch resumed in
+    its middle ends with the uninterrupted run's means: the same float additions.
+    """
 
     def __init__(self):
+        self.reset()
+
+    def reset(self):
         self._sums, self._steps = {}, 0
+
+    def state_dict(self):
+        return {"sums": dict(self._sums), "steps": self._steps}
+
+    def load_state_dict(self, state):
+        self._sums, self._steps = dict(state["sums"]), state["steps"]
 
     def add(self, logs, steps):
         for key, value in logs.items():
@@ -78,11 +91,16 @@ def run(model, steps, callbacks, *, epochs, steps_per_epoch, steps_per_execution
         [*callbacks, history], model=model, epochs=epochs, steps=steps_per_epoch, verbose=0
     )
     model.stop_training = False
+    means = _EpochMeans()
+    for callback in callbacks:
+        if isinstance(callback, checkpointing.Backup):
+            callback.track(means)  # Saved with each backup; restored if this run resumed.
     callback_list.on_train_begin()
     first_epoch, first_step = divmod(start_step, steps_per_epoch)
     for epoch in range(first_epoch, epochs):
         callback_list.on_epoch_begin(epoch)
-        means = _EpochMeans()
+        if not (epoch == first_epoch and first_step):  # Else the restored epoch's sums go on.
+            means.reset()
         step = first_step if epoch == first_epoch else 0
         while step < steps_per_epoch and not model.stop_training:
             n = min(steps_per_execution, steps_per_epoch - step)

@@ -6,6 +6,8 @@ something else) is checked before training, and what cannot (a full disk, an
 unwritable path) ends in one message naming the path and the space needed.
 """
 
+import contextlib
+import contextvars
 import errno
 import hashlib
 import json
@@ -20,6 +22,27 @@ from keras_tpu import checks
 # Kept inside the SavedModel: assets.extra/ is the SavedModel directory for files
 # the graph does not use (TF Serving keeps its warm-up requests there).
 EXPORT_MARKER = os.path.join("assets.extra", "keras_tpu_export.json")
+# The run directory of the run exporting now (None: a run without model_dir): the marker
+# records it, so another run's export is not replaced without --overwrite. A context
+# value, so a Task's own export function (which calls save_atomically) needs no argument.
+_EXPORTING_RUN = contextvars.ContextVar("keras_tpu_exporting_run", default=None)
+
+
+def run_owner(model_dir):
+    """Return how an export records the run that wrote it: model_dir's absolute path, or None."""
+    if not model_dir:
+        return None
+    return model_dir if "://" in model_dir else os.path.abspath(model_dir)
+
+
+@contextlib.contextmanager
+def exporting_run(model_dir):
+    """Within this context, exports are written by (and marked as) the run in `model_dir`."""
+    token = _EXPORTING_RUN.set(run_owner(model_dir))
+    try:
+        yield
+    finally:
+        _EXPORTING_RUN.reset(token)
 # What a failed write raises: Python's OSError (ENOSPC, EACCES, EROFS, ENOTDIR)
 # or TensorFlow's file-system errors from the C++ writers.
 WRITE_ERRORS = (
@@ -71,6 +94,10 @@ def model_identity(model):
     return {"model": model.name, "parameters": int(model.count_params()), "weights": digest}
 
 
+def _same_model(marker, model):
+    return {k: v for k, v in marker.items() if k != "run"} == model_identity(model)
+
+
 def _read_marker(export_dir):
     try:
         with tf.io.gfile.GFile(os.path.join(export_dir, EXPORT_MARKER)) as f:
@@ -79,19 +106,22 @@ def _read_marker(export_dir):
         return None
 
 
-def check_export_dir(export_dir, *, overwrite, model=None):
-    """Refuse an export_dir that holds something other than an export of this model.
+def check_export_dir(export_dir, *, overwrite, model=None, run=None):
+    """Refuse an export_dir that holds something other than this run's export of this model.
 
     Args:
       export_dir: the export directory (may not exist yet).
       overwrite: replace whatever is there (the user passed --overwrite).
       model: the model to export; None checks only that a non-empty directory
         is a keras_tpu export (before the model exists).
+      run: the exporting run's `run_owner(model_dir)`; None: the one of the
+        `exporting_run` context, if any.
 
     Raises:
       OutputError: export_dir is a file, or a non-empty directory that is not a
-        keras_tpu export of the same model, and overwrite is False.
+        keras_tpu export of the same model by the same run, and overwrite is False.
     """
+    run = run if run is not None else _EXPORTING_RUN.get()
     if not export_dir:
         return
     check_directory_path("export_dir", export_dir)
@@ -101,7 +131,14 @@ def check_export_dir(export_dir, *, overwrite, model=None):
     if marker is None:
         entries = sorted(tf.io.gfile.listdir(export_dir))
         what = f"files keras_tpu did not export ({', '.join(entries[:4])})"
-    elif model is None or marker == model_identity(model):
+    elif model is not None and marker.get("run") and marker["run"] != run:
+        # Another run's export (a config.yaml rerun into a new model_dir keeps export_dir).
+        raise OutputError(
+            f"export_dir={export_dir!r} holds the export of the run in {marker['run']}, not of "
+            f"this run ({run or 'no --model_dir'}); pass another --export_dir, or --overwrite "
+            f"to replace that run's export."
+        )
+    elif model is None or _same_model(marker, model):
         return
     else:
         what = f"the export of another model ({marker.get('model')}, {marker.get('parameters')} parameters)"
@@ -216,4 +253,4 @@ _WRITE_ERRNOS = (
 def _write_marker(export_dir, model):
     tf.io.gfile.makedirs(os.path.join(export_dir, os.path.dirname(EXPORT_MARKER)))
     with tf.io.gfile.GFile(os.path.join(export_dir, EXPORT_MARKER), "w") as f:
-        json.dump(model_identity(model), f)
+        json.dump({**model_identity(model), "run": _EXPORTING_RUN.get()}, f)

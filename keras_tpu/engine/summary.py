@@ -62,6 +62,7 @@ class RunSummary:
     memory_warning: str | None
     final_train: dict
     test: dict
+    test_weights: str  # Which weights `test` evaluated (and the export holds): "final" or "best".
     monitor: str
     best: dict | None  # {"epoch", monitor: value} of the kept best weights, or None.
     history: dict

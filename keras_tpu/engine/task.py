@@ -73,6 +73,10 @@ class Task:
         `val_loss` and `examples_per_second`; and before the progress lines,
         backups, best weights and TensorBoard, so a value they add to the epoch's
         `logs` is printed, written as a scalar and lands in the summary's history.
+        A callback that keeps state across epochs declares it, as Lightning's
+        callbacks do: `state_dict() -> dict` (JSON-serialisable) is saved with
+        every backup, and `load_state_dict(state)` gets it back before a resumed
+        run trains, so the callback continues as if never interrupted.
       name: the data's name in the summary ("dataset").
       task_name: the registered name (set by the registry; written to config.yaml).
       backend: a `engine.backend.Backend` subclass that builds and steps the model

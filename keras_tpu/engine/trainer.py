@@ -13,17 +13,22 @@ what to train, the engine owns the sequence and each guarantee, written once:
      the TPU compile rehearsal. Nothing is written before these pass;
   4. claim model_dir (lock, run identity) and restore the backup, *then* build
      the training stream at the restored step (exact resume) and write config.yaml;
-  5. train with the engine's callbacks (exact val_loss, throughput, NaN stop,
-     step-exact backups and SIGTERM/SIGINT, best weights by the task's monitor,
-     progress lines, TensorBoard);
-  6. a preempted or NaN run stops with its exit code; else evaluate exactly,
-     export atomically, write summary.json, and only then delete the backups.
+  5. end an epoch whose last step was backed up before its evaluation, then train
+     with the engine's callbacks (exact val_loss, throughput, NaN stop, best
+     weights by the task's monitor, progress lines, TensorBoard, the run's
+     history, and step-exact backups holding the run's records);
+  6. a preempted or NaN run stops with its exit code; else evaluate exactly (the
+     final or the best weights), export atomically into this run's export dir,
+     write summary.json, and only then delete the backups.
+
+SIGTERM/SIGINT are handled in every phase, from start to exit (preemption.py).
 """
 
 import dataclasses
 import logging
 import os
-import time
+
+import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu import data
@@ -35,6 +40,7 @@ from keras_tpu.engine import export
 from keras_tpu.engine import instances
 from keras_tpu.engine import backend as backend_lib
 from keras_tpu.engine import outputs
+from keras_tpu.engine import preemption as preemption_lib
 from keras_tpu.engine import registry
 from keras_tpu.engine import run_dir
 from keras_tpu.engine import summary as summary_lib
@@ -151,9 +157,22 @@ class _Run:
         self.backend = backend
 
     def run(self):
+        self.model = None
+        self.preemption = preemption_lib.Preemption(
+            step=lambda: int(self.model.optimizer.iterations.numpy()) if self.model else 0,
+            no_backup_reason=(
+                "backups are off (--nobackup)" if self.config.model_dir
+                else "there is no --model_dir to back up to"
+            ),
+        )  # fmt: skip
+        with self.preemption.installed():  # Every phase, until the run returns or raises.
+            return self._run()
+
+    def _run(self):
         self._prepare()
         lock, start_step = self._claim_and_restore()
         try:
+            self.preemption.enter("training")
             trained = self._train(start_step)
             summary = self._conclude(trained)
         except cluster.FAILURE_ERRORS as e:
@@ -180,7 +199,10 @@ class _Run:
         data_checks.check_task_data(task, self.model, self.shape.global_batch)
         if config.export_dir and task.export is None:
             raise checks.ConfigError("this task has no export; drop --export_dir.")
-        outputs.check_export_dir(config.export_dir, overwrite=config.overwrite, model=self.model)
+        outputs.check_export_dir(
+            config.export_dir, overwrite=config.overwrite, model=self.model,
+            run=outputs.run_owner(config.model_dir),
+        )  # fmt: skip
         self.memory_warning = task.check_memory and task.check_memory(
             self.model, self.info, self.policy
         )
@@ -202,7 +224,9 @@ class _Run:
             steps_per_execution=self.shape.steps_per_execution,
             progress_seconds=config.progress_seconds if config.verbose == 2 else None,
             extra=task_lib.build_callbacks(task.callbacks),
+            preemption=self.preemption,
         )
+        self.preemption.backup = self.callbacks.backup
 
     def _claim_and_restore(self):
         """Lock model_dir, check it holds this run, restore its backup; return (lock, step)."""
@@ -219,7 +243,8 @@ class _Run:
                 needed_bytes=2 * checkpointing.checkpoint_bytes(self.model),
             )
         try:
-            start_step = backup.restore(self.model) if backup else 0
+            last_step = self.shape.steps_per_epoch * config.epochs
+            start_step = backup.restore(self.model, last_step=last_step) if backup else 0
             if config.model_dir and self.info.is_chief:  # Even a killed run can be rerun.
                 entry = registry.get_task(self.task.task_name) if self.task.task_name else None
                 config_files.write(
@@ -233,17 +258,41 @@ class _Run:
 
     def _train(self, start_step):
         """Train from `start_step`, the data positioned there; return a _Trained."""
-        start = time.perf_counter()
-        history = self.backend.train(self.callbacks.all, start_step)
-        seconds = time.perf_counter() - start
+        self._end_pending_epoch()
+        try:
+            self.backend.train(self.callbacks.all, start_step)
+        except checkpointing.RunStopped:
+            _close_tensorboard(self.callbacks.all)  # Its last epochs reach the disk.
+            raise
         self._raise_if_stopped()
-        return _Trained(history, seconds, start_step)
+        history = self.callbacks.history
+        final_step = int(self.model.optimizer.iterations.numpy())
+        return _Trained(history.history, history.seconds(), start_step, final_step)
+
+    def _end_pending_epoch(self):
+        """Evaluate and end the epoch whose last step was backed up before its evaluation."""
+        backup = self.callbacks.backup
+        epoch = backup.pending_epoch(self.shape.steps_per_epoch) if backup else None
+        if epoch is None:
+            return
+        log.warning("keras_tpu: evaluating epoch %d, backed up before its evaluation", epoch + 1)
+        logs = dict(backup.records.epoch_logs)
+        if self.shape.has_eval and checkpointing.finite_loss(logs):
+            logs.update(self.backend.validation_logs())
+        # The progress line needs fit's start; every other callback ends the epoch as
+        # fit would have: exact val_loss, throughput, best weights, TensorBoard, history.
+        ending = [c for c in self.callbacks.all if c is not self.callbacks.progress]
+        callbacks = keras.callbacks.CallbackList(
+            ending, model=self.model, epochs=self.config.epochs,
+            steps=self.shape.steps_per_epoch, verbose=0,
+        )  # fmt: skip
+        callbacks.on_epoch_end(epoch, logs)
 
     def _raise_if_stopped(self):
         """Raise RunStopped for a preempted run, or for a NaN loss (after a "nan" summary)."""
         backup, guard = self.callbacks.backup, self.callbacks.nan_guard
-        if backup and backup.stop_reason():
-            raise backup.stop_reason()
+        if self.preemption.signal is not None:  # It came after the last execution.
+            raise backup.stop_reason() if backup else self.preemption.stopped()
         if guard.stopped_at is None:
             return
         kept = backup and backup.saved_step
@@ -270,29 +319,54 @@ class _Run:
     def _conclude(self, trained):
         """Evaluate, export, write the summary, then delete the backups; return the summary."""
         config = self.config
+        self.preemption.enter("evaluating")
+        checksum = self.backend.weights_checksum()  # Of the final weights, whatever is exported.
+        weights = self._load_exported_weights()
         test = self.backend.evaluate() if self.shape.has_eval else {}
         if config.export_dir:
-            export.export_on_every_worker(
-                lambda export_dir: self.backend.export(export_dir, overwrite=config.overwrite),
-                config.export_dir,
-                self.strategy,
-            )
-        summary = _summary(self, trained, test)
+            self.preemption.enter("exporting")
+            with outputs.exporting_run(config.model_dir):
+                export.export_on_every_worker(
+                    lambda export_dir: self.backend.export(export_dir, overwrite=config.overwrite),
+                    config.export_dir,
+                    self.strategy,
+                )
+        summary = _summary(self, trained, test, weights=weights, checksum=checksum)
+        self.preemption.enter("finishing")
         if self.info.is_chief:
             summary_lib.write(summary, config.model_dir)
         if self.callbacks.backup:  # Only now: a failed export leaves the backup for the rerun.
             self.callbacks.backup.finish()
         return summary.to_dict()
 
+    def _load_exported_weights(self):
+        """Load the best weights if the config exports them; return "final" or "best"."""
+        if self.config.export_weights != "best":
+            return "final"
+        path = os.path.join(self.config.model_dir, "best", "checkpoint")
+        if not tf.io.gfile.exists(path + ".index"):
+            log.warning("keras_tpu: no epoch was kept as best (%s); evaluating and exporting the "
+                        "final weights.", path)  # fmt: skip
+            return "final"
+        self.model.load_weights(path).expect_partial()  # The weights; not the optimizer's slots.
+        return "best"
+
+
+def _close_tensorboard(callbacks):
+    for callback in callbacks:
+        if isinstance(callback, keras.callbacks.TensorBoard):
+            callback.on_train_end()
+
 
 @dataclasses.dataclass(frozen=True)
 class _Trained:
-    history: dict  # Keras History.history: key -> one value per epoch (exact val_loss).
-    seconds: float
+    history: dict  # The whole run's: key -> one value per epoch (exact val_loss), resumes too.
+    seconds: float  # The whole run's training time (every process's, up to its backup).
     start_step: int
+    final_step: int  # Read before the best weights (and their optimizer step) may be loaded.
 
 
-def _summary(run, trained, test):
+def _summary(run, trained, test, *, weights, checksum):
     """Return the RunSummary of a finished run."""
     model, config, shape = run.model, run.config, run.shape
     test = dict(test)
@@ -306,8 +380,7 @@ def _summary(run, trained, test):
         )
         if accuracy_warning:
             log.warning("keras_tpu: %s", accuracy_warning)
-    final_step = int(model.optimizer.iterations.numpy())
-    steps_run = final_step - trained.start_step
+    final_step = trained.final_step
     return summary_lib.RunSummary(
         status="ok",
         task=run.task.task_name,
@@ -328,6 +401,7 @@ def _summary(run, trained, test):
         memory_warning=run.memory_warning or None,
         final_train={k: v[-1] for k, v in history.items() if not k.startswith("val_")},
         test=test,
+        test_weights=weights,
         monitor=run.task.monitor,
         best=(
             summary_lib.best_epoch(history, run.task.monitor, run.task.mode)
@@ -337,9 +411,12 @@ def _summary(run, trained, test):
         history=history,
         accuracy_warning=accuracy_warning,
         train_seconds=round(trained.seconds, 3),
-        train_examples_per_second=round(steps_run * shape.global_batch / trained.seconds, 1),
+        # The whole run's examples over its whole training time, resumed or not.
+        train_examples_per_second=(
+            round(final_step * shape.global_batch / trained.seconds, 1) if trained.seconds else 0.0
+        ),
         throughput=run.callbacks.meter.history,
-        weights_sha256=run.backend.weights_checksum(),
+        weights_sha256=checksum,
         chief=run.info.is_chief,
         strategy=run.info.to_dict(),
         config=dataclasses.asdict(config),

@@ -1,0 +1,186 @@
+"""What a run keeps besides its weights, saved with every backup: its records.
+
+A resumed run must report what an uninterrupted one reports: the whole history,
+the best epoch and value (so `best/` is replaced only by a better epoch), the
+throughput records, the training time, and the state a user's callback declares.
+`checkpointing.Backup` writes these records as `records-<step>.json` beside the
+checkpoint of the same step, *before* the checkpoint (the checkpoint's index is
+the commit point: a backup on disk always has its records). When the epoch whose
+last step was backed up is then evaluated, the records of that same step are
+replaced atomically (the weights did not change).
+
+The state protocol, for the engine's callbacks and a `Task`'s own (like
+Lightning's callback `state_dict`): a callback with `state_dict() -> dict`
+(JSON-serialisable) and `load_state_dict(state)` gets its state back on resume,
+before training starts.
+"""
+
+import dataclasses
+import json
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from keras_tpu.runtime.compat import keras
+
+RECORDS_PREFIX = "records-"
+
+
+@dataclasses.dataclass(frozen=True)
+class Records:
+    """The run's records at one backed-up optimizer step.
+
+    Attributes:
+      step: the optimizer step of the checkpoint these records go with.
+      epochs_done: epochs whose end (evaluation, best, history) was processed;
+        fewer than step // steps_per_epoch means the last epoch awaits evaluation.
+      epoch_logs: the training logs of the epoch so far (at `step`).
+      train_seconds: training time of the whole run up to `step`.
+      callbacks: each stateful callback's `state_dict()`, by `state_keys`.
+      metrics: per variable of `model.metrics`, its per-replica values at `step`
+        (the running sums of the epoch so far, for a resume mid-epoch).
+    """
+
+    step: int
+    epochs_done: int
+    epoch_logs: dict
+    train_seconds: float
+    callbacks: dict
+    metrics: list
+
+    def pending_epoch(self, steps_per_epoch):
+        """Return the epoch index trained to its last step but not yet evaluated, or None."""
+        if self.step and self.step % steps_per_epoch == 0:
+            epoch = self.step // steps_per_epoch - 1
+            if self.epochs_done <= epoch:
+                return epoch
+        return None
+
+
+class RunHistory(keras.callbacks.Callback):
+    """Keep the per-epoch logs and the training time of the whole run, across resumes."""
+
+    def __init__(self):
+        super().__init__()
+        self.history = {}
+        self.epochs_done = 0
+        self.carried_seconds = 0.0  # Training time of the processes before this one.
+        self._start = None
+
+    def on_train_begin(self, logs=None):
+        self._start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        for key, value in (logs or {}).items():
+            self.history.setdefault(key, []).append(float(np.asarray(value)))
+        self.epochs_done += 1
+
+    def seconds(self):
+        """Return the run's training time so far (this process's since fit started, and before)."""
+        own = time.perf_counter() - self._start if self._start is not None else 0.0
+        return self.carried_seconds + own
+
+    def state_dict(self):
+        return {"history": self.history, "epochs_done": self.epochs_done}
+
+    def load_state_dict(self, state):
+        self.history = {key: list(values) for key, values in state["history"].items()}
+        self.epochs_done = state["epochs_done"]
+
+
+def state_keys(callbacks):
+    """Return [(key, callback)] for the callbacks with the state protocol, keyed by class."""
+    keyed, seen = [], {}
+    for callback in callbacks:
+        if callable(getattr(callback, "state_dict", None)) and callable(
+            getattr(callback, "load_state_dict", None)
+        ):
+            name = type(callback).__name__
+            seen[name] = seen.get(name, 0) + 1
+            keyed.append((name if seen[name] == 1 else f"{name}#{seen[name]}", callback))
+    return keyed
+
+
+def _metric_variables(model):
+    return [v for metric in model.metrics for v in metric.variables]
+
+
+def collect(model, step, epoch_logs, callbacks, history):
+    """Return the Records of `model` at `step` from the callbacks' states."""
+    strategy = model.distribute_strategy
+    metrics = [
+        [np.asarray(part.numpy()).tolist() for part in strategy.experimental_local_results(v)]
+        for v in _metric_variables(model)
+    ]
+    return Records(
+        step=step,
+        epochs_done=history.epochs_done if history else 0,
+        epoch_logs={k: float(np.asarray(v)) for k, v in (epoch_logs or {}).items()},
+        train_seconds=history.seconds() if history else 0.0,
+        callbacks={key: callback.state_dict() for key, callback in state_keys(callbacks)},
+        metrics=metrics,
+    )
+
+
+def load(records, callbacks, history):
+    """Give each stateful callback its state from `records`; set the carried training time."""
+    for key, callback in state_keys(callbacks):
+        if key in records.callbacks:
+            callback.load_state_dict(records.callbacks[key])
+    if history is not None:
+        history.carried_seconds = records.train_seconds
+
+
+def add_metric_sums(model, metrics):
+    """Add the saved per-replica running sums to the model's metric variables.
+
+    Called after the first execution of a run resumed mid-epoch: the metric
+    variables only exist once the train step was traced, and a sum is exact in
+    either order when that execution ran one step (tf_keras adds one value per
+    step), so the epoch's means then equal an uninterrupted run's. With more steps
+    in it they may differ in the last bit (another order of float32 additions).
+    """
+    variables = _metric_variables(model)
+    if len(variables) != len(metrics):
+        return False
+    strategy = model.distribute_strategy
+    for variable, saved in zip(variables, metrics):
+        parts = strategy.experimental_local_results(variable)
+        if len(parts) != len(saved):
+            return False
+        for part, value in zip(parts, saved):
+            part.assign_add(np.asarray(value, dtype=part.dtype.as_numpy_dtype))
+    return True
+
+
+def path(directory, step):
+    return os.path.join(directory, f"{RECORDS_PREFIX}{step}.json")
+
+
+def write(directory, records):
+    """Write `records` beside the checkpoint of its step, atomically (temp file, rename)."""
+    target = path(directory, records.step)
+    temp = target + ".tmp"
+    tf.io.gfile.makedirs(directory)
+    with tf.io.gfile.GFile(temp, "w") as f:
+        json.dump(dataclasses.asdict(records), f)
+    tf.io.gfile.rename(temp, target, overwrite=True)
+
+
+def read(directory, step):
+    """Return the Records saved with the checkpoint of `step`, or None (an older backup)."""
+    target = path(directory, step)
+    if not tf.io.gfile.exists(target):
+        return None
+    with tf.io.gfile.GFile(target) as f:
+        return Records(**json.load(f))
+
+
+def remove_others(directory, step):
+    """Delete the records of other steps (their checkpoints are gone)."""
+    keep = os.path.basename(path(directory, step))
+    for name in tf.io.gfile.glob(os.path.join(directory, RECORDS_PREFIX + "*")):
+        if os.path.basename(name) != keep:
+            tf.io.gfile.remove(name)

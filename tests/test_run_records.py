@@ -1,0 +1,171 @@
+"""Tests for keras_tpu.engine.run_records: a run stopped and resumed reports what an uninterrupted one does.
+
+In-process, on the session's 4 logical CPU replicas: a linear regression whose
+val_loss improves for 3 epochs, then worsens. One run is stopped twice
+(SIGTERM at an epoch's last step, backed up before its evaluation; an
+exception, as a kill, mid-epoch after a new best) and rerun each time; its summary, history, best epoch and `best/` weights, a user callback's
+state and TensorBoard's per-epoch scalars equal an uninterrupted run's. The same
+runs show `export_weights="best"` and that a config.yaml rerun into another
+model_dir is refused rather than replacing the first run's export.
+"""
+
+import hashlib
+import os
+import signal
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_tpu
+from keras_tpu.engine import checkpointing
+from keras_tpu.engine import config_files
+from keras_tpu.engine import outputs
+from keras_tpu import keras
+from tests.conftest import CPU_REPLICAS
+
+RNG = np.random.default_rng(0)
+X = RNG.normal(size=(48, 3)).astype(np.float32)
+Y = (X.sum(axis=1, keepdims=True) + 0.3 * RNG.normal(size=(48, 1))).astype(np.float32)
+# 32 training examples / global batch 8: 4 steps an epoch, 5 epochs, a backup every 2 steps.
+TIMING = ("examples_per_second", "step_time_ms")
+
+
+class _Seen(keras.callbacks.Callback):
+    """A user's callback with state (the protocol), which can also stop the run at a step."""
+
+    def __init__(self, stop=None):
+        super().__init__()
+        self.batches, self.epochs = 0, []
+        self.stop = stop  # (step, "sigterm" | "kill"), or None.
+
+    def state_dict(self):
+        return {"batches": self.batches, "epochs": self.epochs}
+
+    def load_state_dict(self, state):
+        self.batches, self.epochs = state["batches"], list(state["epochs"])
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches += 1
+        if self.stop and int(self.model.optimizer.iterations.numpy()) == self.stop[0]:
+            if self.stop[1] == "sigterm":  # The backup, next in line, saves and stops.
+                signal.raise_signal(signal.SIGTERM)
+            else:
+                raise KeyboardInterrupt("killed")  # As a kill: no backup of this step.
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs.append(epoch)
+
+
+def _task(seen):
+    return keras_tpu.Task(
+        build_model=lambda: keras.Sequential([keras.layers.Dense(1, input_shape=(3,))], name="line"),
+        loss="mse", train_data=(X[:32], Y[:32]), eval_data=(X[32:], Y[32:]),
+        optimizer=lambda: keras.optimizers.SGD(0.3), callbacks=lambda: [seen],
+    )  # fmt: skip
+
+
+def _run(model_dir, stop=None, **fields):
+    seen = _Seen(stop)
+    config = keras_tpu.RunConfig(
+        cpu_replicas=CPU_REPLICAS, per_replica_batch_size=2, epochs=5, steps_per_execution=1,
+        model_dir=str(model_dir), mixed_precision="fp32", backup_every_steps=2, verbose=0,
+        **fields,
+    )  # fmt: skip
+    return keras_tpu.fit(_task(seen), config), seen
+
+
+def _best_weights(model_dir):
+    reader = tf.train.load_checkpoint(os.path.join(model_dir, "best", "checkpoint"))
+    names = sorted(n for n in reader.get_variable_to_shape_map() if n.startswith("layer_with_weights"))
+    return {name: reader.get_tensor(name) for name in names}
+
+
+def _epoch_scalars(model_dir):
+    """Return [(train|validation, tag, epoch, value)] of every per-epoch scalar written."""
+    scalars = []
+    for root, _, files in os.walk(os.path.join(model_dir, "tensorboard")):
+        for name in files:
+            for event in tf.compat.v1.train.summary_iterator(os.path.join(root, name)):
+                for v in event.summary.value:
+                    if v.tag.startswith("epoch_") and v.tag[len("epoch_"):] not in TIMING:
+                        value = float(tf.make_ndarray(v.tensor))
+                        scalars.append((os.path.basename(root), v.tag, event.step, value))
+    return sorted(scalars)
+
+
+def _without_timing(summary):
+    summary = dict(summary)
+    for key in ("train_seconds", "train_examples_per_second", "resumed_from_step", "config",
+                "test", "test_weights"):  # fmt: skip
+        summary.pop(key)
+    for key in ("history", "final_train"):
+        summary[key] = {k: v for k, v in summary[key].items() if k not in TIMING}
+    summary["throughput"] = [
+        {k: v for k, v in record.items() if k not in TIMING} for record in summary["throughput"]
+    ]
+    return summary
+
+
+def test_a_run_stopped_twice_reports_the_uninterrupted_run(tmp_path):
+    """Also: the best weights exported, and another run's export dir refused."""
+    whole, whole_seen = _run(tmp_path / "whole")
+    val_loss = whole["history"]["val_loss"]
+    assert whole["best"]["epoch"] == 3 and val_loss[2] < val_loss[1] < val_loss[0]
+    assert val_loss[3] > val_loss[2] and val_loss[4] > val_loss[2]  # Worse after the best.
+
+    run = tmp_path / "resumed"
+    with pytest.raises(checkpointing.RunStopped, match="SIGTERM at step 8") as stopped:
+        _run(run, stop=(8, "sigterm"))  # Epoch 2's last step: backed up, not evaluated.
+    assert stopped.value.exit_code == 128 + signal.SIGTERM
+    with pytest.raises(KeyboardInterrupt):
+        # Epoch 3 (steps 9-12) was a new best; the last backup, step 14, is mid-epoch 4.
+        _run(run, stop=(15, "kill"))
+    resumed, seen = _run(run, export_weights="best", export_dir=str(tmp_path / "export"))
+
+    assert resumed["resumed_from_step"] == 14 and resumed["final_step"] == 20
+    assert _without_timing(resumed) == _without_timing(whole)
+    assert resumed["train_examples_per_second"] > 0
+    assert (seen.batches, seen.epochs) == (whole_seen.batches, whole_seen.epochs) == (20, [0, 1, 2, 3, 4])
+    best, whole_best = _best_weights(run), _best_weights(tmp_path / "whole")
+    assert best.keys() == whole_best.keys() and best
+    for name in best:
+        np.testing.assert_array_equal(best[name], whole_best[name], err_msg=name)
+    # The best weights were evaluated and exported; the checksum is the final weights'.
+    assert (whole["test_weights"], resumed["test_weights"]) == ("final", "best")
+    np.testing.assert_allclose(resumed["test"]["loss"], val_loss[2], rtol=1e-6)
+    np.testing.assert_allclose(whole["test"]["loss"], val_loss[4], rtol=1e-6)
+    exported = tf.train.load_checkpoint(str(tmp_path / "export" / "variables" / "variables"))
+    kernel = [n for n in exported.get_variable_to_shape_map() if n.endswith("kernel/.ATTRIBUTES/VARIABLE_VALUE")]
+    np.testing.assert_array_equal(exported.get_tensor(kernel[0]), best[
+        "layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE"])
+    scalars = _epoch_scalars(run)
+    assert scalars == _epoch_scalars(tmp_path / "whole")
+    assert len([s for s in scalars if s[:2] == ("validation", "epoch_loss")]) == 5
+    _refused_rerun_into_another_model_dir(tmp_path, run)
+
+
+def _digest(directory):
+    digest = hashlib.md5()
+    for root, _, files in sorted(os.walk(directory)):
+        for name in sorted(files):
+            digest.update(name.encode() + open(os.path.join(root, name), "rb").read())
+    return digest.hexdigest()
+
+
+def _refused_rerun_into_another_model_dir(tmp_path, first):
+    """A config.yaml rerun into a new model_dir is refused; the first run's export is untouched."""
+    export_dir = tmp_path / "export"
+    before = _digest(export_dir)
+    rerun = config_files.load_config(
+        str(first / "config.yaml"), keras_tpu.RunConfig, model_dir=str(tmp_path / "second"), epochs=3
+    )
+    assert rerun.export_dir == str(export_dir)  # The file records it.
+    with pytest.raises(outputs.OutputError) as refused:
+        keras_tpu.fit(_task(_Seen()), rerun)
+    assert str(refused.value) == (
+        f"export_dir={str(export_dir)!r} holds the export of the run in {first}, not of this run "
+        f"({tmp_path / 'second'}); pass another --export_dir, or --overwrite to replace that "
+        f"run's export."
+    )
+    assert _digest(export_dir) == before and not (tmp_path / "second").exists()
