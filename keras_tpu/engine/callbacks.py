@@ -52,7 +52,7 @@ class ThroughputMeter(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         steps, seconds = self._carried or (0, 0.0)
-        if steps >= ((self.params or {}).get("steps") or steps + 1):
+        if steps >= ((getattr(self, "params", None) or {}).get("steps") or steps + 1):
             steps, seconds = 0, 0.0  # The backup ended an epoch: this one starts afresh.
         self._carried = None
         self._start = time.perf_counter() - seconds
