@@ -133,7 +133,8 @@ def _columns(config):
 def _split_name(split, first):
     """Return a short name for an extra split: "mismatched" for validation_mismatched."""
     common = os.path.commonprefix([split, first])
-    return split[len(common):].strip("_") or split
+    common = common[: common.rfind("_") + 1]  # Whole words only: "validation_", not "..._m".
+    return split[len(common):] or split
 
 
 def bert_preprocessor(config):
