@@ -15,7 +15,7 @@ from keras_tpu.engine import optimizers
 from keras_tpu.models import bert
 from keras_tpu.parallel import memory
 from keras_tpu.data import text_sources
-from keras_tpu.tasks import bert_export
+from keras_tpu.engine import text_export
 from keras_tpu.tasks import bert_vocab
 from keras_tpu.tasks import extra_eval
 from keras_tpu.tasks import glue
@@ -105,13 +105,13 @@ def _check_memory(model_or_config, info, policy, config):
     )  # fmt: skip
 
 
-def _sharded(config, preprocessor):
+def _sharded(config, preprocessor, pair):
     """Return the Task fields that split the weights over a mesh (model_parallel > 1)."""
     from keras_tpu.parallel import sharded_backend  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel import sharded_export  # pylint: disable=g-import-not-at-top
 
     encoder_config, encoder_weights = sharded_export.load_native_encoder(config.encoder_handle)
-    bert_spec = sharded_backend.ShardedBert(encoder_config, encoder_weights, preprocessor)
+    bert_spec = sharded_backend.ShardedBert(encoder_config, encoder_weights, preprocessor, pair)
     return dict(
         backend=functools.partial(sharded_backend.ShardedBackend, bert=bert_spec),
         # The planner on the encoder's config: the mesh model's weights are DTensors.
@@ -151,7 +151,7 @@ def bert_task(config: BertRunConfig) -> keras_tpu.Task:
             f"--model_parallel=1 (data parallel) for these."
         )
     # model_parallel > 1: the weights split over a DTensor mesh (parallel.sharded_backend).
-    sharded = _sharded(config, preprocessor) if config.model_parallel > 1 else {}
+    sharded = _sharded(config, preprocessor, splits.pair) if config.model_parallel > 1 else {}
     metrics, monitor = _metrics(config, data.count_examples(splits.eval))
     if config.regression:
         build_model = lambda: bert.build_bert_regressor(  # noqa: E731
@@ -186,7 +186,7 @@ def bert_task(config: BertRunConfig) -> keras_tpu.Task:
         flops_per_example=lambda model: bert.training_flops_per_example(model, config.seq_length),
         check_memory=lambda model, info, policy: _check_memory(model, info, policy, config),
         check_model=lambda model: bert_vocab.check_vocabulary(model, preprocessor, config),
-        export=lambda model, export_dir, strategy, overwrite: bert_export.export_bert(
+        export=lambda model, export_dir, strategy, overwrite: text_export.export_bert(
             model, preprocessor, export_dir, strategy, pair=splits.pair,
             regression=config.regression, overwrite=overwrite,
         ),  # fmt: skip
