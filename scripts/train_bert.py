@@ -39,7 +39,8 @@ flag_utils.define_flags(
         "train_file": "Training TSV: sentence<TAB>label with a header row.",
         "eval_file": "Evaluation TSV (every example is evaluated exactly once).",
         "tfds_name": "Or a tfds text classification dataset (imdb_reviews, glue/sst2, ...).",
-        "tfds_eval_split": "tfds split(s) to evaluate on, comma-separated: the first is the run's, the others reported beside it (default: glue's dev splits, else test).",
+        "tfds_eval_split": "tfds split(s) to evaluate on, comma-separated: the first is the "
+        "run's, the others are reported beside it (default: glue's dev splits, else test).",
         "tfds_keys": "'text,label' feature names for tfds datasets without supervised keys.",
         "text_keys": "Text columns or tfds features: 'sentence', or a pair 'sentence1,sentence2' "
         "(packed [CLS] a [SEP] b [SEP]; glue/* default to theirs).",
