@@ -369,14 +369,14 @@ def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, sst2_vocab):
         "out = {}\n"
         "with tfds.testing.mock_data(num_examples=37):\n"
         "    for name in ('glue/mrpc', 'glue/mnli', 'glue/stsb'):\n"
-        "        run = f'{ROOT}/{name.replace(\"/\", \"_\")}'\n"
+        "        run = ROOT + '/' + name.replace('/', '_')\n"
         "        out[name] = tasks.train_bert(tasks.BertRunConfig(\n"
         "            encoder_handle=HANDLES['encoder'], preprocess_handle=HANDLES['preprocess'],\n"
         "            tfds_name=name, cpu_replicas=4, seq_length=32, per_replica_batch_size=4,\n"
         "            epochs=1, steps_per_epoch=3, learning_rate=1e-3, verbose=0,\n"
         "            model_dir=run, export_dir=run + '/export'))\n"
         "print(json.dumps(out))\n"
-    ).replace("ROOT", repr(str(tmp_path))[1:-1]).replace("HANDLES", repr(handles))
+    ).replace("ROOT", repr(str(tmp_path))).replace("HANDLES", repr(handles))
     result = run_python(code, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     runs = json.loads(result.stdout.strip().splitlines()[-1])
