@@ -176,7 +176,8 @@ def _pearson(x, y, mask):
     dx = (x - tf.math.divide_no_nan(tf.reduce_sum(x * mask), n)) * mask
     dy = (y - tf.math.divide_no_nan(tf.reduce_sum(y * mask), n)) * mask
     covariance = tf.reduce_sum(dx * dy)
-    return tf.math.divide_no_nan(covariance, tf.sqrt(tf.reduce_sum(dx * dx) * tf.reduce_sum(dy * dy)))
+    spread = tf.sqrt(tf.reduce_sum(dx * dx) * tf.reduce_sum(dy * dy))
+    return tf.math.divide_no_nan(covariance, spread)
 
 
 def _average_ranks(values, mask):

@@ -1,4 +1,4 @@
-"""A real-text sentence-pair task built from SST-2 for the tests: "is the second one the positive one?".
+"""A real-text pair task from SST-2 for the tests: "is the second sentence the positive one?".
 
 Each example pairs one negative and one positive SST-2 sentence, in a seeded
 random order; the label is 1 when the positive one comes second. A model must

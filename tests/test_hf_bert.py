@@ -449,7 +449,8 @@ def test_pair_packing_matches_transformers_tokenizer(vocab_file):
     first, second = SENTENCES, SENTENCES[::-1]  # Long with short, long with long, empty.
     expected = tokenizer(first, second, padding="max_length", max_length=SEQ,
                          truncation="longest_first")  # fmt: skip
-    preprocessor = text.BertPreprocessor(vocab_file, SEQ)  # Held: tf.function methods keep a weakref.
+    # Held in a name: its tf.function methods keep only a weak reference to it.
+    preprocessor = text.BertPreprocessor(vocab_file, SEQ)
     packed = preprocessor.pack_pair(tf.constant(first), tf.constant(second))
     assert packed["input_word_ids"].numpy().tolist() == expected["input_ids"]
     assert packed["input_type_ids"].numpy().tolist() == expected["token_type_ids"]

@@ -43,7 +43,8 @@ def test_glue_metrics_equal_sklearn_and_scipy_on_4_replicas(tmp_path):
     task = keras_tpu.Task(
         build_model=_dense(1), loss="mse",
         metrics=["accuracy", metrics.BinaryF1(), metrics.MatthewsCorrelation(),
-                 metrics.PearsonCorrelation(EVAL_EXAMPLES), metrics.SpearmanCorrelation(EVAL_EXAMPLES)],
+                 metrics.PearsonCorrelation(EVAL_EXAMPLES),
+                 metrics.SpearmanCorrelation(EVAL_EXAMPLES)],
         train_data=(x_train, y_train), eval_data=(x_eval, y_eval), monitor="val_f1", mode="max",
     )  # fmt: skip
     summary, model = _fit(tmp_path, task)

@@ -346,7 +346,8 @@ def test_train_bert_sentence_pairs_on_sst2_pairs_and_serves_two_strings(tmp_path
         f"serve = tf.saved_model.load({str(tmp_path / 'export')!r}).signatures['serving_default']\n"
         f"rows = list(csv.reader(open({str(tmp_path / 'dev.tsv')!r}), delimiter='\\t',"
         " quoting=csv.QUOTE_NONE))[1:]\n"
-        "out = serve(text_a=tf.constant([r[0] for r in rows]), text_b=tf.constant([r[1] for r in rows]))\n"
+        "out = serve(text_a=tf.constant([r[0] for r in rows]),\n"
+        "            text_b=tf.constant([r[1] for r in rows]))\n"
         "print(json.dumps(out['class_ids'].numpy().tolist()))\n",
         timeout=300,
     )
@@ -386,7 +387,21 @@ def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, sst2_vocab):
     assert set(mrpc["test"]) == {"loss", "accuracy", "f1"} and mrpc["monitor"] == "val_f1"
     assert mnli["config"]["num_classes"] == 3 and set(mnli["test"]) == {"loss", "accuracy"}
     # Both MNLI dev sets: matched is the run's evaluation, mismatched is reported beside it.
-    assert {"val_accuracy", "val_mismatched_accuracy", "val_mismatched_loss"} <= set(mnli["history"])
-    assert set(stsb["test"]) == {"loss", "pearson", "spearman"} and stsb["monitor"] == "val_spearman"
+    reported = {"val_accuracy", "val_mismatched_accuracy", "val_mismatched_loss"}
+    assert reported <= set(mnli["history"])
+    assert set(stsb["test"]) == {"loss", "pearson", "spearman"}
+    assert stsb["monitor"] == "val_spearman"
     assert stsb["parameters"] == mrpc["parameters"] - 128 - 1  # A 1-unit head instead of 2.
     assert all(-1 <= stsb["test"][k] <= 1 for k in ("pearson", "spearman"))
+    # The regression's export takes the pair as two strings and returns one score each.
+    probe = run_python(
+        "import json, tensorflow as tf, tensorflow_text\n"
+        f"serve = tf.saved_model.load({str(tmp_path / 'glue_stsb' / 'export')!r})"
+        ".signatures['serving_default']\n"
+        "out = serve(text_a=tf.constant(['a man plays', 'x']),\n"
+        "            text_b=tf.constant(['a man', 'y']))\n"
+        "print(json.dumps({k: v.shape.as_list() for k, v in out.items()}))\n",
+        timeout=300,
+    )
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    assert json.loads(probe.stdout.strip().splitlines()[-1]) == {"score": [2]}

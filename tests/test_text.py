@@ -86,7 +86,8 @@ def test_hub_preprocess_rejects_other_models(tmp_path):
 
 
 def test_hand_worked_pair_packing(preprocessor):
-    out = preprocessor.pack_pair(tf.constant(["the movie", "the " * 9]), tf.constant(["great !", "!"]))
+    first, second = tf.constant(["the movie", "the " * 9]), tf.constant(["great !", "!"])
+    out = preprocessor.pack_pair(first, second)
     # [CLS] a [SEP] b [SEP]: segment 0 up to the first [SEP], 1 after it.
     assert out["input_word_ids"].numpy().tolist() == [
         [2, 4, 5, 3, 7, 8, 3, 0],

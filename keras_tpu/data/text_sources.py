@@ -94,12 +94,15 @@ def load_text_tsv(path, columns, *, regression=False, num_classes=None):
         raise checks.MissingFileError(f"TSV file {path} does not exist.")
     with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        # The messages of sources.load_tsv, whose reader this one extends to pairs.
+        # pylint: disable=protected-access
         try:
             texts, labels = _read(path, reader, columns, regression, num_classes)
         except UnicodeDecodeError as e:
-            raise checks.ConfigError(sources._not_utf8(path, e)) from None  # pylint: disable=protected-access
+            raise checks.ConfigError(sources._not_utf8(path, e)) from None
         except csv.Error as e:
-            raise checks.ConfigError(sources._csv_error(path, reader.line_num, e, "\t")) from None  # pylint: disable=protected-access
+            message = sources._csv_error(path, reader.line_num, e, "\t")
+            raise checks.ConfigError(message) from None
     if not texts:
         raise checks.ConfigError(f"{path} has a header but no examples.")
     x = np.array(texts, dtype=object)
@@ -148,7 +151,8 @@ def tfds_text_source(name, split, columns, *, data_dir=None, regression=False):
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
     # tfds_source prepares the builder and says what is wrong in one line.
-    base = sources.tfds_source(name, split, data_dir=data_dir, keys=(columns.text[0], columns.label))
+    keys = (columns.text[0], columns.label)
+    base = sources.tfds_source(name, split, data_dir=data_dir, keys=keys)
     builder = tfds.builder(name, data_dir=data_dir)
     features = list(builder.info.features.keys())
     for key in (*columns.text, columns.label):
