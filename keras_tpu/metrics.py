@@ -138,15 +138,16 @@ class _GatheredMetric(keras.metrics.Metric):
                     f"{self.name} takes one prediction per example (a 1-unit head), got "
                     f"{y_pred.shape[0]} values for {y_true.shape[0]} labels."
                 )
-        keep = _row_weights(sample_weight, tf.shape(y_true)[0]) > 0
-        pairs = tf.stack([y_pred, y_true], axis=1)
+        kept = tf.cast(_row_weights(sample_weight, tf.shape(y_true)[0]) > 0, tf.float32)
+        # One float tensor, gathered once (TPUs all-gather floats, not booleans).
+        rows = tf.stack([y_pred, y_true, kept], axis=1)
         context = tf.distribute.get_replica_context()
         if context is not None and context.num_replicas_in_sync > 1:
-            pairs = context.all_gather(pairs, axis=0)
-            keep = context.all_gather(keep, axis=0)
+            rows = context.all_gather(rows, axis=0)
+        pairs, kept = rows[:, :2], rows[:, 2]
+        keep = kept > 0
         # Kept rows go, in order, to count, count + 1, ...; a ring past max_examples (a
         # training epoch longer than the evaluation split: its last max_examples rows).
-        kept = tf.cast(keep, tf.float32)
         position = tf.cast(self.count + tf.cumsum(kept) - 1, tf.int32) % self.max_examples
         position = tf.where(keep, position, self.max_examples)[:, None]
         # Overwrite (ring) rather than add: clear the kept rows' places, then add them
