@@ -26,9 +26,9 @@ def _dense(units):
 
 def _fit(tmp_path, task):
     config = keras_tpu.RunConfig(
-        cpu_replicas=CPU_REPLICAS, per_replica_batch_size=PER_REPLICA, epochs=2,
+        cpu_replicas=CPU_REPLICAS, per_replica_batch_size=PER_REPLICA, epochs=1,
         model_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "export"),
-        mixed_precision="fp32", learning_rate=0.02, verbose=0,
+        mixed_precision="fp32", learning_rate=0.05, verbose=0,
     )  # fmt: skip
     summary = keras_tpu.fit(task, config)
     model = keras.models.load_model(config.export_dir, compile=False)
@@ -37,7 +37,7 @@ def _fit(tmp_path, task):
 
 def test_glue_metrics_equal_sklearn_and_scipy_on_4_replicas(tmp_path):
     """One run, every metric: a 1-unit head scored as a regression and as a p > 0.5 classifier."""
-    x_train, x_eval = _features(0, 640), _features(1, EVAL_EXAMPLES)
+    x_train, x_eval = _features(0, 384), _features(1, EVAL_EXAMPLES)
     weights = np.linspace(-1, 1, 6).astype(np.float32)
     y_train, y_eval = ((x @ weights > 0.3).astype(np.float32) for x in (x_train, x_eval))
     task = keras_tpu.Task(
