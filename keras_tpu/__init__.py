@@ -17,6 +17,7 @@ _logs.quiet_startup()  # Before TensorFlow loads; a no-op unless KERAS_TPU_LOG_L
 
 from keras_tpu.runtime import compat  # noqa: E402  Sets TF_USE_LEGACY_KERAS before tf.keras resolves.
 from keras_tpu import data  # noqa: E402
+from keras_tpu import metrics  # noqa: E402
 from keras_tpu.engine import training  # noqa: E402
 from keras_tpu.checks import ConfigError  # noqa: E402
 from keras_tpu.runtime.compat import keras  # noqa: E402
@@ -54,6 +55,7 @@ __all__ = [
     "describe",
     "doctor",
     "keras",
+    "metrics",
     "StrategyInfo",
     "resolve_strategy",
     "training",

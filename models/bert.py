@@ -13,6 +13,7 @@ Hugging Face conversion in keras_tpu/hf_bert.py.
 
 from keras_tpu.parallel.flops import training_flops_per_example  # noqa: F401
 from keras_tpu.models.bert_classifier import build_bert_classifier  # noqa: F401
+from keras_tpu.models.bert_classifier import build_bert_regressor  # noqa: F401
 from keras_tpu.models.bert_classifier import classifier_head  # noqa: F401
 from keras_tpu.models.bert_config import INPUT_NAMES  # noqa: F401
 from keras_tpu.models.bert_config import MAX_SEQ_LENGTH  # noqa: F401

@@ -53,3 +53,23 @@ def classifier_head(pooled, num_classes, dropout):
         dtype="float32",
         name="logits",
     )(x)
+
+
+def build_bert_regressor(encoder, seq_length, dropout=0.1, trainable=True):
+    """Build an uncompiled sentence(-pair) regressor: one float32 score per example.
+
+    As `build_bert_classifier` with a 1-unit head (e.g. STS-B's 0-5 similarity);
+    compile it with a regression loss such as "mse".
+
+    Returns:
+      A keras_tpu.keras Model from the dict of int32 inputs to float32 scores of
+      shape (batch, 1).
+    """
+    checks.seq_length(seq_length)
+    if isinstance(encoder, str):
+        encoder = bert_hub.load_encoder(encoder, trainable=trainable)
+    inputs = {
+        name: keras.Input(shape=(seq_length,), dtype=tf.int32, name=name) for name in INPUT_NAMES
+    }
+    score = classifier_head(encoder(inputs)["pooled_output"], 1, dropout)
+    return keras.Model(inputs, score, name="bert_regressor")

@@ -1,4 +1,4 @@
-"""Fine-tune a TF Hub BERT encoder for sentence classification (SST-2, IMDB, your TSV).
+"""Fine-tune a TF Hub BERT encoder on sentences or sentence pairs (SST-2, GLUE, your TSV).
 
 Offline, on an encoder exported by scripts/export_bert_hub.py:
   python scripts/train_bert.py --encoder_handle=/tmp/bert/encoder \
@@ -10,6 +10,11 @@ On a TPU with a tfhub.dev encoder:
     --encoder_handle=https://tfhub.dev/tensorflow/small_bert/bert_en_uncased_L-4_H-512_A-8/2 \
     --preprocess_handle=https://tfhub.dev/tensorflow/bert_en_uncased_preprocess/3 \
     --tfds_name=imdb_reviews --per_replica_batch_size=32
+A GLUE task by name (its text features, classes, dev splits and metrics: keras_tpu/tasks/glue.py):
+  python scripts/train_bert.py ... --tfds_name=glue/mrpc      # or glue/mnli, glue/stsb, ...
+Your own pair TSV (sentence1<TAB>sentence2<TAB>label), or a score to regress:
+  python scripts/train_bert.py ... --train_file=train.tsv --eval_file=dev.tsv \
+    --text_keys=sentence1,sentence2 [--task_type=regression]
 An experiment file (configs/; each documents its own set-up), flags given winning:
   python scripts/train_bert.py --config_file=configs/sst2_tiny_bert.yaml --epochs=1
 """
@@ -34,10 +39,17 @@ flag_utils.define_flags(
         "train_file": "Training TSV: sentence<TAB>label with a header row.",
         "eval_file": "Evaluation TSV (every example is evaluated exactly once).",
         "tfds_name": "Or a tfds text classification dataset (imdb_reviews, glue/sst2, ...).",
-        "tfds_eval_split": "tfds split to evaluate on (glue/sst2: validation).",
+        "tfds_eval_split": "tfds split(s) to evaluate on, comma-separated: the first is the "
+        "run's, the others are reported beside it (default: glue's dev splits, else test).",
         "tfds_keys": "'text,label' feature names for tfds datasets without supervised keys.",
+        "text_keys": "Text columns or tfds features: 'sentence', or a pair 'sentence1,sentence2' "
+        "(packed [CLS] a [SEP] b [SEP]; glue/* default to theirs).",
+        "label_key": "Label column or tfds feature.",
+        "task_type": "classification or regression (a 1-unit head with MSE; glue/stsb's default).",
+        "metrics": "Comma-separated: accuracy, f1, matthews_correlation, pearson, spearman "
+        "(default: GLUE's for glue/*, else accuracy; regression: pearson,spearman).",
         "seq_length": "Tokens per example, [CLS] and [SEP] included.",
-        "num_classes": "Number of label classes.",
+        "num_classes": "Number of label classes (default: glue's, else 2).",
         "dropout": "Dropout on the pooled output.",
         "warmup_fraction": "Share of steps with linear learning-rate warm-up.",
     },
@@ -48,9 +60,9 @@ def main(argv):
     del argv
     config = flag_utils.config_from_flags(tasks.BertRunConfig)
     summary = flag_utils.run_or_explain(tasks.train_bert, config)
-    test = summary["test"]
+    scores = ", ".join(f"{k} {v:.4f}" for k, v in summary["test"].items() if k != "loss")
     print(
-        f"eval accuracy {test['accuracy']:.4f} on {summary['test_examples']} examples; "
+        f"eval {scores} on {summary['test_examples']} examples; "
         f"{summary['replicas']} replica(s), global batch {summary['global_batch']}; "
         f"{summary['train_examples_per_second']:.1f} train examples/s"
     )

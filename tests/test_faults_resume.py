@@ -226,12 +226,24 @@ def _train_bert_k(handles, model_dir, model_parallel, *flags, **kwargs):
                        f"--model_parallel={model_parallel}", *flags, **kwargs)  # fmt: skip
 
 
-def _bert_reference(handles, model_parallel, tmp_path_factory):
+@pytest.fixture(scope="module")
+def pair_flags(tmp_path_factory):
+    """train_bert.py flags for a sentence-pair task built from SST-2 dev (tests/sst2_pairs.py)."""
+    from tests import sst2_pairs  # pylint: disable=g-import-not-at-top
+
+    path = tmp_path_factory.mktemp("pairs") / "pairs.tsv"
+    sst2_pairs.write_pairs(f"{SST2}/dev.tsv", str(path))
+    # Given after _train_bert's SST-2 files: absl keeps a flag's last value.
+    return (f"--train_file={path}", f"--eval_file={path}", "--text_keys=sentence1,sentence2")
+
+
+def _bert_reference(handles, model_parallel, tmp_path_factory, *flags):
     """The weights sha of an uninterrupted run; it also shows progress lines and TensorBoard."""
-    if model_parallel not in _bert_references:
+    key = (model_parallel, flags)
+    if key not in _bert_references:
         model_dir = tmp_path_factory.mktemp(f"bert_ref_k{model_parallel}")
         result = _train_bert_k(handles, model_dir, model_parallel, "--verbose=2",
-                               "--progress_seconds=0.001", "--tensorboard")  # fmt: skip
+                               "--progress_seconds=0.001", "--tensorboard", *flags)  # fmt: skip
         assert result.returncode == 0, result.stderr[-3000:]
         final, resumed, sha = _run_line(result)
         assert (final, resumed) == (BERT_STEPS, 0)
@@ -243,8 +255,8 @@ def _bert_reference(handles, model_parallel, tmp_path_factory):
         assert all("examples/s" in ln and "lr " in ln for ln in lines)
         tags = _tensorboard_tags(model_dir / "tensorboard" / "train")
         assert {"epoch_loss", "epoch_learning_rate", "epoch_examples_per_second"} <= tags, tags
-        _bert_references[model_parallel] = sha
-    return _bert_references[model_parallel]
+        _bert_references[key] = sha
+    return _bert_references[key]
 
 
 def _tensorboard_tags(directory):
@@ -264,14 +276,16 @@ def _assert_resumed_to(result, start, reference):
 
 
 @pytest.mark.parametrize("model_parallel", MODEL_PARALLEL)
+@pytest.mark.parametrize("shape", ["sentence", "pair"])
 def test_bert_sigkill_resumes_to_the_uninterrupted_weights(
-    tmp_path, tmp_path_factory, tiny_hub, model_parallel
+    tmp_path, tmp_path_factory, tiny_hub, pair_flags, model_parallel, shape
 ):
-    reference = _bert_reference(tiny_hub, model_parallel, tmp_path_factory)
-    killed = _train_bert_k(tiny_hub, tmp_path, model_parallel, fault="SIGKILL", at=13)
+    flags = pair_flags if shape == "pair" else ()
+    reference = _bert_reference(tiny_hub, model_parallel, tmp_path_factory, *flags)
+    killed = _train_bert_k(tiny_hub, tmp_path, model_parallel, *flags, fault="SIGKILL", at=13)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert backup_step(str(tmp_path)) == 10
-    resumed = _train_bert_k(tiny_hub, tmp_path, model_parallel)
+    resumed = _train_bert_k(tiny_hub, tmp_path, model_parallel, *flags)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     _assert_resumed_to(resumed, 10, reference)
 

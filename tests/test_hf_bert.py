@@ -440,3 +440,19 @@ def test_preprocess_matches_transformers_tokenizer(transformers_bert, vocab_file
     ours = text.BertPreprocessor(vocab_file, SEQ, lower_case=False)(tf.constant(SENTENCES))
     expected = cased(SENTENCES, padding="max_length", max_length=SEQ, truncation=True)
     assert ours["input_word_ids"].numpy().tolist() == expected["input_ids"]
+
+
+def test_pair_packing_matches_transformers_tokenizer(vocab_file):
+    """Pairs: [CLS] a [SEP] b [SEP], token types 0/1, transformers' longest_first truncation."""
+    transformers = pytest.importorskip("transformers")
+    tokenizer = transformers.BertTokenizer(vocab_file, do_lower_case=True)
+    first, second = SENTENCES, SENTENCES[::-1]  # Long with short, long with long, empty.
+    expected = tokenizer(first, second, padding="max_length", max_length=SEQ,
+                         truncation="longest_first")  # fmt: skip
+    # Held in a name: its tf.function methods keep only a weak reference to it.
+    preprocessor = text.BertPreprocessor(vocab_file, SEQ)
+    packed = preprocessor.pack_pair(tf.constant(first), tf.constant(second))
+    assert packed["input_word_ids"].numpy().tolist() == expected["input_ids"]
+    assert packed["input_type_ids"].numpy().tolist() == expected["token_type_ids"]
+    assert packed["input_mask"].numpy().tolist() == expected["attention_mask"]
+    assert {1} <= {t for row in expected["token_type_ids"] for t in row}  # Second segments seen.

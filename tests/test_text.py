@@ -57,6 +57,13 @@ def test_export_round_trips_through_tf_hub(preprocessor, tmp_path):
     assert packed["input_word_ids"].numpy().tolist() == expected
     longer, _ = text.hub_preprocess(export_dir, seq_length=12)(sentences, tf.constant([1, 0]))
     assert longer["input_word_ids"].shape == (2, 12)
+    # Pairs through the exported model's two-segment bert_pack_inputs.
+    pairs = tf.constant([["The movie", "was great"], ["unbelievable " * 5, "cafe"]])
+    packed, _ = from_hub(pairs, tf.constant([1, 0]))
+    native, _ = preprocessor.preprocess(pairs, tf.constant([1, 0]))
+    assert packed["input_word_ids"].numpy().tolist() == native["input_word_ids"].numpy().tolist()
+    assert packed["input_type_ids"].numpy().tolist() == native["input_type_ids"].numpy().tolist()
+    assert native["input_type_ids"].numpy().tolist()[0] == [0, 0, 0, 0, 1, 1, 1, 0]
 
 
 def test_bad_vocab_and_lengths(tmp_path, vocab_file):
@@ -76,3 +83,45 @@ def test_hub_preprocess_rejects_other_models(tmp_path):
     tf.saved_model.save(module, str(tmp_path / "other"))
     with pytest.raises(ValueError, match="not a TF Hub BERT preprocessing model"):
         text.hub_preprocess(str(tmp_path / "other"))
+
+
+def test_hand_worked_pair_packing(preprocessor):
+    first, second = tf.constant(["the movie", "the " * 9]), tf.constant(["great !", "!"])
+    out = preprocessor.pack_pair(first, second)
+    # [CLS] a [SEP] b [SEP]: segment 0 up to the first [SEP], 1 after it.
+    assert out["input_word_ids"].numpy().tolist() == [
+        [2, 4, 5, 3, 7, 8, 3, 0],
+        [2, 4, 4, 4, 4, 3, 8, 3],  # The longer segment gives up its pieces first.
+    ]
+    assert out["input_type_ids"].numpy().tolist() == [[0, 0, 0, 0, 1, 1, 1, 0], [0] * 6 + [1] * 2]
+    assert out["input_mask"].numpy().tolist() == [[1] * 7 + [0], [1] * 8]
+    # The tf.data preprocess takes a pair batch as one [batch, 2] string tensor.
+    inputs, _ = preprocessor.preprocess(tf.constant([["the movie", "great !"]]), tf.constant([1]))
+    assert inputs["input_word_ids"].numpy().tolist() == [[2, 4, 5, 3, 7, 8, 3, 0]]
+
+
+def _truncate_seq_pair(tokens_a, tokens_b, max_length):
+    """BERT's reference truncation (google-research/bert run_classifier.py), verbatim."""
+    while True:
+        total_length = len(tokens_a) + len(tokens_b)
+        if total_length <= max_length:
+            break
+        if len(tokens_a) > len(tokens_b):
+            tokens_a.pop()
+        else:
+            tokens_b.pop()
+
+
+def test_pair_truncation_is_bert_longest_first(vocab_file):
+    seq_length = 11  # An odd budget of 8 pieces: who keeps the odd piece matters.
+    pack = text.BertPreprocessor(vocab_file, seq_length=seq_length)
+    lengths = [(a, b) for a in range(0, 12) for b in range(0, 12)]
+    out = pack.pack_pair(
+        tf.constant([" ".join(["the"] * a) for a, _ in lengths]),
+        tf.constant([" ".join(["movie"] * b) for _, b in lengths]),
+    )
+    for (a, b), ids in zip(lengths, out["input_word_ids"].numpy().tolist()):
+        first, second = ["the"] * a, ["movie"] * b
+        _truncate_seq_pair(first, second, seq_length - 3)
+        expected = [2] + [4] * len(first) + [3] + [5] * len(second) + [3]
+        assert ids == expected + [0] * (seq_length - len(expected)), (a, b)

@@ -3,7 +3,15 @@
 Tokenisation runs inside tf.data on the host CPU, never on the TPU (which has
 no strings). The output follows the TF Hub BERT input convention: a dict of
 int32 `input_word_ids`, `input_mask` and `input_type_ids`, each
-[batch, seq_length], `[CLS] tokens... [SEP]` then padding.
+[batch, seq_length], `[CLS] tokens... [SEP]` then padding. A sentence pair (features of shape
+[batch, 2]: two text columns) packs as `[CLS] a [SEP] b [SEP]`, segment ids 0
+over `[CLS] a [SEP]` and 1 over `b [SEP]`.
+
+Truncation rule (BERT's reference `_truncate_seq_pair`): while a pair is longer
+than `seq_length - 3` WordPieces, drop the last piece of the longer segment
+(of the second when they are equal). The shorter segment is kept whole when it
+fits in half the budget; otherwise each keeps half, the first the odd piece.
+tensorflow_text's RoundRobinTrimmer allocates exactly those lengths.
 
     preprocess = text.BertPreprocessor.from_vocab("vocab.txt", seq_length=128)
     train, steps = data.train_dataset(strategy, data.load_tsv("train.tsv"), 32,
@@ -90,12 +98,8 @@ class BertPreprocessor(tf.Module):
         """Return WordPiece ids, ragged [batch, words, pieces] (the TF Hub interface)."""
         return self._tokenizer.tokenize(sentences)
 
-    @tf.function(
-        input_signature=[
-            [tf.RaggedTensorSpec([None, None, None], tf.int32)],
-            tf.TensorSpec([], tf.int32),
-        ]
-    )
+    # No input_signature: one or two segments (export traces both, as TF Hub's models have).
+    @tf.function
     def bert_pack_inputs(self, segments, seq_length):
         """Pack tokenised segments into [CLS] a [SEP] (b [SEP]) of `seq_length`."""
         pieces = [s.merge_dims(-2, -1) for s in segments]
@@ -117,15 +121,25 @@ class BertPreprocessor(tf.Module):
         # Static shapes for XLA: the batch stays dynamic, the length does not.
         return {k: tf.ensure_shape(v, [None, self.seq_length]) for k, v in packed.items()}
 
+    @tf.function(
+        input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.string)]
+    )
+    def pack_pair(self, first, second):
+        """Return the packed BERT inputs of a batch of sentence pairs, [CLS] a [SEP] b [SEP]."""
+        segments = [self.tokenize(first), self.tokenize(second)]
+        packed = self.bert_pack_inputs(segments, tf.constant(self.seq_length))
+        return {k: tf.ensure_shape(v, [None, self.seq_length]) for k, v in packed.items()}
+
     def preprocess(self, sentences, labels):
-        """Map a (sentences, labels) batch to (BERT inputs, labels): a tf.data preprocess."""
-        inputs = self(sentences)
-        static = sentences.shape[:1].concatenate([self.seq_length])
-        return {k: tf.ensure_shape(v, static) for k, v in inputs.items()}, labels
+        """Map a (sentences or [batch, 2] pairs, labels) batch to (BERT inputs, labels)."""
+        return pack_batch(self, sentences, labels)
 
     def export(self, export_dir):
         """Write this preprocessor as a TF Hub preprocessing SavedModel and return the path."""
         os.makedirs(os.path.dirname(os.path.abspath(export_dir)), exist_ok=True)
+        tokens = tf.RaggedTensorSpec([None, None, None], tf.int32)
+        for segments in ([tokens], [tokens, tokens]):  # Single sentences and pairs.
+            self.bert_pack_inputs.get_concrete_function(segments, tf.TensorSpec([], tf.int32))
         tf.saved_model.save(self, export_dir)
         return export_dir
 
@@ -160,16 +174,42 @@ class HubBertPreprocessor(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def __call__(self, sentences):
         """Return the packed BERT inputs of one batch of sentences."""
-        packed = self.model.bert_pack_inputs([self.model.tokenize(sentences)], self.seq_length)
+        return self._pack([self.model.tokenize(sentences)])
+
+    @tf.function(
+        input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.string)]
+    )
+    def pack_pair(self, first, second):
+        """Return the packed BERT inputs of a batch of sentence pairs, [CLS] a [SEP] b [SEP]."""
+        return self._pack([self.model.tokenize(first), self.model.tokenize(second)])
+
+    def _pack(self, segments):
+        packed = self.model.bert_pack_inputs(segments, self.seq_length)
         return {
             k: tf.ensure_shape(tf.cast(v, tf.int32), [None, self.seq_length])
             for k, v in packed.items()
         }
 
     def preprocess(self, sentences, labels):
-        """Map a (sentences, labels) batch to (BERT inputs, labels): a tf.data preprocess."""
-        static = sentences.shape[:1].concatenate([self.seq_length])
-        return {k: tf.ensure_shape(v, static) for k, v in self(sentences).items()}, labels
+        """Map a (sentences or [batch, 2] pairs, labels) batch to (BERT inputs, labels)."""
+        return pack_batch(self, sentences, labels)
+
+
+def pack_batch(preprocessor, texts, labels):
+    """Return (BERT inputs, labels) of a batch of sentences [batch] or pairs [batch, 2].
+
+    The tf.data `preprocess` of both preprocessors: pairs go through `pack_pair`.
+    """
+    if texts.shape.rank == 2:
+        if texts.shape[1] != 2:
+            raise checks.ConfigError(
+                f"text features have {texts.shape[1]} columns; BERT packs 1 or 2 (a pair)."
+            )
+        inputs = preprocessor.pack_pair(texts[:, 0], texts[:, 1])
+    else:
+        inputs = preprocessor(texts)
+    static = texts.shape[:1].concatenate([preprocessor.seq_length])
+    return {k: tf.ensure_shape(v, static) for k, v in inputs.items()}, labels
 
 
 def hub_preprocess(handle, seq_length=128):

@@ -44,11 +44,13 @@ class ShardedBert:
       encoder_config: the exported encoder's models/bert.py BertConfig.
       encoder_weights: {variable name: array} of the exported encoder.
       preprocessor: the text preprocessor (for the raw-string export).
+      pair: the examples are sentence pairs (the export serves two strings).
     """
 
     encoder_config: Any
     encoder_weights: dict
     preprocessor: Any
+    pair: bool = False
 
 
 class ShardedBackend(backend_lib.Backend):
@@ -153,6 +155,7 @@ class ShardedBackend(backend_lib.Backend):
             self.bert.preprocessor,
             export_dir,
             overwrite=overwrite,
+            pair=self.bert.pair,
         )
 
     def weights_checksum(self):

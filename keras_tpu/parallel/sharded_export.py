@@ -15,7 +15,7 @@ import os
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.engine import export
+from keras_tpu.engine import text_export
 from keras_tpu.engine import outputs
 from keras_tpu.models import bert
 from keras_tpu.parallel import sharding
@@ -62,7 +62,7 @@ def load_native_encoder(handle):
     return config, {v.name: v.numpy() for v in loaded.variables}
 
 
-def _write_export(directory, weights, encoder_config, preprocessor):
+def _write_export(directory, weights, encoder_config, preprocessor, pair=False):
     """Write the encoder at directory/encoder and the raw-string classifier at directory."""
     encoder_dir = os.path.join(directory, ENCODER_SUBDIR)
     encoder = bert.build_bert_encoder(encoder_config)
@@ -75,16 +75,18 @@ def _write_export(directory, weights, encoder_config, preprocessor):
     classifier.get_layer("logits").set_weights(
         [weights["logits/kernel:0"], weights["logits/bias:0"]]
     )
-    # export_text_classifier replaces its target whole, so it writes into a scratch
+    # export_bert replaces its target whole, so it writes into a scratch
     # subdirectory (the encoder beside it survives) whose entries then move up.
     scratch = os.path.join(directory, _CLASSIFIER_SCRATCH)
-    export.export_text_classifier(classifier, preprocessor, scratch, None, overwrite=True)
+    text_export.export_bert(
+        classifier, preprocessor, scratch, None, pair=pair, regression=False, overwrite=True
+    )
     for entry in os.listdir(scratch):
         os.rename(os.path.join(scratch, entry), os.path.join(directory, entry))
     os.rmdir(scratch)
 
 
-def export_classifier(model, encoder_config, preprocessor, export_dir, *, overwrite=False):
+def export_classifier(model, encoder_config, preprocessor, export_dir, *, overwrite=False, pair=False):
     """Gather a mesh model's weights and export its TF Hub encoder and raw-string classifier.
 
     The whole export (export_dir/encoder included) is built in one temp directory
@@ -98,6 +100,6 @@ def export_classifier(model, encoder_config, preprocessor, export_dir, *, overwr
 
     def save(directory):
         with tf.device("/CPU:0"):
-            _write_export(directory, weights, encoder_config, preprocessor)
+            _write_export(directory, weights, encoder_config, preprocessor, pair)
 
     return outputs.save_atomically(save, export_dir, model, overwrite=overwrite)

@@ -1,4 +1,4 @@
-"""The built-in BERT task: sentence classification on a TF Hub encoder, from the public API.
+"""The built-in BERT task: sentence (pair) classification or regression on a TF Hub encoder.
 
     python scripts/train_bert.py --encoder_handle=DIR --vocab_file=vocab.txt \
       --train_file=../shared/data/sst2/train.tsv --eval_file=../shared/data/sst2/dev.tsv
@@ -9,35 +9,47 @@ import functools
 
 import keras_tpu
 from keras_tpu import checks
+from keras_tpu import data
 from keras_tpu import keras
-from keras_tpu.engine import export
 from keras_tpu.engine import optimizers
 from keras_tpu.models import bert
 from keras_tpu.parallel import memory
+from keras_tpu.data import text_sources
+from keras_tpu.engine import text_export
 from keras_tpu.tasks import bert_vocab
+from keras_tpu.tasks import extra_eval
+from keras_tpu.tasks import glue
 from keras_tpu.tasks import inputs
 
 
 @dataclasses.dataclass
 class BertRunConfig(keras_tpu.RunConfig):
-    """BERT fine-tuning on sentence classification.
+    """BERT fine-tuning on a sentence or a sentence pair, to classes or to a score.
 
     Run: python scripts/train_bert.py --encoder_handle=DIR --vocab_file=vocab.txt
          --train_file=../shared/data/sst2/train.tsv --eval_file=../shared/data/sst2/dev.tsv
+    A GLUE task through tfds needs no more than its name (keras_tpu.tasks.glue):
+         python scripts/train_bert.py ... --tfds_name=glue/mrpc
     """
 
     encoder_handle: str | None = None
     preprocess_handle: str | None = None  # Or vocab_file (+ lower_case).
     vocab_file: str | None = None
     lower_case: bool = True
-    train_file: str | None = None  # sentence<TAB>label TSV, with header.
+    train_file: str | None = None  # TSV with a header: sentence<TAB>label, or a pair's columns.
     eval_file: str | None = None
-    tfds_name: str | None = None  # Or a tfds text dataset, e.g. "imdb_reviews", "glue/sst2".
-    tfds_eval_split: str = "test"  # glue/sst2: "validation" (its test labels are hidden).
-    tfds_keys: str | None = None  # "text_feature,label_feature" for datasets without
-    # supervised keys, e.g. "sentence,label" for glue/sst2.
+    tfds_name: str | None = None  # Or a tfds text dataset, e.g. "imdb_reviews", "glue/mrpc".
+    tfds_eval_split: str | None = None  # Default: glue's dev split(s), else "test".
+    tfds_keys: str | None = None  # "text_feature,label_feature" (one sentence), e.g.
+    # "sentence,label" for glue/sst2; for pairs use text_keys.
+    text_keys: str | None = None  # The text columns/features: "sentence" or "sentence1,sentence2".
+    label_key: str = "label"
+    task_type: str | None = None  # "classification" or "regression"; default: glue's, else
+    # classification.
+    metrics: str | None = None  # e.g. "accuracy,f1"; default: glue's, else accuracy (regression:
+    # pearson,spearman).
     seq_length: int = 128
-    num_classes: int = 2
+    num_classes: int | None = None  # Default: glue's, else 2 (a regression has none).
     dropout: float = 0.1
     warmup_fraction: float = 0.1
     per_replica_batch_size: int = 32
@@ -48,9 +60,37 @@ class BertRunConfig(keras_tpu.RunConfig):
     def __post_init__(self):
         super().__post_init__()
         checks.seq_length(self.seq_length)
-        checks.integer("num_classes", self.num_classes, minimum=2)
         checks.fraction("warmup_fraction", self.warmup_fraction)
         checks.integer("model_parallel", self.model_parallel)
+        # Resolved here, so config.yaml records what the run used.
+        known = glue.glue_task(self.tfds_name)
+        if self.task_type is None:
+            self.task_type = known.task_type if known else glue.CLASSIFICATION
+        checks.one_of("task_type", self.task_type, glue.TASK_TYPES)
+        regression = self.task_type == glue.REGRESSION
+        if regression and self.num_classes is not None:
+            raise checks.ConfigError(
+                f"num_classes={self.num_classes} with task_type=regression; a regression has a "
+                f"1-unit head: drop --num_classes."
+            )
+        if not regression:
+            if self.num_classes is None:
+                self.num_classes = known.num_classes if known and known.num_classes else 2
+            checks.integer("num_classes", self.num_classes, minimum=2)
+        if self.text_keys is None and known and not self.tfds_keys:
+            self.text_keys = ",".join(known.text_keys)
+        if self.tfds_eval_split is None:
+            self.tfds_eval_split = ",".join(known.eval_splits) if known else "test"
+        if self.metrics is None:
+            default = known.metrics if known else glue.DEFAULT_METRICS[self.task_type]
+            self.metrics = ",".join(default)
+        glue.parse_metrics(self.metrics, self.task_type)
+        if self.text_keys is not None:
+            text_sources.TextColumns.parse(self.text_keys, self.label_key)
+
+    @property
+    def regression(self):
+        return self.task_type == glue.REGRESSION
 
 
 def _check_memory(model_or_config, info, policy, config):
@@ -65,13 +105,13 @@ def _check_memory(model_or_config, info, policy, config):
     )  # fmt: skip
 
 
-def _sharded(config, preprocessor):
+def _sharded(config, preprocessor, pair):
     """Return the Task fields that split the weights over a mesh (model_parallel > 1)."""
     from keras_tpu.parallel import sharded_backend  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel import sharded_export  # pylint: disable=g-import-not-at-top
 
     encoder_config, encoder_weights = sharded_export.load_native_encoder(config.encoder_handle)
-    bert_spec = sharded_backend.ShardedBert(encoder_config, encoder_weights, preprocessor)
+    bert_spec = sharded_backend.ShardedBert(encoder_config, encoder_weights, preprocessor, pair)
     return dict(
         backend=functools.partial(sharded_backend.ShardedBackend, bert=bert_spec),
         # The planner on the encoder's config: the mesh model's weights are DTensors.
@@ -79,39 +119,81 @@ def _sharded(config, preprocessor):
     )
 
 
+def _metrics(config, eval_examples):
+    """Return the task's metric objects and the monitor choosing the best weights."""
+    names = glue.parse_metrics(config.metrics, config.task_type)
+    build = {
+        "accuracy": lambda: "accuracy",
+        "f1": keras_tpu.metrics.BinaryF1,
+        "matthews_correlation": lambda: keras_tpu.metrics.MatthewsCorrelation(config.num_classes),
+        "pearson": lambda: keras_tpu.metrics.PearsonCorrelation(eval_examples),
+        "spearman": lambda: keras_tpu.metrics.SpearmanCorrelation(eval_examples),
+    }
+    if "f1" in names and config.num_classes != 2:
+        raise checks.ConfigError(
+            f"metric 'f1' is the binary F1; this task has {config.num_classes} classes. "
+            f"Drop it from --metrics."
+        )
+    return [build[name]() for name in names], f"val_{glue.monitor_for(names)}"
+
+
 @keras_tpu.register_task("bert")
 def bert_task(config: BertRunConfig) -> keras_tpu.Task:
-    """Return the Task fine-tuning `config.encoder_handle` on its sentence splits."""
+    """Return the Task fine-tuning `config.encoder_handle` on its sentence (pair) splits."""
     if not config.encoder_handle:
         raise checks.ConfigError("BERT needs --encoder_handle (a TF Hub handle or a local export).")
-    train, test = inputs.text_splits(config)
+    splits = inputs.text_splits(config)
     preprocessor = inputs.bert_preprocessor(config)
+    if config.model_parallel > 1 and (config.regression or config.metrics != "accuracy"):
+        raise checks.ConfigError(
+            f"--model_parallel={config.model_parallel} trains classifiers reported by accuracy "
+            f"only; got task_type={config.task_type}, metrics={config.metrics}. Use "
+            f"--model_parallel=1 (data parallel) for these."
+        )
     # model_parallel > 1: the weights split over a DTensor mesh (parallel.sharded_backend).
-    sharded = _sharded(config, preprocessor) if config.model_parallel > 1 else {}
-    fields = dict(
-        build_model=lambda: bert.build_bert_classifier(
+    sharded = _sharded(config, preprocessor, splits.pair) if config.model_parallel > 1 else {}
+    metrics, monitor = _metrics(config, data.count_examples(splits.eval))
+    if config.regression:
+        build_model = lambda: bert.build_bert_regressor(  # noqa: E731
+            config.encoder_handle, config.seq_length, dropout=config.dropout
+        )
+        loss = keras.losses.MeanSquaredError()
+    else:
+        build_model = lambda: bert.build_bert_classifier(  # noqa: E731
             config.encoder_handle, config.num_classes, config.seq_length, dropout=config.dropout
-        ),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
+        )
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    # More dev splits (MNLI's mismatched) are reported beside the first, in the history.
+    callbacks = lambda: [  # noqa: E731
+        extra_eval.ExtraEvaluation(
+            source, name, config.per_replica_batch_size, preprocessor.preprocess
+        )
+        for name, source in splits.extra_eval
+    ]
+    fields = dict(
+        build_model=build_model,
+        loss=loss,
+        metrics=metrics,
         optimizer=lambda total_steps: optimizers.bert_adamw(
             config.learning_rate, total_steps, config.warmup_fraction
         ),
-        train_data=train,
-        eval_data=test,
+        train_data=splits.train,
+        eval_data=splits.eval,
         preprocess=preprocessor.preprocess,
-        monitor="val_accuracy",
+        monitor=monitor,
         mode="max",
+        callbacks=callbacks if splits.extra_eval and config.model_parallel == 1 else (),
         flops_per_example=lambda model: bert.training_flops_per_example(model, config.seq_length),
         check_memory=lambda model, info, policy: _check_memory(model, info, policy, config),
         check_model=lambda model: bert_vocab.check_vocabulary(model, preprocessor, config),
-        export=lambda model, export_dir, strategy, overwrite: export.export_text_classifier(
-            model, preprocessor, export_dir, strategy, overwrite=overwrite
-        ),
+        export=lambda model, export_dir, strategy, overwrite: text_export.export_bert(
+            model, preprocessor, export_dir, strategy, pair=splits.pair,
+            regression=config.regression, overwrite=overwrite,
+        ),  # fmt: skip
     )
     return keras_tpu.Task(**{**fields, **sharded})
 
 
 def train_bert(config):
-    """Fine-tune a TF Hub BERT encoder for sentence classification; return the summary."""
+    """Fine-tune a TF Hub BERT encoder on sentences or pairs; return the summary."""
     return keras_tpu.fit("bert", config)

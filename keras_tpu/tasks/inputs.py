@@ -4,11 +4,15 @@ The datasets of the built-in tasks; everything here turns
 a config's data fields into `keras_tpu.data.sources` Sources and host-side preprocessing.
 """
 
+import dataclasses
+import os
+
 import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.data import text
+from keras_tpu.data import text_sources
 
 IMAGE_DATASETS = ("digits", "synthetic")
 
@@ -56,28 +60,81 @@ def in_memory_images(train, test):
     return train, test, None, image_shape, num_classes
 
 
+@dataclasses.dataclass(frozen=True)
+class TextSplits:
+    """A BERT run's text data.
+
+    Attributes:
+      train, eval: the Sources (or ArraySplits) trained and evaluated on.
+      extra_eval: (name, Source) of more dev splits reported beside `eval`
+        (glue/mnli: ("mismatched", validation_mismatched)).
+      pair: examples are sentence pairs ([2] strings), not single sentences.
+    """
+
+    train: object
+    eval: object
+    extra_eval: tuple = ()
+    pair: bool = False
+
+
 def text_splits(config):
-    """Return the (train, test) Sources of a BertRunConfig: TSV files or a tfds dataset."""
+    """Return the TextSplits of a BertRunConfig: TSV files or a tfds dataset."""
+    columns = _columns(config)
+    pair = columns is not None and len(columns.text) == 2
     if config.tfds_name:
         if config.train_file or config.eval_file:
             raise checks.ConfigError(
                 "pass either --tfds_name or --train_file/--eval_file, not both."
             )
-        keys = tuple(config.tfds_keys.split(",")) if config.tfds_keys else None
-        if keys is not None and len(keys) != 2:
-            raise checks.ConfigError(
-                f"tfds_keys={config.tfds_keys!r} must be 'text_feature,label_feature'."
-            )
-        return tuple(
-            data.tfds_source(config.tfds_name, split, data_dir=config.data_dir, keys=keys)
-            for split in ("train", config.tfds_eval_split)
+        eval_splits = config.tfds_eval_split.split(",")
+        if columns is None:  # Supervised keys, or tfds_keys naming one text feature.
+            keys = tuple(config.tfds_keys.split(",")) if config.tfds_keys else None
+            if keys is not None and len(keys) != 2:
+                raise checks.ConfigError(
+                    f"tfds_keys={config.tfds_keys!r} must be 'text_feature,label_feature'."
+                )
+            split_sources = [
+                data.tfds_source(config.tfds_name, split, data_dir=config.data_dir, keys=keys)
+                for split in ("train", *eval_splits)
+            ]
+        else:
+            split_sources = [
+                text_sources.tfds_text_source(
+                    config.tfds_name, split, columns, data_dir=config.data_dir,
+                    regression=config.regression,
+                )  # fmt: skip
+                for split in ("train", *eval_splits)
+            ]
+        extra = tuple(
+            (_split_name(split, eval_splits[0]), source)
+            for split, source in zip(eval_splits[1:], split_sources[2:])
         )
+        return TextSplits(split_sources[0], split_sources[1], extra, pair)
     if not (config.train_file and config.eval_file):
         raise checks.ConfigError("BERT needs --train_file and --eval_file (TSV) or --tfds_name.")
-    return tuple(
-        data.load_tsv(f, num_classes=config.num_classes)
+    columns = columns or text_sources.TextColumns(("sentence",), config.label_key)
+    train, test = (
+        text_sources.load_text_tsv(
+            f, columns, regression=config.regression, num_classes=config.num_classes
+        )
         for f in (config.train_file, config.eval_file)
     )
+    return TextSplits(train, test, (), pair)
+
+
+def _columns(config):
+    if config.text_keys is None:
+        return None
+    if config.tfds_keys:
+        raise checks.ConfigError("pass --text_keys (and --label_key) or --tfds_keys, not both.")
+    return text_sources.TextColumns.parse(config.text_keys, config.label_key)
+
+
+def _split_name(split, first):
+    """Return a short name for an extra split: "mismatched" for validation_mismatched."""
+    common = os.path.commonprefix([split, first])
+    common = common[: common.rfind("_") + 1]  # Whole words only: "validation_", not "..._m".
+    return split[len(common):] or split
 
 
 def bert_preprocessor(config):

@@ -1,0 +1,182 @@
+"""Text examples of one sentence or a sentence pair, with class or real-valued labels.
+
+A pair is one string feature of shape [2] per example (a batch is [batch, 2]),
+which `text.BertPreprocessor.preprocess` packs as `[CLS] a [SEP] b [SEP]`; a
+single sentence is a scalar string, as `sources.load_tsv` gives.
+
+    pairs = text_sources.load_text_tsv("dev.tsv", TextColumns(("sentence1", "sentence2")))
+    stsb = text_sources.tfds_text_source("glue/stsb", "validation",
+                                         TextColumns(("sentence1", "sentence2")), regression=True)
+"""
+
+import csv
+import dataclasses
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from keras_tpu import checks
+from keras_tpu.data import sources
+
+
+@dataclasses.dataclass(frozen=True)
+class TextColumns:
+    """Which columns (TSV header names or tfds features) hold the text and the label.
+
+    Attributes:
+      text: one name (a sentence) or two (a pair, in packing order).
+      label: the label's name.
+    """
+
+    text: tuple
+    label: str = "label"
+
+    def __post_init__(self):
+        if len(self.text) not in (1, 2) or not all(self.text):
+            raise checks.ConfigError(
+                f"text_keys={','.join(self.text)!r} names {len(self.text)} columns; BERT takes "
+                f"one (a sentence) or two (a pair), e.g. --text_keys=sentence1,sentence2."
+            )
+
+    @classmethod
+    def parse(cls, text_keys, label_key="label"):
+        """Return the columns of a "sentence1,sentence2" flag value."""
+        return cls(tuple(k.strip() for k in text_keys.split(",")), label_key)
+
+
+def _label(value, where, regression, num_classes):
+    """Return the label of one TSV field, or raise a one-line ConfigError naming it."""
+    if regression:
+        try:
+            label = float(value)
+        except ValueError:
+            raise checks.ConfigError(
+                f"{where}: label {value!r} is not a number; a regression task takes real-valued "
+                f"labels (or use --task_type=classification)."
+            ) from None
+        if not np.isfinite(label):
+            raise checks.ConfigError(f"{where}: label {value!r} is not finite.")
+        return label
+    try:
+        label = int(value)
+    except ValueError:
+        raise checks.ConfigError(
+            f"{where}: label {value!r} is not an integer class; for real-valued labels use "
+            f"--task_type=regression."
+        ) from None
+    if num_classes is not None and not 0 <= label < num_classes:
+        raise checks.ConfigError(
+            f"{where}: label {label} is outside the classes [0, {num_classes}); raise "
+            f"--num_classes or fix the label."
+        )
+    return label
+
+
+def load_text_tsv(path, columns, *, regression=False, num_classes=None):
+    """Read a TSV file with a header row into an ArraySplit of sentences or sentence pairs.
+
+    Args:
+      path: the TSV file (GLUE layout: quotes are plain text).
+      columns: the TextColumns to read.
+      regression: float32 labels (e.g. STS-B's 0-5 similarity) instead of int32 classes.
+      num_classes: for classification, every label must be in [0, num_classes).
+
+    Returns:
+      ArraySplit: x of shape [n] (one column) or [n, 2] (a pair) of str, y the labels.
+
+    Raises:
+      ConfigError: a missing column, a row with the wrong number of fields, a label
+        that is not a number or outside the classes, bytes that are not UTF-8, an
+        empty file; each one line naming the file and line.
+    """
+    if not os.path.isfile(path):
+        raise checks.MissingFileError(f"TSV file {path} does not exist.")
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        # The messages of sources.load_tsv, whose reader this one extends to pairs.
+        # pylint: disable=protected-access
+        try:
+            texts, labels = _read(path, reader, columns, regression, num_classes)
+        except UnicodeDecodeError as e:
+            raise checks.ConfigError(sources._not_utf8(path, e)) from None
+        except csv.Error as e:
+            message = sources._csv_error(path, reader.line_num, e, "\t")
+            raise checks.ConfigError(message) from None
+    if not texts:
+        raise checks.ConfigError(f"{path} has a header but no examples.")
+    x = np.array(texts, dtype=object)
+    x = x[:, 0] if len(columns.text) == 1 else x
+    return sources.ArraySplit(x, np.array(labels, dtype=np.float32 if regression else np.int32))
+
+
+def _read(path, reader, columns, regression, num_classes):
+    header = next(reader, None)
+    if header is None:
+        raise checks.ConfigError(f"{path} is empty; expected a header row and examples.")
+    for column in (*columns.text, columns.label):
+        if column not in header:
+            raise checks.ConfigError(
+                f"{path}:1: header {header} has no column {column!r}; name the text columns "
+                f"with --text_keys (e.g. sentence1,sentence2) and the label with --label_key."
+            )
+    text_at = [header.index(c) for c in columns.text]
+    label_at = header.index(columns.label)
+    texts, labels = [], []
+    for row in reader:
+        where = f"{path}:{reader.line_num}"
+        if len(row) != len(header):
+            raise checks.ConfigError(
+                f"{where}: {len(row)} fields separated by tabs, the header has {len(header)}."
+            )
+        labels.append(_label(row[label_at], where, regression, num_classes))
+        texts.append([row[i] for i in text_at])
+    return texts, labels
+
+
+def tfds_text_source(name, split, columns, *, data_dir=None, regression=False):
+    """Return a Source over a tfds text split: (sentence or [2] pair, label) examples.
+
+    Args:
+      name: the tfds dataset, e.g. "glue/mrpc".
+      split: its split, e.g. "validation_matched".
+      columns: the TextColumns naming its features.
+      data_dir: tfds's data directory.
+      regression: cast the labels to float32 (else int32 classes).
+
+    Raises:
+      DatasetUnavailableError: unknown name, or not prepared and no download.
+      ConfigError: a feature the dataset does not have.
+    """
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+    # tfds_source prepares the builder and says what is wrong in one line.
+    keys = (columns.text[0], columns.label)
+    base = sources.tfds_source(name, split, data_dir=data_dir, keys=keys)
+    builder = tfds.builder(name, data_dir=data_dir)
+    features = list(builder.info.features.keys())
+    for key in (*columns.text, columns.label):
+        if key not in features:
+            raise checks.ConfigError(
+                f"tfds dataset {name!r} has no feature {key!r}; its features are {features} "
+                f"(--text_keys, --label_key)."
+            )
+    label_dtype = tf.float32 if regression else tf.int32
+
+    def example(features):
+        texts = [features[k] for k in columns.text]
+        text = texts[0] if len(texts) == 1 else tf.stack(texts)
+        return text, tf.cast(features[columns.label], label_dtype)
+
+    def open_shard(num_pipelines, pipeline_id, by_file):
+        if by_file:
+            context = tf.distribute.InputContext(num_pipelines, pipeline_id)
+            config = tfds.ReadConfig(input_context=context, shuffle_seed=pipeline_id)
+            ds = builder.as_dataset(split=split, shuffle_files=True, read_config=config)
+            return ds.map(example)
+        ds = builder.as_dataset(split=split, shuffle_files=False)
+        return ds.map(example).shard(num_pipelines, pipeline_id)
+
+    return dataclasses.replace(
+        base, open_shard=open_shard, num_classes=None if regression else base.num_classes
+    )

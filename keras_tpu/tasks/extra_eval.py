@@ -1,0 +1,35 @@
+"""Report more evaluation splits beside the run's own (e.g. MNLI's mismatched dev set)."""
+
+from keras_tpu import data
+from keras_tpu.runtime.compat import keras
+
+
+class ExtraEvaluation(keras.callbacks.Callback):
+    """At each epoch's end, evaluate `source` exactly and add its metrics to the logs.
+
+    The values land in the epoch's logs as `val_<prefix>_<metric>` (so they are
+    printed, written to TensorBoard and kept in the summary's history); the run's
+    `monitor` stays on the main evaluation split.
+    """
+
+    def __init__(self, source, prefix, per_replica_batch, preprocess):
+        super().__init__()
+        self.source, self.prefix = source, prefix
+        self.per_replica_batch, self.preprocess = per_replica_batch, preprocess
+        self._eval = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None:
+            return
+        if self._eval is None:  # Under the model's strategy, built once.
+            self._eval = data.eval_dataset(
+                self.model.distribute_strategy, self.source, self.per_replica_batch,
+                preprocess=self.preprocess,
+            )  # fmt: skip
+        results = self.model.evaluate(
+            self._eval.dataset, steps=self._eval.steps, verbose=0, return_dict=True
+        )
+        # compile_model's weighted loss counts real examples only; Keras's "loss" does not.
+        results["loss"] = results.pop("weighted_loss", results.get("loss"))
+        for name, value in results.items():
+            logs[f"val_{self.prefix}_{name}"] = float(value)
