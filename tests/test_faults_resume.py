@@ -23,7 +23,6 @@ import pytest
 from tests.conftest import SST2
 from tests.conftest import REPO
 from tests.conftest import backup_step
-from tests.conftest import run_script
 
 pytestmark = pytest.mark.slow
 
@@ -162,21 +161,7 @@ def test_cnn_with_dropout_on_4_replicas_reruns_bit_identically(tmp_path):
 BERT_STEPS = 20  # 2 epochs of 10 steps; backups every 5 steps, one step per execution.
 
 
-@pytest.fixture(scope="module")
-def tiny_hub(tmp_path_factory):
-    """A tiny TF Hub BERT (dropout 0.1, unseeded as TF Hub exports are) and its preprocessing."""
-    tmp = tmp_path_factory.mktemp("hub")
-    learned = subprocess.run(
-        [sys.executable, "-c", "import sys; from keras_tpu import data; from keras_tpu.data import "
-         "text; text.write_vocab(text.learn_wordpiece_vocab(data.load_tsv(sys.argv[1]).x, 1000), "
-         "sys.argv[2])", f"{SST2}/dev.tsv", str(tmp / "vocab.txt")],
-        capture_output=True, text=True, timeout=300, cwd=REPO,
-    )  # fmt: skip
-    assert learned.returncode == 0, learned.stderr[-2000:]
-    exported = run_script("export_bert_hub.py", "--preset=tiny", f"--vocab_file={tmp / 'vocab.txt'}",
-                          f"--export_dir={tmp / 'hub'}")  # fmt: skip
-    assert exported.returncode == 0, exported.stderr[-3000:]
-    return json.loads(exported.stdout.strip().splitlines()[-1])
+# tiny_hub: conftest's tiny TF Hub BERT (dropout 0.1, unseeded as TF Hub exports are).
 
 
 def _train_bert(handles, model_dir, *flags, **kwargs):

@@ -314,13 +314,13 @@ def test_train_cnn_in_process_on_four_replicas(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_bert_sentence_pairs_on_sst2_pairs_and_serves_two_strings(tmp_path, sst2_vocab):
+def test_train_bert_sentence_pairs_on_sst2_pairs_and_serves_two_strings(tmp_path, tiny_hub):
     """A real-text pair task ("is the second sentence the positive one?") beats chance (0.5)."""
     from tests import sst2_pairs  # pylint: disable=g-import-not-at-top
 
     sst2_pairs.write_pairs(os.path.join(SST2, "train.tsv"), str(tmp_path / "train.tsv"))
     dev = sst2_pairs.write_pairs(os.path.join(SST2, "dev.tsv"), str(tmp_path / "dev.tsv"), seed=1)
-    handles = export_tiny_bert(sst2_vocab, tmp_path / "hub")
+    handles = tiny_hub
     result = run_script(
         "train_bert.py",
         f"--encoder_handle={handles['encoder']}",
@@ -365,9 +365,9 @@ def test_train_bert_sentence_pairs_on_sst2_pairs_and_serves_two_strings(tmp_path
 
 
 @pytest.mark.slow
-def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, sst2_vocab):
+def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
     """GLUE's three shapes by name alone, on 4 replicas, each reporting GLUE's metrics."""
-    handles = export_tiny_bert(sst2_vocab, tmp_path / "hub")
+    handles = tiny_hub
     code = (
         "import json, tensorflow_datasets as tfds\n"
         "from keras_tpu import tasks\n"
