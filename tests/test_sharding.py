@@ -377,7 +377,7 @@ def _loop(root, vocab, **overrides):
     from keras_tpu.parallel import sharded_training  # pylint: disable=g-import-not-at-top
 
     config = _sharded_config(root, vocab, **overrides)
-    train, _ = recipe_inputs.text_splits(config)
+    train = recipe_inputs.text_splits(config).train
     preprocessor = recipe_inputs.bert_preprocessor(config)
     encoder_config, weights = sharded_export.load_native_encoder(config.encoder_handle)
     keras.utils.set_random_seed(config.seed)
