@@ -231,3 +231,15 @@ def test_no_pipeline_runs_the_autotune_thread_that_stalls_iterator_deletion():
     chosen.autotune.enabled = True
     kept = data.without_autotune_thread(users.with_options(chosen))
     assert kept.options().autotune.enabled is True
+
+
+def test_the_per_replica_datasets_of_a_distributed_iterator_run_no_autotune_thread(mirrored):
+    """MultiDeviceIterator builds them with default options (data/autotune.py patches that).
+
+    A tripwire too: this reads TensorFlow's private iterator structure (TF 2.20-2.21).
+    """
+    split = data.ArraySplit(np.zeros((64, 3), np.float32), np.zeros((64,), np.int32))
+    dataset, _ = data.train_dataset(mirrored, split, per_replica_batch=4)
+    per_device = iter(dataset)._iterators[0]._iterator._device_iterators
+    assert len(per_device) == CPU_REPLICAS
+    assert [it._dataset.options().autotune.enabled for it in per_device] == [False] * CPU_REPLICAS

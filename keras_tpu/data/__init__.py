@@ -27,4 +27,4 @@ from keras_tpu.data.pipelines import EvalData  # noqa: F401
 from keras_tpu.data.pipelines import eval_dataset  # noqa: F401
 from keras_tpu.data.pipelines import eval_dataset_fn  # noqa: F401
 from keras_tpu.data.pipelines import DEFAULT_SHUFFLE_BUFFER  # noqa: F401
-from keras_tpu.data.pipelines import without_autotune_thread  # noqa: F401
+from keras_tpu.data.autotune import without_autotune_thread  # noqa: F401

@@ -15,6 +15,7 @@ import math
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.data.autotune import without_autotune_thread  # noqa: F401  (pipelines.*)
 from keras_tpu.data.sources import ArraySplit  # noqa: F401  (re-exported: keras_tpu.data.pipelines.*)
 from keras_tpu.data.sources import DatasetUnavailableError  # noqa: F401
 from keras_tpu.data.sources import Source  # noqa: F401
@@ -129,30 +130,9 @@ def count_examples(data):
     return int(source.open_shard(1, 0, False).reduce(0, lambda n, _: n + 1))
 
 
-def without_autotune_thread(dataset):
-    """Return `dataset` without tf.data's autotuning thread, unless its options set autotune.
-
-    Every iterator of an autotuned dataset runs a `tf_data_model` thread that
-    sleeps for its optimisation period between passes (doubling, to tens of
-    seconds), and on TF 2.20-2.21 deleting the iterator does not wake it: the
-    iterator's destructor waits out the sleep. `model.fit` deletes its training
-    iterator as it returns and the garbage collector deletes the rest, so runs sat
-    5-150 s after their last step with nothing on the screen (measured with
-    TF_CPP_VMODULE=model=2: the thread finished an 8,381 ms wait and one more pass
-    after fit's last step, then fit returned; benchmarks/bench_stall.py). Without
-    the thread, AUTOTUNE parallelism is min(16, cores) and prefetch buffers still
-    grow on demand (tf.data's legacy autotuner), which is what these pipelines need.
-    """
-    if dataset.options().autotune.enabled is not None:  # The caller chose: keep it.
-        return dataset
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    return dataset.with_options(options)
-
-
 def _options(deterministic):
     options = tf.data.Options()
-    options.autotune.enabled = False  # See without_autotune_thread.
+    options.autotune.enabled = False  # The thread stalls iterator deletion (autotune.py).
     # Deterministic even for shuffled training streams: out-of-order batches cross
     # the repeat() boundary (an example seen twice in one epoch, another missed:
     # measured under load with 2 workers), and an exact resume or a rerun from

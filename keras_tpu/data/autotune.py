@@ -1,0 +1,57 @@
+"""No tf.data autotune thread in the toolkit's pipelines: it stalls the end of every run.
+
+Every iterator of an autotuned dataset runs a `tf_data_model` thread that sleeps
+for its optimisation period between passes (doubling, to tens of seconds), and on
+TF 2.20-2.21 deleting the iterator does not wake it: the iterator's destructor
+waits out the sleep. `model.fit` deletes its iterators as it returns and the
+garbage collector deletes the rest, so runs sat 5-150 s after their last step with
+nothing on the screen. Measured with TF_CPP_VMODULE=model=2: the thread finished
+an 8,381 ms wait and one more pass after fit's last step, then fit returned
+(benchmarks/bench_stall.py has the before and after). Not reported upstream from
+here (no internet).
+
+Without the thread, AUTOTUNE parallelism is min(16, cores) and prefetch buffers
+still grow on demand (tf.data's legacy autotuner): what these pipelines need.
+"""
+
+import functools
+
+import tensorflow as tf
+from tensorflow.python.data.ops import multi_device_iterator_ops
+
+
+def without_autotune_thread(dataset):
+    """Return `dataset` without tf.data's autotuning thread, unless its options set autotune."""
+    if dataset.options().autotune.enabled is not None:  # The caller chose: keep it.
+        return dataset
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
+
+
+def _patch_per_device_datasets():
+    """Build MultiDeviceIterator's per-device datasets on CPUs without the thread.
+
+    A tf.distribute strategy feeds each replica from a per-device dataset that
+    MultiDeviceIterator builds itself (`_create_device_dataset`, TF 2.20-2.21) with
+    default options, so autotune is on there whatever the source dataset says: with
+    4 logical CPU replicas fit returned 10-35 s after its last step under load. They
+    hold nothing to tune (a fixed prefetch). Only CPU devices are changed: whether
+    an options dataset may be placed on a GPU or TPU is not exercised here.
+    tests/test_data.py fails if TensorFlow renames the function.
+    """
+    create = multi_device_iterator_ops._create_device_dataset  # pylint: disable=protected-access
+    if getattr(create, "keras_tpu_without_autotune_thread", False):
+        return
+
+    @functools.wraps(create)
+    def create_device_dataset(*args, **kwargs):
+        dataset = create(*args, **kwargs)
+        device = tf.DeviceSpec.from_string(dataset._variant_tensor.device or "")  # pylint: disable=protected-access
+        return without_autotune_thread(dataset) if device.device_type in (None, "CPU") else dataset
+
+    create_device_dataset.keras_tpu_without_autotune_thread = True
+    multi_device_iterator_ops._create_device_dataset = create_device_dataset  # pylint: disable=protected-access
+
+
+_patch_per_device_datasets()
