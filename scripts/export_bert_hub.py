@@ -10,13 +10,11 @@ keras_tpu.data.text.hub_preprocess.
 """
 
 import json
-import os
 import sys
 
 from absl import app
 from absl import flags
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 if __package__:  # python -m scripts.export_bert_hub
     from scripts import flag_utils  # noqa: E402

@@ -40,6 +40,13 @@ from keras_tpu.runtime import logs  # noqa: E402
 import keras_tpu  # noqa: E402
 
 FLAGS = flags.FLAGS
+# Every script imports this module first, so every script has --log_level (applied by parse_flags).
+flags.DEFINE_enum(
+    "log_level",
+    logs.DEFAULT_LEVEL,
+    list(logs.LEVELS),
+    "TensorFlow's log level: warning (default) hides its INFO chatter; info or debug bring it back.",
+)
 
 
 def define_flags(config_cls, helps):
@@ -69,7 +76,6 @@ def define_flags(config_cls, helps):
             flags.DEFINE_string(field.name, None if default is None else str(default), args[2])
     flags.DEFINE_string("config_file", None, FILE_HELP["config_file"])
     flags.DEFINE_string("params_override", None, FILE_HELP["params_override"])
-    flags.DEFINE_enum("log_level", logs.DEFAULT_LEVEL, list(logs.LEVELS), FILE_HELP["log_level"])
 
 
 def _given_flags(config_cls):
@@ -92,10 +98,9 @@ def _given_flags(config_cls):
 def config_from_flags(config_cls):
     """Return `config_cls` from --config_file, then the flags given, then --params_override.
 
-    Also applies --log_level. A bad file, key or value ends the program with one
-    `error:` line on stderr and exit code 2.
+    A bad file, key or value ends the program with one `error:` line on stderr and
+    exit code 2.
     """
-    logs.configure(FLAGS.log_level)
 
     def build(_):
         from_file = (
@@ -125,17 +130,19 @@ def run_or_explain(fn, config, known_errors=keras_tpu.CONFIG_ERRORS):
 
 
 def parse_flags(argv):
-    """Parse absl flags; a bad flag prints one `error:` line and exits with 2.
+    """Parse absl flags and apply --log_level; a bad flag prints one `error:` line, exit 2.
 
     Pass as `app.run(main, flags_parser=flag_utils.parse_flags)`: absl's own
     parser prints "FATAL Flags parsing error" and exits with 1. absl's message
     already carries its "Did you mean" suggestion for a mistyped name.
     """
     try:
-        return flags.FLAGS(argv)
+        remaining = flags.FLAGS(argv)
     except flags.Error as e:
         print(f"error: {e} (see --helpfull)", file=sys.stderr)
         sys.exit(2)
+    logs.configure(FLAGS.log_level)
+    return remaining
 
 
 def print_run(summary):
@@ -164,8 +171,6 @@ FILE_HELP = {
     "config_file": "YAML/JSON file of flag values (e.g. configs/, or a run's model_dir/config.yaml); "
     "flags given on the command line win.",
     "params_override": "'name=value,name=value' applied last, as in tensorflow/models.",
-    "log_level": "TensorFlow's log level: warning (default) hides its INFO chatter; info "
-    "or debug bring it back.",
 }
 
 RUN_HELP = {

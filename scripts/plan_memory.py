@@ -10,13 +10,11 @@ Without --per_replica_batch the breakdown is shown at the largest batch that fit
 
 import dataclasses
 import json
-import os
 import sys
 
 from absl import app
 from absl import flags
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 if __package__:  # python -m scripts.plan_memory
     from scripts import flag_utils  # noqa: E402

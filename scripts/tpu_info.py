@@ -8,13 +8,11 @@ exits 1 when a check fails.
 """
 
 import json
-import os
 import sys
 
 from absl import app
 from absl import flags
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 if __package__:  # python -m scripts.tpu_info
     from scripts import flag_utils  # noqa: E402

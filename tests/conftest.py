@@ -86,7 +86,8 @@ def export_tiny_bert(vocab_file, export_dir):
     """Export a tiny random BERT encoder and its preprocessing as TF Hub SavedModels, offline.
 
     Returns:
-      {"encoder": path, "preprocess": path}, as scripts/export_bert_hub.py prints them.
+      {"encoder": path, "preprocess": path}, as scripts/export_bert_hub.py prints them,
+      and "output": {"stdout": ..., "stderr": ...}, everything the script printed.
     """
     exported = run_script(
         "export_bert_hub.py",
@@ -95,7 +96,8 @@ def export_tiny_bert(vocab_file, export_dir):
         f"--export_dir={export_dir}",
     )
     assert exported.returncode == 0, exported.stderr[-3000:]
-    return json.loads(exported.stdout.strip().splitlines()[-1])
+    handles = json.loads(exported.stdout.strip().splitlines()[-1])
+    return {**handles, "output": {"stdout": exported.stdout, "stderr": exported.stderr}}
 
 
 def _tree_digest(*roots):
@@ -121,7 +123,9 @@ def tiny_hub(tmp_path_factory):
     under a file lock (xdist workers start together).
 
     Returns:
-      {"encoder": path, "preprocess": path}, as scripts/export_bert_hub.py prints them.
+      {"encoder": path, "preprocess": path}, as scripts/export_bert_hub.py prints them, with
+      "vocab" and the export's "output" (its stdout and stderr: the cache is keyed on the
+      code, so it is what the current code prints).
     """
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):

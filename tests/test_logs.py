@@ -1,8 +1,11 @@
 """Tests for keras_tpu.runtime.logs and the scripts' default output: quiet, with --log_level to undo."""
 
+import json
 import logging
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
@@ -11,6 +14,7 @@ from absl import logging as absl_logging
 from keras_tpu.runtime import logs
 from tests.conftest import SST2
 from tests.conftest import run_script
+from tests.conftest import subprocess_env
 
 ABSL_INFO = re.compile(r"^I\d{4} ", re.M)
 
@@ -83,3 +87,57 @@ def test_bert_export_prints_no_absl_info_line(tmp_path, tiny_hub):
     for chatter in ("Found untraced functions", "Sharding callback", "Writing fingerprint"):
         assert chatter not in output
     assert "weights sha256" in result.stdout  # The run's own lines stay.
+
+
+@pytest.mark.slow
+def test_export_bert_hub_prints_only_its_json_line(tiny_hub):
+    # conftest.tiny_hub ran scripts/export_bert_hub.py --preset=tiny (cached per code version,
+    # so this is the current code's output). It printed 16 lines for this one: 12 absl INFO
+    # lines (Sharding callback duration, Found untraced functions, Writing fingerprint, ...),
+    # tf_keras's "Compiled the loaded model" warning twice and cuInit.
+    output = tiny_hub["output"]
+    assert output["stderr"] == ""
+    lines = output["stdout"].splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["encoder"] == tiny_hub["encoder"]
+
+
+def test_harmless_tensorflow_errors_are_dropped_and_real_ones_kept():
+    harmless = [
+        "E0000 00:00:1795501155.434291   13032 op_level_cost_estimator.cc:1126] Incompatible "
+        "Matrix dimensions",
+        "E0000 00:00:1795501154.859049   12302 node_def_util.cc:682] NodeDef mentions attribute "
+        "use_unbounded_threadpool which is not in the op definition: Op<name=MapDataset; sig",
+        "E0000 00:00:1795501138.040492   12302 util.cc:131] oneDNN supports DT_INT64 only on "
+        "platforms with AVX-512. Falling back to the default Eigen-based implementation",
+    ]
+    real = [
+        "E0000 00:00:1795501155.434291   13032 op_level_cost_estimator.cc:1126] Incompatible "
+        "Matrix dimensions: and something else",
+        "F0000 00:00:1795501155.434291   13032 op_level_cost_estimator.cc:1126] Incompatible "
+        "Matrix dimensions",
+        "E0000 00:00:17.1   2 bfc_allocator.cc:1] Allocator ran out of memory",
+        "Traceback (most recent call last):",
+    ]
+    assert all(logs.HARMLESS.match(line) for line in harmless)
+    assert not any(logs.HARMLESS.match(line) for line in real)
+
+
+def test_stderr_filter_child_drops_harmless_lines_for_the_process_life(tmp_path):
+    # A fresh interpreter: the filter replaces file descriptor 2 for good. A C++ library
+    # writes to fd 2 directly, so the test does too; the last line has no newline and
+    # the process ends with os._exit (no flush, as a crash): the child still writes it back.
+    harmless = ("E0000 00:00:1.5   1 op_level_cost_estimator.cc:1126] Incompatible Matrix "
+                "dimensions")  # fmt: skip
+    code = (
+        "import os\n"
+        "from keras_tpu.runtime import logs\n"
+        "logs._filter_stderr_for_life(logs.HARMLESS)\n"
+        f"os.write(2, b'{harmless}\\n' * 3 + b'E0000 00:00:1.5   1 x.cc:1] real\\n')\n"
+        "os.write(2, b'last words')\n"
+        "os._exit(7)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, env=subprocess_env())  # fmt: skip
+    assert result.returncode == 7
+    assert "Incompatible Matrix" not in result.stderr  # (TensorFlow's import lines come first.)
+    assert result.stderr.endswith("\nE0000 00:00:1.5   1 x.cc:1] real\nlast words")

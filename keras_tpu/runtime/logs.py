@@ -10,6 +10,13 @@ TensorFlow talks through three channels, each silenced differently:
   "Could not find cuda drivers" INFO lines, twice). `quiet_startup` sends
   stderr to a temporary file during the import and writes back every line but
   those INFO lines, so a real error during the import still shows.
+* Known-harmless C++ error lines that TensorFlow prints while a run goes on
+  normally (`HARMLESS`: 96 "Incompatible Matrix dimensions" from the cost model
+  on a 2x2 DTensor mesh in a 20-step BERT run) cannot be silenced by level
+  without hiding every C++ error, so `quiet_startup` routes file descriptor 2
+  through a small child process that drops exactly those lines for the
+  process's whole life. A child, not a thread: if the process crashes, the
+  child still writes back everything it was sent, so no fatal line is lost.
 * Python logs follow `configure`: TensorFlow modules log either through the
   "tensorflow" logger (tf_logging) or through absl directly (`from absl import
   logging`: the checkpoint saver's "Sharding callback duration" on every save, the
@@ -26,6 +33,7 @@ import contextlib
 import logging
 import os
 import re
+import subprocess
 import sys
 import tempfile
 
@@ -54,6 +62,52 @@ _STARTUP_INFO = re.compile(
 # probe failing ("E... cuda_platform.cc:52] failed call to cuInit") is expected, not an error.
 # Without it the line stays: on a GPU host it is the broken driver's diagnostic.
 _NO_GPU_PROBE = re.compile(_STARTUP_INFO.pattern + r"|^E\d{4} .*\] failed call to cuInit")
+
+# Error-level C++ lines TensorFlow prints on a healthy run, dropped at "warning" and "error":
+# - grappler's cost model meets DTensor's per-device shapes on a model-parallel mesh (the
+#   step runs and trains as on one device; tests/test_faults_resume.py compares weights);
+# - a tf.data graph carries an attribute newer than this op registry; it is ignored;
+# - oneDNN falls back to Eigen for int64 ops on a CPU without AVX-512.
+# Only these exact messages: any other E or F line, and every traceback, stays.
+HARMLESS = re.compile(
+    r"^E\d{4} [\d:.]+ +\d+ (?:"
+    r"op_level_cost_estimator\.cc:\d+\] Incompatible Matrix dimensions$"
+    r"|node_def_util\.cc:\d+\] NodeDef mentions attribute use_unbounded_threadpool which is not "
+    r"in the op definition: Op<name=MapDataset;"
+    r"|util\.cc:\d+\] oneDNN supports DT_INT64 only on platforms with AVX-512\. Falling back"
+    r")"
+)
+# The child that filters file descriptor 2 (see the module docstring). It ignores SIGINT and
+# SIGTERM, which are for the run (its own handlers print what was saved), and ends when the
+# last writer closes the pipe.
+_FILTER_CHILD = """
+import re, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+drop = re.compile(sys.argv[1].encode())
+out = sys.stdout.buffer
+for line in iter(sys.stdin.buffer.readline, b""):
+    if not drop.match(line.rstrip(b"\\r\\n")):
+        out.write(line)
+        out.flush()
+"""
+_filter_child = None
+
+
+def _filter_stderr_for_life(drop):
+    """Send file descriptor 2 through a child process that drops the lines `drop` matches."""
+    global _filter_child
+    if _filter_child is not None:
+        return
+    sys.stderr.flush()
+    _filter_child = subprocess.Popen(
+        [sys.executable, "-S", "-E", "-c", _FILTER_CHILD, drop.pattern],
+        stdin=subprocess.PIPE,
+        stdout=2,
+        start_new_session=True,  # Ctrl-C at a terminal reaches the run, not the filter.
+    )
+    os.dup2(_filter_child.stdin.fileno(), 2)
+    _filter_child.stdin.close()  # fd 2 is now the only writer this process holds.
 
 
 def check_level(level):
@@ -90,6 +144,7 @@ def quiet_startup():
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = _CPP_LEVELS[level]
     if level in ("debug", "info"):
         return
+    _filter_stderr_for_life(HARMLESS)
     no_gpus = os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1")
     drop = _NO_GPU_PROBE if no_gpus else _STARTUP_INFO
     with _filtered_stderr(lambda line: bool(drop.match(line))):
@@ -98,6 +153,20 @@ def quiet_startup():
 
         if no_gpus:  # Probe now, inside the filter; listing physical devices fixes no config.
             compat.tf.config.list_physical_devices("GPU")
+
+
+class _DropHarmlessRecords(logging.Filter):
+    """Drop TensorFlow's Python warnings that say nothing about the user's run."""
+
+    # tf_keras's `model.save` of an uncompiled model (a TF Hub encoder export) tries to
+    # build compiled metrics that do not exist and warns about a "loaded" model.
+    MESSAGES = ("Compiled the loaded model, but the compiled metrics have yet to be built",)
+
+    def filter(self, record):
+        return not str(record.msg).startswith(self.MESSAGES)
+
+
+_harmless_records = _DropHarmlessRecords()
 
 
 def configure(level=DEFAULT_LEVEL):
@@ -113,4 +182,8 @@ def configure(level=DEFAULT_LEVEL):
     # fingerprinting_utils.py: the export chatter of issue 23 point 6).
     absl_logging.set_verbosity(level)
     tf.get_logger().setLevel(python_level)
+    if python_level >= logging.WARNING:
+        tf.get_logger().addFilter(_harmless_records)  # A set: adding it twice keeps one.
+    else:
+        tf.get_logger().removeFilter(_harmless_records)
     logging.getLogger().setLevel(python_level)  # keras_tpu's own loggers propagate here.
