@@ -263,8 +263,8 @@ def test_the_readme_example_runs_as_written(tmp_path):
 
 @pytest.mark.slow
 def test_the_readme_dict_features_example_runs_as_written(tmp_path):
-    """README "Several inputs or outputs": the block tagged ci:own-model-dict."""
-    text = open(os.path.join(REPO, "README.md")).read()
+    """docs/guide.md "Several inputs or outputs": the block tagged ci:own-model-dict."""
+    text = open(os.path.join(REPO, "docs", "guide.md")).read()
     block = text.split("<!-- ci:own-model-dict -->\n```python\n", 1)[1].split("```", 1)[0]
     code = block.replace("/tmp/keras_tpu_two_inputs", str(tmp_path / "two"))
     namespace = {}
