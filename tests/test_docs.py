@@ -1,0 +1,471 @@
+"""Docs that cannot go stale: every code block in the README, docs/, benchmarks/README.md and
+the configs/*.yaml headers is run, or has its names and flags checked, by a test here.
+
+A fenced block is ```python, ```bash or ```text (output, not code). Python blocks run in a
+fresh interpreter (one per file, blocks in order) unless a `<!-- docs:names-only: why -->`
+line precedes them (they need a TPU, the internet or objects of your own); every python
+block also has each `keras_tpu` name it uses resolved. Bash blocks are never run here
+(the README's BERT block is, by the slow test below): each `python scripts/*.py` or
+`python benchmarks/*.py` command has its flags parsed by that script's own absl flags, its
+`--config_file` and `--import` paths must exist, and `python -c` code is name-checked. A
+block after a `<!-- ci:NAME -->` marker must be read by the test that names that marker.
+"""
+
+import ast
+import glob
+import importlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+from tests.conftest import subprocess_env
+
+DOCS = sorted(
+    ["README.md", "benchmarks/README.md"]
+    + [os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "*.md"))]
+)
+CONFIGS = sorted(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "configs", "*.yaml")))
+LANGUAGES = ("python", "bash", "text")
+FENCE = re.compile(r"^```(\S*)\s*$")
+MARKER = re.compile(r"^<!-- ((?:ci|docs):[^>]*?) -->$")
+
+
+class Block:
+    """One code block: where it is, its language, its text and the marker line before it."""
+
+    def __init__(self, path, line, language, text, marker):
+        self.path, self.line, self.language, self.text, self.marker = (
+            path, line, language, text, marker)  # fmt: skip
+
+    def __repr__(self):
+        return f"{self.path}:{self.line} ({self.language})"
+
+
+def markdown_blocks(path):
+    """Return the fenced blocks of a Markdown file, each with the marker just before it."""
+    with open(os.path.join(REPO, path), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    blocks, i = [], 0
+    while i < len(lines):
+        fence = FENCE.match(lines[i])
+        if not fence:
+            i += 1
+            continue
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+        marker = MARKER.match(lines[i - 1]) if i else None
+        text = "\n".join(lines[i + 1:end]) + "\n"
+        blocks.append(Block(path, i + 1, fence.group(1), text, marker and marker.group(1)))
+        i = end + 1
+    return blocks
+
+
+def config_blocks(path):
+    """Return a config file's header commands (`#   command` lines) as one bash block."""
+    with open(os.path.join(REPO, path), encoding="utf-8") as f:
+        header = [ln for ln in f.read().splitlines() if ln.startswith("#")]
+    commands = [ln[1:].strip() for ln in header if ln.startswith("#   ")]
+    return [Block(path, 1, "bash", "\n".join(commands) + "\n", None)] if commands else []
+
+
+def all_blocks():
+    return [b for path in DOCS for b in markdown_blocks(path)] + [
+        b for path in CONFIGS for b in config_blocks(path)
+    ]
+
+
+# --- Python names --------------------------------------------------------------------------
+
+
+def _resolve_module_attr(obj, attr):
+    """getattr, importing a submodule when `obj` is a package that has not imported it."""
+    if hasattr(obj, attr):
+        return getattr(obj, attr)
+    if isinstance(obj, type(os)):
+        return importlib.import_module(f"{obj.__name__}.{attr}")
+    raise AttributeError(attr)
+
+
+def unresolved_names(code):
+    """Return the keras_tpu names `code` imports or uses that do not exist, as strings."""
+    tree = ast.parse(code)
+    bound, problems = {"keras_tpu": importlib.import_module("keras_tpu")}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] != "keras_tpu":
+                    continue
+                try:
+                    module = importlib.import_module(alias.name)
+                except ImportError as e:
+                    problems.append(f"import {alias.name}: {e}")
+                    continue
+                if alias.asname:
+                    bound[alias.asname] = module
+                else:
+                    bound["keras_tpu"] = importlib.import_module("keras_tpu")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "keras_tpu":
+            try:
+                module = importlib.import_module(node.module)
+            except ImportError as e:
+                problems.append(f"from {node.module}: {e}")
+                continue
+            for alias in node.names:
+                try:
+                    bound[alias.asname or alias.name] = _resolve_module_attr(module, alias.name)
+                except (AttributeError, ImportError):
+                    problems.append(f"from {node.module} import {alias.name}")
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        chain, root = [], node
+        while isinstance(root, ast.Attribute):
+            chain.insert(0, root.attr)
+            root = root.value
+        if not (isinstance(root, ast.Name) and root.id in bound):
+            continue
+        obj, path = bound[root.id], root.id
+        for attr in chain:
+            if not isinstance(obj, (type, type(os))):
+                break  # Attributes of instances and functions are not checked.
+            path += f".{attr}"
+            try:
+                obj = _resolve_module_attr(obj, attr)
+            except (AttributeError, ImportError):
+                problems.append(path)
+                break
+    return sorted(set(problems))
+
+
+PYTHON_BLOCKS = [b for b in all_blocks() if b.language == "python"]
+
+
+@pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=repr)
+def test_python_block_names_exist(block):
+    assert not unresolved_names(block.text), f"{block}: {unresolved_names(block.text)}"
+
+
+PROSE_NAME = re.compile(r"(?<![\w/.])keras_tpu(?:\.[A-Za-z_]\w*)+")
+
+
+def prose_names(path):
+    """Return the dotted keras_tpu names a doc or config file mentions (prose and code)."""
+    with open(os.path.join(REPO, path), encoding="utf-8") as f:
+        text = f.read()
+    text = re.sub(r"## Moved names\n.*?(?=\n## |\Z)", "", text, flags=re.S)  # Old names, below.
+    return sorted(set(PROSE_NAME.findall(text)))
+
+
+@pytest.mark.parametrize("path", DOCS + CONFIGS)
+def test_keras_tpu_names_in_prose_exist(path):
+    stale = [name for name in prose_names(path) if unresolved_names(name)]
+    assert not stale, f"{path} names what does not exist: {stale}"
+
+
+def test_moved_names_moved():
+    """docs/guide.md "Moved names": each old name is gone, each new one exists."""
+    with open(os.path.join(REPO, "docs", "guide.md"), encoding="utf-8") as f:
+        section = f.read().split("## Moved names\n", 1)[1].split("\n## ", 1)[0]
+    rows = [row.split("|")[1:3] for row in section.splitlines() if row.startswith("| `")]
+    assert len(rows) >= 3, section
+    for old, new in rows:
+        old_names, new_names = PROSE_NAME.findall(old), PROSE_NAME.findall(new)
+        assert old_names and new_names, (old, new)
+        assert all(unresolved_names(n) for n in old_names), old
+        assert not any(unresolved_names(n) for n in new_names), new
+
+
+def _all_modules():
+    """Return every keras_tpu module, imported, by dotted name."""
+    import pkgutil  # pylint: disable=g-import-not-at-top
+
+    import keras_tpu  # pylint: disable=g-import-not-at-top
+
+    for info in pkgutil.walk_packages(keras_tpu.__path__, "keras_tpu.", onerror=lambda _: None):
+        try:
+            importlib.import_module(info.name)
+        except ImportError:
+            pass
+    return {n: m for n, m in sys.modules.items() if n.startswith("keras_tpu") and m is not None}
+
+
+def code_reference_exists(token, modules):
+    """Whether a short code reference (`doctor.check_libtpu`, `engine/trainer.py`,
+    `KerasBackend.rehearse`) names a module, or an attribute of a module or class, that exists."""
+    if token.endswith(".py"):
+        suffix = "." + token[:-3].replace("/", ".")
+        return any(("." + name).endswith(suffix) for name in modules)
+    parts = token.replace("/", ".").split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        suffix = "." + ".".join(parts[:i])
+        found = [m for name, m in modules.items() if ("." + name).endswith(suffix)]
+        if found:
+            return any(_has_chain(m, parts[i:]) for m in found)
+    return any(_has_chain(m, parts) for m in modules.values() if isinstance(getattr(m, parts[0], None), type))
+
+
+def _has_chain(obj, attrs):
+    for attr in attrs:
+        if not hasattr(obj, attr):
+            return False
+        obj = getattr(obj, attr)
+    return True
+
+
+def test_verification_table_names_real_code():
+    """docs/verification.md's "code" column: each dotted reference exists."""
+    modules = _all_modules()
+    with open(os.path.join(REPO, "docs", "verification.md"), encoding="utf-8") as f:
+        rows = [row.split("|") for row in f.read().splitlines() if row.startswith("| ")]
+    tokens = [t for row in rows[2:] if len(row) > 3 for t in re.findall(r"`([\w/]+(?:\.[\w]+)+)`", row[2])]
+    assert len(tokens) > 30, tokens
+    missing = [t for t in tokens if not code_reference_exists(t, modules)]
+    assert not missing, f"docs/verification.md names code that does not exist: {missing}"
+    assert not code_reference_exists("doctor.check_tpu_found", modules)
+    assert not code_reference_exists("engine/no_such_file.py", modules)
+
+
+def test_name_check_finds_stale_names():
+    code = (
+        "import keras_tpu\nfrom keras_tpu import data, text\nfrom keras_tpu.parallel import memory\n"
+        "keras_tpu.training.compile_model\nkeras_tpu.runtime.resolver.no_such_function(x).y\n"
+        "memory.estimate\nmemory.gone\ninfo.kind\n"
+    )
+    assert unresolved_names(code) == [
+        "from keras_tpu import text",
+        "keras_tpu.runtime.resolver.no_such_function",
+        "memory.gone",
+    ]
+
+
+def _runnable(block):
+    return not (block.marker or "").startswith(("docs:names-only", "ci:"))
+
+
+@pytest.mark.parametrize("path", sorted({b.path for b in PYTHON_BLOCKS if _runnable(b)}))
+def test_python_blocks_run(path, tmp_path):
+    """Run a file's python blocks, in order, each in its own namespace, in one interpreter."""
+    blocks = [b for b in PYTHON_BLOCKS if b.path == path and _runnable(b)]
+    program = "\n".join(
+        f"print('--- {b!r}', flush=True)\nexec(compile({b.text!r}, {repr(b)!r}, 'exec'), {{}})"
+        for b in blocks
+    )
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                            timeout=300, env=subprocess_env(), cwd=REPO)  # fmt: skip
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+
+
+# --- Shell commands ------------------------------------------------------------------------
+
+
+def shell_commands(text):
+    """Return each command of a bash block as an argument list (comments, `&`, `&&` split)."""
+    commands = []
+    for line in text.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        command = []
+        for word in words + ["&&"]:
+            if word in ("&&", "&", ";", "||"):
+                if command:
+                    commands.append(command)
+                command = []
+            else:
+                command.append(word)
+    return commands
+
+
+# Commands that are not the project's own: installers and the test runner.
+NOT_CHECKED = (("pip",), ("python", "-m", "pytest"))
+
+
+def classify(command):
+    """Return ("script", path, args), ("module", name, args), ("code", code) or ("skip",)."""
+    if tuple(command[: len(NOT_CHECKED[0])]) == NOT_CHECKED[0] or tuple(command[:3]) == NOT_CHECKED[1]:
+        return ("skip",)
+    assert command[0] == "python", f"a documented command that no test checks: {command}"
+    if command[1] == "-c":
+        return ("code", command[2])
+    if command[1] == "-m":
+        return ("module", command[2], command[3:])
+    return ("script", command[1], command[2:])
+
+
+BASH_BLOCKS = [b for b in all_blocks() if b.language == "bash"]
+SCRIPT_COMMANDS = [
+    (block, kind[1], kind[2])
+    for block in BASH_BLOCKS
+    for kind in map(classify, shell_commands(block.text))
+    if kind[0] == "script"
+]
+
+# Parses each command's flags with its script's own absl flags, in one interpreter: the
+# script is run as a module not named __main__ (so it only defines its flags), then absl
+# parses the documented arguments. Flags and modules a script defined are removed before
+# the next. Scripts on argparse have their flag names looked up in their source.
+_FLAG_CHECKER = r"""
+import json, os, runpy, sys
+from absl import flags
+import absl.app  # noqa: F401  (its flags are in the baseline)
+FLAGS = flags.FLAGS
+baseline = set(FLAGS)
+repo = os.getcwd()
+own_dirs = [os.path.join(repo, "scripts"), os.path.join(repo, "benchmarks")]
+sys.path[:0] = own_dirs
+problems = []
+for script, args in json.loads(sys.argv[1]):
+    for name in set(FLAGS) - baseline:
+        delattr(FLAGS, name)
+    for name, module in list(sys.modules.items()):
+        if os.path.dirname(getattr(module, "__file__", None) or "") in own_dirs:
+            del sys.modules[name]
+    path = os.path.join(repo, script)
+    source = open(path).read()
+    if "argparse" in source:
+        missing = [a.split("=")[0] for a in args
+                   if a.startswith("--") and repr(a.split("=")[0].replace('-', '_')) not in source
+                   and repr(a.split("=")[0]) not in source and f'"{a.split("=")[0]}"' not in source]
+        problems += [f"{script}: unknown {m}" for m in missing]
+        continue
+    sys.argv = [path, *args]
+    try:
+        runpy.run_path(path, run_name="__docs_check__")
+        FLAGS.unparse_flags()
+        FLAGS([path, *args])
+    except SystemExit as e:
+        problems.append(f"{script} {args}: exit {e.code} while defining its flags")
+    except flags.Error as e:
+        problems.append(f"{script} {args}: {e}")
+    FLAGS.unparse_flags()
+print(json.dumps(problems))
+"""
+
+
+def test_every_block_has_a_language():
+    wrong = [b for b in all_blocks() if b.language not in LANGUAGES]
+    assert not wrong, f"tag each block python, bash or text: {wrong}"
+
+
+def test_script_commands_parse_with_the_scripts_flags():
+    assert len(SCRIPT_COMMANDS) > 20, "the documented commands were not found"
+    jobs = [(script, args) for _, script, args in SCRIPT_COMMANDS]
+    result = subprocess.run([sys.executable, "-c", _FLAG_CHECKER, json.dumps(jobs)],
+                            capture_output=True, text=True, timeout=300, env=subprocess_env(),
+                            cwd=REPO)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    problems = json.loads(result.stdout.strip().splitlines()[-1])
+    assert not problems, problems
+
+
+def test_flag_check_catches_a_wrong_flag():
+    jobs = [("scripts/plan_memory.py", ["--preset=base", "--seq_lenght=512"]),
+            ("scripts/tpu_info.py", ["--log_level=info", "--json"])]  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", _FLAG_CHECKER, json.dumps(jobs)],
+                            capture_output=True, text=True, timeout=300, env=subprocess_env(),
+                            cwd=REPO)  # fmt: skip
+    problems = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(problems) == 1 and "seq_lenght" in problems[0], problems
+
+
+@pytest.mark.parametrize("block, script, args", SCRIPT_COMMANDS, ids=lambda x: repr(x) if isinstance(x, Block) else "")
+def test_script_command_files_exist(block, script, args):
+    assert os.path.exists(os.path.join(REPO, script)), f"{block}: no {script}"
+    for arg in args:
+        name, _, value = arg.partition("=")
+        if name in ("--config_file", "--import") and not value.startswith("/tmp"):
+            assert os.path.exists(os.path.join(REPO, value)), f"{block}: {arg} does not exist"
+
+
+def test_other_commands_name_real_code():
+    for block in BASH_BLOCKS:
+        for kind in map(classify, shell_commands(block.text)):
+            if kind[0] == "code":
+                assert not unresolved_names(kind[1]), f"{block}: {unresolved_names(kind[1])}"
+            elif kind[0] == "module":
+                assert importlib.util.find_spec(kind[1]), f"{block}: no module {kind[1]}"
+
+
+def test_each_ci_marker_is_read_by_a_test():
+    markers = {b.marker for b in all_blocks() if (b.marker or "").startswith("ci:")}
+    assert {"ci:install", "ci:test", "ci:own-model", "ci:tpu-install", "ci:bert"} <= markers
+    readers = "".join(open(p, encoding="utf-8").read() for p in glob.glob(os.path.join(REPO, "tests", "*.py")))
+    with open(os.path.join(REPO, ".ci", "run"), encoding="utf-8") as f:
+        readers += f.read()
+    unread = sorted(m for m in markers if m not in readers.replace(f"{'ci'}:{{", ""))
+    assert not unread, f"blocks no test reads: {unread}"
+
+
+def test_ci_blocks_keep_the_install_light_and_the_tests_exact():
+    text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    install = re.search(r"<!-- ci:install -->\n```bash\n(.*?)```", text, re.S).group(1)
+    tests = re.search(r"<!-- ci:test -->\n```bash\n(.*?)```", text, re.S).group(1)
+    assert install.startswith('pip install -e ".[test,hf]"')
+    assert tests.splitlines()[0] == "python -m pytest -n 2"
+    users = text.split("<!-- ci:install -->")[0]  # Before the Development section.
+    assert "pip install -e .\n" in users and "[test" not in users
+
+
+# --- Prose ----------------------------------------------------------------------------------
+
+# A reader does not know which machine "here" was, nor the tracker's numbers.
+DIARY = re.compile(
+    r"\b(?:issue \d+|(?:measured|tested|verified|exercised|validated|profiled|checked|run|ran|"
+    r"took|changed|found|re-read|seen) here|(?:no|not) \w+ here|here \(|on this (?:machine|host"
+    r"|CPU)|\*here\*)|(?<![\w/.-])#\d{2,}\b",
+    re.I,
+)
+
+
+def diary_phrases(text):
+    return [m.group(0) for m in DIARY.finditer(text)]
+
+
+def test_readme_and_docs_have_no_host_diary_or_issue_numbers():
+    found = {}
+    # docs/api.md is generated from docstrings, which may say "this host" of the user's.
+    for path in ["README.md"] + [p for p in DOCS if p.startswith("docs/") and p != "docs/api.md"]:
+        with open(os.path.join(REPO, path), encoding="utf-8") as f:
+            hits = diary_phrases(f.read())
+        if hits:
+            found[path] = hits
+    assert not found, found
+
+
+def test_diary_check_catches_what_it_is_for():
+    assert diary_phrases("fixed in issue 24; see #31. Measured here (2 vCPUs); on this host.") == [
+        "issue 24", "#31", "Measured here", "on this host"]  # fmt: skip
+    assert not diary_phrases("tensorflow/tensorflow#28302 and keras-team/keras#19246; click here.")
+
+
+def test_readme_stays_short():
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        assert len(f.read().splitlines()) <= 250
+
+
+def test_api_page_is_current():
+    from keras_tpu import api_docs  # pylint: disable=g-import-not-at-top
+
+    with open(api_docs.PAGE, encoding="utf-8") as f:
+        assert f.read() == api_docs.render(), "docs/api.md is stale: run python -m keras_tpu.api_docs"
+
+
+# --- The README's BERT block, as written --------------------------------------------------
+
+
+@pytest.mark.slow
+def test_readme_bert_block_runs_as_written(tmp_path):
+    """README "BERT": the block tagged ci:bert, from the repository root, its /tmp paths moved."""
+    block = next(b for b in markdown_blocks("README.md") if b.marker == "ci:bert")
+    if not os.path.exists(os.path.join(REPO, "..", "shared", "data", "sst2", "train.tsv")):
+        pytest.skip("the block reads SST-2 from ../shared/data/sst2 beside the repository")
+    script = block.text.replace("/tmp/", f"{tmp_path}/")
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True,
+                            text=True, timeout=1800, env=subprocess_env(), cwd=REPO)  # fmt: skip
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    summary = json.loads((tmp_path / "bert_run" / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["test_examples"] == 872
+    assert summary["test"]["accuracy"] > 0.6
