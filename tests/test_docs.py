@@ -441,6 +441,19 @@ def test_diary_check_catches_what_it_is_for():
     assert not diary_phrases("tensorflow/tensorflow#28302 and keras-team/keras#19246; click here.")
 
 
+LINK = re.compile(r"\]\(((?!https?:|#)[^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_relative_links_point_to_files():
+    broken = []
+    for path in DOCS:
+        with open(os.path.join(REPO, path), encoding="utf-8") as f:
+            targets = LINK.findall(f.read())
+        folder = os.path.dirname(os.path.join(REPO, path))
+        broken += [f"{path}: {t}" for t in targets if not os.path.exists(os.path.join(folder, t))]
+    assert not broken, broken
+
+
 def test_readme_stays_short():
     with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
         assert len(f.read().splitlines()) <= 250
