@@ -371,6 +371,19 @@ def test_flag_check_catches_a_wrong_flag():
     assert len(problems) == 1 and "seq_lenght" in problems[0], problems
 
 
+def test_every_script_takes_log_level():
+    scripts = sorted(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "scripts", "*.py"))
+                     if not p.endswith(("flag_utils.py", "__init__.py")))  # fmt: skip
+    assert len(scripts) >= 6, scripts
+    task = {"scripts/train.py": ["--task=cnn"]}  # train.py defines its flags from the task's.
+    jobs = [(script, [*task.get(script, []), "--log_level=info"]) for script in scripts]
+    result = subprocess.run([sys.executable, "-c", _FLAG_CHECKER, json.dumps(jobs)],
+                            capture_output=True, text=True, timeout=300, env=subprocess_env(),
+                            cwd=REPO)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
 @pytest.mark.parametrize("block, script, args", SCRIPT_COMMANDS, ids=lambda x: repr(x) if isinstance(x, Block) else "")
 def test_script_command_files_exist(block, script, args):
     assert os.path.exists(os.path.join(REPO, script)), f"{block}: no {script}"
