@@ -92,7 +92,7 @@ def test_bert_export_prints_no_absl_info_line(tmp_path, tiny_hub):
 @pytest.mark.slow
 def test_export_bert_hub_prints_only_its_json_line(tiny_hub):
     # conftest.tiny_hub ran scripts/export_bert_hub.py --preset=tiny (cached per code version,
-    # so this is the current code's output). It printed 16 lines for this one: 12 absl INFO
+    # so this is the current code's output). It printed 16 lines for this one: 12 INFO
     # lines (Sharding callback duration, Found untraced functions, Writing fingerprint, ...),
     # tf_keras's "Compiled the loaded model" warning twice and cuInit.
     output = tiny_hub["output"]
