@@ -101,6 +101,28 @@ def test_export_bert_hub_prints_only_its_json_line(tiny_hub):
     assert len(lines) == 1 and json.loads(lines[0])["encoder"] == tiny_hub["encoder"]
 
 
+def test_tf_keras_uncompiled_save_warning_is_dropped_only_when_quiet(caplog):
+    before = tf.get_logger().level, logging.getLogger().level, absl_logging.get_verbosity()
+    message = ("Compiled the loaded model, but the compiled metrics have yet to be built. "
+               "`model.compile_metrics` will be empty until you train or evaluate the model.")  # fmt: skip
+    try:
+        logs.configure("warning")
+        with caplog.at_level(logging.WARNING, logger="tensorflow"):
+            tf.get_logger().warning(message)
+            tf.get_logger().warning("a real warning")
+        assert [r.getMessage() for r in caplog.records] == ["a real warning"]
+        caplog.clear()
+        logs.configure("info")
+        with caplog.at_level(logging.WARNING, logger="tensorflow"):
+            tf.get_logger().warning(message)
+        assert [r.getMessage() for r in caplog.records] == [message]
+    finally:
+        tf.get_logger().removeFilter(logs._harmless_records)
+        tf.get_logger().setLevel(before[0])
+        logging.getLogger().setLevel(before[1])
+        absl_logging.set_verbosity(before[2])
+
+
 def test_harmless_tensorflow_errors_are_dropped_and_real_ones_kept():
     harmless = [
         "E0000 00:00:1795501155.434291   13032 op_level_cost_estimator.cc:1126] Incompatible "
