@@ -308,10 +308,12 @@ class Backup(keras.callbacks.Callback):
                 self.nan_step = int(self.model.optimizer.iterations.numpy())
             return
         self._logs = logs or {}
-        if self.signal is not None:
+        # Stops by raising, not `stop_training`: fit would still evaluate the partial epoch
+        # and end it (best weights, history, TensorBoard) in the signal's grace period.
+        if self.preemption is not None:  # On a cluster, at the step the workers agree on.
+            self.preemption.at_execution_end(self.save)
+        elif self.signal is not None:
             self.save()
-            # Raised, not `stop_training`: fit would still evaluate the partial epoch and
-            # end it (best weights, history, TensorBoard) in the signal's grace period.
             raise self.stop_reason()
         if self.every_steps:
             step = int(self.model.optimizer.iterations.numpy())

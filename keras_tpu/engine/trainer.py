@@ -182,6 +182,7 @@ class _Run:
                 e, self.info, self.config.model_dir, self.config.backup
             ) from e
         finally:
+            self.preemption.close()
             if self.callbacks.backup:
                 self.callbacks.backup.close()
             if lock:
@@ -227,6 +228,8 @@ class _Run:
             preemption=self.preemption,
         )
         self.preemption.backup = self.callbacks.backup
+        if self.info.is_multi_worker:  # Every worker stops at one step, backed up by all.
+            self.preemption.join_cluster(self.strategy)
 
     def _claim_and_restore(self):
         """Lock model_dir, check it holds this run, restore its backup; return (lock, step)."""
@@ -264,6 +267,8 @@ class _Run:
         except checkpointing.RunStopped:
             _close_tensorboard(self.callbacks.all)  # Its last epochs reach the disk.
             raise
+        finally:
+            self.preemption.close()  # Later phases stop at once, on every worker alike.
         self._raise_if_stopped()
         history = self.callbacks.history
         final_step = int(self.model.optimizer.iterations.numpy())
@@ -292,7 +297,7 @@ class _Run:
         """Raise RunStopped for a preempted run, or for a NaN loss (after a "nan" summary)."""
         backup, guard = self.callbacks.backup, self.callbacks.nan_guard
         if self.preemption.signal is not None:  # It came after the last execution.
-            raise backup.stop_reason() if backup else self.preemption.stopped()
+            raise self.preemption.stopped()
         if guard.stopped_at is None:
             return
         kept = backup and backup.saved_step
