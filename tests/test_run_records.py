@@ -23,12 +23,14 @@ from keras_tpu.engine import config_files
 from keras_tpu.engine import outputs
 from keras_tpu import keras
 from tests.conftest import CPU_REPLICAS
+from tests.conftest import best_weights
+from tests.conftest import epoch_scalars
+from tests.conftest import without_timing
 
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(48, 3)).astype(np.float32)
 Y = (X.sum(axis=1, keepdims=True) + 0.3 * RNG.normal(size=(48, 1))).astype(np.float32)
 # 32 training examples / global batch 8: 4 steps an epoch, 5 epochs, a backup every 2 steps.
-TIMING = ("examples_per_second", "step_time_ms")
 
 
 class _Seen(keras.callbacks.Callback):
@@ -75,38 +77,6 @@ def _run(model_dir, stop=None, **fields):
     return keras_tpu.fit(_task(seen), config), seen
 
 
-def _best_weights(model_dir):
-    reader = tf.train.load_checkpoint(os.path.join(model_dir, "best", "checkpoint"))
-    names = sorted(n for n in reader.get_variable_to_shape_map() if n.startswith("layer_with_weights"))
-    return {name: reader.get_tensor(name) for name in names}
-
-
-def _epoch_scalars(model_dir):
-    """Return [(train|validation, tag, epoch, value)] of every per-epoch scalar written."""
-    scalars = []
-    for root, _, files in os.walk(os.path.join(model_dir, "tensorboard")):
-        for name in files:
-            for event in tf.compat.v1.train.summary_iterator(os.path.join(root, name)):
-                for v in event.summary.value:
-                    if v.tag.startswith("epoch_") and v.tag[len("epoch_"):] not in TIMING:
-                        value = float(tf.make_ndarray(v.tensor))
-                        scalars.append((os.path.basename(root), v.tag, event.step, value))
-    return sorted(scalars)
-
-
-def _without_timing(summary):
-    summary = dict(summary)
-    for key in ("train_seconds", "train_examples_per_second", "resumed_from_step", "config",
-                "test", "test_weights"):  # fmt: skip
-        summary.pop(key)
-    for key in ("history", "final_train"):
-        summary[key] = {k: v for k, v in summary[key].items() if k not in TIMING}
-    summary["throughput"] = [
-        {k: v for k, v in record.items() if k not in TIMING} for record in summary["throughput"]
-    ]
-    return summary
-
-
 def test_a_run_stopped_twice_reports_the_uninterrupted_run(tmp_path):
     """Also: the best weights exported, and another run's export dir refused."""
     whole, whole_seen = _run(tmp_path / "whole")
@@ -124,10 +94,10 @@ def test_a_run_stopped_twice_reports_the_uninterrupted_run(tmp_path):
     resumed, seen = _run(run, export_weights="best", export_dir=str(tmp_path / "export"))
 
     assert resumed["resumed_from_step"] == 14 and resumed["final_step"] == 20
-    assert _without_timing(resumed) == _without_timing(whole)
+    assert without_timing(resumed) == without_timing(whole)
     assert resumed["train_examples_per_second"] > 0
     assert (seen.batches, seen.epochs) == (whole_seen.batches, whole_seen.epochs) == (20, [0, 1, 2, 3, 4])
-    best, whole_best = _best_weights(run), _best_weights(tmp_path / "whole")
+    best, whole_best = best_weights(run), best_weights(tmp_path / "whole")
     assert best.keys() == whole_best.keys() and best
     for name in best:
         np.testing.assert_array_equal(best[name], whole_best[name], err_msg=name)
@@ -139,8 +109,8 @@ def test_a_run_stopped_twice_reports_the_uninterrupted_run(tmp_path):
     kernel = [n for n in exported.get_variable_to_shape_map() if n.endswith("kernel/.ATTRIBUTES/VARIABLE_VALUE")]
     np.testing.assert_array_equal(exported.get_tensor(kernel[0]), best[
         "layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE"])
-    scalars = _epoch_scalars(run)
-    assert scalars == _epoch_scalars(tmp_path / "whole")
+    scalars = epoch_scalars(run)
+    assert scalars == epoch_scalars(tmp_path / "whole")
     assert len([s for s in scalars if s[:2] == ("validation", "epoch_loss")]) == 5
     _refused_rerun_into_another_model_dir(tmp_path, run)
 

@@ -6,6 +6,7 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 import keras_tpu
+from keras_tpu.engine import checkpointing
 from keras_tpu.parallel import memory
 from keras_tpu.tasks import inputs as recipe_inputs
 from keras_tpu.parallel import sharding
@@ -425,22 +426,32 @@ def test_executions_of_n_steps_give_the_single_step_run(tiny_export, tmp_path):
     # Each distinct execution length traces a DTensor program (tens of seconds here):
     # 4 steps as one execution, then as 1 + 3, and the resumed loop reuses length 1.
     one_call, _ = _loop(root, vocab)
+    one_call.start(0)
     whole = one_call.run_execution(4)
     assert whole.step == 4 and len(whole.losses) == 4 and whole.finite
     split, _ = _loop(root, vocab)
+    split.start(0)
     parts = [split.run_execution(n) for n in (1, 3)]
     assert [r.step for r in parts] == [1, 4]
     np.testing.assert_allclose(sum((r.losses for r in parts), ()), whole.losses, rtol=0, atol=1e-6)
     assert split.weights_checksum() == one_call.weights_checksum()
 
-    # A restored loop reads the data from the restored step on (its examples skipped).
-    path = split.checkpoint.save(str(tmp_path / "ckpt"))
+    # A restored loop started at the restored step reads the data from there (its examples
+    # skipped). The checkpoint holds the layers' random generators, as the engine's backups do.
+    def checkpoint(loop):
+        generators = checkpointing.random_generators(loop.model)
+        return tf.train.Checkpoint(
+            model=loop.model, optimizer=loop.optimizer, random_generators=generators
+        )
+
+    path = checkpoint(split).save(str(tmp_path / "ckpt"))
     resumed, _ = _loop(root, vocab)
-    resumed.checkpoint.restore(path)
+    checkpoint(resumed).restore(path)
     assert resumed.step == 4 and resumed.weights_checksum() == split.weights_checksum()
     uninterrupted = resumed.batches(0)
     for _ in range(4):
         next(uninterrupted)
+    resumed.start(resumed.step)
     expected, positioned = next(uninterrupted), next(resumed.batches(resumed.step))
     for a, b in zip(tf.nest.flatten(expected), tf.nest.flatten(positioned)):
         np.testing.assert_array_equal(sharding.to_numpy(a), sharding.to_numpy(b))

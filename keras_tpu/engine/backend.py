@@ -17,6 +17,7 @@ import dataclasses
 
 from keras_tpu import checks
 from keras_tpu.engine import inputs as inputs_lib
+from keras_tpu.engine import run_position
 from keras_tpu.engine import summary as summary_lib
 from keras_tpu.engine import task as task_lib
 from keras_tpu.engine import training
@@ -72,8 +73,12 @@ class Backend:
         """Compile the steps for a TPU on this host and raise on a finding (or refuse)."""
         raise NotImplementedError
 
-    def train(self, callbacks, start_step):
-        """Train from `start_step` (the data starting there); return the history dict."""
+    def train(self, callbacks, position):
+        """Train from `position` (a run_position.RunPosition; the data starts there).
+
+        Returns:
+          The history dict.
+        """
         raise NotImplementedError
 
     def evaluate(self):
@@ -142,17 +147,18 @@ class KerasBackend(Backend):
                 self.model, self.inputs.train(0), eval_dataset=self.inputs.eval
             )
 
-    def train(self, callbacks, start_step):
+    def train(self, callbacks, position):
         eval_data = self.inputs.eval
-        history = self.model.fit(
-            self.inputs.train(start_step),  # Only now: the stream starts at the restored step.
-            epochs=self.config.epochs,
-            steps_per_epoch=self.shape.steps_per_epoch,
-            validation_data=eval_data.dataset if eval_data else None,
-            validation_steps=eval_data.steps if eval_data else None,
-            callbacks=list(callbacks),
-            verbose=1 if self.config.verbose == 1 else 0,  # 2: the ProgressLogger's lines.
-        )
+        with run_position.fit_starts_at(self.model, position):
+            history = self.model.fit(
+                self.inputs.train(position.step),  # Only now: it starts at the restored step.
+                epochs=self.config.epochs,
+                steps_per_epoch=self.shape.steps_per_epoch,
+                validation_data=eval_data.dataset if eval_data else None,
+                validation_steps=eval_data.steps if eval_data else None,
+                callbacks=list(callbacks),
+                verbose=1 if self.config.verbose == 1 else 0,  # 2: the ProgressLogger's lines.
+            )
         return history.history
 
     def evaluate(self):

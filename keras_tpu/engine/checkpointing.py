@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.engine import run_dir
+from keras_tpu.engine import run_position
 from keras_tpu.engine import run_records
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy_info import StrategyInfo
@@ -76,22 +77,6 @@ def random_generators(model):
         if isinstance(generator, tf.random.Generator):
             generators.append(generator)
     return generators
-
-
-class _Counters:
-    """tf_keras's `model._training_state` hook: where `fit` starts (epoch, step in epoch).
-
-    `Model.fit` asks `model._training_state.maybe_load_initial_counters_from_ckpt`
-    after `on_train_begin` (tf_keras engine/training.py); it is the only way to start
-    `fit` in the middle of an epoch. tests/test_checkpointing.py fails if it changes.
-    """
-
-    def __init__(self, step):
-        self.step = step
-
-    def maybe_load_initial_counters_from_ckpt(self, steps_per_epoch, initial_epoch, mode=None):
-        del initial_epoch, mode
-        return divmod(self.step, steps_per_epoch)
 
 
 class Backup(keras.callbacks.Callback):
@@ -266,8 +251,9 @@ class Backup(keras.callbacks.Callback):
                 f"`data.train_dataset(..., start_step=step)`, then model.fit; or train with "
                 f"keras_tpu.fit, which does this."
             )
-        # Start fit at the restored step's epoch and batch (see _Counters).
-        self.model._training_state = _Counters(self.start_step)  # pylint: disable=protected-access
+        if self.preemption is None:  # Standalone with model.fit; the engine positions fit itself.
+            position = run_position.RunPosition(self.start_step, self.params["steps"])
+            run_position.start_fit_at(self.model, position)
         if self.handle_signals and threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGTERM, signal.SIGINT):
                 self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
@@ -329,7 +315,8 @@ class Backup(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         self._restore_handlers()
-        self.model._training_state = None  # pylint: disable=protected-access
+        if self.preemption is None:
+            run_position.clear_fit_start(self.model)
         if self.nan_step is None:
             # A failed export then finds the trained weights, not an older step; a signal
             # that came after the last execution (during its evaluation) loses nothing.

@@ -43,6 +43,7 @@ from keras_tpu.engine import outputs
 from keras_tpu.engine import preemption as preemption_lib
 from keras_tpu.engine import registry
 from keras_tpu.engine import run_dir
+from keras_tpu.engine import run_position
 from keras_tpu.engine import summary as summary_lib
 from keras_tpu.engine import task as task_lib
 from keras_tpu.engine import training
@@ -170,10 +171,10 @@ class _Run:
 
     def _run(self):
         self._prepare()
-        lock, start_step = self._claim_and_restore()
+        lock, position = self._claim_and_restore()
         try:
             self.preemption.enter("training")
-            trained = self._train(start_step)
+            trained = self._train(position)
             summary = self._conclude(trained)
         except cluster.FAILURE_ERRORS as e:
             if not self.info.is_multi_worker:
@@ -232,7 +233,7 @@ class _Run:
             self.preemption.join_cluster(self.strategy)
 
     def _claim_and_restore(self):
-        """Lock model_dir, check it holds this run, restore its backup; return (lock, step)."""
+        """Lock model_dir, check it holds this run, restore its backup; return (lock, position)."""
         config, backup = self.config, self.callbacks.backup
         lock = None
         if config.model_dir and self.info.is_chief:
@@ -257,13 +258,13 @@ class _Run:
             if lock:
                 lock.release()
             raise
-        return lock, start_step
+        return lock, run_position.RunPosition(start_step, self.shape.steps_per_epoch)
 
-    def _train(self, start_step):
-        """Train from `start_step`, the data positioned there; return a _Trained."""
+    def _train(self, position):
+        """Train from `position` (the data and the loop start there); return a _Trained."""
         self._end_pending_epoch()
         try:
-            self.backend.train(self.callbacks.all, start_step)
+            self.backend.train(self.callbacks.all, position)
         except checkpointing.RunStopped:
             _close_tensorboard(self.callbacks.all)  # Its last epochs reach the disk.
             raise
@@ -272,7 +273,7 @@ class _Run:
         self._raise_if_stopped()
         history = self.callbacks.history
         final_step = int(self.model.optimizer.iterations.numpy())
-        return _Trained(history.history, history.seconds(), start_step, final_step)
+        return _Trained(history.history, history.seconds(), position.step, final_step)
 
     def _end_pending_epoch(self):
         """Evaluate and end the epoch whose last step was backed up before its evaluation."""

@@ -124,11 +124,11 @@ class ShardedBackend(backend_lib.Backend):
     def rehearse(self):
         raise AssertionError("check_config refuses --rehearse_tpu before build")
 
-    def train(self, callbacks, start_step):
+    def train(self, callbacks, position):
         loop = self.loop
+        loop.start(position.step)  # The stream starts at the restored step.
 
         def train_steps(n):
-            # ShardedLoop positions the data at the optimizer's (restored) step itself.
             return {"loss": sum(loop.run_execution(n).losses) / n}
 
         steps = execution_loop.StepFunctions(
@@ -139,9 +139,8 @@ class ShardedBackend(backend_lib.Backend):
             steps,
             callbacks,
             epochs=self.config.epochs,
-            steps_per_epoch=self.shape.steps_per_epoch,
             steps_per_execution=self.shape.steps_per_execution,
-            start_step=start_step,
+            position=position,
         )
 
     def evaluate(self):

@@ -1,7 +1,7 @@
 """The sharded training loop: N steps per host call on a DTensor mesh, acted on between calls.
 
     loop = sharded_loop.ShardedLoop(mesh, model, optimizer, global_batch=16, train_data=...)
-    loop.checkpoint.restore(path)            # optional: the data follows the restored step
+    loop.start(step)                         # the data from this step on (a restored run's)
     result = loop.run_execution(16)          # ExecutionResult(step, losses)
     metrics = loop.evaluate(test, preprocess)
 
@@ -20,7 +20,6 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from keras_tpu import data
-from keras_tpu.engine import checkpointing
 from keras_tpu.parallel import sharded_export
 from keras_tpu.engine import summary as summary_lib
 from keras_tpu.parallel import sharding
@@ -78,25 +77,21 @@ class ShardedLoop:
     """Train a mesh model N steps per host call; the caller acts between executions.
 
     Attributes:
-      mesh, model, optimizer: what the loop trains.
-      checkpoint: tf.train.Checkpoint(model=, optimizer=, random_generators=) (the
-        dropout generators' state, as the engine's backups hold it); after restoring
-        it, the next execution reads the data from the restored step.
+      mesh, model, optimizer: what the loop trains (the engine's backups hold
+        them, with the dropout generators, in their one layout: checkpointing.Backup).
       global_batch: examples per step across the mesh.
+
+    `start(step)` positions the training stream, at the step the run's position
+    says (run_position.RunPosition); the loop does not derive it itself.
     """
 
     def __init__(self, mesh, model, optimizer, *, global_batch, train_data, preprocess, seed=0):
         self.mesh, self.model, self.optimizer = mesh, model, optimizer
-        self.checkpoint = tf.train.Checkpoint(
-            model=model,
-            optimizer=optimizer,
-            random_generators=checkpointing.random_generators(model),
-        )
         self.global_batch = global_batch
         self._train, self._preprocess, self._seed = train_data, preprocess, seed
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         self._step_fn = sharding.make_train_step(model, optimizer, loss)
-        self._batches, self._position = None, None  # The iterator, and the step it is at.
+        self._batches = None  # The training stream, from `start`.
 
     @property
     def step(self):
@@ -119,15 +114,17 @@ class ShardedLoop:
         )
         return iter(dataset)
 
+    def start(self, step):
+        """Start the training stream at optimizer step `step` (the run's position)."""
+        self._batches = self.batches(step)
+
     def run_execution(self, steps):
         """Train `steps` steps with one read back to the host at the end; return the result."""
-        step = self.step
-        if self._position != step:  # The first execution, or a restore moved the model.
-            self._batches = self.batches(step)
+        if self._batches is None:
+            raise RuntimeError("ShardedLoop.start(step) comes before the first execution")
         losses = [self._step_fn(*next(self._batches)) for _ in range(steps)]
         values = sharding.to_numpy(tf.stack(losses))  # The execution's only host read.
-        self._position = step + steps
-        return ExecutionResult(step=self._position, losses=tuple(float(v) for v in values))
+        return ExecutionResult(step=self.step, losses=tuple(float(v) for v in values))
 
     def evaluate(self, test, preprocess):
         """Return the Evaluation over every example of `test` exactly once."""
