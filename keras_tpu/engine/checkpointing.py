@@ -25,14 +25,13 @@ import logging
 import math
 import os
 import shutil
-import signal
 import tempfile
-import threading
 
 import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.engine import preemption as preemption_lib
 from keras_tpu.engine import run_dir
 from keras_tpu.engine import run_position
 from keras_tpu.engine import run_records
@@ -41,13 +40,7 @@ from keras_tpu.runtime.strategy_info import StrategyInfo
 
 log = logging.getLogger(__name__)
 
-
-class RunStopped(Exception):
-    """The run stopped before its end; `exit_code` is what a script exits with."""
-
-    def __init__(self, message, exit_code):
-        super().__init__(message)
-        self.exit_code = exit_code
+RunStopped = preemption_lib.RunStopped  # Where callers have always caught it.
 
 
 class BackupOrderError(checks.ConfigError):
@@ -100,8 +93,9 @@ class Backup(keras.callbacks.Callback):
           every_steps: back up every this many optimizer steps; None: every epoch.
           steps_per_execution: the model's, to say where step backups can land.
           options: tf.train.CheckpointOptions (a remote TPU's I/O device).
-          handle_signals: back up and stop on SIGTERM/SIGINT, with handlers of its own
-            (standalone use with model.fit; ignored with `preemption`).
+          handle_signals: back up and stop on SIGTERM/SIGINT during `fit`, with a
+            Preemption of its own (standalone use with model.fit; ignored with
+            `preemption`).
           state_callbacks: callbacks whose `state_dict()` is saved with each backup
             and given back by `load_state_dict` on restore (run_records).
           history: the run's `run_records.RunHistory` (epochs done, training time).
@@ -120,7 +114,14 @@ class Backup(keras.callbacks.Callback):
         self.multi_worker = StrategyInfo.of(strategy).is_multi_worker
         self.every_steps = every_steps
         self.options = options
-        self.handle_signals = handle_signals and preemption is None
+        # Standalone (model.fit): this callback positions fit and, with handle_signals,
+        # owns the signals while fit runs; under the engine the run does both.
+        self._standalone = preemption is None
+        if self._standalone and handle_signals:
+            preemption = preemption_lib.Preemption(
+                step=lambda: int(self.model.optimizer.iterations.numpy())
+            )
+            preemption.backup = self
         self.preemption = preemption
         if every_steps and every_steps % steps_per_execution:
             log.warning(
@@ -132,8 +133,6 @@ class Backup(keras.callbacks.Callback):
         self.restored = False  # restore() ran (the engine calls it before building the data).
         self.saved_step = None
         self.nan_step = None
-        self._own_signal = None
-        self._previous_handlers = {}
         self._manager = None
 
     # Checkpoints --------------------------------------------------------------
@@ -251,38 +250,27 @@ class Backup(keras.callbacks.Callback):
                 f"`data.train_dataset(..., start_step=step)`, then model.fit; or train with "
                 f"keras_tpu.fit, which does this."
             )
-        if self.preemption is None:  # Standalone with model.fit; the engine positions fit itself.
+        if self._standalone:
             position = run_position.RunPosition(self.start_step, self.params["steps"])
             run_position.start_fit_at(self.model, position)
-        if self.handle_signals and threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
-
-    def _on_signal(self, signum, frame):
-        del frame
-        if self._own_signal is not None:  # A second signal: stop now, the default way.
-            self._restore_handlers()
-            signal.raise_signal(signum)
-            return
-        self._own_signal = signum
-        log.warning("keras_tpu: %s: backing up at the end of this execution, then stopping",
-                    signal.Signals(signum).name)  # fmt: skip
+            if self.preemption is not None:
+                self.preemption.enter("training")
+                self.preemption.install()
 
     @property
     def signal(self):
-        """The SIGTERM/SIGINT received (by the run's Preemption or this callback), or None."""
-        return self.preemption.signal if self.preemption is not None else self._own_signal
+        """The SIGTERM/SIGINT the run's Preemption received, or None."""
+        return self.preemption.signal if self.preemption is not None else None
 
     def close(self):
         """Give SIGTERM/SIGINT back their handlers, drop a worker's scratch; idempotent."""
-        self._restore_handlers()
+        self._release_signals()
         if getattr(self, "_scratch", None):
             shutil.rmtree(self._scratch, ignore_errors=True)
 
-    def _restore_handlers(self):
-        for signum, handler in self._previous_handlers.items():
-            signal.signal(signum, handler)
-        self._previous_handlers = {}
+    def _release_signals(self):
+        if self._standalone and self.preemption is not None:
+            self.preemption.uninstall()
 
     def on_train_batch_end(self, batch, logs=None):
         if self._add_metrics:  # The first execution of a resumed run: see add_metric_sums.
@@ -297,10 +285,11 @@ class Backup(keras.callbacks.Callback):
         # Stops by raising, not `stop_training`: fit would still evaluate the partial epoch
         # and end it (best weights, history, TensorBoard) in the signal's grace period.
         if self.preemption is not None:  # On a cluster, at the step the workers agree on.
-            self.preemption.at_execution_end(self.save)
-        elif self.signal is not None:
-            self.save()
-            raise self.stop_reason()
+            try:
+                self.preemption.at_execution_end(self.save)
+            except RunStopped:
+                self._release_signals()  # fit raises past on_train_end.
+                raise
         if self.every_steps:
             step = int(self.model.optimizer.iterations.numpy())
             if step // self.every_steps > (self.saved_step or 0) // self.every_steps:
@@ -314,24 +303,13 @@ class Backup(keras.callbacks.Callback):
             self.save()  # At a backed-up step: its records now hold this epoch's end.
 
     def on_train_end(self, logs=None):
-        self._restore_handlers()
-        if self.preemption is None:
+        self._release_signals()
+        if self._standalone:
             run_position.clear_fit_start(self.model)
         if self.nan_step is None:
             # A failed export then finds the trained weights, not an older step; a signal
             # that came after the last execution (during its evaluation) loses nothing.
             self.save()
-
-    def stop_reason(self):
-        """Return RunStopped for a preempted run, else None."""
-        if self.signal is None:
-            return None
-        name = signal.Signals(self.signal).name
-        return RunStopped(
-            f"stopped by {name} at step {self.saved_step}, backed up in {self.directory}; "
-            f"run the same command again to resume.",
-            exit_code=128 + self.signal,
-        )
 
 
 class FiniteModelCheckpoint(keras.callbacks.ModelCheckpoint):

@@ -23,7 +23,6 @@ import logging
 import signal
 import threading
 
-from keras_tpu.engine import checkpointing
 from keras_tpu.engine import cluster_stop
 from keras_tpu.runtime.compat import keras
 
@@ -37,6 +36,14 @@ PHASES = {  # Phase name -> how the stop line says it.
     "exporting": "during the export",
     "finishing": "while writing the summary",
 }
+
+
+class RunStopped(Exception):
+    """The run stopped before its end; `exit_code` is what a script exits with."""
+
+    def __init__(self, message, exit_code):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class Preemption:
@@ -92,13 +99,17 @@ class Preemption:
     @contextlib.contextmanager
     def installed(self):
         """Handle SIGTERM/SIGINT within this context (main thread only; else a no-op)."""
-        if threading.current_thread() is threading.main_thread():
-            for signum in SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._on_signal)
+        self.install()
         try:
             yield self
         finally:
             self.uninstall()
+
+    def install(self):
+        """Handle SIGTERM/SIGINT from now on (main thread only; else a no-op)."""
+        if threading.current_thread() is threading.main_thread() and not self._previous:
+            for signum in SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._on_signal)
 
     def uninstall(self):
         """Give the signals back their previous handlers; idempotent."""
@@ -157,7 +168,7 @@ class Preemption:
                 f"stopped by {name} {where}; nothing was saved: {self._no_backup_reason}, "
                 f"so running {rerun} starts over."
             )
-        return checkpointing.RunStopped(message, exit_code=exit_code)
+        return RunStopped(message, exit_code=exit_code)
 
 
 class StopOnSignal(keras.callbacks.Callback):
