@@ -1,10 +1,12 @@
 """Tests for keras_tpu.engine.run_records: a run stopped and resumed reports what an uninterrupted one does.
 
 In-process, on the session's 4 logical CPU replicas: a linear regression whose
-val_loss improves for 3 epochs, then worsens. One run is stopped twice
-(SIGTERM at an epoch's last step, backed up before its evaluation; an
-exception, as a kill, mid-epoch after a new best) and rerun each time; its summary, history, best epoch and `best/` weights, a user callback's
-state and TensorBoard's per-epoch scalars equal an uninterrupted run's. The same
+val_loss improves for 3 epochs, then worsens. One run is stopped at each phase
+(SIGTERM at an epoch's last step, backed up before its evaluation; then, as a
+kill, an exception mid-epoch after a new best, during the final evaluation and
+during the export) and rerun each time; its summary, history, best epoch and
+`best/` weights, a user callback's state, TensorBoard's per-epoch scalars and its
+export equal an uninterrupted run's. The same
 runs show `export_weights="best"` and that a config.yaml rerun into another
 model_dir is refused rather than replacing the first run's export.
 """
@@ -18,6 +20,7 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu
+from keras_tpu.engine import backend
 from keras_tpu.engine import checkpointing
 from keras_tpu.engine import config_files
 from keras_tpu.engine import outputs
@@ -77,7 +80,11 @@ def _run(model_dir, stop=None, **fields):
     return keras_tpu.fit(_task(seen), config), seen
 
 
-def test_a_run_stopped_twice_reports_the_uninterrupted_run(tmp_path):
+def _killed(*_, **__):
+    raise KeyboardInterrupt("killed")  # As a kill: nothing after it runs.
+
+
+def test_a_run_stopped_at_each_phase_reports_the_uninterrupted_run(tmp_path, monkeypatch):
     """Also: the best weights exported, and another run's export dir refused."""
     whole, whole_seen = _run(tmp_path / "whole")
     val_loss = whole["history"]["val_loss"]
@@ -91,9 +98,18 @@ def test_a_run_stopped_twice_reports_the_uninterrupted_run(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         # Epoch 3 (steps 9-12) was a new best; the last backup, step 14, is mid-epoch 4.
         _run(run, stop=(15, "kill"))
-    resumed, seen = _run(run, export_weights="best", export_dir=str(tmp_path / "export"))
+    exporting = {"export_weights": "best", "export_dir": str(tmp_path / "export")}
+    with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
+        patch.setattr(backend.KerasBackend, "evaluate", _killed)  # During the final evaluation.
+        _run(run, **exporting)
+    with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
+        save_atomically = outputs.save_atomically
+        patch.setattr(outputs, "save_atomically", lambda save, *a, **k: save_atomically(_killed, *a, **k))
+        _run(run, **exporting)  # During the export.
+    assert not (tmp_path / "export").exists()
+    resumed, seen = _run(run, **exporting)
 
-    assert resumed["resumed_from_step"] == 14 and resumed["final_step"] == 20
+    assert resumed["resumed_from_step"] == 20 and resumed["final_step"] == 20
     assert without_timing(resumed) == without_timing(whole)
     assert resumed["train_examples_per_second"] > 0
     assert (seen.batches, seen.epochs) == (whole_seen.batches, whole_seen.epochs) == (20, [0, 1, 2, 3, 4])
