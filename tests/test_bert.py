@@ -1,4 +1,4 @@
-"""Tests for models/bert.py (installed as keras_tpu.models.bert), on a tiny BERT."""
+"""Tests for keras_tpu/models/bert, on a tiny BERT."""
 
 import numpy as np
 import pytest

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from keras_tpu import data
 from keras_tpu.engine import export
-from keras_tpu.models import hf_bert
+from keras_tpu.models.bert import hf_bert
 from keras_tpu import keras
 from keras_tpu import tasks
 from keras_tpu.engine import training

@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.models.hf_bert and scripts/export_bert_hub.py.
+"""Tests for keras_tpu.models.bert.hf_bert and scripts/export_bert_hub.py.
 
 Refusals, error messages and the tensor mapping run everywhere on checkpoints written
 with NumPy. The parity tests compare against a randomly initialised
@@ -15,7 +15,7 @@ import tensorflow as tf
 import tensorflow_hub as hub
 from safetensors.numpy import save_file
 
-from keras_tpu.models import hf_bert
+from keras_tpu.models.bert import hf_bert
 from keras_tpu import keras
 from keras_tpu.data import text
 from tests.conftest import run_script

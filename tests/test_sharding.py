@@ -186,7 +186,7 @@ WORDS = "good bad great awful fine dull moving lifeless film plot".split()
 @pytest.fixture(scope="module")
 def tiny_export(tmp_path_factory):
     """An exported 2-layer encoder (heads 4, FFN 128) and 64 labelled sentences as TSV."""
-    from keras_tpu.models import hf_bert  # pylint: disable=g-import-not-at-top
+    from keras_tpu.models.bert import hf_bert  # pylint: disable=g-import-not-at-top
     from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
 
     root = tmp_path_factory.mktemp("sharded")
@@ -290,7 +290,7 @@ def test_train_bert_model_parallel_trains_and_exports_under_the_engine(tiny_expo
     ).numpy()
     serve = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"]
     served = serve(text=texts)["probabilities"].numpy()
-    # The unsharded model: the gathered weights in models/bert.py's ordinary encoder.
+    # The unsharded model: the gathered weights in keras_tpu/models/bert's ordinary encoder.
     weights = sharding.gather_weights(model)
     encoder_config, _ = sharded_export.load_native_encoder(str(tmp_path / "export" / "encoder"))
     native = bert.build_bert_encoder(encoder_config)

@@ -5,7 +5,7 @@
     sharded_export.export_classifier(model, config, preprocessor, export_dir, overwrite=False)
 
 A sharded model cannot go through `model.save` (it refuses non-replicated
-DTensors), so its weights are gathered into the ordinary models/bert.py encoder
+DTensors), so its weights are gathered into the ordinary keras_tpu/models/bert encoder
 and classifier first; the export then serves exactly like an unsharded run's.
 """
 
@@ -28,7 +28,7 @@ def load_native_encoder(handle):
     """Return (BertConfig, {variable name: array}) of an encoder exported by keras_tpu.
 
     Reads the BertConfig the Keras SavedModel metadata keeps for its embeddings
-    layer, and the variables by name (models/bert.py names them stably).
+    layer, and the variables by name (keras_tpu/models/bert names them stably).
 
     Raises:
       ConfigError: the handle is not a local directory written by
@@ -55,7 +55,7 @@ def load_native_encoder(handle):
             break
     else:
         raise checks.ConfigError(
-            f"encoder_handle={handle!r} cannot be rebuilt natively (not a models/bert.py "
+            f"encoder_handle={handle!r} cannot be rebuilt natively (not a keras_tpu/models/bert "
             f"encoder); {fix}."
         )
     loaded = tf.saved_model.load(str(handle))
