@@ -68,7 +68,7 @@ def auto_precision():
     """Return what precision "auto" picks on this host and why, for the results JSON."""
     import keras_tpu  # pylint: disable=g-import-not-at-top
 
-    choice = keras_tpu.training.choose_precision("auto", keras_tpu.resolve_strategy())
+    choice = keras_tpu.choose_precision("auto", keras_tpu.resolve_strategy())
     return {"policy": choice.policy, "reason": choice.reason}
 
 
@@ -289,14 +289,14 @@ def toolkit_bert_classifier(strategy, preset, vocab_size, seq_length, export_dir
 
     The encoder is exported as a SavedModel (under the current global policy)
     and loaded through hub.KerasLayer inside the strategy's scope; the optimizer
-    is `bert_adamw` (peak 3e-5); compile goes through `training.compile_model`.
+    is `bert_adamw` (peak 3e-5); compile goes through `compiling.compile_model`.
 
     Returns:
       (compiled model, training FLOPs per example).
     """
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
     from keras_tpu.engine import optimizers  # pylint: disable=g-import-not-at-top
-    from keras_tpu.engine import training  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import compiling  # pylint: disable=g-import-not-at-top
     from keras_tpu.models import bert  # pylint: disable=g-import-not-at-top
 
     policy = keras.mixed_precision.global_policy().name
@@ -304,7 +304,7 @@ def toolkit_bert_classifier(strategy, preset, vocab_size, seq_length, export_dir
     with strategy.scope():
         model = bert.build_bert_classifier(encoder_dir, 2, seq_length)
         optimizer = optimizers.bert_adamw(3e-5, total_steps)
-    training.compile_model(
+    compiling.compile_model(
         model,
         strategy,
         optimizer=optimizer,

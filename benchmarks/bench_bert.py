@@ -71,16 +71,16 @@ def run_toolkit(preset, precision, setup, steps, repeats, peak_flops):
     from keras_tpu.engine import callbacks  # pylint: disable=g-import-not-at-top
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
-    from keras_tpu.engine import training  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import compiling  # pylint: disable=g-import-not-at-top
 
     strategy = keras_tpu.resolve_strategy()
     previous = keras.mixed_precision.global_policy()
-    policy = training.set_precision(precision, strategy)
+    policy = compiling.set_precision(precision, strategy)
     try:
         train_ds, _ = data.train_dataset(
             strategy, setup["train"], FLAGS.batch, preprocess=setup["preprocessor"].preprocess
         )
-        steps_per_execution = training.resolve_steps_per_execution("auto", strategy, steps)
+        steps_per_execution = compiling.resolve_steps_per_execution("auto", strategy, steps)
         model, flops = _common.toolkit_bert_classifier(
             strategy,
             preset,

@@ -67,7 +67,7 @@ def compare(name, build, dataset, steps, batch, repeats):
 def cnn_row(strategy, repeats):
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
-    from keras_tpu.engine import training  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import compiling  # pylint: disable=g-import-not-at-top
     from keras_tpu.models import cnn  # pylint: disable=g-import-not-at-top
 
     split = data.synthetic_images(FLAGS.cnn_batch * FLAGS.cnn_steps, (28, 28, 1), seed=0)
@@ -77,7 +77,7 @@ def cnn_row(strategy, repeats):
         with strategy.scope():
             model = cnn.build_cnn((28, 28, 1), 10)  # The default variant: with dropout.
             optimizer = keras.optimizers.Adam(1e-3)
-        return training.compile_model(
+        return compiling.compile_model(
             model, strategy, optimizer=optimizer, loss="sparse_categorical_crossentropy",
             steps_per_execution=FLAGS.steps_per_execution,
         )  # fmt: skip

@@ -1,6 +1,6 @@
 """Sweep steps_per_execution (1, 4, 16, 64) for the CNN and BERT on the toolkit path.
 
-Evidence for the `steps_per_execution="auto"` rule in keras_tpu/training.py
+Evidence for the `steps_per_execution="auto"` rule in keras_tpu/engine/compiling.py
 (4 on CPU). Each model is built, fed and compiled as the recipes do
 (resolve_strategy, data.train_dataset, compile_model; BERT through a
 hub.KerasLayer SavedModel encoder with bert_adamw), float32, then trained for
@@ -55,7 +55,7 @@ def sweep(name, values, build, dataset, steps, batch, repeats):
 def cnn_sweeps(strategy, values, repeats):
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
-    from keras_tpu.engine import training  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import compiling  # pylint: disable=g-import-not-at-top
     from keras_tpu.models import cnn  # pylint: disable=g-import-not-at-top
 
     split = data.synthetic_images(60_000, (28, 28, 1), seed=0)
@@ -66,7 +66,7 @@ def cnn_sweeps(strategy, values, repeats):
             with strategy.scope():
                 model = cnn.build_cnn((28, 28, 1), 10, variant="seed")
                 optimizer = keras.optimizers.Adam(1e-3)
-            return training.compile_model(
+            return compiling.compile_model(
                 model,
                 strategy,
                 optimizer=optimizer,
@@ -111,12 +111,12 @@ def bert_sweep(strategy, values, repeats, tmp_dir):
 def main(argv):
     del argv
     import keras_tpu  # pylint: disable=g-import-not-at-top
-    from keras_tpu.engine import training  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import compiling  # pylint: disable=g-import-not-at-top
 
     strategy = keras_tpu.resolve_strategy()
     values = [int(v) for v in FLAGS.values]
     load = _common.wait_for_quiet()
-    auto = training.resolve_steps_per_execution("auto", strategy, 10**9)
+    auto = compiling.resolve_steps_per_execution("auto", strategy, 10**9)
     results = {"values": values, "auto_on_this_device": auto, "sweeps": []}
     if FLAGS.cnn_batches:
         results["sweeps"] += cnn_sweeps(strategy, values, FLAGS.repeats)

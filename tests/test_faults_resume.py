@@ -50,7 +50,7 @@ class Fault(keras.callbacks.Callback):
             weight = self.model.trainable_weights[-1]  # Output bias (max-pool drops NaNs).
             value = np.full(weight.shape, np.nan, weight.dtype.as_numpy_dtype)
             if hasattr(weight, "layout"):  # A DTensor variable: laid out on its mesh.
-                from keras_tpu.parallel import sharding
+                from keras_tpu.parallel.mesh import layout as sharding
                 sharding.assign_weights(self.model, {weight.name: value})
             else:
                 weight.assign(value)

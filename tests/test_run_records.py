@@ -19,8 +19,8 @@ import tensorflow as tf
 
 import keras_tpu
 from keras_tpu.engine import checkpointing
-from keras_tpu.engine import config_files
-from keras_tpu.engine import outputs
+from keras_tpu.engine import config_yaml as config_files
+from keras_tpu.engine import output_paths as outputs
 from keras_tpu import keras
 from tests.conftest import CPU_REPLICAS
 

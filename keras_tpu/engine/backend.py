@@ -16,10 +16,10 @@ A backend refuses, with one ConfigError, any setting it cannot honour
 import dataclasses
 
 from keras_tpu import checks
-from keras_tpu.engine import inputs as inputs_lib
+from keras_tpu.engine import run_inputs as inputs_lib
 from keras_tpu.engine import summary as summary_lib
 from keras_tpu.engine import task as task_lib
-from keras_tpu.engine import training
+from keras_tpu.engine import compiling as training
 from keras_tpu.runtime import determinism
 
 

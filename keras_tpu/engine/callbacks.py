@@ -8,7 +8,7 @@ import time
 import tensorflow as tf
 
 from keras_tpu.engine import checkpointing
-from keras_tpu.engine import training
+from keras_tpu.engine import compiling as training
 from keras_tpu.engine import preemption as preemption_lib
 from keras_tpu.engine import progress
 from keras_tpu.engine import run_records

@@ -34,19 +34,19 @@ from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.engine import callbacks as callbacks_lib
 from keras_tpu.engine import checkpointing
-from keras_tpu.engine import config_files
+from keras_tpu.engine import config_yaml as config_files
 from keras_tpu.engine import data_checks
-from keras_tpu.engine import export
+from keras_tpu.engine import saved_model_export as export
 from keras_tpu.engine import instances
 from keras_tpu.engine import backend as backend_lib
-from keras_tpu.engine import outputs
+from keras_tpu.engine import output_paths as outputs
 from keras_tpu.engine import preemption as preemption_lib
 from keras_tpu.engine import registry
 from keras_tpu.engine import run_dir
 from keras_tpu.engine import summary as summary_lib
 from keras_tpu.engine import task as task_lib
-from keras_tpu.engine import training
-from keras_tpu.engine.configs import RunConfig
+from keras_tpu.engine import compiling as training
+from keras_tpu.engine.run_config import RunConfig
 from keras_tpu.runtime import cluster
 from keras_tpu.runtime import determinism
 from keras_tpu.runtime import resolver

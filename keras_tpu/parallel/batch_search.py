@@ -196,7 +196,7 @@ def plan(
             if suggested:
                 message += (
                     f" With model_parallel={suggested.model_parallel} (weights split across "
-                    f"{suggested.model_parallel} devices, keras_tpu.parallel.sharding) batch "
+                    f"{suggested.model_parallel} devices, keras_tpu.parallel.mesh.layout) batch "
                     f"{suggested.max_per_replica_batch} per data-parallel row fits."
                 )
     return Plan(

@@ -55,7 +55,7 @@ def check_fits(
         advice = (
             f"even batch 1 is {gib(best.bytes_over)} over, so this model needs model "
             f"parallelism: split the weights with --model_parallel="
-            f"{best.suggested_model_parallel} (keras_tpu.parallel.sharding), or use a shorter sequence "
+            f"{best.suggested_model_parallel} (keras_tpu.parallel.mesh.layout), or use a shorter sequence "
             f"or a smaller configuration (see memory.plan)"
         )
     else:

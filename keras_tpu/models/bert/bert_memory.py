@@ -55,7 +55,7 @@ def activation_breakdown(config, per_replica_batch, seq_length, precision, model
     the compute dtype (c bytes): softmax and layer norms run in float32, dropout
     keeps a 1-byte boolean mask, and the exact GELU keeps four [b, s, I] tensors.
     With model_parallel=K, per device: heads, Q/K/V/context and the FFN intermediate
-    are 1/K (keras_tpu.parallel.sharding's layout), the [b, s, H] tensors stay whole, and the
+    are 1/K (keras_tpu.parallel.mesh.layout's layout), the [b, s, H] tensors stay whole, and the
     one-hot embedding lookups ([b, s, V] and [b, s, 2]) are kept for the backward pass.
     """
     c = PRECISION_BYTES[canonical_precision(precision)]
@@ -167,7 +167,7 @@ def estimate(
       config: the BertConfig of a model whose layers do not carry one (a TF Hub
         encoder), to override the sizes read from its variables.
       model_parallel: K devices each attention/FFN weight is split across
-        (keras_tpu.parallel.sharding); bytes are then per device and per_replica_batch is the
+        (keras_tpu.parallel.mesh.layout); bytes are then per device and per_replica_batch is the
         batch of one data-parallel row of the mesh (global batch x K / devices).
 
     Returns:
@@ -227,7 +227,7 @@ def estimate(
     checks.seq_length(seq_length, maximum=arch.max_position_embeddings)
     checks.integer("model_parallel", model_parallel)
     if model_parallel > 1:
-        # sharding.check_config, without importing DTensor here.
+        # parallel.mesh.layout.check_config, without importing DTensor here.
         for name in ("num_heads", "intermediate_size"):
             if getattr(arch, name) % model_parallel:
                 raise checks.ConfigError(

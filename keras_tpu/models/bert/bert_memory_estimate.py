@@ -23,7 +23,7 @@ OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "rmsprop": 1, "adagrad": 1, "adam": 
 # keeps float32 variables and casts them when a layer reads them).
 PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
-# Variables keras_tpu.parallel.sharding splits across the "model" axis (attention heads, FFN units);
+# Variables keras_tpu.parallel.mesh.layout splits across the "model" axis (attention heads, FFN units);
 # the rest (embeddings, layer norms, pooler, head) is replicated on every device.
 SHARDED_VARIABLE = re.compile(
     r"transformer/layer_\d+/(self_attention/(query|key|value|output)/kernel|"

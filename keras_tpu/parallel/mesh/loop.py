@@ -21,9 +21,9 @@ from tensorflow.experimental import dtensor
 
 from keras_tpu import data
 from keras_tpu.engine import checkpointing
-from keras_tpu.parallel import sharded_export
+from keras_tpu.parallel.mesh import export as sharded_export
 from keras_tpu.engine import summary as summary_lib
-from keras_tpu.parallel import sharding
+from keras_tpu.parallel.mesh import layout as sharding
 from keras_tpu.runtime.compat import keras
 
 _INPUT_PIPELINE = tf.distribute.InputContext()  # one host pipeline feeds the whole mesh

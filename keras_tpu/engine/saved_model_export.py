@@ -7,7 +7,7 @@ import tempfile
 import tensorflow as tf
 
 from keras_tpu.runtime import compat
-from keras_tpu.engine import outputs
+from keras_tpu.engine import output_paths
 from keras_tpu.runtime.strategy_info import StrategyInfo
 
 
@@ -21,7 +21,7 @@ def export_model(model, export_dir, strategy, *, overwrite=False):
 
     For a remote TPU node the files are written by this host, so a local
     export_dir works (tensorflow/tensorflow#36447). The SavedModel is written
-    beside export_dir and renamed into place (`outputs.save_atomically`); an
+    beside export_dir and renamed into place (`output_paths.save_atomically`); an
     export_dir holding something else is refused unless `overwrite`.
     """
     compat.ensure_tf_keras(model)
@@ -34,7 +34,7 @@ def export_model(model, export_dir, strategy, *, overwrite=False):
             options=_save_options(strategy, directory),
         )
 
-    return outputs.save_atomically(save, export_dir, model, overwrite=overwrite)
+    return output_paths.save_atomically(save, export_dir, model, overwrite=overwrite)
 
 
 class _TextClassifierServing(tf.Module):
@@ -79,7 +79,7 @@ def export_text_classifier(model, preprocess, export_dir, strategy, *, overwrite
             options=_save_options(strategy, directory),
         )
 
-    return outputs.save_atomically(save, export_dir, model, overwrite=overwrite)
+    return output_paths.save_atomically(save, export_dir, model, overwrite=overwrite)
 
 
 def export_on_every_worker(export_fn, export_dir, strategy):

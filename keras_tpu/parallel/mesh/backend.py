@@ -29,9 +29,9 @@ from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.engine import backend as backend_lib
 from keras_tpu.engine import execution_loop
-from keras_tpu.parallel import sharded_export
-from keras_tpu.parallel import sharded_training
-from keras_tpu.parallel import sharding
+from keras_tpu.parallel.mesh import export as sharded_export
+from keras_tpu.parallel.mesh import run_setup as sharded_training
+from keras_tpu.parallel.mesh import layout as sharding
 
 MESH_POLICIES = ("float32",)  # What the mesh can lay out (see the module docstring).
 

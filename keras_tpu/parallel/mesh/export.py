@@ -1,8 +1,8 @@
 """Read an exported BERT encoder into a mesh model, and export a mesh model like any other run.
 
-    config, weights = sharded_export.load_native_encoder(encoder_dir)
+    config, weights = mesh_export.load_native_encoder(encoder_dir)
     ...
-    sharded_export.export_classifier(model, config, preprocessor, export_dir, overwrite=False)
+    mesh_export.export_classifier(model, config, preprocessor, export_dir, overwrite=False)
 
 A sharded model cannot go through `model.save` (it refuses non-replicated
 DTensors), so its weights are gathered into the ordinary keras_tpu/models/bert encoder
@@ -16,9 +16,9 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.engine import text_export
-from keras_tpu.engine import outputs
+from keras_tpu.engine import output_paths
 from keras_tpu.models import bert
-from keras_tpu.parallel import sharding
+from keras_tpu.parallel.mesh import layout as mesh_layout
 
 ENCODER_SUBDIR = "encoder"  # export_dir/encoder: the TF Hub encoder of the export.
 _CLASSIFIER_SCRATCH = ".classifier"  # Inside the export's temp dir, moved up before the rename.
@@ -90,16 +90,16 @@ def export_classifier(model, encoder_config, preprocessor, export_dir, *, overwr
     """Gather a mesh model's weights and export its TF Hub encoder and raw-string classifier.
 
     The whole export (export_dir/encoder included) is built in one temp directory
-    beside export_dir and renamed into place once (`outputs.save_atomically`): an
+    beside export_dir and renamed into place once (`output_paths.save_atomically`): an
     interrupted export leaves export_dir as it was.
 
     Returns:
       export_dir.
     """
-    weights = sharding.gather_weights(model)
+    weights = mesh_layout.gather_weights(model)
 
     def save(directory):
         with tf.device("/CPU:0"):
             _write_export(directory, weights, encoder_config, preprocessor, pair)
 
-    return outputs.save_atomically(save, export_dir, model, overwrite=overwrite)
+    return output_paths.save_atomically(save, export_dir, model, overwrite=overwrite)

@@ -1,8 +1,8 @@
 """Model parallelism for BERT: a ("batch", "model") DTensor mesh and the layout of each weight.
 
-    from keras_tpu.parallel import sharding
-    mesh = sharding.make_mesh(model_parallel=2)          # 4 devices -> 2 x 2
-    model = sharding.build_classifier(config, num_classes=2, seq_length=128, mesh=mesh)
+    from keras_tpu.parallel.mesh import layout as mesh_layout
+    mesh = mesh_layout.make_mesh(model_parallel=2)          # 4 devices -> 2 x 2
+    model = mesh_layout.build_classifier(config, num_classes=2, seq_length=128, mesh=mesh)
 
 Each device holds 1/K of every attention and FFN kernel (Megatron-style: query, key,
 value and the FFN intermediate split by columns, i.e. by whole attention heads and
@@ -39,7 +39,7 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from keras_tpu import checks
-from keras_tpu.parallel import mesh_dropout
+from keras_tpu.parallel.mesh import dropout as mesh_dropout
 from keras_tpu.runtime.compat import keras
 from keras_tpu.models import bert
 
