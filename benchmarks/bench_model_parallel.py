@@ -27,7 +27,8 @@ import sys
 from absl import app
 from absl import flags
 
-import _common
+import _machine
+import _reports
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_parallel", "1,2,4", "K values to measure (each divides 4).")
@@ -115,9 +116,9 @@ def run_child(k, **extra):
 
 def main(argv):
     del argv
-    load = _common.wait_for_quiet()
+    load = _machine.wait_for_quiet()
     rows = [run_child(int(k)) for k in FLAGS.model_parallel.split(",")]
-    _common.print_table(
+    _reports.print_table(
         ["K", "mesh", "examples/s", "state MiB/device", "planned MiB/device", "peak RSS MiB"],
         [
             [
@@ -144,17 +145,17 @@ def main(argv):
         },
         "rows": rows,
     }
-    _common.finish(results, load)
+    _reports.finish(results, load)
     if FLAGS.png:
         labels = [r["mesh"] for r in rows]
-        fig = _common.bar_plot(
+        fig = _reports.bar_plot(
             labels,
             ["state MiB per device"],
             [[r["state_bytes_per_device"] / 2**20 for r in rows]],
             ylabel="MiB",
             title="BERT weights + Adam slots held per device",
         )
-        _common.save_figure(fig, FLAGS.png)
+        _reports.save_figure(fig, FLAGS.png)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ import tempfile
 from absl import app
 from absl import flags
 
-import _common
+import _machine
+import _reports
 import bench_model_parallel  # noqa: F401  # The BERT-shape flags: --layers ... --global_batch.
 
 FLAGS = flags.FLAGS
@@ -132,11 +133,11 @@ def compare(config, steps_per_execution):
 
 def main(argv):
     del argv
-    load = _common.wait_for_quiet()
+    load = _machine.wait_for_quiet()
     with tempfile.TemporaryDirectory() as root:
         config = write_inputs(root)
         rows = [compare(config, int(n)) for n in FLAGS.compare.split(",")]
-    _common.print_table(
+    _reports.print_table(
         ["N", "sharded ex/s", "data-parallel ex/s", "median paired ratio"],
         [[r["steps_per_execution"], r["sharded"], r["data_parallel"],
           r["sharded_vs_data_parallel"]] for r in rows],
@@ -146,13 +147,13 @@ def main(argv):
                "global_batch": FLAGS.global_batch, "devices": "4 logical CPUs",
                "sharded": "ShardedBackend, 4x1 mesh (K=1)", "repeats": FLAGS.repeats,
                "rows": rows}  # fmt: skip
-    _common.finish(results, load)
-    fig = _common.bar_plot(
+    _reports.finish(results, load)
+    fig = _reports.bar_plot(
         [f"N={r['steps_per_execution']}" for r in rows], ["data-parallel fit", "sharded fit (4x1)"],
         [[r["data_parallel"] for r in rows], [r["sharded"] for r in rows]],
         ylabel="training examples/second", title=f"{model}, global batch {FLAGS.global_batch}",
     )  # fmt: skip
-    _common.save_figure(fig)
+    _reports.save_figure(fig)
 
 
 if __name__ == "__main__":

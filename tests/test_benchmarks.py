@@ -178,10 +178,10 @@ def test_bench_startup(tmp_path):
 def test_wait_for_quiet_is_bounded(load, quiet):
     sys.path.insert(0, BENCHMARKS)
     try:
-        import _common  # pylint: disable=g-import-not-at-top
+        import _machine  # pylint: disable=g-import-not-at-top
     finally:
         sys.path.remove(BENCHMARKS)
-    waited = _common.wait_for_quiet(max_wait=0.2, threshold=load, poll=0.05)
+    waited = _machine.wait_for_quiet(max_wait=0.2, threshold=load, poll=0.05)
     assert waited["quiet"] is quiet
     assert waited["waited_seconds"] <= 1.0
 

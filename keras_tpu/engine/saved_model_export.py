@@ -37,51 +37,6 @@ def export_model(model, export_dir, strategy, *, overwrite=False):
     return output_paths.save_atomically(save, export_dir, model, overwrite=overwrite)
 
 
-class _TextClassifierServing(tf.Module):
-    """Raw strings in, class probabilities out: preprocessing travels with the model."""
-
-    def __init__(self, model, preprocess):
-        super().__init__(name="text_classifier")
-        self.model = model
-        self.preprocess = preprocess
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
-    def serve(self, text):
-        logits = self.model(self.preprocess(text), training=False)
-        probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
-        return {"probabilities": probabilities, "class_ids": tf.argmax(probabilities, axis=-1)}
-
-
-def export_text_classifier(model, preprocess, export_dir, strategy, *, overwrite=False):
-    """Export a text classifier whose serving signature takes raw strings.
-
-    Args:
-      model: a keras_tpu.keras model from BERT input dicts to logits.
-      preprocess: a trackable strings -> BERT-input-dict callable with a fixed
-        sequence length, e.g. a `text.BertPreprocessor` (its vocabulary is
-        copied into the export as an asset).
-      export_dir: where to write the SavedModel.
-      strategy: the training strategy (remote TPUs write through this host).
-      overwrite: replace an export_dir holding something else (see `export_model`).
-
-    Returns:
-      export_dir. `tf.saved_model.load(export_dir).signatures["serving_default"]
-      (text=tf.constant([...]))` returns "probabilities" and "class_ids".
-    """
-    compat.ensure_tf_keras(model)
-    module = _TextClassifierServing(model, preprocess)
-
-    def save(directory):
-        tf.saved_model.save(
-            module,
-            directory,
-            signatures={"serving_default": module.serve},
-            options=_save_options(strategy, directory),
-        )
-
-    return output_paths.save_atomically(save, export_dir, model, overwrite=overwrite)
-
-
 def export_on_every_worker(export_fn, export_dir, strategy):
     """Export from the chief to export_dir; other workers save to a temp dir and delete it.
 
