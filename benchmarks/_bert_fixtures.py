@@ -1,4 +1,4 @@
-"""BERT fixtures for benchmarks: SST-2 with a learned vocabulary, exported encoders, the task's classifier."""
+"""BERT fixtures for benchmarks: SST-2 and its vocabulary, exported encoders, the classifier."""
 
 import os
 

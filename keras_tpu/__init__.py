@@ -11,9 +11,10 @@ task = keras_tpu.Task(build_model=..., loss="mse", metrics=["mae"], train_data=(
 summary = keras_tpu.fit(task, keras_tpu.RunConfig(model_dir="/tmp/run"))
 
 The public API is these names and the public submodules: keras_tpu.data (with
-data.text and data.text_sources), keras_tpu.metrics, keras_tpu.checks (the
-argument rules), keras_tpu.models.bert, keras_tpu.models.cnn, keras_tpu.parallel.memory
-(the memory planner), keras_tpu.parallel.mesh (model parallelism) and keras_tpu.tasks.
+keras_tpu.data.text and keras_tpu.data.text_sources), keras_tpu.metrics,
+keras_tpu.checks (the argument rules), keras_tpu.models.bert, keras_tpu.models.cnn,
+keras_tpu.parallel.memory (the memory planner), keras_tpu.parallel.mesh (model
+parallelism) and keras_tpu.tasks.
 The built-in tasks use nothing else (tests/test_layering.py checks it). Names that
 moved raise an error naming their new place (keras_tpu/moved_names.py).
 """

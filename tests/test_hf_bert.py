@@ -406,7 +406,7 @@ def test_encoder_matches_transformers(transformers_bert, layer_norm_eps):
 
 
 # Text where tensorflow_text's BertTokenizer and transformers' agree by design. Left
-# out on purpose (documented in keras_tpu/hf_bert.py): control characters, which
+# out on purpose (documented in keras_tpu/models/bert/hf_bert.py): control characters, which
 # transformers deletes ("x\x00y" is one word there, two in tensorflow_text), and
 # compatibility characters, which tensorflow_text's NFKC case folding rewrites
 # (full-width "ｔｈｅ" -> "the", "…" -> "...", "ß" -> "ss") and transformers keeps.

@@ -1,4 +1,4 @@
-"""Tests for keras_tpu/tpu_rehearsal.py: the TPU compile rehearsal on the CPU."""
+"""Tests for keras_tpu/readiness/tpu_rehearsal.py: the TPU compile rehearsal on the CPU."""
 
 import math
 import os

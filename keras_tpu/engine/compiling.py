@@ -7,7 +7,7 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu.runtime import compat
 from keras_tpu.runtime.strategy_info import StrategyInfo
-from keras_tpu.readiness.tpu_rehearsal import rehearse_or_raise  # noqa: F401  (keras_tpu.engine.compiling.*)
+from keras_tpu.readiness.tpu_rehearsal import rehearse_or_raise  # noqa: F401  (compiling.*)
 from keras_tpu.readiness.tpu_rehearsal import rehearse_tpu  # noqa: F401
 
 keras = compat.keras
