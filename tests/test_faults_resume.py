@@ -61,7 +61,7 @@ class Fault(keras.callbacks.Callback):
                 f.write(b"0" * max(0, free - 2048))
 
 if mode in ("SIGTERM:evaluate", "SIGTERM:export"):  # A signal in the final phases.
-    from keras_tpu.engine import backend, outputs
+    from keras_tpu.engine import backend, output_paths as outputs
     def signalled(fn):
         def call(*args, **kwargs):
             os.kill(os.getpid(), signal.SIGTERM)
