@@ -5,12 +5,9 @@
     print(est.table())
     print(memory.plan("base", 512, "bf16", "v3").message)
 
-Everything is bytes per replica (one TensorFlow device: a TPU v2/v3 core, a v4/v5p
-megacore chip, a v5e/v6e chip, a GPU): data parallelism keeps a full copy of the
-training state on every replica, and each replica runs `per_replica_batch` examples.
-
-The memory model (what each byte is, and the "xla" and "tf" runtimes) is
-explained in keras_tpu/models/bert/bert_memory.py and docs/memory.md.
+Everything is bytes per replica. The memory model (what each byte is, and the
+"xla" and "tf" runtimes) is explained in keras_tpu/models/bert/bert_memory.py and
+docs/memory.md.
 
 The parts, one job each:
   keras_tpu/models/bert/bert_memory_estimate.py  constants, presets, MemoryEstimate

@@ -1,9 +1,8 @@
 """Estimate the bytes per replica of one BERT training step: the BERT memory model.
 
-    from keras_tpu.parallel import memory
-    est = memory.estimate("base", per_replica_batch=32, seq_length=128, precision="bf16")
-    print(est.table())
-    print(memory.plan("base", 512, "bf16", "v3").message)
+    from keras_tpu.models.bert import bert_memory
+    est = bert_memory.estimate("base", per_replica_batch=32, seq_length=128, precision="bf16")
+    print(est.table())   # the largest batch that fits: keras_tpu.parallel.memory.plan
 
 Everything is bytes per replica (one TensorFlow device: a TPU v2/v3 core, a v4/v5p
 megacore chip, a v5e/v6e chip, a GPU): data parallelism keeps a full copy of the
