@@ -222,7 +222,7 @@ def fresh_resolver(monkeypatch):
 def _tf_random_generator_restored():
     """Put tf_keras's process-wide random-generator switch back after each test.
 
-    A mesh run turns it on (parallel/sharding.py); left on, a later test's dropout
+    A mesh run turns it on (parallel/mesh/layout.py); left on, a later test's dropout
     traces generator ops instead of RandomUniform, so which tests share an xdist
     worker would decide what an exported encoder holds.
     """

@@ -53,7 +53,7 @@ class Fault(keras.callbacks.Callback):
             weight = self.model.trainable_weights[-1]  # Output bias (max-pool drops NaNs).
             value = np.full(weight.shape, np.nan, weight.dtype.as_numpy_dtype)
             if hasattr(weight, "layout"):  # A DTensor variable: laid out on its mesh.
-                from keras_tpu.parallel import sharding
+                from keras_tpu.parallel.mesh import layout as sharding
                 sharding.assign_weights(self.model, {weight.name: value})
             else:
                 weight.assign(value)
@@ -64,7 +64,7 @@ class Fault(keras.callbacks.Callback):
                 f.write(b"0" * max(0, free - 2048))
 
 if mode in ("SIGTERM:evaluate", "SIGTERM:export"):  # A signal in the final phases.
-    from keras_tpu.engine import backend, outputs
+    from keras_tpu.engine import backend, output_paths as outputs
     def signalled(fn):
         def call(*args, **kwargs):
             os.kill(os.getpid(), signal.SIGTERM)

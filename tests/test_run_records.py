@@ -22,8 +22,8 @@ import tensorflow as tf
 import keras_tpu
 from keras_tpu.engine import backend
 from keras_tpu.engine import checkpointing
-from keras_tpu.engine import config_files
-from keras_tpu.engine import outputs
+from keras_tpu.engine import config_yaml as config_files
+from keras_tpu.engine import output_paths as outputs
 from keras_tpu import keras
 from tests.conftest import CPU_REPLICAS
 from tests.conftest import best_weights

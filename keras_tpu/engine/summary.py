@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from keras_tpu.engine import training
+from keras_tpu.engine import compiling
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ def run_summary(run, trained, test, *, weights, checksum):
     history = {k: [float(v) for v in values] for k, values in trained.history.items()}
     accuracy_warning = None
     if "accuracy" in history and "accuracy" in test:
-        accuracy_warning = training.chance_warning(
+        accuracy_warning = compiling.chance_warning(
             train_accuracy=history["accuracy"][-1],
             eval_accuracy=test["accuracy"],
             num_classes=int(model.output_shape[-1]),

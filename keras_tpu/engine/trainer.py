@@ -34,20 +34,20 @@ from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.engine import callbacks as callbacks_lib
 from keras_tpu.engine import checkpointing
-from keras_tpu.engine import config_files
+from keras_tpu.engine import config_yaml
 from keras_tpu.engine import data_checks
-from keras_tpu.engine import export
+from keras_tpu.engine import saved_model_export
 from keras_tpu.engine import instances
 from keras_tpu.engine import backend as backend_lib
-from keras_tpu.engine import outputs
+from keras_tpu.engine import output_paths
 from keras_tpu.engine import preemption as preemption_lib
 from keras_tpu.engine import registry
 from keras_tpu.engine import run_dir
 from keras_tpu.engine import run_position
 from keras_tpu.engine import summary as summary_lib
 from keras_tpu.engine import task as task_lib
-from keras_tpu.engine import training
-from keras_tpu.engine.configs import RunConfig
+from keras_tpu.engine import compiling
+from keras_tpu.engine.run_config import RunConfig
 from keras_tpu.runtime import cluster
 from keras_tpu.runtime import determinism
 from keras_tpu.runtime import resolver
@@ -120,8 +120,8 @@ def fit(task, config=None, *, strategy=None):
     previous_policy = keras.mixed_precision.global_policy()
     try:
         supported = backend_lib.supported_policies(task)
-        choice = training.choose_precision(config.mixed_precision, strategy, supported=supported)
-        policy = training.set_precision(config.mixed_precision, strategy, supported=supported)
+        choice = compiling.choose_precision(config.mixed_precision, strategy, supported=supported)
+        policy = compiling.set_precision(config.mixed_precision, strategy, supported=supported)
         backend = backend_lib.backend_for(task, config, strategy, policy)
         finished = _finished_run(config, backend.global_batch())
         if finished is not None:
@@ -201,9 +201,9 @@ class _Run:
         data_checks.check_task_data(task, self.model, self.shape.global_batch)
         if config.export_dir and task.export is None:
             raise checks.ConfigError("this task has no export; drop --export_dir.")
-        outputs.check_export_dir(
+        output_paths.check_export_dir(
             config.export_dir, overwrite=config.overwrite, model=self.model,
-            run=outputs.run_owner(config.model_dir),
+            run=output_paths.run_owner(config.model_dir),
         )  # fmt: skip
         self.memory_warning = task.check_memory and task.check_memory(
             self.model, self.info, self.policy
@@ -251,7 +251,7 @@ class _Run:
             start_step = backup.restore(self.model, last_step=last_step) if backup else 0
             if config.model_dir and self.info.is_chief:  # Even a killed run can be rerun.
                 entry = registry.get_task(self.task.task_name) if self.task.task_name else None
-                config_files.write(
+                config_yaml.write(
                     config, os.path.join(config.model_dir, "config.yaml"), task=entry
                 )
         except BaseException:
@@ -331,8 +331,8 @@ class _Run:
         test = self.backend.evaluate() if self.shape.has_eval else {}
         if config.export_dir:
             self.preemption.enter("exporting")
-            with outputs.exporting_run(config.model_dir):
-                export.export_on_every_worker(
+            with output_paths.exporting_run(config.model_dir):
+                saved_model_export.export_on_every_worker(
                     lambda export_dir: self.backend.export(export_dir, overwrite=config.overwrite),
                     config.export_dir,
                     self.strategy,

@@ -7,7 +7,7 @@
 `keras_tpu.fit` owns every run guarantee (run directory, lock and identity,
 backups and exact resume, SIGTERM, NaN stop, progress, TensorBoard, summary);
 this backend only builds the mesh model and steps it. Its steps are
-sharded_loop.ShardedLoop's executions, driven by engine.execution_loop with the
+loop.ShardedLoop's executions, driven by engine.execution_loop with the
 engine's callbacks, so a sharded run keeps the guarantees a data-parallel run has
 without a second copy of them.
 
@@ -29,9 +29,9 @@ from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.engine import backend as backend_lib
 from keras_tpu.engine import execution_loop
-from keras_tpu.parallel import sharded_export
-from keras_tpu.parallel import sharded_training
-from keras_tpu.parallel import sharding
+from keras_tpu.parallel.mesh import export as mesh_export
+from keras_tpu.parallel.mesh import run_setup as sharded_training
+from keras_tpu.parallel.mesh import layout
 
 MESH_POLICIES = ("float32",)  # What the mesh can lay out (see the module docstring).
 
@@ -83,14 +83,14 @@ class ShardedBackend(backend_lib.Backend):
 
     def global_batch(self):
         """Return the global batch before building: per-replica x the mesh's batch rows."""
-        devices = len(sharding.mesh_devices()[1])
-        shape = sharding.mesh_shape(self.config.model_parallel, devices)
+        devices = len(layout.mesh_devices()[1])
+        shape = layout.mesh_shape(self.config.model_parallel, devices)
         return self.config.per_replica_batch_size * shape.data_parallel
 
     def build(self):
         config, task = self.config, self.task
-        self.mesh = sharding.make_mesh(config.model_parallel)
-        rows = self.mesh.dim_size(sharding.BATCH)
+        self.mesh = layout.make_mesh(config.model_parallel)
+        rows = self.mesh.dim_size(layout.BATCH)
         train_examples = data.count_examples(task.train_data)
         full_pass = sharded_training.epoch_steps(
             train_examples, config.per_replica_batch_size, self.mesh
@@ -148,7 +148,7 @@ class ShardedBackend(backend_lib.Backend):
         return dataclasses.asdict(evaluation)
 
     def export(self, export_dir, *, overwrite):
-        return sharded_export.export_classifier(
+        return mesh_export.export_classifier(
             self.model,
             self.bert.encoder_config,
             self.bert.preprocessor,
@@ -163,6 +163,6 @@ class ShardedBackend(backend_lib.Backend):
     def summary_extra(self):
         return {
             "model_parallel": self.config.model_parallel,
-            "mesh": {name: self.mesh.dim_size(name) for name in (sharding.BATCH, sharding.MODEL)},
-            "per_device_weight_bytes": sharding.per_device_weight_bytes(self.model),
+            "mesh": {name: self.mesh.dim_size(name) for name in (layout.BATCH, layout.MODEL)},
+            "per_device_weight_bytes": layout.per_device_weight_bytes(self.model),
         }
