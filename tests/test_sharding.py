@@ -259,9 +259,13 @@ def test_train_bert_model_parallel_trains_and_exports_under_the_engine(tiny_expo
     from keras_tpu.parallel.mesh import loop as mesh_loop  # pylint: disable=g-import-not-at-top
 
     root, vocab = tiny_export
+    # 61 evaluation sentences: the last global batch of 8 is padded (and weighted out).
+    rows = (root / "train.tsv").read_text().splitlines()[: 1 + 61]
+    (tmp_path / "dev.tsv").write_text("\n".join(rows) + "\n")
     config = _sharded_config(
-        root, vocab, model_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "export")
-    )
+        root, vocab, model_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "export"),
+        eval_file=str(tmp_path / "dev.tsv"), metrics="accuracy,f1,matthews_correlation",
+    )  # fmt: skip
     summary, backend = _fit_capturing_backend(config)
     assert isinstance(backend, mesh_backend.ShardedBackend)
     model, preprocessor = backend.model, backend.bert.preprocessor
@@ -269,7 +273,10 @@ def test_train_bert_model_parallel_trains_and_exports_under_the_engine(tiny_expo
     assert summary["replicas"] == 2 and summary["model_parallel"] == 2
     assert (summary["final_step"], summary["resumed_from_step"]) == (6, 0)
     assert summary["status"] == "ok" and summary["steps_per_execution"] == 3  # "auto", capped
-    assert summary["test_examples"] == 64 and 0 <= summary["test"]["accuracy"] <= 1
+    assert summary["test_examples"] == 61 and 0 <= summary["test"]["accuracy"] <= 1
+    assert set(summary["test"]) == {"loss", "accuracy", "f1", "matthews_correlation"}
+    assert summary["monitor"] == "val_matthews_correlation"  # Best weights by it, on the mesh.
+    assert summary["best"]["epoch"] in (1, 2)
     assert summary["test"]["loss"] > 0
     assert summary["per_device_weight_bytes"] == mesh_layout.per_device_weight_bytes(model)
     # Exact val_ metrics each epoch (the engine's), the last equal to the final evaluation.
@@ -280,7 +287,7 @@ def test_train_bert_model_parallel_trains_and_exports_under_the_engine(tiny_expo
     assert {"run.json", "config.yaml", "summary.json"} <= {p.name for p in run.iterdir()}
     assert not (run / "backup").exists() and not (run / "run.lock").exists()
     # The export was built whole beside its target and renamed once: nothing else is left.
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "run"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.tsv", "export", "run"]
 
     # The export: an ordinary TF Hub encoder and a raw-string classifier that give the
     # mesh model's outputs.
@@ -305,6 +312,18 @@ def test_train_bert_model_parallel_trains_and_exports_under_the_engine(tiny_expo
     )
     np.testing.assert_allclose(served, unsharded, atol=1e-5, rtol=0)
     np.testing.assert_allclose(served, expected, atol=1e-4, rtol=0)  # summation order
+    # The mesh's F1 and Matthews equal scikit-learn's on the export's predictions of the
+    # 61 evaluation sentences (the summary's metrics are the final, exported weights').
+    from sklearn import metrics as sk  # pylint: disable=g-import-not-at-top
+
+    dev = [row.split("\t") for row in rows[1:]]
+    predicted = serve(text=tf.constant([text for text, _ in dev]))["class_ids"].numpy()
+    labels = np.array([int(label) for _, label in dev])
+    assert np.mean(predicted == labels) == pytest.approx(summary["test"]["accuracy"], abs=1e-6)
+    assert sk.f1_score(labels, predicted) == pytest.approx(summary["test"]["f1"], abs=1e-5)
+    assert sk.matthews_corrcoef(labels, predicted) == pytest.approx(
+        summary["test"]["matthews_correlation"], abs=1e-5
+    )
     encoder = hub.KerasLayer(str(tmp_path / "export" / "encoder"))
     assert encoder(features)["pooled_output"].shape == (4, CONFIG.hidden_size)
 

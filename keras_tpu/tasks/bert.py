@@ -66,6 +66,11 @@ class BertRunConfig(keras_tpu.RunConfig):
             self.task_type = known.task_type if known else glue.CLASSIFICATION
         checks.one_of("task_type", self.task_type, glue.TASK_TYPES)
         regression = self.task_type == glue.REGRESSION
+        if regression and self.model_parallel > 1:
+            raise checks.ConfigError(
+                f"model_parallel={self.model_parallel} trains classifiers on the mesh; a "
+                f"regression (task_type=regression) trains with --model_parallel=1."
+            )
         if regression and self.num_classes is not None:
             raise checks.ConfigError(
                 f"num_classes={self.num_classes} with task_type=regression; a regression has a "
@@ -141,12 +146,6 @@ def bert_task(config: BertRunConfig) -> keras_tpu.Task:
         raise checks.ConfigError("BERT needs --encoder_handle (a TF Hub handle or a local export).")
     splits = datasets.text_splits(config)
     preprocessor = datasets.bert_preprocessor(config)
-    if config.model_parallel > 1 and (config.regression or config.metrics != "accuracy"):
-        raise checks.ConfigError(
-            f"--model_parallel={config.model_parallel} trains classifiers reported by accuracy "
-            f"only; got task_type={config.task_type}, metrics={config.metrics}. Use "
-            f"--model_parallel=1 (data parallel) for these."
-        )
     # model_parallel > 1: the weights split over a DTensor mesh (parallel.mesh.backend).
     sharded = _sharded(config, preprocessor, splits.pair) if config.model_parallel > 1 else {}
     metrics, monitor = _metrics(config, data.count_examples(splits.eval))

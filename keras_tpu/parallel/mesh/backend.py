@@ -144,8 +144,14 @@ class ShardedBackend(backend_lib.Backend):
         )
 
     def evaluate(self):
-        evaluation = self.loop.evaluate(self.task.eval_data, self.task.preprocess)
-        return dataclasses.asdict(evaluation)
+        # Fresh objects each evaluation, as compile() would reset them; "accuracy" is built in.
+        metrics = [
+            type(metric).from_config(metric.get_config())
+            for metric in self.task.metrics
+            if not isinstance(metric, str)
+        ]
+        evaluation = self.loop.evaluate(self.task.eval_data, self.task.preprocess, metrics)
+        return evaluation.to_dict()
 
     def export(self, export_dir, *, overwrite):
         return mesh_export.export_classifier(

@@ -66,11 +66,23 @@ class ExecutionResult:
 
 @dataclasses.dataclass(frozen=True)
 class Evaluation:
-    """Exact metrics over every example of a split (padding weighted out)."""
+    """Exact metrics over every example of a split (padding weighted out).
+
+    Attributes:
+      loss, accuracy: means over the split's examples.
+      examples: how many (padding excluded).
+      metrics: the other metrics asked for, by name (e.g. {"f1": ...}).
+    """
 
     loss: float
     accuracy: float
     examples: int
+    metrics: dict = dataclasses.field(default_factory=dict)
+
+    def to_dict(self):
+        """Return {"loss", "accuracy", "examples", and each metric's name}: one flat dict."""
+        return {"loss": self.loss, "accuracy": self.accuracy, "examples": self.examples,
+                **self.metrics}  # fmt: skip
 
 
 class ShardedLoop:
@@ -126,8 +138,16 @@ class ShardedLoop:
         values = layout.to_numpy(tf.stack(losses))  # The execution's only host read.
         return ExecutionResult(step=self.step, losses=tuple(float(v) for v in values))
 
-    def evaluate(self, test, preprocess):
-        """Return the Evaluation over every example of `test` exactly once."""
+    def evaluate(self, test, preprocess, metrics=()):
+        """Return the Evaluation over every example of `test` exactly once.
+
+        Args:
+          test: the evaluation Source.
+          preprocess: its text preprocessing.
+          metrics: fresh Keras metric objects (e.g. keras_tpu.metrics.BinaryF1()),
+            updated on the host with each batch's logits and its padding weights,
+            the same objects the data-parallel path compiles into the model.
+        """
         batching = data.Batching(self.global_batch, 1)
         dataset_fn, steps, examples = data.eval_dataset_fn(test, batching, preprocess=preprocess)
         loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
@@ -138,7 +158,10 @@ class ShardedLoop:
             labels, weights = labels.numpy(), weights.numpy()
             correct += float(np.sum((logits.argmax(-1) == labels) * weights))
             total_loss += float(np.sum(loss_fn(labels, logits).numpy() * weights))
-        return Evaluation(total_loss / examples, correct / examples, examples)
+            for metric in metrics:
+                metric.update_state(labels, logits, sample_weight=weights)
+        results = {metric.name: float(metric.result()) for metric in metrics}
+        return Evaluation(total_loss / examples, correct / examples, examples, results)
 
     def export(self, encoder_config, preprocessor, export_dir, *, overwrite=False):
         """Export the gathered encoder and raw-string classifier (sharded_export)."""
