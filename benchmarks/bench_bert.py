@@ -40,7 +40,10 @@ import tempfile
 from absl import app
 from absl import flags
 
-import _common
+import _bert_fixtures
+import _machine
+import _reports
+import _timing
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("presets", ["tiny", "mini", "small"], "BERT presets to run.")
@@ -52,7 +55,7 @@ flags.DEFINE_integer("seq_length", 128, "Sequence length.")
 flags.DEFINE_integer("batch", 32, "Batch (per replica; one replica on a CPU).")
 flags.DEFINE_integer("steps_per_epoch", 0, "Steps per timed epoch; 0: the preset's default.")
 flags.DEFINE_integer("plain_steps_per_execution", 4, "steps_per_execution of the plain side.")
-flags.DEFINE_string("sst2_dir", _common.SST2_DIR, "Directory with SST-2 train.tsv.")
+flags.DEFINE_string("sst2_dir", _bert_fixtures.SST2_DIR, "Directory with SST-2 train.tsv.")
 flags.DEFINE_string("peak_json", None, "bench_peak.py JSON to take the fp32 peak from.")
 flags.DEFINE_integer("peak_size", 4096, "Matmul size for the in-process peak measurement.")
 
@@ -71,17 +74,17 @@ def run_toolkit(preset, precision, setup, steps, repeats, peak_flops):
     from keras_tpu.engine import callbacks  # pylint: disable=g-import-not-at-top
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
-    from keras_tpu.engine import training  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import compiling  # pylint: disable=g-import-not-at-top
 
     strategy = keras_tpu.resolve_strategy()
     previous = keras.mixed_precision.global_policy()
-    policy = training.set_precision(precision, strategy)
+    policy = compiling.set_precision(precision, strategy)
     try:
         train_ds, _ = data.train_dataset(
             strategy, setup["train"], FLAGS.batch, preprocess=setup["preprocessor"].preprocess
         )
-        steps_per_execution = training.resolve_steps_per_execution("auto", strategy, steps)
-        model, flops = _common.toolkit_bert_classifier(
+        steps_per_execution = compiling.resolve_steps_per_execution("auto", strategy, steps)
+        model, flops = _bert_fixtures.toolkit_bert_classifier(
             strategy,
             preset,
             setup["vocab_size"],
@@ -94,7 +97,7 @@ def run_toolkit(preset, precision, setup, steps, repeats, peak_flops):
         run_callbacks = callbacks.make_callbacks(
             None, strategy, batch, flops_per_example=flops, peak_flops=peak_flops
         )
-        timer = _common.EpochTimer()
+        timer = _timing.EpochTimer()
         model.fit(
             train_ds,
             epochs=1 + repeats,
@@ -118,7 +121,7 @@ def run_plain(preset, precision, setup, steps, repeats, peak_flops):
     from keras_tpu.models import bert  # pylint: disable=g-import-not-at-top
 
     # Plain Keras has no "auto": it runs what the toolkit's rule picked, for a like comparison.
-    policy = _common.auto_precision()["policy"] if precision == "auto" else PRECISIONS[precision]
+    policy = _machine.auto_precision()["policy"] if precision == "auto" else PRECISIONS[precision]
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(policy)
     try:
@@ -146,7 +149,7 @@ def run_plain(preset, precision, setup, steps, repeats, peak_flops):
             steps_per_execution=FLAGS.plain_steps_per_execution,
         )
         flops = bert.training_flops_per_example(model, FLAGS.seq_length)
-        timer = _common.EpochTimer()
+        timer = _timing.EpochTimer()
         model.fit(ds, epochs=1 + repeats, steps_per_epoch=steps, callbacks=[timer], verbose=0)
     finally:
         keras.mixed_precision.set_global_policy(previous)
@@ -155,7 +158,7 @@ def run_plain(preset, precision, setup, steps, repeats, peak_flops):
 
 
 def _summary(rates, flops, peak_flops, steps_per_execution, policy, extra):
-    rate = _common.median(rates)
+    rate = _timing.median(rates)
     return {
         "examples_per_second": round(rate, 2),
         "samples": [round(r, 2) for r in rates],
@@ -173,7 +176,7 @@ def _setup(tmp_dir, examples):
 
     from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
 
-    train, vocab_file, vocab_size = _common.sst2_with_vocab(FLAGS.sst2_dir, tmp_dir)
+    train, vocab_file, vocab_size = _bert_fixtures.sst2_with_vocab(FLAGS.sst2_dir, tmp_dir)
     preprocessor = text.BertPreprocessor(vocab_file, seq_length=FLAGS.seq_length)
     # The plain side's ids, tokenised once by the same preprocessor: same examples.
     n = min(len(train), max(examples, FLAGS.batch))
@@ -196,7 +199,7 @@ def _peak(results):
     else:
         from bench_peak import measure  # pylint: disable=g-import-not-at-top
 
-        dtypes = ["float32"] + (["bfloat16"] if _common.has_bf16() else [])
+        dtypes = ["float32"] + (["bfloat16"] if _machine.has_bf16() else [])
         peak = measure(FLAGS.peak_size, dtypes, max(3, FLAGS.repeats))
         results["peak_source"] = f"measured in process, matmul {FLAGS.peak_size}^3"
     results["peak"] = peak
@@ -223,12 +226,12 @@ def main(argv):
     import keras_tpu  # pylint: disable=g-import-not-at-top
 
     keras_tpu.resolve_strategy()  # Before any other TensorFlow work, as the recipes do.
-    precisions = FLAGS.precisions or ["fp32"] + (["bf16"] if _common.has_bf16() else [])
-    load = _common.wait_for_quiet()
+    precisions = FLAGS.precisions or ["fp32"] + (["bf16"] if _machine.has_bf16() else [])
+    load = _machine.wait_for_quiet()
     results = {
         "seq_length": FLAGS.seq_length,
         "batch": FLAGS.batch,
-        "auto_precision": _common.auto_precision(),
+        "auto_precision": _machine.auto_precision(),
         "runs": [],
     }
     peak_flops = _peak(results)
@@ -255,7 +258,7 @@ def main(argv):
                 results["runs"].append(row)
                 print(f"done: {preset} {precision}", flush=True)
     results["precision_ratios"] = _precision_ratios(results["runs"])
-    _common.finish(results, load)
+    _reports.finish(results, load)
     print(f"BERT fine-tuning, seq {FLAGS.seq_length}, batch {FLAGS.batch}; fp32 peak "
           f"{peak_flops / 1e9:,.0f} GFLOP/s")  # fmt: skip
     rows = []
@@ -270,12 +273,12 @@ def main(argv):
     for preset, ratios in results["precision_ratios"].items():
         print(f"{preset}: " + ", ".join(f"{k} {v}x" for k, v in ratios.items()))
     print(f"auto precision: {results['auto_precision']['reason']}")
-    _common.print_table(
+    _reports.print_table(
         ["preset", "precision", "side", "ex/s", "model GFLOP/s", "MFU(fp32 peak)", "toolkit/plain"],
         rows,
     )
     groups = [f"{r['preset']}\n{r['precision']}" for r in results["runs"]]
-    fig = _common.bar_plot(
+    fig = _reports.bar_plot(
         groups,
         FLAGS.sides,
         [[r[side]["model_gflops_per_second"] for r in results["runs"]] for side in FLAGS.sides],
@@ -283,7 +286,7 @@ def main(argv):
         title=f"BERT fine-tuning, seq {FLAGS.seq_length} (fp32 peak {peak_flops / 1e9:,.0f})",
     )
     fig.axes[0].axhline(peak_flops / 1e9, color="grey", linestyle="--", linewidth=1)
-    _common.save_figure(fig)
+    _reports.save_figure(fig)
 
 
 if __name__ == "__main__":

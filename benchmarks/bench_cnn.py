@@ -41,7 +41,9 @@ import time
 from absl import app
 from absl import flags
 
-import _common
+import _machine
+import _reports
+import _timing
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("train_examples", 60_000, "Synthetic 28x28x1 training images.")
@@ -86,13 +88,13 @@ def run_notebook(split, timed_examples, repeats):
     examples = epochs * NOTEBOOK_BATCH * NOTEBOOK_STEPS
     rates, epoch_rates = [], []
     for _ in range(repeats):
-        timer = _common.EpochTimer()
+        timer = _timing.EpochTimer()
         start = time.perf_counter()
         model.fit(x, y, epochs=epochs, steps_per_epoch=NOTEBOOK_STEPS, callbacks=[timer], verbose=0)
         rates.append(examples / (time.perf_counter() - start))
         epoch_rates += [NOTEBOOK_BATCH * NOTEBOOK_STEPS / s for s in timer.seconds]
     return {
-        "images_per_second": round(_common.median(rates), 1),
+        "images_per_second": round(_timing.median(rates), 1),
         "samples": [round(r, 1) for r in rates],
         "per_epoch_images_per_second": [round(r, 1) for r in epoch_rates],
         "batch": NOTEBOOK_BATCH,
@@ -118,11 +120,11 @@ def run_baseline(split, timed_examples, batch, steps_per_execution, repeats):
         steps_per_execution=steps_per_execution,
     )
     steps = max(1, timed_examples // batch)
-    timer = _common.EpochTimer()
+    timer = _timing.EpochTimer()
     model.fit(ds, epochs=1 + repeats, steps_per_epoch=steps, callbacks=[timer], verbose=0)
     rates = [steps * batch / s for s in timer.seconds[1:]]  # Epoch 0 traces: not timed.
     return {
-        "images_per_second": round(_common.median(rates), 1),
+        "images_per_second": round(_timing.median(rates), 1),
         "samples": [round(r, 1) for r in rates],
         "batch": batch,
         "steps_per_execution": steps_per_execution,
@@ -155,7 +157,7 @@ def run_toolkit(
     summary = tasks.train_cnn(config, train=split, test=test)
     rates = [row["examples_per_second"] for row in summary["throughput"][1:]]
     return {
-        "images_per_second": round(_common.median(rates), 1),
+        "images_per_second": round(_timing.median(rates), 1),
         "samples": [round(r, 1) for r in rates],
         "batch": summary["global_batch"],
         "steps_per_execution": summary["steps_per_execution"],
@@ -191,7 +193,7 @@ def run_toolkit_sides(split, test, names):
         samples = [sample for part in parts for sample in part["samples"]]
         results[name] = {
             **parts[-1],
-            "images_per_second": round(_common.median(samples), 1),
+            "images_per_second": round(_timing.median(samples), 1),
             "samples": samples,
             "interleaved": True,
         }
@@ -207,10 +209,10 @@ def main(argv):
     # meter's epoch time includes that validation, so keep it to one step.
     # (Taken from the training images: another seed would draw other class templates.)
     test = data.ArraySplit(split.x[: FLAGS.batch], split.y[: FLAGS.batch])
-    load = _common.wait_for_quiet()
+    load = _machine.wait_for_quiet()
     results = {
         "train_examples": FLAGS.train_examples,
-        "auto_precision": _common.auto_precision(),
+        "auto_precision": _machine.auto_precision(),
         "sides": {},
     }
     sides = results["sides"]
@@ -237,9 +239,9 @@ def main(argv):
     if fp32 and "toolkit_bf16" in sides:
         goals["bf16_vs_fp32"] = round(sides["toolkit_bf16"]["images_per_second"] / fp32, 3)
     results["ratios"] = goals
-    _common.finish(results, load)
+    _reports.finish(results, load)
     print("CNN training (reference notebook model, 28x28x1):")
-    _common.print_table(
+    _reports.print_table(
         ["side", "img/s", "batch", "steps/exec", "policy", "repeats"],
         [
             [name, r["images_per_second"], r["batch"], r["steps_per_execution"],
@@ -257,7 +259,7 @@ def main(argv):
         print(f"{name}: {value}x  (goal {wanted.get(name, '~1x')})")
     print(f"auto precision: {results['auto_precision']['reason']}")
     names = list(sides)
-    fig = _common.bar_plot(
+    fig = _reports.bar_plot(
         names,
         ["images/s"],
         [[sides[n]["images_per_second"] for n in names]],
@@ -265,7 +267,7 @@ def main(argv):
         title="CNN training throughput (log scale)",
         log=True,
     )
-    _common.save_figure(fig)
+    _reports.save_figure(fig)
 
 
 if __name__ == "__main__":

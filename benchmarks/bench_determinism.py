@@ -19,7 +19,10 @@ import tempfile
 from absl import app
 from absl import flags
 
-import _common
+import _bert_fixtures
+import _machine
+import _reports
+import _timing
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("cnn_batch", 64, "CNN batch.")
@@ -29,7 +32,7 @@ flags.DEFINE_integer("bert_seq_length", 64, "BERT sequence length.")
 flags.DEFINE_integer("bert_batch", 32, "BERT batch.")
 flags.DEFINE_integer("bert_steps", 32, "BERT steps per timed epoch.")
 flags.DEFINE_integer("steps_per_execution", 16, "Steps per execution (as 'auto' on CPU).")
-flags.DEFINE_string("sst2_dir", _common.SST2_DIR, "Directory with SST-2 train.tsv.")
+flags.DEFINE_string("sst2_dir", _bert_fixtures.SST2_DIR, "Directory with SST-2 train.tsv.")
 
 MODES = (False, True)  # deterministic off, on: the order of each interleaved pair.
 
@@ -39,7 +42,7 @@ def _trial(build, dataset, steps, batch, deterministic):
     from keras_tpu.runtime import determinism  # pylint: disable=g-import-not-at-top
 
     determinism.seed_everything(0, deterministic=deterministic)
-    timer = _common.EpochTimer()
+    timer = _timing.EpochTimer()
     build().fit(dataset, epochs=2, steps_per_epoch=steps, callbacks=[timer], verbose=0)
     return steps * batch / timer.seconds[1]  # Epoch 0 traces: not timed.
 
@@ -51,7 +54,7 @@ def compare(name, build, dataset, steps, batch, repeats):
         for mode in MODES:
             samples[mode].append(_trial(build, dataset, steps, batch, mode))
             print(f"{name} deterministic={mode}: {samples[mode][-1]:,.1f} ex/s", flush=True)
-    off, on = (_common.median(samples[mode]) for mode in MODES)
+    off, on = (_timing.median(samples[mode]) for mode in MODES)
     return {
         "model": name,
         "batch": batch,
@@ -67,7 +70,7 @@ def compare(name, build, dataset, steps, batch, repeats):
 def cnn_row(strategy, repeats):
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
-    from keras_tpu.engine import training  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import compiling  # pylint: disable=g-import-not-at-top
     from keras_tpu.models import cnn  # pylint: disable=g-import-not-at-top
 
     split = data.synthetic_images(FLAGS.cnn_batch * FLAGS.cnn_steps, (28, 28, 1), seed=0)
@@ -77,7 +80,7 @@ def cnn_row(strategy, repeats):
         with strategy.scope():
             model = cnn.build_cnn((28, 28, 1), 10)  # The default variant: with dropout.
             optimizer = keras.optimizers.Adam(1e-3)
-        return training.compile_model(
+        return compiling.compile_model(
             model, strategy, optimizer=optimizer, loss="sparse_categorical_crossentropy",
             steps_per_execution=FLAGS.steps_per_execution,
         )  # fmt: skip
@@ -89,7 +92,7 @@ def bert_row(strategy, repeats, tmp_dir):
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
     from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
 
-    train, vocab_file, vocab_size = _common.sst2_with_vocab(FLAGS.sst2_dir, tmp_dir)
+    train, vocab_file, vocab_size = _bert_fixtures.sst2_with_vocab(FLAGS.sst2_dir, tmp_dir)
     preprocessor = text.BertPreprocessor(vocab_file, seq_length=FLAGS.bert_seq_length)
     dataset, _ = data.train_dataset(
         strategy, train, FLAGS.bert_batch, preprocess=preprocessor.preprocess
@@ -97,7 +100,7 @@ def bert_row(strategy, repeats, tmp_dir):
     count = iter(range(10**6))
 
     def build():
-        model, _ = _common.toolkit_bert_classifier(
+        model, _ = _bert_fixtures.toolkit_bert_classifier(
             strategy, FLAGS.bert_preset, vocab_size, FLAGS.bert_seq_length,
             os.path.join(tmp_dir, f"encoder_{next(count)}"), 2 * FLAGS.bert_steps,
             FLAGS.steps_per_execution,
@@ -114,27 +117,27 @@ def main(argv):
     from keras_tpu.runtime import determinism  # pylint: disable=g-import-not-at-top
 
     strategy = keras_tpu.resolve_strategy()
-    load = _common.wait_for_quiet()
+    load = _machine.wait_for_quiet()
     results = {"rows": [cnn_row(strategy, FLAGS.repeats)]}
     if FLAGS.bert_preset:
         with tempfile.TemporaryDirectory() as tmp_dir:
             results["rows"].append(bert_row(strategy, FLAGS.repeats, tmp_dir))
     results["max_cost"] = max(row["cost"] for row in results["rows"])
     determinism.seed_everything(0, deterministic=False)
-    _common.finish(results, load)
+    _reports.finish(results, load)
     print("examples/second with the deterministic mode off and on (median, interleaved):")
-    _common.print_table(
+    _reports.print_table(
         ["model", "batch", "off", "on", "cost"],
         [[r["model"], r["batch"], r["off_examples_per_second"], r["on_examples_per_second"],
           f"{100 * r['cost']:.1f}%"] for r in results["rows"]],
     )  # fmt: skip
     rows = results["rows"]
-    fig = _common.bar_plot(
+    fig = _reports.bar_plot(
         [r["model"] for r in rows], ["off", "on"],
         [[r["off_examples_per_second"] for r in rows], [r["on_examples_per_second"] for r in rows]],
         ylabel="examples/s", title="deterministic mode off / on (median, interleaved)",
     )  # fmt: skip
-    _common.save_figure(fig)
+    _reports.save_figure(fig)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ import time
 from absl import app
 from absl import flags
 
-import _common
+import _machine
+import _reports
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("train_examples", 65536, "Synthetic training examples.")
@@ -146,7 +147,7 @@ def main(argv):
 
     strategy = keras_tpu.resolve_strategy(cpu_replicas=FLAGS.cpu_replicas, environ={})
     train, test = _split()
-    load = _common.wait_for_quiet()
+    load = _machine.wait_for_quiet()
     runs = {"plain": lambda: run_plain(strategy, train), "engine": lambda: run_engine(train, test)}
     samples = {clock: {"plain": [], "engine": []} for clock in CLOCKS}  # [repeat][epoch]
     for repeat in range(FLAGS.repeats):  # Paired, alternating order: drift hits both sides.
@@ -172,8 +173,8 @@ def main(argv):
             "repeat_ratios": [round(r, 3) for r in ratios],
             "engine_vs_plain": round(statistics.median(ratios), 3),
         }
-    _common.finish(results, load)
-    _common.print_table(
+    _reports.finish(results, load)
+    _reports.print_table(
         ["clock", "plain examples/s", "engine examples/s", "engine/plain per repeat", "median"],
         [[clock, results[clock]["examples_per_second"]["plain"],
           results[clock]["examples_per_second"]["engine"],
@@ -183,11 +184,11 @@ def main(argv):
     print(f"engine_vs_plain: wall {results['wall']['engine_vs_plain']}x, "
           f"cpu {results['cpu']['engine_vs_plain']}x  (goal >= 0.97x)")  # fmt: skip
     rates = {clock: results[clock]["examples_per_second"] for clock in CLOCKS}
-    fig = _common.bar_plot(["plain model.fit", "keras_tpu.fit"], ["wall clock", "CPU time"],
+    fig = _reports.bar_plot(["plain model.fit", "keras_tpu.fit"], ["wall clock", "CPU time"],
                            [[rates[c]["plain"], rates[c]["engine"]] for c in CLOCKS],
                            ylabel="training examples/second",
                            title="Same model, pipeline and steps_per_execution")  # fmt: skip
-    _common.save_figure(fig)
+    _reports.save_figure(fig)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import keras_tpu  # noqa: E402
 from keras_tpu import data  # noqa: E402
 from keras_tpu import keras  # noqa: E402
 from keras_tpu.data import text  # noqa: E402
-from keras_tpu.engine import training  # noqa: E402
+from keras_tpu.engine import compiling  # noqa: E402
 from keras_tpu.models import bert  # noqa: E402
 from keras_tpu.models import cnn  # noqa: E402
 
@@ -69,7 +69,7 @@ def bench_cnn(strategy, steps):
     pipeline = _examples_per_second(iter(dataset), steps * 10, global_batch)
     with strategy.scope():
         model = cnn.build_cnn((28, 28, 1), 10, variant="default")
-    training.compile_model(
+    compiling.compile_model(
         model, strategy, optimizer="adam", loss="sparse_categorical_crossentropy"
     )
     trained = _training_examples_per_second(model, dataset, steps, global_batch)
@@ -94,7 +94,7 @@ def bench_bert(strategy, steps, tmp_dir):
     with strategy.scope():
         model = bert.build_bert_classifier(encoder_dir, 2, FLAGS.seq_length)
         optimizer = keras.optimizers.Adam(2e-5)
-    training.compile_model(
+    compiling.compile_model(
         model,
         strategy,
         optimizer=optimizer,

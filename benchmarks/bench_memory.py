@@ -4,7 +4,7 @@ Usage: python benchmarks/bench_memory.py [--presets tiny,mini,small] [--batches 
            [--precisions fp32,bf16] [--seq_length 128] [--xla_batches 8,64] [--json PATH]
 About 10 minutes on a 2-core CPU with the defaults.
 
-Each configuration runs in a fresh interpreter: a BERT encoder from models/bert.py with a
+Each configuration runs in a fresh interpreter: a BERT encoder from keras_tpu/models/bert with a
 dropout + float32 Dense(2) head, AdamW, `train_on_batch` on random tokens. Three numbers
 come from TensorFlow's own allocator (`tf.config.experimental.get_memory_info("CPU:0")`):
 

@@ -1,6 +1,6 @@
 """Model parallelism on 4 logical CPUs: examples/s and per-device memory for K = 1, 2, 4.
 
-Each K trains the same BERT classifier (sharding.build_classifier, a (4/K) x K mesh,
+Each K trains the same BERT classifier (mesh_layout.build_classifier, a (4/K) x K mesh,
 the same global batch) in a fresh interpreter, so each process's peak RSS is its own.
 Memory is measured three ways, because TensorFlow's allocator statistics
 (tf.config.experimental.get_memory_info) are not kept for CPU devices:
@@ -27,7 +27,8 @@ import sys
 from absl import app
 from absl import flags
 
-import _common
+import _machine
+import _reports
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_parallel", "1,2,4", "K values to measure (each divides 4).")
@@ -46,7 +47,7 @@ tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 4)
 from tensorflow.experimental import dtensor
 from keras_tpu.parallel import memory
-from keras_tpu.parallel import sharding
+from keras_tpu.parallel.mesh import layout as mesh_layout
 from keras_tpu.runtime.compat import keras
 from keras_tpu.models import bert
 args = {args}
@@ -54,17 +55,17 @@ k, b, s = args["k"], args["global_batch"], args["seq_length"]
 config = bert.BertConfig(hidden_size=args["hidden"], num_layers=args["layers"],
     num_heads=args["hidden"] // 64, intermediate_size=4 * args["hidden"],
     vocab_size=args["vocab"], max_position_embeddings=s)
-mesh = sharding.make_mesh(k)
-model = sharding.build_classifier(config, 2, mesh=mesh)
+mesh = mesh_layout.make_mesh(k)
+model = mesh_layout.build_classifier(config, 2, mesh=mesh)
 optimizer = keras.optimizers.AdamW(1e-4, mesh=mesh)
-step = sharding.make_train_step(model, optimizer,
+step = mesh_layout.make_train_step(model, optimizer,
     keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 rng = np.random.default_rng(0)
 n = b * (args["steps"] + 2)
 ids = rng.integers(0, config.vocab_size, (n, s)).astype(np.int32)
 features = {{"input_word_ids": ids, "input_mask": np.ones_like(ids), "input_type_ids": 0 * ids}}
 data = tf.data.Dataset.from_tensor_slices((features, rng.integers(0, 2, n).astype(np.int32)))
-batches = iter(sharding.distribute_dataset(data.repeat(), mesh=mesh, global_batch=b))
+batches = iter(mesh_layout.distribute_dataset(data.repeat(), mesh=mesh, global_batch=b))
 seconds = []
 for repeat in range(args["repeats"]):
     for i in range(args["steps"] + (2 if repeat == 0 else 0)):
@@ -72,10 +73,10 @@ for repeat in range(args["repeats"]):
             start = time.perf_counter()
         elif i == 0 and repeat > 0:
             start = time.perf_counter()
-        sharding.to_numpy(step(*next(batches)))
+        mesh_layout.to_numpy(step(*next(batches)))
     seconds.append(time.perf_counter() - start)
-state = sharding.per_device_weight_bytes(model)
-state += sum(sharding.device_bytes(v) for v in (optimizer.variables() if callable(optimizer.variables) else optimizer.variables) if v.shape.rank)
+state = mesh_layout.per_device_weight_bytes(model)
+state += sum(mesh_layout.device_bytes(v) for v in (optimizer.variables() if callable(optimizer.variables) else optimizer.variables) if v.shape.rank)
 planned = memory.estimate(model, b * k // 4, s, "adamw", "fp32", runtime="tf", model_parallel=k)
 print("RESULT " + json.dumps({{
     "examples_per_second": b * args["steps"] / float(np.median(seconds)),
@@ -115,9 +116,9 @@ def run_child(k, **extra):
 
 def main(argv):
     del argv
-    load = _common.wait_for_quiet()
+    load = _machine.wait_for_quiet()
     rows = [run_child(int(k)) for k in FLAGS.model_parallel.split(",")]
-    _common.print_table(
+    _reports.print_table(
         ["K", "mesh", "examples/s", "state MiB/device", "planned MiB/device", "peak RSS MiB"],
         [
             [
@@ -144,17 +145,17 @@ def main(argv):
         },
         "rows": rows,
     }
-    _common.finish(results, load)
+    _reports.finish(results, load)
     if FLAGS.png:
         labels = [r["mesh"] for r in rows]
-        fig = _common.bar_plot(
+        fig = _reports.bar_plot(
             labels,
             ["state MiB per device"],
             [[r["state_bytes_per_device"] / 2**20 for r in rows]],
             ylabel="MiB",
             title="BERT weights + Adam slots held per device",
         )
-        _common.save_figure(fig, FLAGS.png)
+        _reports.save_figure(fig, FLAGS.png)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ TensorBoard), trained two ways at each steps_per_execution N of --compare:
 
   (a) data-parallel: the BERT task as `train_bert --model_parallel=1` runs it,
       KerasBackend, MirroredStrategy over 4 CPUs, `model.fit(steps_per_execution=N)`;
-  (b) sharded: the same task with parallel.sharded_backend.ShardedBackend at K=1
+  (b) sharded: the same task with parallel.mesh.backend.ShardedBackend at K=1
       (a 4x1 DTensor mesh: the same data parallelism, on the mesh path that
       `--model_parallel=K` takes), trained by engine.execution_loop, N steps per
       host call.
@@ -33,7 +33,8 @@ import tempfile
 from absl import app
 from absl import flags
 
-import _common
+import _machine
+import _reports
 import bench_model_parallel  # noqa: F401  # The BERT-shape flags: --layers ... --global_batch.
 
 FLAGS = flags.FLAGS
@@ -47,8 +48,9 @@ _CHILD = """
 import dataclasses, functools, json, sys, tempfile
 import keras_tpu
 from keras_tpu import tasks
-from keras_tpu.parallel import sharded_backend, sharded_export
-from keras_tpu.tasks import inputs
+from keras_tpu.parallel.mesh import backend as mesh_backend
+from keras_tpu.parallel.mesh import export as mesh_export
+from keras_tpu.tasks import datasets
 args = json.loads(sys.argv[1])
 with tempfile.TemporaryDirectory() as model_dir:
     config = tasks.BertRunConfig(model_dir=model_dir, mixed_precision="fp32", verbose=0,
@@ -56,10 +58,10 @@ with tempfile.TemporaryDirectory() as model_dir:
     keras_tpu.strategy_for(config)  # The 4 logical CPUs before any data.
     task = tasks.bert_task(config)
     if args["side"] == "sharded":  # What bert_task gives for --model_parallel > 1, at K=1.
-        encoder_config, weights = sharded_export.load_native_encoder(config.encoder_handle)
-        spec = sharded_backend.ShardedBert(encoder_config, weights, inputs.bert_preprocessor(config))
+        encoder_config, weights = mesh_export.load_native_encoder(config.encoder_handle)
+        spec = mesh_backend.ShardedBert(encoder_config, weights, datasets.bert_preprocessor(config))
         task = dataclasses.replace(task, check_memory=None,
-                                   backend=functools.partial(sharded_backend.ShardedBackend, bert=spec))
+                                   backend=functools.partial(mesh_backend.ShardedBackend, bert=spec))
     summary = keras_tpu.fit(task, config)
 rates = [row["examples_per_second"] for row in summary["throughput"][1:]]
 print("RESULT " + json.dumps({"rates": rates, "global_batch": summary["global_batch"],
@@ -131,11 +133,11 @@ def compare(config, steps_per_execution):
 
 def main(argv):
     del argv
-    load = _common.wait_for_quiet()
+    load = _machine.wait_for_quiet()
     with tempfile.TemporaryDirectory() as root:
         config = write_inputs(root)
         rows = [compare(config, int(n)) for n in FLAGS.compare.split(",")]
-    _common.print_table(
+    _reports.print_table(
         ["N", "sharded ex/s", "data-parallel ex/s", "median paired ratio"],
         [[r["steps_per_execution"], r["sharded"], r["data_parallel"],
           r["sharded_vs_data_parallel"]] for r in rows],
@@ -145,13 +147,13 @@ def main(argv):
                "global_batch": FLAGS.global_batch, "devices": "4 logical CPUs",
                "sharded": "ShardedBackend, 4x1 mesh (K=1)", "repeats": FLAGS.repeats,
                "rows": rows}  # fmt: skip
-    _common.finish(results, load)
-    fig = _common.bar_plot(
+    _reports.finish(results, load)
+    fig = _reports.bar_plot(
         [f"N={r['steps_per_execution']}" for r in rows], ["data-parallel fit", "sharded fit (4x1)"],
         [[r["data_parallel"] for r in rows], [r["sharded"] for r in rows]],
         ylabel="training examples/second", title=f"{model}, global batch {FLAGS.global_batch}",
     )  # fmt: skip
-    _common.save_figure(fig)
+    _reports.save_figure(fig)
 
 
 if __name__ == "__main__":

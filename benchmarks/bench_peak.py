@@ -11,7 +11,9 @@ FLOPs by for MFU. The warm-up call (trace, oneDNN kernel choice) is not timed.
 from absl import app
 from absl import flags
 
-import _common
+import _machine
+import _reports
+import _timing
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("size", 4096, "Matrix size n of the n x n x n matmul.")
@@ -22,9 +24,9 @@ def measure(size, dtypes, repeats):
     """Return {dtype: {median, max, samples} in GFLOP/s}."""
     results = {}
     for dtype in dtypes:
-        samples = [s / 1e9 for s in _common.matmul_flops(size, dtype, repeats)]
+        samples = [s / 1e9 for s in _timing.matmul_flops(size, dtype, repeats)]
         results[dtype] = {
-            "gflops_median": round(_common.median(samples), 1),
+            "gflops_median": round(_timing.median(samples), 1),
             "gflops_max": round(max(samples), 1),
             "samples": [round(s, 1) for s in samples],
         }
@@ -33,24 +35,24 @@ def measure(size, dtypes, repeats):
 
 def main(argv):
     del argv
-    dtypes = FLAGS.dtypes or ["float32"] + (["bfloat16"] if _common.has_bf16() else [])
-    load = _common.wait_for_quiet()
+    dtypes = FLAGS.dtypes or ["float32"] + (["bfloat16"] if _machine.has_bf16() else [])
+    load = _machine.wait_for_quiet()
     results = {"size": FLAGS.size, "repeats": FLAGS.repeats}
     results["peak"] = measure(FLAGS.size, dtypes, FLAGS.repeats)
-    _common.finish(results, load)
+    _reports.finish(results, load)
     print(f"matmul {FLAGS.size}^3 through TensorFlow, median of {FLAGS.repeats}:")
-    _common.print_table(
+    _reports.print_table(
         ["dtype", "GFLOP/s (median)", "GFLOP/s (max)"],
         [[d, r["gflops_median"], r["gflops_max"]] for d, r in results["peak"].items()],
     )
-    fig = _common.bar_plot(
+    fig = _reports.bar_plot(
         dtypes,
         ["median"],
         [[results["peak"][d]["gflops_median"] for d in dtypes]],
         ylabel="GFLOP/s",
         title=f"matmul {FLAGS.size}^3 peak ({results['machine']['cores']} cores)",
     )
-    _common.save_figure(fig)
+    _reports.save_figure(fig)
 
 
 if __name__ == "__main__":

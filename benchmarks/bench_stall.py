@@ -31,7 +31,9 @@ import time
 from absl import app
 from absl import flags
 
-import _common
+import _machine
+import _reports
+import _timing
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("paths", ["main", "user4", "bert2"], "Which runs to measure.")
@@ -152,7 +154,7 @@ def _measure(path, load, tmp, bert_handles, n):
 
 def main(argv):
     del argv
-    load_facts = _common.wait_for_quiet()
+    load_facts = _machine.wait_for_quiet()
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:
         bert_handles = _tiny_bert(tmp) if "bert2" in FLAGS.paths else None
@@ -164,19 +166,19 @@ def main(argv):
                     print(f"{path:6} {load:5} repeat {n + 1}: {row}", flush=True)
     summary = {
         key: {"stall_max": max(r["stall"] for r in rows),
-              "stall_median": _common.median([r["stall"] for r in rows]), "runs": rows}
+              "stall_median": _timing.median([r["stall"] for r in rows]), "runs": rows}
         for key, rows in runs.items()
     }  # fmt: skip
-    _common.print_table(
+    _reports.print_table(
         ["run", "stall median s", "stall max s", "eval s", "export s"],
-        [[key, s["stall_median"], s["stall_max"], _common.median([r["eval"] for r in s["runs"]]),
-          _common.median([r["export"] for r in s["runs"]])] for key, s in summary.items()],
+        [[key, s["stall_median"], s["stall_max"], _timing.median([r["eval"] for r in s["runs"]]),
+          _timing.median([r["export"] for r in s["runs"]])] for key, s in summary.items()],
     )  # fmt: skip
-    _common.finish({"stall": summary}, load_facts)
+    _reports.finish({"stall": summary}, load_facts)
     groups = list(dict.fromkeys(key.split("/")[0] for key in summary))
     loads = list(dict.fromkeys(key.split("/")[1] for key in summary))
     values = [[summary[f"{g}/{l}"]["stall_max"] for g in groups] for l in loads]
-    _common.save_figure(_common.bar_plot(
+    _reports.save_figure(_reports.bar_plot(
         groups, loads, values, ylabel="seconds (max over repeats)", fmt="{:.1f}",
         title="Last training step to exit, beyond evaluation and export"))  # fmt: skip
 

@@ -21,7 +21,9 @@ import time
 from absl import app
 from absl import flags
 
-import _common
+import _machine
+import _reports
+import _timing
 
 FLAGS = flags.FLAGS
 
@@ -66,7 +68,7 @@ def run_child(side):
 
 def main(argv):
     del argv
-    load = _common.wait_for_quiet()
+    load = _machine.wait_for_quiet()
     runs = {side: [] for side in SIDES}
     run_child("tensorflow")  # Warm the page cache (TensorFlow's shared libraries): not timed.
     for _ in range(FLAGS.repeats):
@@ -75,7 +77,7 @@ def main(argv):
     results = {"repeats": FLAGS.repeats, "sides": {}}
     for side, samples in runs.items():
         results["sides"][side] = {
-            key: round(_common.median([s[key] for s in samples]), 3)
+            key: round(_timing.median([s[key] for s in samples]), 3)
             for key in ("import", "strategy", "total", "process")
         }
         results["sides"][side]["samples_total"] = [round(s["total"], 3) for s in samples]
@@ -84,9 +86,9 @@ def main(argv):
     results["ratio_process"] = round(kt_side["process"] / tf_side["process"], 3)
     legacy = results["sides"]["tensorflow_legacy_keras"]
     results["ratio_total_vs_legacy_keras"] = round(kt_side["total"] / legacy["total"], 3)
-    _common.finish(results, load)
+    _reports.finish(results, load)
     print(f"start-up seconds, median of {FLAGS.repeats} fresh interpreters:")
-    _common.print_table(
+    _reports.print_table(
         ["side", "import", "strategy", "import+strategy", "whole process"],
         [[side, r["import"], r["strategy"], r["total"], r["process"]]
          for side, r in results["sides"].items()],
@@ -95,7 +97,7 @@ def main(argv):
           f"{results['ratio_process']}x; vs TensorFlow with TF_USE_LEGACY_KERAS=1: "
           f"{results['ratio_total_vs_legacy_keras']}x")  # fmt: skip
     sides = list(results["sides"])
-    fig = _common.bar_plot(
+    fig = _reports.bar_plot(
         ["import", "strategy", "import+strategy"],
         sides,
         [[results["sides"][s][k] for k in ("import", "strategy", "total")] for s in sides],
@@ -103,7 +105,7 @@ def main(argv):
         title="start-up (median of fresh interpreters)",
         fmt="{:.2f}",
     )
-    _common.save_figure(fig)
+    _reports.save_figure(fig)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Sweep steps_per_execution (1, 4, 16, 64) for the CNN and BERT on the toolkit path.
 
-Evidence for the `steps_per_execution="auto"` rule in keras_tpu/training.py
+Evidence for the `steps_per_execution="auto"` rule in keras_tpu/engine/compiling.py
 (4 on CPU). Each model is built, fed and compiled as the recipes do
 (resolve_strategy, data.train_dataset, compile_model; BERT through a
 hub.KerasLayer SavedModel encoder with bert_adamw), float32, then trained for
@@ -18,7 +18,10 @@ import tempfile
 from absl import app
 from absl import flags
 
-import _common
+import _bert_fixtures
+import _machine
+import _reports
+import _timing
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("values", ["1", "4", "16", "64"], "steps_per_execution values to sweep.")
@@ -28,14 +31,14 @@ flags.DEFINE_string("bert_preset", "tiny", "BERT preset (empty: skip BERT).")
 flags.DEFINE_integer("bert_seq_length", 128, "BERT sequence length.")
 flags.DEFINE_integer("bert_batch", 32, "BERT batch.")
 flags.DEFINE_integer("bert_steps", 64, "BERT steps per timed epoch (a multiple of every value).")
-flags.DEFINE_string("sst2_dir", _common.SST2_DIR, "Directory with SST-2 train.tsv.")
+flags.DEFINE_string("sst2_dir", _bert_fixtures.SST2_DIR, "Directory with SST-2 train.tsv.")
 
 
 def _time(model, dataset, steps, batch, repeats):
-    timer = _common.EpochTimer()
+    timer = _timing.EpochTimer()
     model.fit(dataset, epochs=1 + repeats, steps_per_epoch=steps, callbacks=[timer], verbose=0)
     rates = [steps * batch / s for s in timer.seconds[1:]]  # Epoch 0 traces: not timed.
-    return _common.median(rates), rates
+    return _timing.median(rates), rates
 
 
 def sweep(name, values, build, dataset, steps, batch, repeats):
@@ -55,7 +58,7 @@ def sweep(name, values, build, dataset, steps, batch, repeats):
 def cnn_sweeps(strategy, values, repeats):
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
-    from keras_tpu.engine import training  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import compiling  # pylint: disable=g-import-not-at-top
     from keras_tpu.models import cnn  # pylint: disable=g-import-not-at-top
 
     split = data.synthetic_images(60_000, (28, 28, 1), seed=0)
@@ -66,7 +69,7 @@ def cnn_sweeps(strategy, values, repeats):
             with strategy.scope():
                 model = cnn.build_cnn((28, 28, 1), 10, variant="seed")
                 optimizer = keras.optimizers.Adam(1e-3)
-            return training.compile_model(
+            return compiling.compile_model(
                 model,
                 strategy,
                 optimizer=optimizer,
@@ -85,7 +88,7 @@ def bert_sweep(strategy, values, repeats, tmp_dir):
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
     from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
 
-    train, vocab_file, vocab_size = _common.sst2_with_vocab(FLAGS.sst2_dir, tmp_dir)
+    train, vocab_file, vocab_size = _bert_fixtures.sst2_with_vocab(FLAGS.sst2_dir, tmp_dir)
     preprocessor = text.BertPreprocessor(vocab_file, seq_length=FLAGS.bert_seq_length)
     dataset, _ = data.train_dataset(
         strategy, train, FLAGS.bert_batch, preprocess=preprocessor.preprocess
@@ -93,7 +96,7 @@ def bert_sweep(strategy, values, repeats, tmp_dir):
     steps = FLAGS.bert_steps
 
     def build(value):
-        model, _ = _common.toolkit_bert_classifier(
+        model, _ = _bert_fixtures.toolkit_bert_classifier(
             strategy,
             FLAGS.bert_preset,
             vocab_size,
@@ -111,21 +114,21 @@ def bert_sweep(strategy, values, repeats, tmp_dir):
 def main(argv):
     del argv
     import keras_tpu  # pylint: disable=g-import-not-at-top
-    from keras_tpu.engine import training  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import compiling  # pylint: disable=g-import-not-at-top
 
     strategy = keras_tpu.resolve_strategy()
     values = [int(v) for v in FLAGS.values]
-    load = _common.wait_for_quiet()
-    auto = training.resolve_steps_per_execution("auto", strategy, 10**9)
+    load = _machine.wait_for_quiet()
+    auto = compiling.resolve_steps_per_execution("auto", strategy, 10**9)
     results = {"values": values, "auto_on_this_device": auto, "sweeps": []}
     if FLAGS.cnn_batches:
         results["sweeps"] += cnn_sweeps(strategy, values, FLAGS.repeats)
     if FLAGS.bert_preset:
         with tempfile.TemporaryDirectory() as tmp_dir:
             results["sweeps"].append(bert_sweep(strategy, values, FLAGS.repeats, tmp_dir))
-    _common.finish(results, load)
+    _reports.finish(results, load)
     print(f"examples/second by steps_per_execution (auto here = {auto}); speed-up vs {values[0]}:")
-    _common.print_table(
+    _reports.print_table(
         ["model", "batch", *[f"spe={v}" for v in values], *[f"x{v}" for v in values[1:]]],
         [
             [s["model"], s["batch"]]
@@ -134,7 +137,7 @@ def main(argv):
             for s in results["sweeps"]
         ],
     )
-    fig = _common.line_plot(
+    fig = _reports.line_plot(
         values,
         [(s["model"], [r["speedup_vs_first"] for r in s["rows"]]) for s in results["sweeps"]],
         xlabel="steps_per_execution",
@@ -142,7 +145,7 @@ def main(argv):
         title=f"steps_per_execution sweep (auto on this device: {auto})",
         logx=True,
     )
-    _common.save_figure(fig)
+    _reports.save_figure(fig)
 
 
 if __name__ == "__main__":

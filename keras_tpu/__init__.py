@@ -9,7 +9,20 @@ with strategy.scope():
 # Or let the engine run it, with backups, exact resume, progress and export:
 task = keras_tpu.Task(build_model=..., loss="mse", metrics=["mae"], train_data=(x, y))
 summary = keras_tpu.fit(task, keras_tpu.RunConfig(model_dir="/tmp/run"))
+
+The public API is these names and the public submodules: keras_tpu.data (with
+keras_tpu.data.text and keras_tpu.data.text_sources), keras_tpu.metrics,
+keras_tpu.checks (the argument rules), keras_tpu.models.bert, keras_tpu.models.cnn,
+keras_tpu.parallel.memory (the memory planner), keras_tpu.parallel.mesh (model
+parallelism) and keras_tpu.tasks.
+The built-in tasks use nothing else (tests/test_layering.py checks it). Names that
+moved raise an error naming their new place (keras_tpu/moved_names.py).
 """
+
+from keras_tpu import moved_names as _moved_names
+
+_moved_names.install()
+__getattr__ = _moved_names.getattr_for(__name__)
 
 from keras_tpu.runtime import logs as _logs
 
@@ -18,7 +31,6 @@ _logs.quiet_startup()  # Before TensorFlow loads; a no-op unless KERAS_TPU_LOG_L
 from keras_tpu.runtime import compat  # noqa: E402  Sets TF_USE_LEGACY_KERAS before tf.keras resolves.
 from keras_tpu import data  # noqa: E402
 from keras_tpu import metrics  # noqa: E402
-from keras_tpu.engine import training  # noqa: E402
 from keras_tpu.checks import ConfigError  # noqa: E402
 from keras_tpu.runtime.compat import keras  # noqa: E402
 from keras_tpu.readiness.doctor import doctor  # noqa: E402
@@ -29,10 +41,16 @@ from keras_tpu.runtime.resolver import TPUUnusableError  # noqa: E402
 from keras_tpu.runtime.resolver import describe  # noqa: E402
 from keras_tpu.runtime.resolver import resolve_strategy  # noqa: E402
 from keras_tpu.runtime.strategy_info import StrategyInfo  # noqa: E402
-from keras_tpu.engine.configs import RunConfig  # noqa: E402
+from keras_tpu.engine.run_config import RunConfig  # noqa: E402
 from keras_tpu.engine.registry import register_task  # noqa: E402
 from keras_tpu.engine.summary import RunSummary  # noqa: E402
 from keras_tpu.engine.task import Task  # noqa: E402
+from keras_tpu.engine.compiling import choose_precision  # noqa: E402
+from keras_tpu.engine.compiling import compile_model  # noqa: E402
+from keras_tpu.engine.compiling import evaluate  # noqa: E402
+from keras_tpu.engine.compiling import set_precision  # noqa: E402
+from keras_tpu.engine.optimizers import bert_adamw  # noqa: E402
+from keras_tpu.engine.text_export import export_bert  # noqa: E402
 from keras_tpu.engine.trainer import CONFIG_ERRORS  # noqa: E402
 from keras_tpu.engine.trainer import fit  # noqa: E402
 from keras_tpu.engine.trainer import strategy_for  # noqa: E402
@@ -44,7 +62,13 @@ __all__ = [
     "RunConfig",
     "RunSummary",
     "Task",
+    "bert_adamw",
+    "choose_precision",
+    "compile_model",
+    "evaluate",
+    "export_bert",
     "fit",
+    "set_precision",
     "register_task",
     "strategy_for",
     "DeviceConfigError",
@@ -58,7 +82,6 @@ __all__ = [
     "metrics",
     "StrategyInfo",
     "resolve_strategy",
-    "training",
 ]
 
 for _warning in compat.check_versions():

@@ -190,7 +190,7 @@ def plot_misclassified(images, y_true, y_pred, class_names=None, max_images=8, c
 def collect_predictions(model, split, preprocess=None, batch_size=256, limit=None):
     """Run `model` over a test split on the host; return (images, labels, predicted classes).
 
-    For plots only (the recipes' own evaluation is `training.evaluate`): it
+    For plots only (the recipes' own evaluation is `keras_tpu.evaluate`): it
     reads the split in order on one pipeline, e.g. a SavedModel loaded back
     from a recipe's export_dir with `keras.models.load_model`.
 

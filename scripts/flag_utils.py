@@ -35,7 +35,7 @@ os.environ["KERAS_TPU_LOG_LEVEL"] = _log_level_from_argv(
 ).lower()
 
 from keras_tpu.engine import checkpointing  # noqa: E402
-from keras_tpu.engine import config_files  # noqa: E402
+from keras_tpu.engine import config_yaml  # noqa: E402
 from keras_tpu.runtime import logs  # noqa: E402
 import keras_tpu  # noqa: E402
 
@@ -91,7 +91,7 @@ def _given_flags(config_cls):
             and typing.get_type_hints(config_cls)[field.name] == (int | str)
         ):
             value = int(value)
-        settings[field.name] = config_files.Setting(value, f"--{field.name}")
+        settings[field.name] = config_yaml.Setting(value, f"--{field.name}")
     return settings
 
 
@@ -104,10 +104,10 @@ def config_from_flags(config_cls):
 
     def build(_):
         from_file = (
-            config_files.load_file(FLAGS.config_file, config_cls) if FLAGS.config_file else {}
+            config_yaml.load_file(FLAGS.config_file, config_cls) if FLAGS.config_file else {}
         )
-        overrides = config_files.parse_overrides(FLAGS.params_override, config_cls)
-        return config_files.build(config_cls, from_file, _given_flags(config_cls), overrides)
+        overrides = config_yaml.parse_overrides(FLAGS.params_override, config_cls)
+        return config_yaml.build(config_cls, from_file, _given_flags(config_cls), overrides)
 
     return run_or_explain(build, None)
 

@@ -25,7 +25,7 @@ if __package__:  # python -m scripts.train
 else:  # python scripts/train.py
     import flag_utils
 import keras_tpu  # noqa: E402
-from keras_tpu.engine import config_files  # noqa: E402
+from keras_tpu.engine import config_yaml  # noqa: E402
 from keras_tpu.engine import registry  # noqa: E402
 
 
@@ -35,7 +35,7 @@ _HELP = ("--help", "-h", "--helpshort", "--helpfull", "-?")
 def _task_entry(argv):
     """Return the TaskEntry that argv names (--task, or the config file's task: key)."""
     config_file = (flag_utils.argv_values(argv, "config_file") or [None])[-1]
-    ref = config_files.read_task(config_file) if config_file else None
+    ref = config_yaml.read_task(config_file) if config_file else None
     imports = [*(ref.imports if ref else ()), *flag_utils.argv_values(argv, "import")]
     try:
         registry.import_modules(imports)

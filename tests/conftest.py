@@ -226,7 +226,7 @@ def fresh_resolver(monkeypatch):
 def _tf_random_generator_restored():
     """Put tf_keras's process-wide random-generator switch back after each test.
 
-    A mesh run turns it on (parallel/sharding.py); left on, a later test's dropout
+    A mesh run turns it on (parallel/mesh/layout.py); left on, a later test's dropout
     traces generator ops instead of RandomUniform, so which tests share an xdist
     worker would decide what an exported encoder holds.
     """
@@ -253,3 +253,42 @@ def _op_determinism_off_afterwards():
 
     if determinism.current().deterministic:
         determinism.seed_everything(0, deterministic=False)
+
+
+# Run records: what a resumed run must report as an uninterrupted one did (timing aside).
+TIMING = ("examples_per_second", "step_time_ms", "model_tflops_per_second")
+
+
+def best_weights(model_dir):
+    """Return {variable name: value} of the weights kept in model_dir/best."""
+    reader = tf.train.load_checkpoint(os.path.join(model_dir, "best", "checkpoint"))
+    names = sorted(n for n in reader.get_variable_to_shape_map() if n.startswith("layer_with_weights"))
+    return {name: reader.get_tensor(name) for name in names}
+
+
+def epoch_scalars(model_dir):
+    """Return [(train|validation, tag, epoch, value)] of every per-epoch scalar written."""
+    scalars = []
+    for root, _, files in os.walk(os.path.join(model_dir, "tensorboard")):
+        for name in files:
+            for event in tf.compat.v1.train.summary_iterator(os.path.join(root, name)):
+                for v in event.summary.value:
+                    if v.tag.startswith("epoch_") and v.tag[len("epoch_"):] not in TIMING:
+                        value = float(tf.make_ndarray(v.tensor))
+                        scalars.append((os.path.basename(root), v.tag, event.step, value))
+    return sorted(scalars)
+
+
+def without_timing(summary):
+    """Return a summary.json dict without its timing fields (and the test fields a resume may change)."""
+    summary = dict(summary)
+    for key in ("train_seconds", "train_examples_per_second", "resumed_from_step", "config",
+                "test", "test_weights"):  # fmt: skip
+        summary.pop(key)
+    for key in ("history", "final_train"):
+        summary[key] = {k: v for k, v in summary[key].items() if k not in TIMING}
+    summary["throughput"] = [
+        {k: v for k, v in record.items() if k not in TIMING} for record in summary["throughput"]
+    ]
+    summary["strategy"] = {k: v for k, v in summary["strategy"].items() if k != "resolve_seconds"}
+    return summary

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from keras_tpu.engine import training
+from keras_tpu.engine import compiling
 from keras_tpu.runtime import detect
 from tests.conftest import REPO
 from tests.conftest import subprocess_env
@@ -68,7 +68,7 @@ def test_bench_cnn(tmp_path):
     assert list(sides) == ["notebook", "baseline", "toolkit", "toolkit_progress"]
     assert sides["notebook"]["batch"] == 32 and sides["notebook"]["steps_per_execution"] == 1
     # The CPU "auto" value (30 steps an epoch: not capped).
-    assert sides["toolkit"]["steps_per_execution"] == training.AUTO_STEPS_PER_EXECUTION_CPU
+    assert sides["toolkit"]["steps_per_execution"] == compiling.AUTO_STEPS_PER_EXECUTION_CPU
     for side in sides.values():
         assert side["images_per_second"] > 0
         assert side["timed_examples_per_repeat"] == 1920
@@ -157,7 +157,7 @@ def test_bench_steps_per_execution(tmp_path):
         "--bert_steps=2",
         "--repeats=1",
     )
-    assert results["auto_on_this_device"] == training.AUTO_STEPS_PER_EXECUTION_CPU
+    assert results["auto_on_this_device"] == compiling.AUTO_STEPS_PER_EXECUTION_CPU
     assert [s["model"] for s in results["sweeps"]] == ["cnn_batch16", "bert_tiny_seq16"]
     for sweep in results["sweeps"]:
         assert [r["steps_per_execution"] for r in sweep["rows"]] == [1, 2]
@@ -178,10 +178,10 @@ def test_bench_startup(tmp_path):
 def test_wait_for_quiet_is_bounded(load, quiet):
     sys.path.insert(0, BENCHMARKS)
     try:
-        import _common  # pylint: disable=g-import-not-at-top
+        import _machine  # pylint: disable=g-import-not-at-top
     finally:
         sys.path.remove(BENCHMARKS)
-    waited = _common.wait_for_quiet(max_wait=0.2, threshold=load, poll=0.05)
+    waited = _machine.wait_for_quiet(max_wait=0.2, threshold=load, poll=0.05)
     assert waited["quiet"] is quiet
     assert waited["waited_seconds"] <= 1.0
 

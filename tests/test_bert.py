@@ -1,4 +1,4 @@
-"""Tests for models/bert.py (installed as keras_tpu.models.bert), on a tiny BERT."""
+"""Tests for keras_tpu/models/bert, on a tiny BERT."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import tensorflow as tf
 import tensorflow_hub as hub
 
 from keras_tpu import keras
-from keras_tpu.engine import training
+from keras_tpu.engine import compiling
 from keras_tpu.models import bert
 
 SEQ = 16
@@ -114,7 +114,7 @@ def test_built_in_the_strategy_scope_every_variable_is_mirrored(mirrored):
 def test_encoder_built_outside_the_scope_is_explained(mirrored):
     encoder = bert.build_bert_encoder(_tiny())
     with pytest.raises(ValueError, match=r"39 of 39 variables .* not created in the scope"):
-        training.compile_model(encoder, mirrored, optimizer="adam", loss="mse")
+        compiling.compile_model(encoder, mirrored, optimizer="adam", loss="mse")
 
 
 def test_export_round_trip_through_hub_keras_layer(exported):
@@ -155,7 +155,7 @@ def test_fine_tuning_the_exported_encoder_on_4_replicas(mirrored, exported):
     _, export_dir = exported
     with mirrored.scope():
         model = bert.build_bert_classifier(export_dir, num_classes=2, seq_length=SEQ)
-    training.compile_model(
+    compiling.compile_model(
         model,
         mirrored,
         optimizer=keras.optimizers.Adam(3e-3),
@@ -255,7 +255,7 @@ def test_classifier_takes_an_encoder_layer(mirrored):
     assert model.get_layer("bert_encoder") is encoder
     logits = model(_random_inputs(batch=4))
     assert logits.shape == (4, 3) and logits.dtype == tf.float32
-    training.compile_model(
+    compiling.compile_model(
         model,
         mirrored,
         optimizer=keras.optimizers.Adam(1e-3),

@@ -44,6 +44,7 @@ def test_flags_win_over_glue_defaults():
         (dict(task_type="regression", num_classes=3), "drop --num_classes"),
         (dict(metrics="accuracy,pearson"), "metric 'pearson' needs a real-valued score"),
         (dict(task_type="regression", metrics="f1"), "metric 'f1' needs classes"),
+        (dict(task_type="regression", model_parallel=2), "model_parallel=2 trains classifiers on"),
         (dict(text_keys="a,b,c"), "BERT takes one (a sentence) or two (a pair)"),
     ],
 )

@@ -10,7 +10,7 @@ from keras_tpu import checks
 from keras_tpu import tasks
 from keras_tpu.data import text
 from keras_tpu.models import bert
-from keras_tpu.models import hf_bert
+from keras_tpu.models.bert import hf_bert
 from keras_tpu.tasks import bert_vocab
 
 WORDS = ["the", "film", "good", "bad", "movie", "dull", "great", "plot", "##s", "##ing", "."]

@@ -196,3 +196,26 @@ def test_dropout_generators_resume_with_the_uninterrupted_masks(tmp_path):
     assert step == 14
     for got, want in zip(resumed.get_weights(), uninterrupted.get_weights()):
         np.testing.assert_array_equal(got, want)
+
+
+def test_standalone_backup_saves_and_stops_on_sigterm_then_gives_the_handler_back(tmp_path):
+    """model.fit with a Backup of its own: the signal waits for the execution's end."""
+    import signal  # pylint: disable=g-import-not-at-top
+
+    model = _model(spe=4)  # Executions end at steps 4, 8, 10, 14, ...
+    kill = keras.callbacks.LambdaCallback(
+        on_train_batch_begin=lambda b, logs: (
+            int(model.optimizer.iterations.numpy()) == 4 and signal.raise_signal(signal.SIGTERM)
+        )
+    )
+    backup = checkpointing.Backup(str(tmp_path), tf.distribute.get_strategy(), every_steps=100)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(checkpointing.RunStopped) as stopped:
+        _fit(model, backup, epochs=3, callbacks=[kill])
+    assert stopped.value.exit_code == 128 + signal.SIGTERM
+    assert str(stopped.value) == (
+        f"stopped by SIGTERM at step 8; the backup of step 8 is in {tmp_path}/backup; run the "
+        f"same command again to resume."
+    )
+    assert backup.saved_step == 8
+    assert signal.getsignal(signal.SIGTERM) is before

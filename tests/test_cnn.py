@@ -1,4 +1,4 @@
-"""Tests for models/cnn.py (installed as keras_tpu.models.cnn)."""
+"""Tests for keras_tpu/models/cnn (build_cnn)."""
 
 import pytest
 import tensorflow as tf

@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.engine.config_files and the scripts' --config_file/--params_override flags."""
+"""Tests for keras_tpu.engine.config_yaml and the scripts' --config_file/--params_override flags."""
 
 import glob
 import json
@@ -7,7 +7,7 @@ import os
 import pytest
 import yaml
 
-from keras_tpu.engine import config_files
+from keras_tpu.engine import config_yaml
 from keras_tpu import tasks
 from tests.conftest import REPO
 from tests.conftest import run_script
@@ -25,13 +25,13 @@ def test_file_then_flags_then_override_give_the_expected_dataclass(tmp_path):
         "dataset: digits\nepochs: 7\nlearning_rate: 3e-4\nsteps_per_execution: 8\n"
         "model_dir: /tmp/a\nkeep_best: false\n",
     )
-    from_file = config_files.load_file(path, tasks.CNNConfig)
-    assert from_file["epochs"] == config_files.Setting(7, f"{path}:2")
-    flags = {"epochs": config_files.Setting(2, "--epochs")}
-    override = config_files.parse_overrides(
+    from_file = config_yaml.load_file(path, tasks.CNNConfig)
+    assert from_file["epochs"] == config_yaml.Setting(7, f"{path}:2")
+    flags = {"epochs": config_yaml.Setting(2, "--epochs")}
+    override = config_yaml.parse_overrides(
         "seed=3,worker_hosts=h1:1,h2:2,task_index=1", tasks.CNNConfig
     )
-    config = config_files.build(tasks.CNNConfig, from_file, flags, override)
+    config = config_yaml.build(tasks.CNNConfig, from_file, flags, override)
     assert config == tasks.CNNConfig(
         dataset="digits",
         epochs=2,  # The flag beats the file.
@@ -47,7 +47,7 @@ def test_file_then_flags_then_override_give_the_expected_dataclass(tmp_path):
 
 def test_json_and_load_config(tmp_path):
     path = _write(tmp_path, json.dumps({"epochs": 4, "seq_length": 64}), "run.json")
-    config = config_files.load_config(
+    config = config_yaml.load_config(
         path, tasks.BertRunConfig, params_override="dropout=0.2", num_classes=3
     )
     assert (config.epochs, config.seq_length, config.dropout, config.num_classes) == (4, 64, 0.2, 3)
@@ -59,8 +59,8 @@ def test_written_config_reads_back_equal(tmp_path):
         encoder_handle="/e", vocab_file="/v.txt", learning_rate=3e-5, steps_per_execution=16
     )
     path = str(tmp_path / "config.yaml")
-    config_files.write(config, path)
-    assert config_files.load_config(path, tasks.BertRunConfig) == config
+    config_yaml.write(config, path)
+    assert config_yaml.load_config(path, tasks.BertRunConfig) == config
     assert open(path).readline().startswith("# Resolved BertRunConfig")
 
 
@@ -80,8 +80,8 @@ def test_written_config_reads_back_equal(tmp_path):
 )
 def test_bad_files_name_the_key_file_and_line(tmp_path, text, message):
     path = _write(tmp_path, text)
-    with pytest.raises(config_files.ConfigFileError) as info:
-        config_files.load_config(path, tasks.CNNConfig)
+    with pytest.raises(config_yaml.ConfigFileError) as info:
+        config_yaml.load_config(path, tasks.CNNConfig)
     assert str(info.value).startswith(path) and message in str(info.value)
     assert "\n" not in str(info.value)
 
@@ -93,26 +93,26 @@ EMPTY = "the config file holds no settings (it is empty or only comments)"
 def test_an_empty_file_is_refused_not_run_with_every_default(tmp_path, text):
     path = _write(tmp_path, text)
     for load in (
-        lambda: config_files.load_config(path, tasks.CNNConfig),
-        lambda: config_files.read_task(path),  # scripts/train.py reads the task: key first.
+        lambda: config_yaml.load_config(path, tasks.CNNConfig),
+        lambda: config_yaml.read_task(path),  # scripts/train.py reads the task: key first.
     ):
-        with pytest.raises(config_files.ConfigFileError) as info:
+        with pytest.raises(config_yaml.ConfigFileError) as info:
             load()
         assert str(info.value).startswith(f"{path}: {EMPTY}; write `name: value` lines")
         assert "drop --config_file" in str(info.value) and "\n" not in str(info.value)
     # A file naming only its task is not empty: it says what to run.
-    assert config_files.read_task(_write(tmp_path, "task: cnn\n")).task == "cnn"
+    assert config_yaml.read_task(_write(tmp_path, "task: cnn\n")).task == "cnn"
 
 
 def test_bad_overrides(tmp_path):
-    with pytest.raises(config_files.ConfigFileError, match="expected name=value"):
-        config_files.parse_overrides("epochs", tasks.CNNConfig)
-    with pytest.raises(config_files.ConfigFileError, match="unknown key 'epoch'"):
-        config_files.parse_overrides("epoch=1", tasks.CNNConfig)
-    with pytest.raises(config_files.ConfigFileError, match=r"--params_override 'seed=x': seed"):
-        config_files.parse_overrides("seed=x", tasks.CNNConfig)
-    with pytest.raises(config_files.ConfigFileError, match="cannot read the config file"):
-        config_files.load_file(str(tmp_path / "missing.yaml"), tasks.CNNConfig)
+    with pytest.raises(config_yaml.ConfigFileError, match="expected name=value"):
+        config_yaml.parse_overrides("epochs", tasks.CNNConfig)
+    with pytest.raises(config_yaml.ConfigFileError, match="unknown key 'epoch'"):
+        config_yaml.parse_overrides("epoch=1", tasks.CNNConfig)
+    with pytest.raises(config_yaml.ConfigFileError, match=r"--params_override 'seed=x': seed"):
+        config_yaml.parse_overrides("seed=x", tasks.CNNConfig)
+    with pytest.raises(config_yaml.ConfigFileError, match="cannot read the config file"):
+        config_yaml.load_file(str(tmp_path / "missing.yaml"), tasks.CNNConfig)
 
 
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml"))))
@@ -121,7 +121,7 @@ def test_shipped_configs_load_and_document_their_command(path):
     cls = tasks.BertRunConfig if "bert" in name else tasks.CNNConfig
     script = "train_bert.py" if "bert" in name else "train_cnn.py"
     overrides = {"task_index": 0} if "workers" in name else {}
-    config = config_files.load_config(path, cls, **overrides)
+    config = config_yaml.load_config(path, cls, **overrides)
     assert isinstance(config, cls)
     assert f"python scripts/{script} --config_file=configs/{name}" in open(path).read()
     assert yaml.safe_load(open(path))  # Not empty.

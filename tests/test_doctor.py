@@ -16,8 +16,8 @@ from keras_tpu.runtime import compat
 from keras_tpu.runtime import detect
 from keras_tpu.readiness import doctor as _doctor_pkg_attr  # noqa: F401  (the function)
 from keras_tpu.runtime import resolver
-from keras_tpu.readiness import tf_build
-from keras_tpu.readiness import tpu_holders
+from keras_tpu.runtime import tf_build
+from keras_tpu.runtime import tpu_holders
 from tests.conftest import run_python
 from tests.conftest import run_script
 from tests.conftest import subprocess_env

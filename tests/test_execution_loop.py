@@ -12,6 +12,7 @@ import tensorflow as tf
 from keras_tpu import keras
 from keras_tpu.engine import callbacks
 from keras_tpu.engine import execution_loop
+from keras_tpu.engine import run_position
 
 X = np.random.default_rng(0).normal(size=(80, 3)).astype(np.float32)
 Y = X.sum(axis=1, keepdims=True)
@@ -61,8 +62,9 @@ def _callbacks(model_dir, lines=None):
 
 
 def _run(model, steps, made, start_step=0):
-    return execution_loop.run(model, steps, made.all, epochs=3, steps_per_epoch=STEPS_PER_EPOCH,
-                              steps_per_execution=4, start_step=start_step)  # fmt: skip
+    position = run_position.RunPosition(start_step, STEPS_PER_EPOCH)
+    return execution_loop.run(model, steps, made.all, epochs=3, steps_per_execution=4,
+                              position=position)  # fmt: skip
 
 
 def test_a_stopped_run_resumes_to_the_uninterrupted_weights(tmp_path):

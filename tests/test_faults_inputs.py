@@ -18,13 +18,14 @@ import pytest
 import tensorflow as tf
 
 from keras_tpu import data
-from keras_tpu.engine import export
-from keras_tpu.models import hf_bert
+from keras_tpu.engine import saved_model_export
+from keras_tpu.models.bert import hf_bert
 from keras_tpu import keras
 from keras_tpu import tasks
-from keras_tpu.engine import training
+from keras_tpu.engine import compiling
 from keras_tpu.models import bert
 from keras_tpu.models import cnn
+from keras_tpu.models.cnn import cnn_builder
 from tests.conftest import REPO
 from tests.conftest import run_script
 from tests.conftest import subprocess_env
@@ -70,7 +71,7 @@ def cnn_export(tmp_path_factory):
     """A digits CNN SavedModel, as train_cnn.py --export_dir writes it."""
     path = str(tmp_path_factory.mktemp("cnn") / "export")
     strategy = tf.distribute.get_strategy()
-    return export.export_model(cnn.build_cnn((8, 8, 1), 10, variant="seed"), path, strategy)
+    return saved_model_export.export_model(cnn.build_cnn((8, 8, 1), 10, variant="seed"), path, strategy)
 
 
 def test_encoder_handle_of_a_cnn_export_is_one_clear_error(cnn_export):
@@ -125,10 +126,10 @@ def test_export_dir_holding_another_savedmodel_is_refused_without_overwrite(tmp_
     model = cnn.build_cnn((8, 8, 1), 10, variant="seed")
     strategy = tf.distribute.get_strategy()
     with pytest.raises(ValueError, match="Pass --overwrite to replace it"):
-        export.export_model(model, target, strategy)
+        saved_model_export.export_model(model, target, strategy)
     assert os.path.exists(os.path.join(target, "assets", "vocab.txt"))  # Untouched.
     tasks.CNNConfig(export_dir=target, overwrite=True)
-    export.export_model(model, target, strategy, overwrite=True)
+    saved_model_export.export_model(model, target, strategy, overwrite=True)
     # The old export's asset does not survive into the new one.
     assert not os.path.exists(os.path.join(target, "assets", "vocab.txt"))
     assert keras.models.load_model(target).count_params() == model.count_params()
@@ -138,11 +139,11 @@ def test_export_dir_holding_another_savedmodel_is_refused_without_overwrite(tmp_
 def test_export_of_another_keras_tpu_model_is_refused_the_same_model_replaced(tmp_path):
     target = str(tmp_path / "export")
     strategy = tf.distribute.get_strategy()
-    export.export_model(cnn.build_cnn((8, 8, 1), 10, variant="seed"), target, strategy)
-    export.export_model(cnn.build_cnn((8, 8, 1), 10, variant="seed"), target, strategy)
+    saved_model_export.export_model(cnn.build_cnn((8, 8, 1), 10, variant="seed"), target, strategy)
+    saved_model_export.export_model(cnn.build_cnn((8, 8, 1), 10, variant="seed"), target, strategy)
     other = cnn.build_cnn((8, 8, 1), 10, variant="default")
     with pytest.raises(ValueError, match=r"the export of another model \(cnn_seed, 6410 parameters\)"):
-        export.export_model(other, target, strategy)
+        saved_model_export.export_model(other, target, strategy)
     assert sorted(os.listdir(tmp_path)) == ["export"]
 
 
@@ -173,7 +174,7 @@ def test_export_to_a_full_or_read_only_disk_is_one_error_without_temp_files(
     with _tmpfs(str(tmp_path / "disk"), size, read_only) as disk:
         target = os.path.join(disk, "export")
         with pytest.raises(ValueError) as e:
-            export.export_model(model, target, tf.distribute.get_strategy())
+            saved_model_export.export_model(model, target, tf.distribute.get_strategy())
         message = str(e.value)
         assert message.startswith(f"cannot write {target}: ")
         assert reason in message and len(message.splitlines()) == 1
@@ -186,11 +187,11 @@ def test_export_to_a_full_or_read_only_disk_is_one_error_without_temp_files(
 
 
 def test_chance_warning_only_when_evaluation_is_at_chance_and_training_is_not():
-    warning = training.chance_warning(train_accuracy=0.81, eval_accuracy=0.10, num_classes=10)
+    warning = compiling.chance_warning(train_accuracy=0.81, eval_accuracy=0.10, num_classes=10)
     assert warning.startswith("evaluation accuracy 0.100 is at chance (1/10 = 0.100) while")
-    assert training.chance_warning(train_accuracy=0.81, eval_accuracy=0.6, num_classes=10) is None
-    assert training.chance_warning(train_accuracy=0.3, eval_accuracy=0.1, num_classes=10) is None
-    assert training.chance_warning(train_accuracy=0.9, eval_accuracy=0.5, num_classes=2)
+    assert compiling.chance_warning(train_accuracy=0.81, eval_accuracy=0.6, num_classes=10) is None
+    assert compiling.chance_warning(train_accuracy=0.3, eval_accuracy=0.1, num_classes=10) is None
+    assert compiling.chance_warning(train_accuracy=0.9, eval_accuracy=0.5, num_classes=2)
 
 
 def _digits_config(**overrides):
@@ -208,7 +209,7 @@ def test_default_cnn_reaches_90_percent_on_digits_in_3_epochs():
 
 def test_summary_and_log_say_when_evaluation_is_at_chance(monkeypatch, caplog):
     # The old default: BatchNorm momentum 0.99 leaves the moving statistics unsettled.
-    monkeypatch.setattr(cnn, "BATCHNORM_MOMENTUM", 0.99)
+    monkeypatch.setattr(cnn_builder, "BATCHNORM_MOMENTUM", 0.99)
     summary = tasks.train_cnn(_digits_config(epochs=3, strategy="cpu"))
     assert summary["test"]["accuracy"] < 0.2 < 0.7 < summary["final_train"]["accuracy"]
     assert "is at chance (1/10 = 0.100)" in summary["accuracy_warning"]

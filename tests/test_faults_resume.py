@@ -23,6 +23,9 @@ import pytest
 from tests.conftest import SST2
 from tests.conftest import REPO
 from tests.conftest import backup_step
+from tests.conftest import best_weights
+from tests.conftest import epoch_scalars
+from tests.conftest import without_timing
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +53,7 @@ class Fault(keras.callbacks.Callback):
             weight = self.model.trainable_weights[-1]  # Output bias (max-pool drops NaNs).
             value = np.full(weight.shape, np.nan, weight.dtype.as_numpy_dtype)
             if hasattr(weight, "layout"):  # A DTensor variable: laid out on its mesh.
-                from keras_tpu.parallel import sharding
+                from keras_tpu.parallel.mesh import layout as sharding
                 sharding.assign_weights(self.model, {weight.name: value})
             else:
                 weight.assign(value)
@@ -61,7 +64,7 @@ class Fault(keras.callbacks.Callback):
                 f.write(b"0" * max(0, free - 2048))
 
 if mode in ("SIGTERM:evaluate", "SIGTERM:export"):  # A signal in the final phases.
-    from keras_tpu.engine import backend, outputs
+    from keras_tpu.engine import backend, output_paths as outputs
     def signalled(fn):
         def call(*args, **kwargs):
             os.kill(os.getpid(), signal.SIGTERM)
@@ -225,13 +228,20 @@ def pair_flags(tmp_path_factory):
     return (f"--train_file={path}", f"--eval_file={path}", "--text_keys=sentence1,sentence2")
 
 
+# Flags of a run whose records (summary, best/, TensorBoard) are compared.
+RECORDED = ("--tensorboard", "--keep_best")
+
+
 def _bert_reference(handles, model_parallel, tmp_path_factory, *flags):
-    """The weights sha of an uninterrupted run; it also shows progress lines and TensorBoard."""
+    """The weights sha of an uninterrupted run; it also shows progress lines and TensorBoard.
+
+    Its model_dir is in `_bert_reference_dirs`, for the records of a resumed run to compare.
+    """
     key = (model_parallel, flags)
     if key not in _bert_references:
         model_dir = tmp_path_factory.mktemp(f"bert_ref_k{model_parallel}")
         result = _train_bert_k(handles, model_dir, model_parallel, "--verbose=2",
-                               "--progress_seconds=0.001", "--tensorboard", *flags)  # fmt: skip
+                               "--progress_seconds=0.001", *RECORDED, *flags)  # fmt: skip
         assert result.returncode == 0, result.stderr[-3000:]
         final, resumed, sha = _run_line(result)
         assert (final, resumed) == (BERT_STEPS, 0)
@@ -250,7 +260,11 @@ def _bert_reference(handles, model_parallel, tmp_path_factory, *flags):
         tags = _tensorboard_tags(model_dir / "tensorboard" / "train")
         assert {"epoch_loss", "epoch_learning_rate", "epoch_examples_per_second"} <= tags, tags
         _bert_references[key] = sha
+        _bert_reference_dirs[key] = model_dir
     return _bert_references[key]
+
+
+_bert_reference_dirs = {}
 
 
 def _tensorboard_tags(directory):
@@ -274,14 +288,39 @@ def _assert_resumed_to(result, start, reference):
 def test_bert_sigkill_resumes_to_the_uninterrupted_weights(
     tmp_path, tmp_path_factory, tiny_hub, pair_flags, model_parallel, shape
 ):
+    """Sentences: killed right after epoch 1's last-step backup, before its evaluation.
+
+    The rerun evaluates epoch 1 first; its records (summary, best/ weights, TensorBoard's
+    per-epoch scalars) equal the uninterrupted run's, as its weights do. Pairs: killed
+    after the last step's backup; the rerun trains nothing, evaluates and exports, and
+    says nothing about optimizer values "not found" (its slots are never created).
+    """
     flags = pair_flags if shape == "pair" else ()
     reference = _bert_reference(tiny_hub, model_parallel, tmp_path_factory, *flags)
-    killed = _train_bert_k(tiny_hub, tmp_path, model_parallel, *flags, fault="SIGKILL", at=13)
+    at = BERT_STEPS if shape == "pair" else 10
+    killed = _train_bert_k(tiny_hub, tmp_path, model_parallel, *RECORDED, *flags,
+                           fault="SIGKILL", at=at)  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    assert backup_step(str(tmp_path)) == 10
-    resumed = _train_bert_k(tiny_hub, tmp_path, model_parallel, *flags)
+    assert backup_step(str(tmp_path)) == at
+    resumed = _train_bert_k(tiny_hub, tmp_path, model_parallel, *RECORDED, *flags)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    _assert_resumed_to(resumed, 10, reference)
+    _assert_resumed_to(resumed, at, reference)
+    if shape == "pair":
+        assert "could not be found in the restored object" not in resumed.stderr
+        return
+    assert "evaluating epoch 1, backed up before its evaluation" in resumed.stderr
+    whole = _bert_reference_dirs[(model_parallel, flags)]
+    summary, whole_summary = (json.loads((d / "summary.json").read_text()) for d in (tmp_path, whole))
+    assert len(summary["history"]["val_loss"]) == 2
+    assert without_timing(summary) == without_timing(whole_summary)
+    assert summary["test"] == whole_summary["test"]
+    best, whole_best = best_weights(tmp_path), best_weights(whole)
+    assert best.keys() == whole_best.keys() and best
+    for name in best:
+        np.testing.assert_array_equal(best[name], whole_best[name], err_msg=name)
+    scalars = epoch_scalars(tmp_path)
+    assert scalars == epoch_scalars(whole)
+    assert len([s for s in scalars if s[:2] == ("validation", "epoch_loss")]) == 2
 
 
 @pytest.mark.parametrize("model_parallel", MODEL_PARALLEL)

@@ -227,7 +227,7 @@ def test_table_and_dict_list_every_component():
 def test_planning_preset_large():
     large = memory.config_from_name("large")
     assert (large.num_layers, large.hidden_size, large.num_heads) == (24, 1024, 16)
-    assert "large" not in bert.PRESETS  # planning only: models/bert.py is unchanged
+    assert "large" not in bert.PRESETS  # planning only: keras_tpu/models/bert is unchanged
     # BERT-large has about 335M parameters (Devlin et al. 2019: 340M).
     assert 330e6 < memory.estimate("large", 1, 128).parameters < 340e6
 

@@ -81,6 +81,17 @@ def _finish(workers, logs, timeout):
     return [(w.returncode, open(p).read()) for w, p in zip(workers, logs)]
 
 
+def _wait_for_backup(workers, model_dir, step, timeout=300):
+    """Wait until the chief backed up `step` or later, every worker still running."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and all(w.poll() is None for w in workers):
+        saved = backup_step(str(model_dir))
+        if saved is not None and saved >= step:
+            break
+        time.sleep(0.2)
+    assert all(w.poll() is None for w in workers), "a worker ended before the backup"
+
+
 def _run_line(text):
     lines = [ln for ln in text.splitlines() if ln.startswith("run: ")]
     assert lines, text[-3000:]
@@ -232,17 +243,20 @@ def test_each_example_is_used_once_per_epoch_across_two_workers(tmp_path):
     assert runs[0]["epochs"][0] != runs[0]["epochs"][1]  # Reshuffled every epoch.
 
 
-@pytest.mark.slow
-@pytest.mark.serial  # A loopback cluster: its peers and time-outs need the cores.
-def test_two_workers_train_the_cnn_identically_and_only_the_chief_writes(tmp_path):
+CNN_CLUSTER_FLAGS = [
+    "--dataset=digits",
+    "--variant=seed",
+    "--epochs=6",
+    "--verbose=0",
+    "--steps_per_execution=2",
+]
+
+
+@pytest.fixture(scope="module")
+def cnn_cluster_run(tmp_path_factory):
+    """Train the CNN on a 2-worker loopback cluster, uninterrupted; return (tmp_path, logs)."""
+    tmp_path = tmp_path_factory.mktemp("cnn_cluster")
     hosts = _hosts(2)
-    flags = [
-        "--dataset=digits",
-        "--variant=seed",
-        "--epochs=6",
-        "--verbose=0",
-        "--steps_per_execution=2",
-    ]
     workers, logs = [], []
     for i in range(2):
         logs.append(tmp_path / f"worker{i}.log")
@@ -250,8 +264,16 @@ def test_two_workers_train_the_cnn_identically_and_only_the_chief_writes(tmp_pat
             f"--model_dir={tmp_path / f'dir{i}'}",
             f"--export_dir={tmp_path / f'export{i}'}",
         ]
-        workers.append(_start([*_script("train_cnn.py"), *flags, *run_flags], hosts, i, logs[-1]))
-    (rc0, log0), (rc1, log1) = _finish(workers, logs, timeout=400)
+        command = [*_script("train_cnn.py"), *CNN_CLUSTER_FLAGS, *run_flags]
+        workers.append(_start(command, hosts, i, logs[-1]))
+    results = _finish(workers, logs, timeout=400)
+    return tmp_path, hosts, results
+
+
+@pytest.mark.slow
+@pytest.mark.serial  # A loopback cluster: its peers and time-outs need the cores.
+def test_two_workers_train_the_cnn_identically_and_only_the_chief_writes(cnn_cluster_run):
+    tmp_path, hosts, [(rc0, log0), (rc1, log1)] = cnn_cluster_run
     assert (rc0, rc1) == (0, 0), log0[-3000:] + log1[-3000:]
     assert _checksum(log0) == _checksum(log1)  # All-reduced gradients: one model.
     assert "this is worker 0 (chief)" in _run_line(log0)
@@ -323,13 +345,7 @@ def test_a_killed_worker_stops_the_other_and_a_restart_resumes(tmp_path, victim)
     ]
     workers, logs = _start_two(command, hosts, tmp_path)
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and all(w.poll() is None for w in workers):
-            step = backup_step(str(model_dir))
-            if step is not None and step >= 8:
-                break
-            time.sleep(0.2)
-        assert all(w.poll() is None for w in workers), "a worker ended before the kill"
+        _wait_for_backup(workers, model_dir, step=8)
         workers[victim].send_signal(signal.SIGKILL)
         killed = time.monotonic()
         survivor = 1 - victim
@@ -359,6 +375,52 @@ def test_a_killed_worker_stops_the_other_and_a_restart_resumes(tmp_path, victim)
     assert summary["resumed_from_step"] == saved
     assert summary["final_step"] == 8 * (DIGITS_TRAIN // 128)
     assert _checksum(log0) == _checksum(log1)
+
+
+@pytest.mark.slow
+@pytest.mark.serial  # A loopback cluster: its peers and time-outs need the cores.
+def test_a_sigterm_to_one_worker_backs_up_one_step_on_all_and_the_rerun_is_exact(
+    tmp_path, cnn_cluster_run
+):
+    _, _, [(rc, reference), _] = cnn_cluster_run
+    assert rc == 0, reference[-3000:]
+    hosts = _hosts(2)
+    model_dir = tmp_path / "run"  # Shared, as a gs:// directory is on a real cluster.
+    command = [
+        *_script("train_cnn.py"),
+        *CNN_CLUSTER_FLAGS,
+        "--backup_every_steps=4",
+        f"--model_dir={model_dir}",
+    ]
+    workers, logs = _start_two(command, hosts, tmp_path)
+    try:
+        _wait_for_backup(workers, model_dir, step=8)
+        workers[1].send_signal(signal.SIGTERM)
+        results = _finish(workers, logs, timeout=FAILURE_BOUND + 60)
+    finally:
+        for w in workers:
+            w.kill()
+            w.wait(timeout=30)
+    [(rc0, log0), (rc1, log1)] = results
+    assert (rc0, rc1) == (143, 143), log0[-3000:] + log1[-3000:]
+    last0, last1 = (log.strip().splitlines()[-1] for log in (log0, log1))
+    saved = backup_step(str(model_dir))
+    print(f"worker 0: {last0}\nworker 1: {last1}")
+    backed_up = (
+        f"at step {saved}; the backup of step {saved} is in {model_dir}/backup; run the same "
+        f"command again on every worker to resume."
+    )
+    assert last1 == f"error: stopped by SIGTERM {backed_up}"
+    assert last0 == f"error: stopped by another worker's preemption {backed_up}"
+    assert saved > 8  # The step after the signal that every worker reached.
+    assert "Shape mismatch" not in log0 + log1
+
+    workers, logs = _start_two(command, hosts, tmp_path)
+    (rc0, log0), (rc1, log1) = _finish(workers, logs, timeout=400)
+    assert (rc0, rc1) == (0, 0), log0[-3000:] + log1[-3000:]
+    summary = json.loads((model_dir / "summary.json").read_text())
+    assert summary["resumed_from_step"] == saved
+    assert _checksum(log0) == _checksum(log1) == _checksum(reference)
 
 
 _STUCK_PROGRAM = """

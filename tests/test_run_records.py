@@ -1,10 +1,12 @@
 """Tests for keras_tpu.engine.run_records: a run stopped and resumed reports what an uninterrupted one does.
 
 In-process, on the session's 4 logical CPU replicas: a linear regression whose
-val_loss improves for 3 epochs, then worsens. One run is stopped twice
-(SIGTERM at an epoch's last step, backed up before its evaluation; an
-exception, as a kill, mid-epoch after a new best) and rerun each time; its summary, history, best epoch and `best/` weights, a user callback's
-state and TensorBoard's per-epoch scalars equal an uninterrupted run's. The same
+val_loss improves for 3 epochs, then worsens. One run is stopped at each phase
+(SIGTERM at an epoch's last step, backed up before its evaluation; then, as a
+kill, an exception mid-epoch after a new best, during the final evaluation and
+during the export) and rerun each time; its summary, history, best epoch and
+`best/` weights, a user callback's state, TensorBoard's per-epoch scalars and its
+export equal an uninterrupted run's. The same
 runs show `export_weights="best"` and that a config.yaml rerun into another
 model_dir is refused rather than replacing the first run's export.
 """
@@ -18,17 +20,20 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu
+from keras_tpu.engine import backend
 from keras_tpu.engine import checkpointing
-from keras_tpu.engine import config_files
-from keras_tpu.engine import outputs
+from keras_tpu.engine import config_yaml as config_files
+from keras_tpu.engine import output_paths as outputs
 from keras_tpu import keras
 from tests.conftest import CPU_REPLICAS
+from tests.conftest import best_weights
+from tests.conftest import epoch_scalars
+from tests.conftest import without_timing
 
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(48, 3)).astype(np.float32)
 Y = (X.sum(axis=1, keepdims=True) + 0.3 * RNG.normal(size=(48, 1))).astype(np.float32)
 # 32 training examples / global batch 8: 4 steps an epoch, 5 epochs, a backup every 2 steps.
-TIMING = ("examples_per_second", "step_time_ms")
 
 
 class _Seen(keras.callbacks.Callback):
@@ -75,39 +80,11 @@ def _run(model_dir, stop=None, **fields):
     return keras_tpu.fit(_task(seen), config), seen
 
 
-def _best_weights(model_dir):
-    reader = tf.train.load_checkpoint(os.path.join(model_dir, "best", "checkpoint"))
-    names = sorted(n for n in reader.get_variable_to_shape_map() if n.startswith("layer_with_weights"))
-    return {name: reader.get_tensor(name) for name in names}
+def _killed(*_, **__):
+    raise KeyboardInterrupt("killed")  # As a kill: nothing after it runs.
 
 
-def _epoch_scalars(model_dir):
-    """Return [(train|validation, tag, epoch, value)] of every per-epoch scalar written."""
-    scalars = []
-    for root, _, files in os.walk(os.path.join(model_dir, "tensorboard")):
-        for name in files:
-            for event in tf.compat.v1.train.summary_iterator(os.path.join(root, name)):
-                for v in event.summary.value:
-                    if v.tag.startswith("epoch_") and v.tag[len("epoch_"):] not in TIMING:
-                        value = float(tf.make_ndarray(v.tensor))
-                        scalars.append((os.path.basename(root), v.tag, event.step, value))
-    return sorted(scalars)
-
-
-def _without_timing(summary):
-    summary = dict(summary)
-    for key in ("train_seconds", "train_examples_per_second", "resumed_from_step", "config",
-                "test", "test_weights"):  # fmt: skip
-        summary.pop(key)
-    for key in ("history", "final_train"):
-        summary[key] = {k: v for k, v in summary[key].items() if k not in TIMING}
-    summary["throughput"] = [
-        {k: v for k, v in record.items() if k not in TIMING} for record in summary["throughput"]
-    ]
-    return summary
-
-
-def test_a_run_stopped_twice_reports_the_uninterrupted_run(tmp_path):
+def test_a_run_stopped_at_each_phase_reports_the_uninterrupted_run(tmp_path, monkeypatch):
     """Also: the best weights exported, and another run's export dir refused."""
     whole, whole_seen = _run(tmp_path / "whole")
     val_loss = whole["history"]["val_loss"]
@@ -121,13 +98,22 @@ def test_a_run_stopped_twice_reports_the_uninterrupted_run(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         # Epoch 3 (steps 9-12) was a new best; the last backup, step 14, is mid-epoch 4.
         _run(run, stop=(15, "kill"))
-    resumed, seen = _run(run, export_weights="best", export_dir=str(tmp_path / "export"))
+    exporting = {"export_weights": "best", "export_dir": str(tmp_path / "export")}
+    with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
+        patch.setattr(backend.KerasBackend, "evaluate", _killed)  # During the final evaluation.
+        _run(run, **exporting)
+    with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
+        save_atomically = outputs.save_atomically
+        patch.setattr(outputs, "save_atomically", lambda save, *a, **k: save_atomically(_killed, *a, **k))
+        _run(run, **exporting)  # During the export.
+    assert not (tmp_path / "export").exists()
+    resumed, seen = _run(run, **exporting)
 
-    assert resumed["resumed_from_step"] == 14 and resumed["final_step"] == 20
-    assert _without_timing(resumed) == _without_timing(whole)
+    assert resumed["resumed_from_step"] == 20 and resumed["final_step"] == 20
+    assert without_timing(resumed) == without_timing(whole)
     assert resumed["train_examples_per_second"] > 0
     assert (seen.batches, seen.epochs) == (whole_seen.batches, whole_seen.epochs) == (20, [0, 1, 2, 3, 4])
-    best, whole_best = _best_weights(run), _best_weights(tmp_path / "whole")
+    best, whole_best = best_weights(run), best_weights(tmp_path / "whole")
     assert best.keys() == whole_best.keys() and best
     for name in best:
         np.testing.assert_array_equal(best[name], whole_best[name], err_msg=name)
@@ -139,8 +125,8 @@ def test_a_run_stopped_twice_reports_the_uninterrupted_run(tmp_path):
     kernel = [n for n in exported.get_variable_to_shape_map() if n.endswith("kernel/.ATTRIBUTES/VARIABLE_VALUE")]
     np.testing.assert_array_equal(exported.get_tensor(kernel[0]), best[
         "layer_with_weights-0/kernel/.ATTRIBUTES/VARIABLE_VALUE"])
-    scalars = _epoch_scalars(run)
-    assert scalars == _epoch_scalars(tmp_path / "whole")
+    scalars = epoch_scalars(run)
+    assert scalars == epoch_scalars(tmp_path / "whole")
     assert len([s for s in scalars if s[:2] == ("validation", "epoch_loss")]) == 5
     _refused_rerun_into_another_model_dir(tmp_path, run)
 

@@ -126,4 +126,4 @@ def test_scripts_print_one_error_line_and_the_doctor_the_same_fix(case, tmp_path
 def test_doctor_check_names_are_unique(tmp_path):
     names = [c.name for c in _doctor({}, str(tmp_path)).checks]
     assert len(names) == len(set(names)) and names[:2] == ["tpu", "cluster"]
-    assert doctor_lib.Check is keras_tpu.readiness.report.Check
+    assert doctor_lib.Check is keras_tpu.runtime.health_report.Check

@@ -6,9 +6,10 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 import keras_tpu
+from keras_tpu.engine import checkpointing
 from keras_tpu.parallel import memory
-from keras_tpu.tasks import inputs as recipe_inputs
-from keras_tpu.parallel import sharding
+from keras_tpu.tasks import datasets as recipe_inputs
+from keras_tpu.parallel.mesh import layout as mesh_layout
 from keras_tpu.runtime.compat import keras
 from keras_tpu.models import bert
 from tests.conftest import EPYC_BF16_FLAGS
@@ -67,15 +68,15 @@ def reference():
 )
 def test_sharded_training_matches_one_device(reference, model_parallel):
     weights, expected = reference
-    mesh = sharding.make_mesh(model_parallel)
+    mesh = mesh_layout.make_mesh(model_parallel)
     assert (mesh.dim_size("batch"), mesh.dim_size("model")) == (4 // model_parallel, model_parallel)
-    model = sharding.build_classifier(CONFIG, 2, mesh=mesh, dropout=0.0)
-    assert sharding.assign_weights(model, weights) == []
-    step = sharding.make_train_step(model, keras.optimizers.Adam(1e-3, mesh=mesh), _loss())
+    model = mesh_layout.build_classifier(CONFIG, 2, mesh=mesh, dropout=0.0)
+    assert mesh_layout.assign_weights(model, weights) == []
+    step = mesh_layout.make_train_step(model, keras.optimizers.Adam(1e-3, mesh=mesh), _loss())
     features, labels = _batches()
     dataset = tf.data.Dataset.from_tensor_slices((features, labels))
-    batches = iter(sharding.distribute_dataset(dataset, mesh=mesh, global_batch=BATCH))
-    losses = [float(sharding.to_numpy(step(*next(batches)))) for _ in range(STEPS)]
+    batches = iter(mesh_layout.distribute_dataset(dataset, mesh=mesh, global_batch=BATCH))
+    losses = [float(mesh_layout.to_numpy(step(*next(batches)))) for _ in range(STEPS)]
     print(
         f"K={model_parallel}: max |loss - reference| = {np.abs(np.subtract(losses, expected)).max():.3g}"
     )
@@ -84,8 +85,8 @@ def test_sharded_training_matches_one_device(reference, model_parallel):
 
 
 def test_each_sharded_kernel_holds_one_kth_per_device():
-    mesh = sharding.make_mesh(2)
-    model = sharding.build_classifier(CONFIG, 2, mesh=mesh)
+    mesh = mesh_layout.make_mesh(2)
+    model = mesh_layout.build_classifier(CONFIG, 2, mesh=mesh)
     sharded = {}
     for variable in model.variables:
         layout = dtensor.fetch_layout(variable)
@@ -97,7 +98,7 @@ def test_each_sharded_kernel_holds_one_kth_per_device():
             assert {s.shape.num_elements() for s in shards} == {full // 2}
         else:
             assert {s.shape.num_elements() for s in shards} == {full}
-        assert sharding.device_bytes(variable) == shards[0].shape.num_elements() * 4
+        assert mesh_layout.device_bytes(variable) == shards[0].shape.num_elements() * 4
     # Per layer: q, k, v, intermediate kernels and biases; attention output and FFN output.
     assert len(sharded) == 2 * 10
     assert sharded["transformer/layer_0/self_attention/query/kernel:0"] == ["unsharded", "model"]
@@ -120,25 +121,25 @@ def test_replicated_values_stay_one_copy_with_every_dropout_on():
 
     With keras Dropout on the head-split attention probabilities, DTensor gave every
     later "batch"-split mask of the step (hidden dropout, the head's) a different
-    seed on each device of a row (parallel/mesh_dropout.py): the logits differed by
+    seed on each device of a row (parallel/mesh/dropout.py): the logits differed by
     0.02 and, after two steps, so did the replicated weights.
     """
     config = bert.BertConfig(**{**vars(CONFIG), "hidden_dropout": 0.1, "attention_dropout": 0.1})
-    mesh = sharding.make_mesh(2)
+    mesh = mesh_layout.make_mesh(2)
     keras.utils.set_random_seed(0)
-    model = sharding.build_classifier(config, 2, mesh=mesh, dropout=0.1)
+    model = mesh_layout.build_classifier(config, 2, mesh=mesh, dropout=0.1)
     features, labels = _batches()
     dataset = tf.data.Dataset.from_tensor_slices((features, labels))
-    batches = iter(sharding.distribute_dataset(dataset, mesh=mesh, global_batch=BATCH))
+    batches = iter(mesh_layout.distribute_dataset(dataset, mesh=mesh, global_batch=BATCH))
     first_features, _ = next(batches)
     forward = tf.function(lambda features, training: model(features, training=training))
     logits = forward(first_features, True)
     assert _replica_spread(logits) == 0.0
     assert not np.array_equal(
-        sharding.to_numpy(logits), sharding.to_numpy(forward(first_features, False))
+        mesh_layout.to_numpy(logits), mesh_layout.to_numpy(forward(first_features, False))
     )  # the dropouts dropped
     optimizer = keras.optimizers.Adam(1e-2, mesh=mesh)
-    step = sharding.make_train_step(model, optimizer, _loss())
+    step = mesh_layout.make_train_step(model, optimizer, _loss())
     for _ in range(2):
         step(*next(batches))
     spreads = {v.name: _replica_spread(v.read_value()) for v in model.variables}
@@ -156,18 +157,18 @@ def test_replicated_values_stay_one_copy_with_every_dropout_on():
 def test_config_not_divisible_is_refused(change, message):
     config = bert.BertConfig(**{**vars(CONFIG), **change})
     with pytest.raises(ValueError, match=message):
-        sharding.check_config(config, 4)
+        mesh_layout.check_config(config, 4)
 
 
 def test_model_parallel_not_dividing_devices_is_refused():
     with pytest.raises(ValueError, match="model_parallel=3 does not divide the 4 CPU device"):
-        sharding.make_mesh(3)
+        mesh_layout.make_mesh(3)
 
 
 def test_planner_weight_bytes_equal_what_the_mesh_holds():
-    mesh = sharding.make_mesh(2)
-    model = sharding.build_classifier(CONFIG, 2, mesh=mesh)
-    held = sharding.per_device_weight_bytes(model)
+    mesh = mesh_layout.make_mesh(2)
+    model = mesh_layout.build_classifier(CONFIG, 2, mesh=mesh)
+    held = mesh_layout.per_device_weight_bytes(model)
     # From the model's variables, and from the config alone (+ the 2-class head).
     assert memory.estimate(model, 4, SEQ, model_parallel=2).weights == held
     head = 4 * (CONFIG.hidden_size * 2 + 2)
@@ -186,7 +187,7 @@ WORDS = "good bad great awful fine dull moving lifeless film plot".split()
 @pytest.fixture(scope="module")
 def tiny_export(tmp_path_factory):
     """An exported 2-layer encoder (heads 4, FFN 128) and 64 labelled sentences as TSV."""
-    from keras_tpu.models import hf_bert  # pylint: disable=g-import-not-at-top
+    from keras_tpu.models.bert import hf_bert  # pylint: disable=g-import-not-at-top
     from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
 
     root = tmp_path_factory.mktemp("sharded")
@@ -253,24 +254,31 @@ def test_train_bert_model_parallel_trains_and_exports_under_the_engine(tiny_expo
     import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top
 
     from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
-    from keras_tpu.parallel import sharded_backend  # pylint: disable=g-import-not-at-top
-    from keras_tpu.parallel import sharded_export  # pylint: disable=g-import-not-at-top
-    from keras_tpu.parallel import sharded_loop  # pylint: disable=g-import-not-at-top
+    from keras_tpu.parallel.mesh import backend as mesh_backend  # pylint: disable=g-import-not-at-top
+    from keras_tpu.parallel.mesh import export as mesh_export  # pylint: disable=g-import-not-at-top
+    from keras_tpu.parallel.mesh import loop as mesh_loop  # pylint: disable=g-import-not-at-top
 
     root, vocab = tiny_export
+    # 61 evaluation sentences: the last global batch of 8 is padded (and weighted out).
+    rows = (root / "train.tsv").read_text().splitlines()[: 1 + 61]
+    (tmp_path / "dev.tsv").write_text("\n".join(rows) + "\n")
     config = _sharded_config(
-        root, vocab, model_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "export")
-    )
+        root, vocab, model_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "export"),
+        eval_file=str(tmp_path / "dev.tsv"), metrics="accuracy,f1,matthews_correlation",
+    )  # fmt: skip
     summary, backend = _fit_capturing_backend(config)
-    assert isinstance(backend, sharded_backend.ShardedBackend)
+    assert isinstance(backend, mesh_backend.ShardedBackend)
     model, preprocessor = backend.model, backend.bert.preprocessor
     assert summary["mesh"] == {"batch": 2, "model": 2} and summary["global_batch"] == 8
     assert summary["replicas"] == 2 and summary["model_parallel"] == 2
     assert (summary["final_step"], summary["resumed_from_step"]) == (6, 0)
     assert summary["status"] == "ok" and summary["steps_per_execution"] == 3  # "auto", capped
-    assert summary["test_examples"] == 64 and 0 <= summary["test"]["accuracy"] <= 1
+    assert summary["test_examples"] == 61 and 0 <= summary["test"]["accuracy"] <= 1
+    assert set(summary["test"]) == {"loss", "accuracy", "f1", "matthews_correlation"}
+    assert summary["monitor"] == "val_matthews_correlation"  # Best weights by it, on the mesh.
+    assert summary["best"]["epoch"] in (1, 2)
     assert summary["test"]["loss"] > 0
-    assert summary["per_device_weight_bytes"] == sharding.per_device_weight_bytes(model)
+    assert summary["per_device_weight_bytes"] == mesh_layout.per_device_weight_bytes(model)
     # Exact val_ metrics each epoch (the engine's), the last equal to the final evaluation.
     assert len(summary["history"]["loss"]) == 2 and np.isfinite(summary["history"]["loss"]).all()
     assert summary["history"]["val_accuracy"][-1] == summary["test"]["accuracy"]
@@ -279,20 +287,20 @@ def test_train_bert_model_parallel_trains_and_exports_under_the_engine(tiny_expo
     assert {"run.json", "config.yaml", "summary.json"} <= {p.name for p in run.iterdir()}
     assert not (run / "backup").exists() and not (run / "run.lock").exists()
     # The export was built whole beside its target and renamed once: nothing else is left.
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "run"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.tsv", "export", "run"]
 
     # The export: an ordinary TF Hub encoder and a raw-string classifier that give the
     # mesh model's outputs.
     texts = tf.constant(["good film", "dull plot awful", "great", "lifeless"])  # 2 per batch row
     features = preprocessor(texts)
     expected = tf.nn.softmax(
-        sharding.to_numpy(model(sharded_loop.on_mesh(features, model_mesh(model))))
+        mesh_layout.to_numpy(model(mesh_loop.on_mesh(features, model_mesh(model))))
     ).numpy()
     serve = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"]
     served = serve(text=texts)["probabilities"].numpy()
-    # The unsharded model: the gathered weights in models/bert.py's ordinary encoder.
-    weights = sharding.gather_weights(model)
-    encoder_config, _ = sharded_export.load_native_encoder(str(tmp_path / "export" / "encoder"))
+    # The unsharded model: the gathered weights in keras_tpu/models/bert's ordinary encoder.
+    weights = mesh_layout.gather_weights(model)
+    encoder_config, _ = mesh_export.load_native_encoder(str(tmp_path / "export" / "encoder"))
     native = bert.build_bert_encoder(encoder_config)
     for variable in native.variables:
         variable.assign(weights[variable.name])
@@ -304,6 +312,18 @@ def test_train_bert_model_parallel_trains_and_exports_under_the_engine(tiny_expo
     )
     np.testing.assert_allclose(served, unsharded, atol=1e-5, rtol=0)
     np.testing.assert_allclose(served, expected, atol=1e-4, rtol=0)  # summation order
+    # The mesh's F1 and Matthews equal scikit-learn's on the export's predictions of the
+    # 61 evaluation sentences (the summary's metrics are the final, exported weights').
+    from sklearn import metrics as sk  # pylint: disable=g-import-not-at-top
+
+    dev = [row.split("\t") for row in rows[1:]]
+    predicted = serve(text=tf.constant([text for text, _ in dev]))["class_ids"].numpy()
+    labels = np.array([int(label) for _, label in dev])
+    assert np.mean(predicted == labels) == pytest.approx(summary["test"]["accuracy"], abs=1e-6)
+    assert sk.f1_score(labels, predicted) == pytest.approx(summary["test"]["f1"], abs=1e-5)
+    assert sk.matthews_corrcoef(labels, predicted) == pytest.approx(
+        summary["test"]["matthews_correlation"], abs=1e-5
+    )
     encoder = hub.KerasLayer(str(tmp_path / "export" / "encoder"))
     assert encoder(features)["pooled_output"].shape == (4, CONFIG.hidden_size)
 
@@ -352,20 +372,20 @@ def test_train_bert_model_parallel_bad_input(tiny_export, overrides, message):
 
 def test_auto_precision_picks_float32_on_the_mesh(tiny_export, mirrored, monkeypatch, tmp_path):
     """On a host with native bf16, "auto" picks float32 on the mesh and says why."""
-    from keras_tpu.engine import training  # pylint: disable=g-import-not-at-top
-    from keras_tpu.parallel import sharded_backend  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import compiling  # pylint: disable=g-import-not-at-top
+    from keras_tpu.parallel.mesh import backend as mesh_backend  # pylint: disable=g-import-not-at-top
 
     pretend(monkeypatch, mirrored, cpu_root=fake_cpu_host(tmp_path, EPYC_BF16_FLAGS))
-    assert training.choose_precision("auto", mirrored).policy == "mixed_bfloat16"
-    choice = training.choose_precision(
-        "auto", mirrored, supported=sharded_backend.ShardedBackend.supported_policies
+    assert compiling.choose_precision("auto", mirrored).policy == "mixed_bfloat16"
+    choice = compiling.choose_precision(
+        "auto", mirrored, supported=mesh_backend.ShardedBackend.supported_policies
     )
     assert choice.policy == "float32"
     assert choice.reason == (
         "fp32: this backend builds float32 weights only (the device's rule chose mixed_bfloat16)"
     )
     config = _sharded_config(*tiny_export, mixed_precision="bf16")
-    backend = sharded_backend.ShardedBackend(None, config, None, "mixed_bfloat16", bert=None)
+    backend = mesh_backend.ShardedBackend(None, config, None, "mixed_bfloat16", bert=None)
     with pytest.raises(ValueError, match=r"--mixed_precision=bf16 cannot run with "
                        "--model_parallel=2"):  # fmt: skip
         backend.check_config()
@@ -373,17 +393,17 @@ def test_auto_precision_picks_float32_on_the_mesh(tiny_export, mirrored, monkeyp
 
 def _loop(root, vocab, **overrides):
     """Return (ShardedLoop, train Source) of `_sharded_config` on a fresh 2x2 mesh."""
-    from keras_tpu.parallel import sharded_export  # pylint: disable=g-import-not-at-top
-    from keras_tpu.parallel import sharded_training  # pylint: disable=g-import-not-at-top
+    from keras_tpu.parallel.mesh import export as mesh_export  # pylint: disable=g-import-not-at-top
+    from keras_tpu.parallel.mesh import run_setup as mesh_run_setup  # pylint: disable=g-import-not-at-top
 
     config = _sharded_config(root, vocab, **overrides)
     train = recipe_inputs.text_splits(config).train
     preprocessor = recipe_inputs.bert_preprocessor(config)
-    encoder_config, weights = sharded_export.load_native_encoder(config.encoder_handle)
+    encoder_config, weights = mesh_export.load_native_encoder(config.encoder_handle)
     keras.utils.set_random_seed(config.seed)
-    loop = sharded_training.build_loop(
+    loop = mesh_run_setup.build_loop(
         config,
-        sharding.make_mesh(config.model_parallel),
+        mesh_layout.make_mesh(config.model_parallel),
         encoder_config,
         weights,
         total_steps=12,
@@ -407,7 +427,7 @@ def test_an_epoch_is_one_pass_over_the_training_data(tiny_export):
     assert (shape.train_examples, shape.global_batch, shape.steps_per_epoch) == (64, 8, 8)
     batches = backend.loop.batches(0)
     seen = [
-        sharding.to_numpy(next(batches)[0]["input_word_ids"])
+        mesh_layout.to_numpy(next(batches)[0]["input_word_ids"])
         for _ in range(shape.steps_per_epoch)
     ]
     seen = np.concatenate(seen)
@@ -425,25 +445,35 @@ def test_executions_of_n_steps_give_the_single_step_run(tiny_export, tmp_path):
     # Each distinct execution length traces a DTensor program (tens of seconds here):
     # 4 steps as one execution, then as 1 + 3, and the resumed loop reuses length 1.
     one_call, _ = _loop(root, vocab)
+    one_call.start(0)
     whole = one_call.run_execution(4)
     assert whole.step == 4 and len(whole.losses) == 4 and whole.finite
     split, _ = _loop(root, vocab)
+    split.start(0)
     parts = [split.run_execution(n) for n in (1, 3)]
     assert [r.step for r in parts] == [1, 4]
     np.testing.assert_allclose(sum((r.losses for r in parts), ()), whole.losses, rtol=0, atol=1e-6)
     assert split.weights_checksum() == one_call.weights_checksum()
 
-    # A restored loop reads the data from the restored step on (its examples skipped).
-    path = split.checkpoint.save(str(tmp_path / "ckpt"))
+    # A restored loop started at the restored step reads the data from there (its examples
+    # skipped). The checkpoint holds the layers' random generators, as the engine's backups do.
+    def checkpoint(loop):
+        generators = checkpointing.random_generators(loop.model)
+        return tf.train.Checkpoint(
+            model=loop.model, optimizer=loop.optimizer, random_generators=generators
+        )
+
+    path = checkpoint(split).save(str(tmp_path / "ckpt"))
     resumed, _ = _loop(root, vocab)
-    resumed.checkpoint.restore(path)
+    checkpoint(resumed).restore(path)
     assert resumed.step == 4 and resumed.weights_checksum() == split.weights_checksum()
     uninterrupted = resumed.batches(0)
     for _ in range(4):
         next(uninterrupted)
+    resumed.start(resumed.step)
     expected, positioned = next(uninterrupted), next(resumed.batches(resumed.step))
     for a, b in zip(tf.nest.flatten(expected), tf.nest.flatten(positioned)):
-        np.testing.assert_array_equal(sharding.to_numpy(a), sharding.to_numpy(b))
+        np.testing.assert_array_equal(mesh_layout.to_numpy(a), mesh_layout.to_numpy(b))
     # The encoder's hidden and attention dropout (0.1) draw from generators the checkpoint
     # holds: the resumed loop continues to the uninterrupted loop's weights.
     assert resumed.run_execution(1).step == split.run_execution(1).step == 5

@@ -1,4 +1,4 @@
-"""Tests for keras_tpu/tpu_rehearsal.py: the TPU compile rehearsal on the CPU."""
+"""Tests for keras_tpu/readiness/tpu_rehearsal.py: the TPU compile rehearsal on the CPU."""
 
 import math
 import os
@@ -16,7 +16,7 @@ from keras_tpu import keras
 from keras_tpu.engine import optimizers
 from keras_tpu.data import text
 from keras_tpu.readiness import tpu_rehearsal
-from keras_tpu.engine import training
+from keras_tpu.engine import compiling
 from keras_tpu.models import bert
 from keras_tpu.models import cnn
 
@@ -28,7 +28,7 @@ WORDS = ["good", "bad", "film", "great", "awful", "plot", "fun", "dull", "not", 
 
 
 def _compiled(model, strategy, loss="sparse_categorical_crossentropy"):
-    return training.compile_model(
+    return compiling.compile_model(
         model, strategy, optimizer=keras.optimizers.Adam(1e-3), loss=loss, steps_per_execution=1
     )
 
@@ -100,14 +100,14 @@ def test_bert_classifier_passes_on_its_real_pipelines_and_still_trains(bert_asse
     train_ds, _ = data.train_dataset(strategy, split, 8, preprocess=preprocess)
     eval_data = data.eval_dataset(strategy, split, 8, preprocess=preprocess)
     model = bert.build_bert_classifier(encoder_dir, 2, SEQ)
-    training.compile_model(
+    compiling.compile_model(
         model,
         strategy,
         optimizer=optimizers.bert_adamw(1e-3, 10),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
     before = _state(model)
-    report = training.rehearse_tpu(model, train_ds, eval_dataset=eval_data)
+    report = compiling.rehearse_tpu(model, train_ds, eval_dataset=eval_data)
     assert report.ok, str(report)
     assert report.compiled == ("train", "eval")
     _assert_unchanged(model, before)

@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.engine.training: scope checks and exact evaluation, on 4 replicas."""
+"""Tests for keras_tpu.engine.compiling: scope checks and exact evaluation, on 4 replicas."""
 
 import time
 
@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from keras_tpu import data
 from keras_tpu import keras
-from keras_tpu.engine import training
+from keras_tpu.engine import compiling
 from tests.conftest import AMX_ONLY_FLAGS
 from tests.conftest import AVX2_FLAGS
 from tests.conftest import EPYC_BF16_FLAGS
@@ -27,20 +27,20 @@ def test_model_built_outside_the_scope_is_explained(mirrored):
         match=r"2 of 2 variables .* not created in the scope of "
         r"MirroredStrategy.*Build the model inside",
     ):
-        training.compile_model(model, mirrored, optimizer="sgd", loss="mse")
+        compiling.compile_model(model, mirrored, optimizer="sgd", loss="mse")
 
 
 def test_bad_steps_per_execution(mirrored):
     with mirrored.scope():
         model = _tiny_model()
     with pytest.raises(ValueError, match="steps_per_execution=0 must be an integer >= 1"):
-        training.compile_model(model, mirrored, optimizer="sgd", loss="mse", steps_per_execution=0)
+        compiling.compile_model(model, mirrored, optimizer="sgd", loss="mse", steps_per_execution=0)
 
 
 def test_compile_takes_the_device_default_for_jit(mirrored):
     with mirrored.scope():
         model = _tiny_model()
-    training.compile_model(model, mirrored, optimizer="sgd", loss="sparse_categorical_crossentropy")
+    compiling.compile_model(model, mirrored, optimizer="sgd", loss="sparse_categorical_crossentropy")
     assert model._jit_compile is False  # 4 replicas: XLA fails under MirroredStrategy.
 
 
@@ -52,7 +52,7 @@ def test_evaluation_is_exact_over_the_whole_split(mirrored, n):
     )
     with mirrored.scope():
         model = _tiny_model()
-    training.compile_model(
+    compiling.compile_model(
         model,
         mirrored,
         optimizer="sgd",
@@ -60,7 +60,7 @@ def test_evaluation_is_exact_over_the_whole_split(mirrored, n):
         metrics=["accuracy"],
     )
     # 37 examples in global batches of 32: the last batch is padded with 27 zero-weight rows.
-    results = training.evaluate(model, data.eval_dataset(mirrored, split, per_replica_batch=8))
+    results = compiling.evaluate(model, data.eval_dataset(mirrored, split, per_replica_batch=8))
     probs = model.predict(split.x, verbose=0)
     expected_accuracy = np.mean(probs.argmax(-1) == split.y)
     expected_loss = -np.mean(np.log(probs[np.arange(n), split.y]))
@@ -80,7 +80,7 @@ def test_training_loss_goes_down_on_4_replicas(mirrored):
                 keras.layers.Dense(4, activation="softmax"),
             ]
         )
-    training.compile_model(
+    compiling.compile_model(
         model,
         mirrored,
         optimizer=keras.optimizers.Adam(0.01),
@@ -94,12 +94,12 @@ def test_training_loss_goes_down_on_4_replicas(mirrored):
 def test_set_precision(mirrored, tmp_path, monkeypatch):
     pretend(monkeypatch, mirrored, cpu_root=fake_cpu_host(tmp_path, AVX2_FLAGS))
     try:
-        assert training.set_precision("auto", mirrored) == "float32"  # No native bf16.
-        assert training.set_precision("bf16", mirrored) == "mixed_bfloat16"
+        assert compiling.set_precision("auto", mirrored) == "float32"  # No native bf16.
+        assert compiling.set_precision("bf16", mirrored) == "mixed_bfloat16"
         assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
-        assert training.set_precision("fp16", mirrored) == "mixed_float16"
+        assert compiling.set_precision("fp16", mirrored) == "mixed_float16"
         with pytest.raises(ValueError, match="precision='int8' is not one of auto, fp32"):
-            training.set_precision("int8", mirrored)
+            compiling.set_precision("int8", mirrored)
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
@@ -118,10 +118,10 @@ def test_set_precision(mirrored, tmp_path, monkeypatch):
 )  # fmt: skip
 def test_choose_precision(mirrored, tmp_path, monkeypatch, flags, precision, policy, reason):
     pretend(monkeypatch, mirrored, cpu_root=fake_cpu_host(tmp_path, flags))
-    choice = training.choose_precision(precision, mirrored)
-    assert choice == training.PrecisionChoice(policy, reason)
+    choice = compiling.choose_precision(precision, mirrored)
+    assert choice == compiling.PrecisionChoice(policy, reason)
     try:
-        assert training.set_precision(precision, mirrored) == policy
+        assert compiling.set_precision(precision, mirrored) == policy
         assert keras.mixed_precision.global_policy().name == policy
     finally:
         keras.mixed_precision.set_global_policy("float32")
@@ -130,7 +130,7 @@ def test_choose_precision(mirrored, tmp_path, monkeypatch, flags, precision, pol
 def test_fp16_refused_on_tpu(mirrored, monkeypatch):
     pretend(monkeypatch, mirrored, kind="tpu")
     with pytest.raises(ValueError, match="'fp16' is not supported on TPU; use 'bf16'"):
-        training.set_precision("fp16", mirrored)
+        compiling.set_precision("fp16", mirrored)
 
 
 def test_fp16_gets_loss_scaling(mirrored):
@@ -138,19 +138,19 @@ def test_fp16_gets_loss_scaling(mirrored):
     try:
         with mirrored.scope():
             model = _tiny_model()
-        training.compile_model(model, mirrored, optimizer="adam", loss="mse")
+        compiling.compile_model(model, mirrored, optimizer="adam", loss="mse")
         assert isinstance(model.optimizer, keras.mixed_precision.LossScaleOptimizer)
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
 
 def test_steps_per_execution_rule(mirrored, monkeypatch):
-    assert training.resolve_steps_per_execution("auto", mirrored, 1000) == 16  # CPU.
-    assert training.resolve_steps_per_execution(64, mirrored, 10) == 10  # Capped at an epoch.
+    assert compiling.resolve_steps_per_execution("auto", mirrored, 1000) == 16  # CPU.
+    assert compiling.resolve_steps_per_execution(64, mirrored, 10) == 10  # Capped at an epoch.
     with pytest.raises(ValueError, match="steps_per_execution='many' must be an integer"):
-        training.resolve_steps_per_execution("many", mirrored, 10)
+        compiling.resolve_steps_per_execution("many", mirrored, 10)
     pretend(monkeypatch, mirrored, kind="tpu")
-    assert training.resolve_steps_per_execution("auto", mirrored, 1000) == 100
+    assert compiling.resolve_steps_per_execution("auto", mirrored, 1000) == 100
 
 
 def test_loss_is_not_scaled_by_the_replica_count(mirrored):
@@ -164,7 +164,7 @@ def test_loss_is_not_scaled_by_the_replica_count(mirrored):
         with strategy.scope():
             model = _tiny_model()
             model.set_weights([np.full((4, 3), 0.1, np.float32), np.zeros(3, np.float32)])
-        training.compile_model(
+        compiling.compile_model(
             model, strategy, optimizer="sgd", loss="sparse_categorical_crossentropy"
         )
         losses.append(model.evaluate(x, y, batch_size=32, verbose=0, return_dict=True)["loss"])
@@ -176,7 +176,7 @@ def test_nan_guard_names_the_step(mirrored, caplog):
 
     with mirrored.scope():
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])  # Linear: can blow up.
-    training.compile_model(model, mirrored, optimizer=keras.optimizers.SGD(1e30), loss="mse")
+    compiling.compile_model(model, mirrored, optimizer=keras.optimizers.SGD(1e30), loss="mse")
     guard = callbacks.NaNGuard()
     x = np.full((64, 4), 1e20, np.float32)
     with caplog.at_level("ERROR", logger="keras_tpu.engine.callbacks"):
@@ -237,7 +237,7 @@ def test_evaluate_works_on_a_plainly_compiled_model(mirrored):
     with mirrored.scope():
         model = keras.Sequential([keras.layers.Dense(1, input_shape=(4,))])
         model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
-    results = training.evaluate(model, data.eval_dataset(mirrored, split, per_replica_batch=8))
+    results = compiling.evaluate(model, data.eval_dataset(mirrored, split, per_replica_batch=8))
     errors = model.predict(split.x, verbose=0) - split.y
     assert results["examples"] == 37 and set(results) == {"loss", "mae", "examples"}
     assert results["mae"] == pytest.approx(np.mean(np.abs(errors)), rel=1e-5)

@@ -5,7 +5,7 @@ preemption, NaN stop, progress, TensorBoard, evaluation order, export, summary);
 a backend only says how to do the device work, like a Lightning Strategy:
 
   - `KerasBackend` (the default): data parallelism under a tf.distribute strategy,
-    the model compiled by `training.compile_model` and trained by `model.fit`;
+    the model compiled by `compiling.compile_model` and trained by `model.fit`;
   - a model-parallel backend (keras_tpu.parallel) builds its model on a DTensor
     mesh and trains it with `execution_loop.run`, which drives the same callbacks.
 
@@ -16,10 +16,11 @@ A backend refuses, with one ConfigError, any setting it cannot honour
 import dataclasses
 
 from keras_tpu import checks
-from keras_tpu.engine import inputs as inputs_lib
+from keras_tpu.engine import run_inputs
+from keras_tpu.engine import run_position
 from keras_tpu.engine import summary as summary_lib
 from keras_tpu.engine import task as task_lib
-from keras_tpu.engine import training
+from keras_tpu.engine import compiling
 from keras_tpu.runtime import determinism
 
 
@@ -46,7 +47,7 @@ class Backend:
     `iterations` is the step and which the backups checkpoint with the model)
     and `shape` (a Shape).
     `supported_policies`: the mixed-precision policies the backend can build
-    (None: every one); "auto" picks among them (`training.choose_precision`). A
+    (None: every one); "auto" picks among them (`compiling.choose_precision`). A
     `Task.backend` that is a factory function rather than a class (or a
     functools.partial of one) sets the same attribute on itself.
     """
@@ -72,8 +73,12 @@ class Backend:
         """Compile the steps for a TPU on this host and raise on a finding (or refuse)."""
         raise NotImplementedError
 
-    def train(self, callbacks, start_step):
-        """Train from `start_step` (the data starting there); return the history dict."""
+    def train(self, callbacks, position):
+        """Train from `position` (a run_position.RunPosition; the data starts there).
+
+        Returns:
+          The history dict.
+        """
         raise NotImplementedError
 
     def evaluate(self):
@@ -105,8 +110,8 @@ class KerasBackend(Backend):
 
     def build(self):
         config, task, strategy = self.config, self.task, self.strategy
-        self.inputs = inputs_lib.build(task, config, strategy)
-        steps_per_execution = training.resolve_steps_per_execution(
+        self.inputs = run_inputs.build(task, config, strategy)
+        steps_per_execution = compiling.resolve_steps_per_execution(
             config.steps_per_execution, strategy, self.inputs.steps_per_epoch
         )
         with strategy.scope():
@@ -121,7 +126,7 @@ class KerasBackend(Backend):
             task.monitor, metrics, has_eval=self.inputs.eval is not None,
             outputs=list(getattr(self.model, "output_names", None) or ()),
         )  # fmt: skip
-        training.compile_model(
+        compiling.compile_model(
             self.model, strategy, optimizer=optimizer, loss=task.loss, metrics=metrics,
             steps_per_execution=steps_per_execution,
         )  # fmt: skip
@@ -138,25 +143,26 @@ class KerasBackend(Backend):
     def rehearse(self):
         with determinism.op_determinism_off():  # A compile check, not a run: XLA lacks some
             # deterministic gradient kernels (MaxPoolGrad) that a TPU run does not need.
-            training.rehearse_or_raise(
+            compiling.rehearse_or_raise(
                 self.model, self.inputs.train(0), eval_dataset=self.inputs.eval
             )
 
-    def train(self, callbacks, start_step):
+    def train(self, callbacks, position):
         eval_data = self.inputs.eval
-        history = self.model.fit(
-            self.inputs.train(start_step),  # Only now: the stream starts at the restored step.
-            epochs=self.config.epochs,
-            steps_per_epoch=self.shape.steps_per_epoch,
-            validation_data=eval_data.dataset if eval_data else None,
-            validation_steps=eval_data.steps if eval_data else None,
-            callbacks=list(callbacks),
-            verbose=1 if self.config.verbose == 1 else 0,  # 2: the ProgressLogger's lines.
-        )
+        with run_position.fit_starts_at(self.model, position):
+            history = self.model.fit(
+                self.inputs.train(position.step),  # Only now: it starts at the restored step.
+                epochs=self.config.epochs,
+                steps_per_epoch=self.shape.steps_per_epoch,
+                validation_data=eval_data.dataset if eval_data else None,
+                validation_steps=eval_data.steps if eval_data else None,
+                callbacks=list(callbacks),
+                verbose=1 if self.config.verbose == 1 else 0,  # 2: the ProgressLogger's lines.
+            )
         return history.history
 
     def evaluate(self):
-        return training.evaluate(self.model, self.inputs.eval)
+        return compiling.evaluate(self.model, self.inputs.eval)
 
     def validation_logs(self):
         eval_data = self.inputs.eval  # As model.fit validates: the same data, steps and metrics.

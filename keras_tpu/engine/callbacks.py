@@ -8,7 +8,7 @@ import time
 import tensorflow as tf
 
 from keras_tpu.engine import checkpointing
-from keras_tpu.engine import training
+from keras_tpu.engine import compiling
 from keras_tpu.engine import preemption as preemption_lib
 from keras_tpu.engine import progress
 from keras_tpu.engine import run_records
@@ -25,7 +25,7 @@ class ThroughputMeter(keras.callbacks.Callback):
     `logs` are written as scalars. Timing spans an epoch's training steps,
     from the epoch's start to the end of its last execution: with
     steps_per_execution > 1 per-batch callbacks fire only per execution, and
-    the validation fit runs after the last step is not training.
+    the validation fit runs after the last step is not compiling.
     """
 
     def __init__(self, global_batch, flops_per_example=None, peak_flops=None):
@@ -105,7 +105,7 @@ class ExactValidationLoss(keras.callbacks.Callback):
 
     Keras's `val_loss` divides the zero-weight padding of the last evaluation
     batch into the mean (0.3434 shown for a true 0.4251 with 517 of 640 slots
-    real). `training.compile_model` adds a weighted mean loss, which counts real
+    real). `compiling.compile_model` adds a weighted mean loss, which counts real
     examples only; this puts it in `val_loss` for the progress lines,
     TensorBoard (epoch_loss and evaluation_loss_vs_iterations), the history and
     the best-weights monitor, and drops its training twin (equal to `loss` less
@@ -118,17 +118,17 @@ class ExactValidationLoss(keras.callbacks.Callback):
         if not logs:
             return
         exact = dict(logs)
-        total = training.exact_loss(exact)
+        total = compiling.exact_loss(exact)
         if total is not None:
             logs.update({k: v for k, v in exact.items() if k.endswith("loss")}, loss=total)
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is None:
             return
-        val_loss = training.exact_loss(logs, "val_")
+        val_loss = compiling.exact_loss(logs, "val_")
         if val_loss is not None:
             logs["val_loss"] = val_loss
-        training.exact_loss(logs, keep_outputs=False)  # Training's: full batches, not padded.
+        compiling.exact_loss(logs, keep_outputs=False)  # Training's: full batches, not padded.
 
 
 class LearningRateLogger(keras.callbacks.Callback):

@@ -25,28 +25,22 @@ import logging
 import math
 import os
 import shutil
-import signal
 import tempfile
-import threading
 
 import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.engine import preemption as preemption_lib
 from keras_tpu.engine import run_dir
+from keras_tpu.engine import run_position
 from keras_tpu.engine import run_records
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy_info import StrategyInfo
 
 log = logging.getLogger(__name__)
 
-
-class RunStopped(Exception):
-    """The run stopped before its end; `exit_code` is what a script exits with."""
-
-    def __init__(self, message, exit_code):
-        super().__init__(message)
-        self.exit_code = exit_code
+RunStopped = preemption_lib.RunStopped  # Where callers have always caught it.
 
 
 class BackupOrderError(checks.ConfigError):
@@ -78,22 +72,6 @@ def random_generators(model):
     return generators
 
 
-class _Counters:
-    """tf_keras's `model._training_state` hook: where `fit` starts (epoch, step in epoch).
-
-    `Model.fit` asks `model._training_state.maybe_load_initial_counters_from_ckpt`
-    after `on_train_begin` (tf_keras engine/training.py); it is the only way to start
-    `fit` in the middle of an epoch. tests/test_checkpointing.py fails if it changes.
-    """
-
-    def __init__(self, step):
-        self.step = step
-
-    def maybe_load_initial_counters_from_ckpt(self, steps_per_epoch, initial_epoch, mode=None):
-        del initial_epoch, mode
-        return divmod(self.step, steps_per_epoch)
-
-
 class Backup(keras.callbacks.Callback):
     """Back up at step boundaries and on SIGTERM/SIGINT; restore before training.
 
@@ -115,8 +93,9 @@ class Backup(keras.callbacks.Callback):
           every_steps: back up every this many optimizer steps; None: every epoch.
           steps_per_execution: the model's, to say where step backups can land.
           options: tf.train.CheckpointOptions (a remote TPU's I/O device).
-          handle_signals: back up and stop on SIGTERM/SIGINT, with handlers of its own
-            (standalone use with model.fit; ignored with `preemption`).
+          handle_signals: back up and stop on SIGTERM/SIGINT during `fit`, with a
+            Preemption of its own (standalone use with model.fit; ignored with
+            `preemption`).
           state_callbacks: callbacks whose `state_dict()` is saved with each backup
             and given back by `load_state_dict` on restore (run_records).
           history: the run's `run_records.RunHistory` (epochs done, training time).
@@ -135,7 +114,14 @@ class Backup(keras.callbacks.Callback):
         self.multi_worker = StrategyInfo.of(strategy).is_multi_worker
         self.every_steps = every_steps
         self.options = options
-        self.handle_signals = handle_signals and preemption is None
+        # Standalone (model.fit): this callback positions fit and, with handle_signals,
+        # owns the signals while fit runs; under the engine the run does both.
+        self._standalone = preemption is None
+        if self._standalone and handle_signals:
+            preemption = preemption_lib.Preemption(
+                step=lambda: int(self.model.optimizer.iterations.numpy())
+            )
+            preemption.backup = self
         self.preemption = preemption
         if every_steps and every_steps % steps_per_execution:
             log.warning(
@@ -147,8 +133,6 @@ class Backup(keras.callbacks.Callback):
         self.restored = False  # restore() ran (the engine calls it before building the data).
         self.saved_step = None
         self.nan_step = None
-        self._own_signal = None
-        self._previous_handlers = {}
         self._manager = None
 
     # Checkpoints --------------------------------------------------------------
@@ -266,37 +250,27 @@ class Backup(keras.callbacks.Callback):
                 f"`data.train_dataset(..., start_step=step)`, then model.fit; or train with "
                 f"keras_tpu.fit, which does this."
             )
-        # Start fit at the restored step's epoch and batch (see _Counters).
-        self.model._training_state = _Counters(self.start_step)  # pylint: disable=protected-access
-        if self.handle_signals and threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
-
-    def _on_signal(self, signum, frame):
-        del frame
-        if self._own_signal is not None:  # A second signal: stop now, the default way.
-            self._restore_handlers()
-            signal.raise_signal(signum)
-            return
-        self._own_signal = signum
-        log.warning("keras_tpu: %s: backing up at the end of this execution, then stopping",
-                    signal.Signals(signum).name)  # fmt: skip
+        if self._standalone:
+            position = run_position.RunPosition(self.start_step, self.params["steps"])
+            run_position.start_fit_at(self.model, position)
+            if self.preemption is not None:
+                self.preemption.enter("training")
+                self.preemption.install()
 
     @property
     def signal(self):
-        """The SIGTERM/SIGINT received (by the run's Preemption or this callback), or None."""
-        return self.preemption.signal if self.preemption is not None else self._own_signal
+        """The SIGTERM/SIGINT the run's Preemption received, or None."""
+        return self.preemption.signal if self.preemption is not None else None
 
     def close(self):
         """Give SIGTERM/SIGINT back their handlers, drop a worker's scratch; idempotent."""
-        self._restore_handlers()
+        self._release_signals()
         if getattr(self, "_scratch", None):
             shutil.rmtree(self._scratch, ignore_errors=True)
 
-    def _restore_handlers(self):
-        for signum, handler in self._previous_handlers.items():
-            signal.signal(signum, handler)
-        self._previous_handlers = {}
+    def _release_signals(self):
+        if self._standalone and self.preemption is not None:
+            self.preemption.uninstall()
 
     def on_train_batch_end(self, batch, logs=None):
         if self._add_metrics:  # The first execution of a resumed run: see add_metric_sums.
@@ -308,11 +282,14 @@ class Backup(keras.callbacks.Callback):
                 self.nan_step = int(self.model.optimizer.iterations.numpy())
             return
         self._logs = logs or {}
-        if self.signal is not None:
-            self.save()
-            # Raised, not `stop_training`: fit would still evaluate the partial epoch and
-            # end it (best weights, history, TensorBoard) in the signal's grace period.
-            raise self.stop_reason()
+        # Stops by raising, not `stop_training`: fit would still evaluate the partial epoch
+        # and end it (best weights, history, TensorBoard) in the signal's grace period.
+        if self.preemption is not None:  # On a cluster, at the step the workers agree on.
+            try:
+                self.preemption.at_execution_end(self.save)
+            except RunStopped:
+                self._release_signals()  # fit raises past on_train_end.
+                raise
         if self.every_steps:
             step = int(self.model.optimizer.iterations.numpy())
             if step // self.every_steps > (self.saved_step or 0) // self.every_steps:
@@ -326,23 +303,13 @@ class Backup(keras.callbacks.Callback):
             self.save()  # At a backed-up step: its records now hold this epoch's end.
 
     def on_train_end(self, logs=None):
-        self._restore_handlers()
-        self.model._training_state = None  # pylint: disable=protected-access
+        self._release_signals()
+        if self._standalone:
+            run_position.clear_fit_start(self.model)
         if self.nan_step is None:
             # A failed export then finds the trained weights, not an older step; a signal
             # that came after the last execution (during its evaluation) loses nothing.
             self.save()
-
-    def stop_reason(self):
-        """Return RunStopped for a preempted run, else None."""
-        if self.signal is None:
-            return None
-        name = signal.Signals(self.signal).name
-        return RunStopped(
-            f"stopped by {name} at step {self.saved_step}, backed up in {self.directory}; "
-            f"run the same command again to resume.",
-            exit_code=128 + self.signal,
-        )
 
 
 class FiniteModelCheckpoint(keras.callbacks.ModelCheckpoint):

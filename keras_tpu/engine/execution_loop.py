@@ -74,18 +74,20 @@ class _EpochMeans:
         return {key: total / self._steps for key, total in self._sums.items()}
 
 
-def run(model, steps, callbacks, *, epochs, steps_per_epoch, steps_per_execution, start_step=0):
-    """Train from `start_step` to epochs x steps_per_epoch; return the History's history.
+def run(model, steps, callbacks, *, epochs, steps_per_execution, position):
+    """Train from `position` to its epochs x steps_per_epoch; return the History's history.
 
     Args:
       model: the model the callbacks see (`model.optimizer.iterations` is the step).
       steps: the backend's StepFunctions.
       callbacks: the engine's callbacks (as `model.fit` would get them).
-      epochs, steps_per_epoch: the run's length.
+      epochs: the run's length.
       steps_per_execution: steps per host call (the last execution of an epoch
         may be shorter, as in fit).
-      start_step: the optimizer step the run resumes from.
+      position: the run_position.RunPosition the run starts (or resumes) from;
+        the backend's train step reads its data from there.
     """
+    steps_per_epoch = position.steps_per_epoch
     history = keras.callbacks.History()
     callback_list = keras.callbacks.CallbackList(
         [*callbacks, history], model=model, epochs=epochs, steps=steps_per_epoch, verbose=0
@@ -96,7 +98,7 @@ def run(model, steps, callbacks, *, epochs, steps_per_epoch, steps_per_execution
         if isinstance(callback, checkpointing.Backup):
             callback.track(means)  # Saved with each backup; restored if this run resumed.
     callback_list.on_train_begin()
-    first_epoch, first_step = divmod(start_step, steps_per_epoch)
+    first_epoch, first_step = position.epoch, position.step_in_epoch
     for epoch in range(first_epoch, epochs):
         callback_list.on_epoch_begin(epoch)
         if not (epoch == first_epoch and first_step):  # Else the restored epoch's sums go on.

@@ -54,7 +54,7 @@ def bert_adamw(
       warmup_fraction: share of the steps spent warming up (BERT: 10%).
       weight_decay: decoupled weight decay.
       clipnorm: clip the global gradient norm to this (None disables).
-      mesh: a DTensor mesh, for weights laid out on it (keras_tpu.parallel.sharding).
+      mesh: a DTensor mesh, for weights laid out on it (keras_tpu.parallel.mesh.layout).
     """
     checks.integer("total_steps", total_steps)
     schedule = WarmupLinearDecay(learning_rate, total_steps, int(warmup_fraction * total_steps))

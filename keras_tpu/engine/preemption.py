@@ -11,6 +11,9 @@ message says what was saved, or that nothing could be and why:
   - in any other phase it stops at once (the trained weights, if backed up, are
     already on disk: the backup of the last step is written when training ends).
 
+On a multi-worker cluster the workers first agree on the step (cluster_stop.py):
+every worker backs up that step and stops with exit 143, whichever got the signal.
+
 A second signal kills the process the default way. `Preemption` owns the
 handlers from the run's start to its exit and gives the previous ones back.
 """
@@ -20,7 +23,7 @@ import logging
 import signal
 import threading
 
-from keras_tpu.engine import checkpointing
+from keras_tpu.engine import cluster_stop
 from keras_tpu.runtime.compat import keras
 
 log = logging.getLogger(__name__)
@@ -33,6 +36,14 @@ PHASES = {  # Phase name -> how the stop line says it.
     "exporting": "during the export",
     "finishing": "while writing the summary",
 }
+
+
+class RunStopped(Exception):
+    """The run stopped before its end; `exit_code` is what a script exits with."""
+
+    def __init__(self, message, exit_code):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class Preemption:
@@ -59,17 +70,46 @@ class Preemption:
         self.backup = None
         self._no_backup_reason = no_backup_reason or "backups are off"
         self._previous = {}
+        self.cluster = None  # A cluster_stop.ClusterStop on a multi-worker run.
+
+    def join_cluster(self, strategy):
+        """Agree with the other workers of `strategy`'s cluster on the step to stop at."""
+        self.cluster = cluster_stop.ClusterStop(
+            strategy, watch=lambda: self.signal is not None, stopped=self.stopped
+        )
+
+    def at_execution_end(self, save):
+        """Back up with `save()` and raise RunStopped if the run was preempted.
+
+        Called at every execution's end while training (the weights are only
+        consistent between executions). On a cluster: when any worker was, at the
+        step the workers agreed on.
+        """
+        if self.cluster is not None:
+            self.cluster.at_execution_end(save)
+        elif self.signal is not None:
+            save()
+            raise self.stopped()
+
+    def close(self):
+        """End the cluster agreement (training is over); idempotent."""
+        if self.cluster is not None:
+            self.cluster.close()
 
     @contextlib.contextmanager
     def installed(self):
         """Handle SIGTERM/SIGINT within this context (main thread only; else a no-op)."""
-        if threading.current_thread() is threading.main_thread():
-            for signum in SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._on_signal)
+        self.install()
         try:
             yield self
         finally:
             self.uninstall()
+
+    def install(self):
+        """Handle SIGTERM/SIGINT from now on (main thread only; else a no-op)."""
+        if threading.current_thread() is threading.main_thread() and not self._previous:
+            for signum in SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._on_signal)
 
     def uninstall(self):
         """Give the signals back their previous handlers; idempotent."""
@@ -92,14 +132,24 @@ class Preemption:
         self.signal = signum
         if self.phase == "training":
             what = "backing up" if self.backup else "stopping (nothing can be saved)"
-            log.warning("keras_tpu: %s: %s at the end of this execution",
-                        signal.Signals(signum).name, what)  # fmt: skip
+            when = (
+                "at the step every worker agrees on" if self.cluster
+                else "at the end of this execution"
+            )  # fmt: skip
+            log.warning("keras_tpu: %s: %s %s", signal.Signals(signum).name, what, when)
             return
         raise self.stopped()
 
     def stopped(self):
         """Return the RunStopped for the received signal: one line of what was saved."""
-        name = signal.Signals(self.signal).name
+        if self.signal is None:  # On a cluster: another worker was preempted.
+            name = "another worker's preemption"
+            exit_code = 128 + signal.SIGTERM
+            rerun = "the same command again on every worker"
+        else:
+            name = signal.Signals(self.signal).name
+            exit_code = 128 + self.signal
+            rerun = "the same command again" + (" on every worker" if self.cluster else "")
         step = self._step()
         where = f"at step {step}" if self.phase == "training" else f"{PHASES[self.phase]} (step {step})"
         backup = self.backup
@@ -109,17 +159,16 @@ class Preemption:
             then = {"evaluating": "evaluate and export", "exporting": "evaluate and export"}
             message = (
                 f"stopped by {name} {where}; the backup of step {backup.saved_step} is in "
-                f"{backup.directory}; run the same command again to "
-                f"{then.get(self.phase, 'resume')}."
+                f"{backup.directory}; run {rerun} to {then.get(self.phase, 'resume')}."
             )
         elif self.phase == "preparing":
-            message = f"stopped by {name} {where}; nothing to save yet; run the same command again."
+            message = f"stopped by {name} {where}; nothing to save yet; run {rerun}."
         else:
             message = (
                 f"stopped by {name} {where}; nothing was saved: {self._no_backup_reason}, "
-                f"so running the same command again starts over."
+                f"so running {rerun} starts over."
             )
-        return checkpointing.RunStopped(message, exit_code=128 + self.signal)
+        return RunStopped(message, exit_code=exit_code)
 
 
 class StopOnSignal(keras.callbacks.Callback):
@@ -130,5 +179,4 @@ class StopOnSignal(keras.callbacks.Callback):
         self.preemption = preemption
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.preemption.signal is not None:
-            raise self.preemption.stopped()
+        self.preemption.at_execution_end(save=lambda: None)

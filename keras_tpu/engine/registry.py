@@ -23,7 +23,7 @@ import typing
 from typing import Callable
 
 from keras_tpu import checks
-from keras_tpu.engine.configs import RunConfig
+from keras_tpu.engine.run_config import RunConfig
 
 log = logging.getLogger(__name__)
 _TASKS = {}

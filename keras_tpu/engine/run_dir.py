@@ -241,14 +241,3 @@ def open_run(model_dir, *, identity, overwrite, needed_bytes):
         lock.release()
         raise
     return lock
-
-
-def write_summary(summary, model_dir):
-    """Write `summary` as model_dir/summary.json (local or gs://); no-op without model_dir."""
-    if not model_dir:
-        return None
-    tf.io.gfile.makedirs(model_dir)
-    path = os.path.join(model_dir, "summary.json")
-    with tf.io.gfile.GFile(path, "w") as f:
-        json.dump(summary, f, indent=2)
-    return path

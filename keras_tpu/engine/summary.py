@@ -7,11 +7,16 @@ a key cannot be spelled two ways; `to_dict()` is the JSON the scripts print from
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
+
+from keras_tpu.engine import compiling
+
+log = logging.getLogger(__name__)
 
 SUMMARY_FILE = "summary.json"
 
@@ -126,3 +131,81 @@ def read(model_dir) -> dict[str, Any] | None:
             return json.load(f)
     except ValueError:
         return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Trained:
+    """What training left for the summary: the whole run's history and time, and its steps."""
+
+
+    history: dict  # The whole run's: key -> one value per epoch (exact val_loss), resumes too.
+    seconds: float  # The whole run's training time (every process's, up to its backup).
+    start_step: int
+    final_step: int  # Read before the best weights (and their optimizer step) may be loaded.
+
+
+def run_summary(run, trained, test, *, weights, checksum):
+    """Return the RunSummary of a finished run.
+
+    Args:
+      run: the trainer's run (model, config, shape, task, callbacks, backend, info).
+      trained: its Trained.
+      test: the final evaluation's {metric: value, "examples": n}.
+      weights: "final" or "best": the weights evaluated and exported.
+      checksum: weights_checksum of the final weights.
+    """
+    model, config, shape = run.model, run.config, run.shape
+    test = dict(test)
+    history = {k: [float(v) for v in values] for k, values in trained.history.items()}
+    accuracy_warning = None
+    if "accuracy" in history and "accuracy" in test:
+        accuracy_warning = compiling.chance_warning(
+            train_accuracy=history["accuracy"][-1],
+            eval_accuracy=test["accuracy"],
+            num_classes=int(model.output_shape[-1]),
+        )
+        if accuracy_warning:
+            log.warning("keras_tpu: %s", accuracy_warning)
+    final_step = trained.final_step
+    return RunSummary(
+        status="ok",
+        task=run.task.task_name,
+        model=model.name,
+        parameters=int(model.count_params()),
+        train_examples=shape.train_examples,
+        test_examples=test.pop("examples", None),
+        per_replica_batch=shape.per_replica_batch,
+        global_batch=shape.global_batch,
+        replicas=shape.replicas,
+        precision_policy=run.policy,
+        precision_reason=run.precision_reason,
+        epochs=config.epochs,
+        steps_per_epoch=shape.steps_per_epoch,
+        steps_per_execution=shape.steps_per_execution,
+        final_step=final_step,
+        resumed_from_step=trained.start_step,
+        memory_warning=run.memory_warning or None,
+        final_train={k: v[-1] for k, v in history.items() if not k.startswith("val_")},
+        test=test,
+        test_weights=weights,
+        monitor=run.task.monitor,
+        best=(
+            best_epoch(history, run.task.monitor, run.task.mode)
+            if config.keep_best
+            else None
+        ),
+        history=history,
+        accuracy_warning=accuracy_warning,
+        train_seconds=round(trained.seconds, 3),
+        # The whole run's examples over its whole training time, resumed or not.
+        train_examples_per_second=(
+            round(final_step * shape.global_batch / trained.seconds, 1) if trained.seconds else 0.0
+        ),
+        throughput=run.callbacks.meter.history,
+        weights_sha256=checksum,
+        chief=run.info.is_chief,
+        strategy=run.info.to_dict(),
+        config=dataclasses.asdict(config),
+        dataset=run.task.name,
+        extra=run.backend.summary_extra(),
+    )

@@ -21,7 +21,7 @@ import inspect
 from typing import Any, Callable, Sequence
 
 from keras_tpu import checks
-from keras_tpu.engine import export as export_lib
+from keras_tpu.engine import saved_model_export as export_lib
 from keras_tpu.engine import instances
 from keras_tpu.runtime.compat import keras
 

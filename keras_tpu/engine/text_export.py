@@ -11,8 +11,8 @@ needs TensorFlow and tensorflow_text only, not keras_tpu.
 
 import tensorflow as tf
 
-from keras_tpu.engine import export
-from keras_tpu.engine import outputs
+from keras_tpu.engine import saved_model_export
+from keras_tpu.engine import output_paths
 from keras_tpu.runtime import compat
 
 _STRING = tf.TensorSpec([None], tf.string)
@@ -74,7 +74,7 @@ def export_bert(model, preprocessor, export_dir, strategy, *, pair, regression, 
             module,
             directory,
             signatures={"serving_default": module.serve},
-            options=export._save_options(strategy, directory),  # pylint: disable=protected-access
+            options=saved_model_export._save_options(strategy, directory),  # pylint: disable=protected-access
         )
 
-    return outputs.save_atomically(save, export_dir, model, overwrite=overwrite)
+    return output_paths.save_atomically(save, export_dir, model, overwrite=overwrite)

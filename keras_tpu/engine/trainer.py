@@ -34,19 +34,20 @@ from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.engine import callbacks as callbacks_lib
 from keras_tpu.engine import checkpointing
-from keras_tpu.engine import config_files
+from keras_tpu.engine import config_yaml
 from keras_tpu.engine import data_checks
-from keras_tpu.engine import export
+from keras_tpu.engine import saved_model_export
 from keras_tpu.engine import instances
 from keras_tpu.engine import backend as backend_lib
-from keras_tpu.engine import outputs
+from keras_tpu.engine import output_paths
 from keras_tpu.engine import preemption as preemption_lib
 from keras_tpu.engine import registry
 from keras_tpu.engine import run_dir
+from keras_tpu.engine import run_position
 from keras_tpu.engine import summary as summary_lib
 from keras_tpu.engine import task as task_lib
-from keras_tpu.engine import training
-from keras_tpu.engine.configs import RunConfig
+from keras_tpu.engine import compiling
+from keras_tpu.engine.run_config import RunConfig
 from keras_tpu.runtime import cluster
 from keras_tpu.runtime import determinism
 from keras_tpu.runtime import resolver
@@ -119,8 +120,8 @@ def fit(task, config=None, *, strategy=None):
     previous_policy = keras.mixed_precision.global_policy()
     try:
         supported = backend_lib.supported_policies(task)
-        choice = training.choose_precision(config.mixed_precision, strategy, supported=supported)
-        policy = training.set_precision(config.mixed_precision, strategy, supported=supported)
+        choice = compiling.choose_precision(config.mixed_precision, strategy, supported=supported)
+        policy = compiling.set_precision(config.mixed_precision, strategy, supported=supported)
         backend = backend_lib.backend_for(task, config, strategy, policy)
         finished = _finished_run(config, backend.global_batch())
         if finished is not None:
@@ -170,10 +171,10 @@ class _Run:
 
     def _run(self):
         self._prepare()
-        lock, start_step = self._claim_and_restore()
+        lock, position = self._claim_and_restore()
         try:
             self.preemption.enter("training")
-            trained = self._train(start_step)
+            trained = self._train(position)
             summary = self._conclude(trained)
         except cluster.FAILURE_ERRORS as e:
             if not self.info.is_multi_worker:
@@ -182,6 +183,7 @@ class _Run:
                 e, self.info, self.config.model_dir, self.config.backup
             ) from e
         finally:
+            self.preemption.close()
             if self.callbacks.backup:
                 self.callbacks.backup.close()
             if lock:
@@ -199,9 +201,9 @@ class _Run:
         data_checks.check_task_data(task, self.model, self.shape.global_batch)
         if config.export_dir and task.export is None:
             raise checks.ConfigError("this task has no export; drop --export_dir.")
-        outputs.check_export_dir(
+        output_paths.check_export_dir(
             config.export_dir, overwrite=config.overwrite, model=self.model,
-            run=outputs.run_owner(config.model_dir),
+            run=output_paths.run_owner(config.model_dir),
         )  # fmt: skip
         self.memory_warning = task.check_memory and task.check_memory(
             self.model, self.info, self.policy
@@ -227,9 +229,11 @@ class _Run:
             preemption=self.preemption,
         )
         self.preemption.backup = self.callbacks.backup
+        if self.info.is_multi_worker:  # Every worker stops at one step, backed up by all.
+            self.preemption.join_cluster(self.strategy)
 
     def _claim_and_restore(self):
-        """Lock model_dir, check it holds this run, restore its backup; return (lock, step)."""
+        """Lock model_dir, check it holds this run, restore its backup; return (lock, position)."""
         config, backup = self.config, self.callbacks.backup
         lock = None
         if config.model_dir and self.info.is_chief:
@@ -247,27 +251,29 @@ class _Run:
             start_step = backup.restore(self.model, last_step=last_step) if backup else 0
             if config.model_dir and self.info.is_chief:  # Even a killed run can be rerun.
                 entry = registry.get_task(self.task.task_name) if self.task.task_name else None
-                config_files.write(
+                config_yaml.write(
                     config, os.path.join(config.model_dir, "config.yaml"), task=entry
                 )
         except BaseException:
             if lock:
                 lock.release()
             raise
-        return lock, start_step
+        return lock, run_position.RunPosition(start_step, self.shape.steps_per_epoch)
 
-    def _train(self, start_step):
-        """Train from `start_step`, the data positioned there; return a _Trained."""
+    def _train(self, position):
+        """Train from `position` (the data and the loop start there); return a _Trained."""
         self._end_pending_epoch()
         try:
-            self.backend.train(self.callbacks.all, start_step)
+            self.backend.train(self.callbacks.all, position)
         except checkpointing.RunStopped:
             _close_tensorboard(self.callbacks.all)  # Its last epochs reach the disk.
             raise
+        finally:
+            self.preemption.close()  # Later phases stop at once, on every worker alike.
         self._raise_if_stopped()
         history = self.callbacks.history
         final_step = int(self.model.optimizer.iterations.numpy())
-        return _Trained(history.history, history.seconds(), start_step, final_step)
+        return summary_lib.Trained(history.history, history.seconds(), position.step, final_step)
 
     def _end_pending_epoch(self):
         """Evaluate and end the epoch whose last step was backed up before its evaluation."""
@@ -292,7 +298,7 @@ class _Run:
         """Raise RunStopped for a preempted run, or for a NaN loss (after a "nan" summary)."""
         backup, guard = self.callbacks.backup, self.callbacks.nan_guard
         if self.preemption.signal is not None:  # It came after the last execution.
-            raise backup.stop_reason() if backup else self.preemption.stopped()
+            raise self.preemption.stopped()
         if guard.stopped_at is None:
             return
         kept = backup and backup.saved_step
@@ -325,13 +331,13 @@ class _Run:
         test = self.backend.evaluate() if self.shape.has_eval else {}
         if config.export_dir:
             self.preemption.enter("exporting")
-            with outputs.exporting_run(config.model_dir):
-                export.export_on_every_worker(
+            with output_paths.exporting_run(config.model_dir):
+                saved_model_export.export_on_every_worker(
                     lambda export_dir: self.backend.export(export_dir, overwrite=config.overwrite),
                     config.export_dir,
                     self.strategy,
                 )
-        summary = _summary(self, trained, test, weights=weights, checksum=checksum)
+        summary = summary_lib.run_summary(self, trained, test, weights=weights, checksum=checksum)
         self.preemption.enter("finishing")
         if self.info.is_chief:
             summary_lib.write(summary, config.model_dir)
@@ -356,70 +362,3 @@ def _close_tensorboard(callbacks):
     for callback in callbacks:
         if isinstance(callback, keras.callbacks.TensorBoard):
             callback.on_train_end()
-
-
-@dataclasses.dataclass(frozen=True)
-class _Trained:
-    history: dict  # The whole run's: key -> one value per epoch (exact val_loss), resumes too.
-    seconds: float  # The whole run's training time (every process's, up to its backup).
-    start_step: int
-    final_step: int  # Read before the best weights (and their optimizer step) may be loaded.
-
-
-def _summary(run, trained, test, *, weights, checksum):
-    """Return the RunSummary of a finished run."""
-    model, config, shape = run.model, run.config, run.shape
-    test = dict(test)
-    history = {k: [float(v) for v in values] for k, values in trained.history.items()}
-    accuracy_warning = None
-    if "accuracy" in history and "accuracy" in test:
-        accuracy_warning = training.chance_warning(
-            train_accuracy=history["accuracy"][-1],
-            eval_accuracy=test["accuracy"],
-            num_classes=int(model.output_shape[-1]),
-        )
-        if accuracy_warning:
-            log.warning("keras_tpu: %s", accuracy_warning)
-    final_step = trained.final_step
-    return summary_lib.RunSummary(
-        status="ok",
-        task=run.task.task_name,
-        model=model.name,
-        parameters=int(model.count_params()),
-        train_examples=shape.train_examples,
-        test_examples=test.pop("examples", None),
-        per_replica_batch=shape.per_replica_batch,
-        global_batch=shape.global_batch,
-        replicas=shape.replicas,
-        precision_policy=run.policy,
-        precision_reason=run.precision_reason,
-        epochs=config.epochs,
-        steps_per_epoch=shape.steps_per_epoch,
-        steps_per_execution=shape.steps_per_execution,
-        final_step=final_step,
-        resumed_from_step=trained.start_step,
-        memory_warning=run.memory_warning or None,
-        final_train={k: v[-1] for k, v in history.items() if not k.startswith("val_")},
-        test=test,
-        test_weights=weights,
-        monitor=run.task.monitor,
-        best=(
-            summary_lib.best_epoch(history, run.task.monitor, run.task.mode)
-            if config.keep_best
-            else None
-        ),
-        history=history,
-        accuracy_warning=accuracy_warning,
-        train_seconds=round(trained.seconds, 3),
-        # The whole run's examples over its whole training time, resumed or not.
-        train_examples_per_second=(
-            round(final_step * shape.global_batch / trained.seconds, 1) if trained.seconds else 0.0
-        ),
-        throughput=run.callbacks.meter.history,
-        weights_sha256=checksum,
-        chief=run.info.is_chief,
-        strategy=run.info.to_dict(),
-        config=dataclasses.asdict(config),
-        dataset=run.task.name,
-        extra=run.backend.summary_extra(),
-    )

@@ -58,3 +58,16 @@ def read_cpu_features(root="/"):
             return CPUFeatures(parse_cpu_flags(f.read()), path)
     except OSError:
         return CPUFeatures(None, path)
+
+
+def read_cpu_model(root="/"):
+    """Return the CPU's model name from /proc/cpuinfo (e.g. "Intel(R) Xeon(R) ..."), or None."""
+    try:
+        with open(os.path.join(root, CPUINFO)) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    return value.strip()
+    except OSError:
+        pass
+    return None

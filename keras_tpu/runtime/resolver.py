@@ -19,7 +19,7 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu.runtime import cluster as cluster_lib
 from keras_tpu.runtime import detect
-from keras_tpu.readiness.doctor import tpu_blockers
+from keras_tpu.runtime.tpu_health import tpu_blockers
 from keras_tpu.runtime import strategy_info as strategy_info_lib
 from keras_tpu.runtime import tpu_connect
 from keras_tpu.runtime.strategy_info import StrategyError

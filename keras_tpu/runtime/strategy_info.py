@@ -14,6 +14,12 @@ import tensorflow as tf
 from keras_tpu.runtime import accelerators
 from keras_tpu.runtime import compat
 from keras_tpu.runtime import detect
+from keras_tpu.runtime import strategy_inspect
+from keras_tpu.runtime.strategy_inspect import (  # noqa: F401  (strategy_info.TPUSystem, ...)
+    ClusterRole,
+    TPUSystem,
+    gpu_capability,
+)
 
 # id(strategy) -> its StrategyInfo, for strategies resolve_strategy made (its
 # cache keeps them alive, so an id is never reused for another strategy).
@@ -32,35 +38,6 @@ _WHERE = {
     "one_device": "one GPU",
     "cpu": "the CPU",
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class TPUSystem:
-    """A connected and initialised TPU system: where it is and its topology."""
-
-    location: detect.TPULocation
-    mesh_shape: tuple[int, ...]
-    num_tasks: int
-    num_tpus_per_task: int
-
-    def to_dict(self):
-        return {
-            "address": self.location.address,
-            "source": self.location.source,
-            "chip": self.location.chip,
-            "mesh_shape": list(self.mesh_shape),
-            "num_tasks": self.num_tasks,
-            "num_tpus_per_task": self.num_tpus_per_task,
-        }
-
-
-@dataclasses.dataclass(frozen=True)
-class ClusterRole:
-    """This process's place in a multi-worker cluster."""
-
-    cluster: detect.ClusterSpec
-    collective_timeout: float
-    waited_for_workers_seconds: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,9 +219,9 @@ class StrategyInfo:
         info = _registry.get(id(strategy))
         if info is not None:
             return info
-        kind = _kind_of(strategy)
+        kind = strategy_inspect.kind_of(strategy)
         gpus = tf.config.list_physical_devices("GPU") if kind in ("mirrored", "one_device") else []
-        role = _role_of(strategy) if kind == "multi_worker" else None
+        role = strategy_inspect.role_of(strategy) if kind == "multi_worker" else None
         return cls.from_strategy(
             strategy,
             kind=kind,
@@ -264,7 +241,7 @@ class StrategyInfo:
             strategy=type(strategy).__name__,
             replicas=replicas,
             workers=workers,
-            devices=tuple(_devices_of(strategy)),
+            devices=tuple(strategy_inspect.devices_of(strategy)),
             defaults=detect.device_defaults(kind, replicas, gpu_compute_capability, root),
             tensorflow=tf.__version__,
             tf_keras=compat.keras.__version__,
@@ -276,43 +253,3 @@ class StrategyInfo:
 def register(strategy, info):
     """Remember `info` as the StrategyInfo of `strategy` (the resolver calls this once)."""
     _registry[id(strategy)] = info
-
-
-def gpu_capability(gpus):
-    """Return (major, minor) compute capability of the first of `gpus`, or None."""
-    if not gpus:
-        return None
-    capability = tf.config.experimental.get_device_details(gpus[0]).get("compute_capability")
-    return tuple(capability) if capability else None
-
-
-def _devices_of(strategy):
-    """Return the strategy's device names; the default strategy has no list."""
-    if not tf.distribute.has_strategy() and strategy is tf.distribute.get_strategy():
-        return [d.name for d in tf.config.list_logical_devices()[:1]]
-    return list(strategy.extended.worker_devices)
-
-
-def _kind_of(strategy):
-    name = type(strategy).__name__
-    if name.startswith("TPUStrategy"):
-        return "tpu"
-    if name.startswith("MultiWorkerMirroredStrategy") or name.startswith("CollectiveAllReduce"):
-        return "multi_worker"
-    devices = _devices_of(strategy)
-    if any("GPU" in d.upper() for d in devices):
-        return "mirrored" if len(devices) > 1 else "one_device"
-    return "cpu"
-
-
-def _role_of(strategy):
-    """Return the ClusterRole of a MultiWorkerMirroredStrategy made outside keras_tpu."""
-    resolver = strategy.cluster_resolver
-    jobs = {k: list(v) for k, v in resolver.cluster_spec().as_dict().items()}
-    cluster = detect.ClusterSpec(
-        workers=sum(len(jobs.get(kind, [])) for kind in ("chief", "worker")),
-        task_type=resolver.task_type,
-        task_index=resolver.task_id,
-        jobs=jobs,
-    )
-    return ClusterRole(cluster, collective_timeout=None, waited_for_workers_seconds=0.0)

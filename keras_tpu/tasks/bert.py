@@ -11,15 +11,13 @@ import keras_tpu
 from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu import keras
-from keras_tpu.engine import optimizers
 from keras_tpu.models import bert
 from keras_tpu.parallel import memory
 from keras_tpu.data import text_sources
-from keras_tpu.engine import text_export
 from keras_tpu.tasks import bert_vocab
 from keras_tpu.tasks import extra_eval
 from keras_tpu.tasks import glue
-from keras_tpu.tasks import inputs
+from keras_tpu.tasks import datasets
 
 
 @dataclasses.dataclass
@@ -55,7 +53,7 @@ class BertRunConfig(keras_tpu.RunConfig):
     per_replica_batch_size: int = 32
     epochs: int = 3
     learning_rate: float = 3e-5
-    model_parallel: int = 1  # >1: split weights across K devices (keras_tpu.parallel.sharding).
+    model_parallel: int = 1  # >1: split weights across K devices (keras_tpu.parallel.mesh.layout).
 
     def __post_init__(self):
         super().__post_init__()
@@ -68,6 +66,11 @@ class BertRunConfig(keras_tpu.RunConfig):
             self.task_type = known.task_type if known else glue.CLASSIFICATION
         checks.one_of("task_type", self.task_type, glue.TASK_TYPES)
         regression = self.task_type == glue.REGRESSION
+        if regression and self.model_parallel > 1:
+            raise checks.ConfigError(
+                f"model_parallel={self.model_parallel} trains classifiers on the mesh; a "
+                f"regression (task_type=regression) trains with --model_parallel=1."
+            )
         if regression and self.num_classes is not None:
             raise checks.ConfigError(
                 f"num_classes={self.num_classes} with task_type=regression; a regression has a "
@@ -107,13 +110,12 @@ def _check_memory(model_or_config, info, policy, config):
 
 def _sharded(config, preprocessor, pair):
     """Return the Task fields that split the weights over a mesh (model_parallel > 1)."""
-    from keras_tpu.parallel import sharded_backend  # pylint: disable=g-import-not-at-top
-    from keras_tpu.parallel import sharded_export  # pylint: disable=g-import-not-at-top
+    from keras_tpu.parallel import mesh  # pylint: disable=g-import-not-at-top
 
-    encoder_config, encoder_weights = sharded_export.load_native_encoder(config.encoder_handle)
-    bert_spec = sharded_backend.ShardedBert(encoder_config, encoder_weights, preprocessor, pair)
+    encoder_config, encoder_weights = mesh.load_native_encoder(config.encoder_handle)
+    bert_spec = mesh.ShardedBert(encoder_config, encoder_weights, preprocessor, pair)
     return dict(
-        backend=functools.partial(sharded_backend.ShardedBackend, bert=bert_spec),
+        backend=functools.partial(mesh.ShardedBackend, bert=bert_spec),
         # The planner on the encoder's config: the mesh model's weights are DTensors.
         check_memory=lambda model, info, policy: _check_memory(encoder_config, info, policy, config),
     )
@@ -142,15 +144,9 @@ def bert_task(config: BertRunConfig) -> keras_tpu.Task:
     """Return the Task fine-tuning `config.encoder_handle` on its sentence (pair) splits."""
     if not config.encoder_handle:
         raise checks.ConfigError("BERT needs --encoder_handle (a TF Hub handle or a local export).")
-    splits = inputs.text_splits(config)
-    preprocessor = inputs.bert_preprocessor(config)
-    if config.model_parallel > 1 and (config.regression or config.metrics != "accuracy"):
-        raise checks.ConfigError(
-            f"--model_parallel={config.model_parallel} trains classifiers reported by accuracy "
-            f"only; got task_type={config.task_type}, metrics={config.metrics}. Use "
-            f"--model_parallel=1 (data parallel) for these."
-        )
-    # model_parallel > 1: the weights split over a DTensor mesh (parallel.sharded_backend).
+    splits = datasets.text_splits(config)
+    preprocessor = datasets.bert_preprocessor(config)
+    # model_parallel > 1: the weights split over a DTensor mesh (parallel.mesh.backend).
     sharded = _sharded(config, preprocessor, splits.pair) if config.model_parallel > 1 else {}
     metrics, monitor = _metrics(config, data.count_examples(splits.eval))
     if config.regression:
@@ -174,7 +170,7 @@ def bert_task(config: BertRunConfig) -> keras_tpu.Task:
         build_model=build_model,
         loss=loss,
         metrics=metrics,
-        optimizer=lambda total_steps: optimizers.bert_adamw(
+        optimizer=lambda total_steps: keras_tpu.bert_adamw(
             config.learning_rate, total_steps, config.warmup_fraction
         ),
         train_data=splits.train,
@@ -186,7 +182,7 @@ def bert_task(config: BertRunConfig) -> keras_tpu.Task:
         flops_per_example=lambda model: bert.training_flops_per_example(model, config.seq_length),
         check_memory=lambda model, info, policy: _check_memory(model, info, policy, config),
         check_model=lambda model: bert_vocab.check_vocabulary(model, preprocessor, config),
-        export=lambda model, export_dir, strategy, overwrite: text_export.export_bert(
+        export=lambda model, export_dir, strategy, overwrite: keras_tpu.export_bert(
             model, preprocessor, export_dir, strategy, pair=splits.pair,
             regression=config.regression, overwrite=overwrite,
         ),  # fmt: skip

@@ -10,7 +10,7 @@ import functools
 import keras_tpu
 from keras_tpu import keras
 from keras_tpu.models import cnn
-from keras_tpu.tasks import inputs
+from keras_tpu.tasks import datasets
 
 
 @dataclasses.dataclass
@@ -33,12 +33,12 @@ def cnn_task(config: CNNConfig, train=None, test=None) -> keras_tpu.Task:
       test: the matching evaluation split.
     """
     if train is None and test is None:
-        train, test, preprocess, image_shape, num_classes = inputs.load_image_data(
+        train, test, preprocess, image_shape, num_classes = datasets.load_image_data(
             config.dataset, config.data_dir, config.seed
         )
         name = config.dataset
     else:
-        train, test, preprocess, image_shape, num_classes = inputs.in_memory_images(train, test)
+        train, test, preprocess, image_shape, num_classes = datasets.in_memory_images(train, test)
         name = "in-memory arrays"
     return keras_tpu.Task(
         build_model=lambda: cnn.build_cnn(image_shape, num_classes, variant=config.variant),

@@ -1,7 +1,7 @@
 """Report more evaluation splits beside the run's own (e.g. MNLI's mismatched dev set)."""
 
 from keras_tpu import data
-from keras_tpu.runtime.compat import keras
+from keras_tpu import keras
 
 
 class ExtraEvaluation(keras.callbacks.Callback):

@@ -7,7 +7,7 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu.runtime import compat
 from keras_tpu.runtime.strategy_info import StrategyInfo
-from keras_tpu.readiness.tpu_rehearsal import rehearse_or_raise  # noqa: F401  (keras_tpu.engine.training.*)
+from keras_tpu.readiness.tpu_rehearsal import rehearse_or_raise  # noqa: F401  (compiling.*)
 from keras_tpu.readiness.tpu_rehearsal import rehearse_tpu  # noqa: F401
 
 keras = compat.keras
@@ -267,7 +267,7 @@ def _compiled_metric_names(model):
     container = getattr(model, "compiled_metrics", None)
     if container is None:
         raise checks.ConfigError(
-            f"model {model.name!r} is not compiled; compile it (keras_tpu.training.compile_model) "
+            f"model {model.name!r} is not compiled; compile it (keras_tpu.compile_model) "
             f"before evaluating."
         )
     # tf_keras keeps the metrics given to compile on its MetricsContainer
@@ -294,8 +294,8 @@ def _exactly_weighted(model):
     metrics = [*(container._user_metrics or []), *(container._user_weighted_metrics or [])]
     if any(isinstance(m, (dict, list, tuple)) for m in metrics) or isinstance(model.loss, (dict, list)):
         raise checks.ConfigError(
-            f"model {model.name!r} has per-output losses or metrics; keras_tpu.training.evaluate "
-            f"weighs a single output. Compile it with keras_tpu.training.compile_model."
+            f"model {model.name!r} has per-output losses or metrics; keras_tpu.evaluate "
+            f"weighs a single output. Compile it with keras_tpu.compile_model."
         )
     clones = [
         type(m).from_config(m.get_config()) if isinstance(m, keras.metrics.Metric) else m

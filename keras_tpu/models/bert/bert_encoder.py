@@ -26,8 +26,8 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.runtime.compat import keras
-from keras_tpu.models.bert_config import INPUT_NAMES
-from keras_tpu.models.bert_config import BertConfig
+from keras_tpu.models.bert.bert_config import INPUT_NAMES
+from keras_tpu.models.bert.bert_config import BertConfig
 
 
 def _initializer(config):
@@ -38,7 +38,7 @@ def _dim(x, axis):
     """Return x's static size on `axis`, else its dynamic size.
 
     Static sizes keep shape arithmetic out of the graph: DTensor cannot lay out a
-    StridedSlice of a sharded tensor's dynamic shape (keras_tpu.parallel.sharding).
+    StridedSlice of a sharded tensor's dynamic shape (keras_tpu.parallel.mesh.layout).
     """
     return x.shape[axis] if x.shape[axis] is not None else tf.shape(x)[axis]
 
@@ -49,7 +49,7 @@ class BertEmbeddings(keras.layers.Layer):
     def __init__(self, config, one_hot_lookup=False, **kwargs):
         super().__init__(**kwargs)
         self.config = config if isinstance(config, BertConfig) else BertConfig(**config)
-        # keras_tpu.parallel.sharding looks rows up as a one-hot matmul: under DTensor the
+        # keras_tpu.parallel.mesh.layout looks rows up as a one-hot matmul: under DTensor the
         # gather's sparse gradient (ResourceScatterAdd) fails in the optimizer update.
         self.one_hot_lookup = one_hot_lookup
         self.layer_norm = keras.layers.LayerNormalization(
@@ -87,7 +87,7 @@ class BertEmbeddings(keras.layers.Layer):
             self.token_type_embeddings, type_ids
         )
         # Broadcast over the batch, not [tf.newaxis]: DTensor crashes (segfault) on a
-        # StridedSlice with a new axis in a tf.function (keras_tpu.parallel.sharding).
+        # StridedSlice with a new axis in a tf.function (keras_tpu.parallel.mesh.layout).
         x += self.position_embeddings[: _dim(word_ids, 1)]
         return self.dropout(self.layer_norm(x), training=training)
 
@@ -112,7 +112,7 @@ class TransformerLayer(keras.layers.Layer):
         Args:
           config: a BertConfig (or its dict).
           attention_dropout: makes the attention probabilities' dropout layer from its
-            rate; default keras Dropout. keras_tpu.parallel.sharding passes one that
+            rate; default keras Dropout. keras_tpu.parallel.mesh.layout passes one that
             draws its mask split over the batch only (a DTensor workaround). Not part
             of the config: a reloaded layer uses the default.
         """
@@ -201,7 +201,7 @@ def build_bert_encoder(config):
 def encoder_outputs(config, inputs, *, one_hot_lookup=False, attention_dropout=None):
     """Apply the encoder's layers to Keras inputs; return the output dict (see above).
 
-    keras_tpu.parallel.sharding builds its classifier from these layers directly (one flat
+    keras_tpu.parallel.mesh.layout builds its classifier from these layers directly (one flat
     functional model), so that a LayoutMap names every variable by its layer, and passes
     `one_hot_lookup` (BertEmbeddings) and `attention_dropout` (TransformerLayer).
     """

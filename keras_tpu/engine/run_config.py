@@ -9,7 +9,7 @@ import dataclasses
 
 from keras_tpu import checks
 from keras_tpu.runtime import cluster
-from keras_tpu.engine import outputs
+from keras_tpu.engine import output_paths
 from keras_tpu.runtime import tpu_connect
 
 
@@ -58,8 +58,8 @@ class RunConfig:
         checks.positive("learning_rate", self.learning_rate)
         checks.positive("progress_seconds", self.progress_seconds, unit="s")
         checks.one_of("verbose", self.verbose, (0, 1, 2))
-        outputs.check_directory_path("model_dir", self.model_dir)
-        outputs.check_export_dir(self.export_dir, overwrite=self.overwrite)
+        output_paths.check_directory_path("model_dir", self.model_dir)
+        output_paths.check_export_dir(self.export_dir, overwrite=self.overwrite)
         checks.positive("collective_timeout", self.collective_timeout, unit="s")
         if self.worker_hosts is not None or self.task_index is not None:
             if self.task_index is None or self.worker_hosts is None:

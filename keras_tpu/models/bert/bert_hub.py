@@ -10,7 +10,7 @@ import tensorflow as tf
 import tensorflow_hub as hub
 
 from keras_tpu import checks
-from keras_tpu.models.bert_config import INPUT_NAMES
+from keras_tpu.models.bert.bert_config import INPUT_NAMES
 from keras_tpu.runtime import determinism
 from keras_tpu.runtime import saved_model_dropout
 

@@ -1,19 +1,19 @@
-"""Build the sharded BERT classifier and size its run (the pieces parallel.sharded_backend uses).
+"""Build the sharded BERT classifier and size its run (the pieces parallel.mesh.backend uses).
 
-    steps = sharded_training.epoch_steps(examples, per_replica_batch, mesh)
-    loop = sharded_training.build_loop(config, mesh, encoder_config, encoder_weights, ...)
+    steps = mesh_run_setup.epoch_steps(examples, per_replica_batch, mesh)
+    loop = mesh_run_setup.build_loop(config, mesh, encoder_config, encoder_weights, ...)
 
 The run itself (backups, exact resume, NaN stop, summary, export) is the engine's:
-`keras_tpu.fit` with parallel.sharded_backend.ShardedBackend. The DTensor-specific
-pieces live in sharding (mesh, layouts, step), sharded_loop (executions of N
-steps, evaluation) and sharded_export (the native encoder in, the gathered export out).
+`keras_tpu.fit` with parallel.mesh.backend.ShardedBackend. The DTensor-specific
+pieces live in mesh/layout.py (mesh, layouts, step), mesh/loop.py (executions of N
+steps, evaluation) and mesh/export.py (the native encoder in, the gathered export out).
 """
 
 from keras_tpu import checks
 from keras_tpu.engine import optimizers
-from keras_tpu.engine import training
-from keras_tpu.parallel import sharding
-from keras_tpu.parallel.sharded_loop import ShardedLoop
+from keras_tpu.engine import compiling
+from keras_tpu.parallel.mesh import layout as mesh_layout
+from keras_tpu.parallel.mesh.loop import ShardedLoop
 
 
 def epoch_steps(examples, per_replica_batch, mesh):
@@ -22,7 +22,7 @@ def epoch_steps(examples, per_replica_batch, mesh):
     Raises:
       ConfigError: fewer examples than one global batch.
     """
-    rows = mesh.dim_size(sharding.BATCH)
+    rows = mesh.dim_size(mesh_layout.BATCH)
     global_batch = per_replica_batch * rows
     if examples < global_batch:
         fix = (
@@ -33,7 +33,7 @@ def epoch_steps(examples, per_replica_batch, mesh):
         raise checks.ConfigError(
             f"the training split has {examples} examples, fewer than one global batch of "
             f"{global_batch} ({per_replica_batch} per data-parallel row x {rows} rows of the "
-            f"{rows}x{mesh.dim_size(sharding.MODEL)} mesh); {fix}."
+            f"{rows}x{mesh.dim_size(mesh_layout.MODEL)} mesh); {fix}."
         )
     return examples // global_batch
 
@@ -41,14 +41,14 @@ def epoch_steps(examples, per_replica_batch, mesh):
 def resolve_steps_per_execution(steps_per_execution, mesh, steps_per_epoch):
     """Return the integer steps per execution on `mesh` for "auto" or a user value (capped).
 
-    "auto" is engine.training's choice for the mesh's devices (TPU or CPU/GPU).
+    "auto" is engine.compiling's choice for the mesh's devices (TPU or CPU/GPU).
     """
     if steps_per_execution == "auto":
         on_tpu = mesh.device_type().upper() == "TPU"
         steps_per_execution = (
-            training.AUTO_STEPS_PER_EXECUTION["tpu"]
+            compiling.AUTO_STEPS_PER_EXECUTION["tpu"]
             if on_tpu
-            else training.AUTO_STEPS_PER_EXECUTION_CPU
+            else compiling.AUTO_STEPS_PER_EXECUTION_CPU
         )
     checks.integer("steps_per_execution", steps_per_execution, fix="Or pass 'auto'.")
     return min(steps_per_execution, steps_per_epoch)
@@ -58,10 +58,10 @@ def build_loop(
     config, mesh, encoder_config, encoder_weights, *, total_steps, train_data, preprocess
 ):
     """Build the sharded classifier holding the encoder's weights and its ShardedLoop."""
-    model = sharding.build_classifier(
+    model = mesh_layout.build_classifier(
         encoder_config, config.num_classes, mesh=mesh, dropout=config.dropout
     )
-    unset = sharding.assign_weights(model, encoder_weights)
+    unset = mesh_layout.assign_weights(model, encoder_weights)
     if any(not name.startswith("logits/") for name in unset):
         raise checks.ConfigError(f"the exported encoder has no value for {unset[:3]}.")
     optimizer = optimizers.bert_adamw(
@@ -71,7 +71,7 @@ def build_loop(
         mesh,
         model,
         optimizer,
-        global_batch=config.per_replica_batch_size * mesh.dim_size(sharding.BATCH),
+        global_batch=config.per_replica_batch_size * mesh.dim_size(mesh_layout.BATCH),
         train_data=train_data,
         preprocess=preprocess,
         seed=config.seed,

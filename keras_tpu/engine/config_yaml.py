@@ -8,7 +8,7 @@ where it came from, so a bad one is reported as one line naming the key, the
 file and its line: "configs/cnn.yaml:4: epochs: expected an integer, got 'ten'".
 `write` saves a resolved config that `load_config` reads back unchanged.
 
-  config = config_files.load_config("configs/digits_cnn.yaml", tasks.CNNConfig, epochs=2)
+  config = config_yaml.load_config("configs/digits_cnn.yaml", tasks.CNNConfig, epochs=2)
 """
 
 import dataclasses

@@ -1,6 +1,6 @@
 """Training FLOPs of a BERT step, counted from the model's variables (for MFU).
 
-Beside the memory model (keras_tpu/memory.py): both read a model's BERT sizes,
+Beside the memory model (bert_memory.py): both read a model's BERT sizes,
 one to count bytes per replica, this to count the work per example.
 """
 

@@ -7,7 +7,7 @@
 `keras_tpu.fit` owns every run guarantee (run directory, lock and identity,
 backups and exact resume, SIGTERM, NaN stop, progress, TensorBoard, summary);
 this backend only builds the mesh model and steps it. Its steps are
-sharded_loop.ShardedLoop's executions, driven by engine.execution_loop with the
+loop.ShardedLoop's executions, driven by engine.execution_loop with the
 engine's callbacks, so a sharded run keeps the guarantees a data-parallel run has
 without a second copy of them.
 
@@ -29,9 +29,9 @@ from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.engine import backend as backend_lib
 from keras_tpu.engine import execution_loop
-from keras_tpu.parallel import sharded_export
-from keras_tpu.parallel import sharded_training
-from keras_tpu.parallel import sharding
+from keras_tpu.parallel.mesh import export as mesh_export
+from keras_tpu.parallel.mesh import run_setup as sharded_training
+from keras_tpu.parallel.mesh import layout
 
 MESH_POLICIES = ("float32",)  # What the mesh can lay out (see the module docstring).
 
@@ -83,14 +83,14 @@ class ShardedBackend(backend_lib.Backend):
 
     def global_batch(self):
         """Return the global batch before building: per-replica x the mesh's batch rows."""
-        devices = len(sharding.mesh_devices()[1])
-        shape = sharding.mesh_shape(self.config.model_parallel, devices)
+        devices = len(layout.mesh_devices()[1])
+        shape = layout.mesh_shape(self.config.model_parallel, devices)
         return self.config.per_replica_batch_size * shape.data_parallel
 
     def build(self):
         config, task = self.config, self.task
-        self.mesh = sharding.make_mesh(config.model_parallel)
-        rows = self.mesh.dim_size(sharding.BATCH)
+        self.mesh = layout.make_mesh(config.model_parallel)
+        rows = self.mesh.dim_size(layout.BATCH)
         train_examples = data.count_examples(task.train_data)
         full_pass = sharded_training.epoch_steps(
             train_examples, config.per_replica_batch_size, self.mesh
@@ -124,11 +124,11 @@ class ShardedBackend(backend_lib.Backend):
     def rehearse(self):
         raise AssertionError("check_config refuses --rehearse_tpu before build")
 
-    def train(self, callbacks, start_step):
+    def train(self, callbacks, position):
         loop = self.loop
+        loop.start(position.step)  # The stream starts at the restored step.
 
         def train_steps(n):
-            # ShardedLoop positions the data at the optimizer's (restored) step itself.
             return {"loss": sum(loop.run_execution(n).losses) / n}
 
         steps = execution_loop.StepFunctions(
@@ -139,17 +139,22 @@ class ShardedBackend(backend_lib.Backend):
             steps,
             callbacks,
             epochs=self.config.epochs,
-            steps_per_epoch=self.shape.steps_per_epoch,
             steps_per_execution=self.shape.steps_per_execution,
-            start_step=start_step,
+            position=position,
         )
 
     def evaluate(self):
-        evaluation = self.loop.evaluate(self.task.eval_data, self.task.preprocess)
-        return dataclasses.asdict(evaluation)
+        # Fresh objects each evaluation, as compile() would reset them; "accuracy" is built in.
+        metrics = [
+            type(metric).from_config(metric.get_config())
+            for metric in self.task.metrics
+            if not isinstance(metric, str)
+        ]
+        evaluation = self.loop.evaluate(self.task.eval_data, self.task.preprocess, metrics)
+        return evaluation.to_dict()
 
     def export(self, export_dir, *, overwrite):
-        return sharded_export.export_classifier(
+        return mesh_export.export_classifier(
             self.model,
             self.bert.encoder_config,
             self.bert.preprocessor,
@@ -164,6 +169,6 @@ class ShardedBackend(backend_lib.Backend):
     def summary_extra(self):
         return {
             "model_parallel": self.config.model_parallel,
-            "mesh": {name: self.mesh.dim_size(name) for name in (sharding.BATCH, sharding.MODEL)},
-            "per_device_weight_bytes": sharding.per_device_weight_bytes(self.model),
+            "mesh": {name: self.mesh.dim_size(name) for name in (layout.BATCH, layout.MODEL)},
+            "per_device_weight_bytes": layout.per_device_weight_bytes(self.model),
         }

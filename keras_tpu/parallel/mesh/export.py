@@ -1,11 +1,11 @@
 """Read an exported BERT encoder into a mesh model, and export a mesh model like any other run.
 
-    config, weights = sharded_export.load_native_encoder(encoder_dir)
+    config, weights = mesh_export.load_native_encoder(encoder_dir)
     ...
-    sharded_export.export_classifier(model, config, preprocessor, export_dir, overwrite=False)
+    mesh_export.export_classifier(model, config, preprocessor, export_dir, overwrite=False)
 
 A sharded model cannot go through `model.save` (it refuses non-replicated
-DTensors), so its weights are gathered into the ordinary models/bert.py encoder
+DTensors), so its weights are gathered into the ordinary keras_tpu/models/bert encoder
 and classifier first; the export then serves exactly like an unsharded run's.
 """
 
@@ -16,9 +16,9 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.engine import text_export
-from keras_tpu.engine import outputs
+from keras_tpu.engine import output_paths
 from keras_tpu.models import bert
-from keras_tpu.parallel import sharding
+from keras_tpu.parallel.mesh import layout as mesh_layout
 
 ENCODER_SUBDIR = "encoder"  # export_dir/encoder: the TF Hub encoder of the export.
 _CLASSIFIER_SCRATCH = ".classifier"  # Inside the export's temp dir, moved up before the rename.
@@ -28,7 +28,7 @@ def load_native_encoder(handle):
     """Return (BertConfig, {variable name: array}) of an encoder exported by keras_tpu.
 
     Reads the BertConfig the Keras SavedModel metadata keeps for its embeddings
-    layer, and the variables by name (models/bert.py names them stably).
+    layer, and the variables by name (keras_tpu/models/bert names them stably).
 
     Raises:
       ConfigError: the handle is not a local directory written by
@@ -55,7 +55,7 @@ def load_native_encoder(handle):
             break
     else:
         raise checks.ConfigError(
-            f"encoder_handle={handle!r} cannot be rebuilt natively (not a models/bert.py "
+            f"encoder_handle={handle!r} cannot be rebuilt natively (not a keras_tpu/models/bert "
             f"encoder); {fix}."
         )
     loaded = tf.saved_model.load(str(handle))
@@ -90,16 +90,16 @@ def export_classifier(model, encoder_config, preprocessor, export_dir, *, overwr
     """Gather a mesh model's weights and export its TF Hub encoder and raw-string classifier.
 
     The whole export (export_dir/encoder included) is built in one temp directory
-    beside export_dir and renamed into place once (`outputs.save_atomically`): an
+    beside export_dir and renamed into place once (`output_paths.save_atomically`): an
     interrupted export leaves export_dir as it was.
 
     Returns:
       export_dir.
     """
-    weights = sharding.gather_weights(model)
+    weights = mesh_layout.gather_weights(model)
 
     def save(directory):
         with tf.device("/CPU:0"):
             _write_export(directory, weights, encoder_config, preprocessor, pair)
 
-    return outputs.save_atomically(save, export_dir, model, overwrite=overwrite)
+    return output_paths.save_atomically(save, export_dir, model, overwrite=overwrite)

@@ -1,16 +1,16 @@
 """The sharded training loop: N steps per host call on a DTensor mesh, acted on between calls.
 
-    loop = sharded_loop.ShardedLoop(mesh, model, optimizer, global_batch=16, train_data=...)
-    loop.checkpoint.restore(path)            # optional: the data follows the restored step
+    loop = mesh.loop.ShardedLoop(mesh, model, optimizer, global_batch=16, train_data=...)
+    loop.start(step)                         # the data from this step on (a restored run's)
     result = loop.run_execution(16)          # ExecutionResult(step, losses)
     metrics = loop.evaluate(test, preprocess)
 
-An execution of N steps is N dispatches of sharding.make_train_step from the host
+An execution of N steps is N dispatches of layout.make_train_step from the host
 with no read back in between (the losses stay on the mesh until the end), not one
 tf.function looping N times: in one tf.function the DTensor expansion drops or
 reorders the optimizer's slot updates (tensorflow/tensorflow#61932; measured on
 TF 2.21, docs/model_parallel.md). Backups, NaN and signal checks belong between
-executions, which is what the run engine does (parallel.sharded_backend).
+executions, which is what the run engine does (parallel/mesh/backend.py).
 """
 
 import dataclasses
@@ -20,10 +20,9 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from keras_tpu import data
-from keras_tpu.engine import checkpointing
-from keras_tpu.parallel import sharded_export
+from keras_tpu.parallel.mesh import export as mesh_export
 from keras_tpu.engine import summary as summary_lib
-from keras_tpu.parallel import sharding
+from keras_tpu.parallel.mesh import layout
 from keras_tpu.runtime.compat import keras
 
 _INPUT_PIPELINE = tf.distribute.InputContext()  # one host pipeline feeds the whole mesh
@@ -35,7 +34,7 @@ def weights_checksum(model):
     DTensor models cannot give `model.get_weights()`; the gathered arrays, in
     variable order, hash exactly as the engine's `summary.weights_checksum` does.
     """
-    weights = sharding.gather_weights(model)
+    weights = layout.gather_weights(model)
     return summary_lib.weights_checksum([weights[v.name] for v in model.variables])
 
 
@@ -47,8 +46,8 @@ def on_mesh(structure, mesh):
         replicated = dtensor.copy_to_mesh(
             tensor, dtensor.Layout.replicated(mesh, tensor.shape.rank)
         )
-        layout = dtensor.Layout.batch_sharded(mesh, sharding.BATCH, rank=tensor.shape.rank)
-        return dtensor.relayout(replicated, layout)
+        split = dtensor.Layout.batch_sharded(mesh, layout.BATCH, rank=tensor.shape.rank)
+        return dtensor.relayout(replicated, split)
 
     return tf.nest.map_structure(place, structure)
 
@@ -67,41 +66,49 @@ class ExecutionResult:
 
 @dataclasses.dataclass(frozen=True)
 class Evaluation:
-    """Exact metrics over every example of a split (padding weighted out)."""
+    """Exact metrics over every example of a split (padding weighted out).
+
+    Attributes:
+      loss, accuracy: means over the split's examples.
+      examples: how many (padding excluded).
+      metrics: the other metrics asked for, by name (e.g. {"f1": ...}).
+    """
 
     loss: float
     accuracy: float
     examples: int
+    metrics: dict = dataclasses.field(default_factory=dict)
+
+    def to_dict(self):
+        """Return {"loss", "accuracy", "examples", and each metric's name}: one flat dict."""
+        return {"loss": self.loss, "accuracy": self.accuracy, "examples": self.examples,
+                **self.metrics}  # fmt: skip
 
 
 class ShardedLoop:
     """Train a mesh model N steps per host call; the caller acts between executions.
 
     Attributes:
-      mesh, model, optimizer: what the loop trains.
-      checkpoint: tf.train.Checkpoint(model=, optimizer=, random_generators=) (the
-        dropout generators' state, as the engine's backups hold it); after restoring
-        it, the next execution reads the data from the restored step.
+      mesh, model, optimizer: what the loop trains (the engine's backups hold
+        them, with the dropout generators, in their one layout: checkpointing.Backup).
       global_batch: examples per step across the mesh.
+
+    `start(step)` positions the training stream, at the step the run's position
+    says (run_position.RunPosition); the loop does not derive it itself.
     """
 
     def __init__(self, mesh, model, optimizer, *, global_batch, train_data, preprocess, seed=0):
         self.mesh, self.model, self.optimizer = mesh, model, optimizer
-        self.checkpoint = tf.train.Checkpoint(
-            model=model,
-            optimizer=optimizer,
-            random_generators=checkpointing.random_generators(model),
-        )
         self.global_batch = global_batch
         self._train, self._preprocess, self._seed = train_data, preprocess, seed
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        self._step_fn = sharding.make_train_step(model, optimizer, loss)
-        self._batches, self._position = None, None  # The iterator, and the step it is at.
+        self._step_fn = layout.make_train_step(model, optimizer, loss)
+        self._batches = None  # The training stream, from `start`.
 
     @property
     def step(self):
         """The optimizer's step: how many steps the model has trained (restored ones too)."""
-        return int(sharding.to_numpy(self.optimizer.iterations))
+        return int(layout.to_numpy(self.optimizer.iterations))
 
     def batches(self, start_step):
         """Return an iterator of mesh batches positioned at `start_step` (its examples skipped)."""
@@ -114,38 +121,51 @@ class ShardedLoop:
             start_step=start_step,
         )
         # DTensorDataset batches itself: it takes the host pipeline's examples unbatched.
-        dataset = sharding.distribute_dataset(
+        dataset = layout.distribute_dataset(
             dataset_fn(_INPUT_PIPELINE).unbatch(), mesh=self.mesh, global_batch=self.global_batch
         )
         return iter(dataset)
 
+    def start(self, step):
+        """Start the training stream at optimizer step `step` (the run's position)."""
+        self._batches = self.batches(step)
+
     def run_execution(self, steps):
         """Train `steps` steps with one read back to the host at the end; return the result."""
-        step = self.step
-        if self._position != step:  # The first execution, or a restore moved the model.
-            self._batches = self.batches(step)
+        if self._batches is None:
+            raise RuntimeError("ShardedLoop.start(step) comes before the first execution")
         losses = [self._step_fn(*next(self._batches)) for _ in range(steps)]
-        values = sharding.to_numpy(tf.stack(losses))  # The execution's only host read.
-        self._position = step + steps
-        return ExecutionResult(step=self._position, losses=tuple(float(v) for v in values))
+        values = layout.to_numpy(tf.stack(losses))  # The execution's only host read.
+        return ExecutionResult(step=self.step, losses=tuple(float(v) for v in values))
 
-    def evaluate(self, test, preprocess):
-        """Return the Evaluation over every example of `test` exactly once."""
+    def evaluate(self, test, preprocess, metrics=()):
+        """Return the Evaluation over every example of `test` exactly once.
+
+        Args:
+          test: the evaluation Source.
+          preprocess: its text preprocessing.
+          metrics: fresh Keras metric objects (e.g. keras_tpu.metrics.BinaryF1()),
+            updated on the host with each batch's logits and its padding weights,
+            the same objects the data-parallel path compiles into the model.
+        """
         batching = data.Batching(self.global_batch, 1)
         dataset_fn, steps, examples = data.eval_dataset_fn(test, batching, preprocess=preprocess)
         loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
         forward = tf.function(lambda features: self.model(features, training=False))
         correct = total_loss = 0.0
         for features, labels, weights in dataset_fn(_INPUT_PIPELINE).take(steps):
-            logits = sharding.to_numpy(forward(on_mesh(features, self.mesh)))
+            logits = layout.to_numpy(forward(on_mesh(features, self.mesh)))
             labels, weights = labels.numpy(), weights.numpy()
             correct += float(np.sum((logits.argmax(-1) == labels) * weights))
             total_loss += float(np.sum(loss_fn(labels, logits).numpy() * weights))
-        return Evaluation(total_loss / examples, correct / examples, examples)
+            for metric in metrics:
+                metric.update_state(labels, logits, sample_weight=weights)
+        results = {metric.name: float(metric.result()) for metric in metrics}
+        return Evaluation(total_loss / examples, correct / examples, examples, results)
 
     def export(self, encoder_config, preprocessor, export_dir, *, overwrite=False):
         """Export the gathered encoder and raw-string classifier (sharded_export)."""
-        return sharded_export.export_classifier(
+        return mesh_export.export_classifier(
             self.model, encoder_config, preprocessor, export_dir, overwrite=overwrite
         )
 

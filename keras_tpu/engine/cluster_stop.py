@@ -1,0 +1,115 @@
+"""A preempted worker stops the whole cluster at one step, every worker backed up at it.
+
+On a `MultiWorkerMirroredStrategy` cluster (or a TPU VM pod) the SIGTERM of a
+spot VM reaches one worker. Were that worker to back up alone, its save would
+meet the other workers' training collectives: the chief dies with
+"Collective ops is aborted by: Shape mismatch in the collective instance" and
+the work since the last periodic backup is lost. The workers must agree on the
+step first.
+
+TensorFlow's `tf.distribute.experimental.PreemptionCheckpointHandler` (what
+orbit's `SaveCheckpointIfPreempted` action wraps) does that agreement through
+the cluster's coordination service: the preempted worker publishes "save after
+the next execution", waits until every worker has acknowledged it, and at that
+execution's end every worker saves (the backup, a collective-safe write on each
+worker, the chief's copy kept) and stops. `ClusterStop` gives it the run's own
+signal (the handler polls `Preemption.signal`, so SIGTERM/SIGINT keep one owner),
+the run's save and its stop, and is asked once per execution on every worker.
+
+On Google Cloud CPU and TPU VMs TensorFlow 2.20-2.21's handler does nothing
+(`save_checkpoint_if_preempted` returns at once: failure_handling.py, "does not
+support usage with TPU or CPU device on GCP"); there the preempted worker stops
+without a lone save and the rerun resumes from the last periodic backup.
+"""
+
+import logging
+import shutil
+import tempfile
+
+import tensorflow as tf
+from tensorflow.python.distribute.failure_handling import failure_handling_util
+
+log = logging.getLogger(__name__)
+
+
+class ClusterStop:
+    """Ask the cluster, at each execution's end, whether to back up and stop now.
+
+    Every worker of the run creates one (they must all be asked equally often:
+    the handler counts executions) and calls `at_execution_end` once per
+    execution; `close` when training ends.
+    """
+
+    def __init__(self, strategy, watch, stopped):
+        """Create the cluster's preemption agreement for this worker.
+
+        Args:
+          strategy: the run's MultiWorkerMirroredStrategy (its cluster resolver).
+          watch: () -> True once this worker received SIGTERM/SIGINT.
+          stopped: () -> the RunStopped to raise once every worker saved.
+        """
+        self._save = None
+        self._scratch = None
+        self._stopped = stopped
+        self.agreed = False  # Every worker saved (or had nothing to save) at one step.
+        platform = failure_handling_util.detect_platform()
+        self.supported = platform not in (
+            failure_handling_util.PlatformDevice.GCE_CPU,
+            failure_handling_util.PlatformDevice.GCE_TPU,
+        )
+        if not self.supported:
+            log.warning(
+                "keras_tpu: on Google Cloud %s VMs TensorFlow's PreemptionCheckpointHandler "
+                "does not run; a preempted worker stops without a backup of its own and the "
+                "rerun resumes from the last periodic backup (--backup_every_steps).",
+                "TPU" if platform is failure_handling_util.PlatformDevice.GCE_TPU else "CPU",
+            )  # fmt: skip
+            self._handler = None
+            return
+        # The handler's run counter lives in a checkpoint of its own, which it restores
+        # and, given a save_fn, never writes: the run's backup is the save.
+        self._scratch = tempfile.mkdtemp(prefix="keras_tpu_cluster_stop_")
+        manager = tf.train.CheckpointManager(tf.train.Checkpoint(), self._scratch, max_to_keep=1)
+        self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+            strategy.cluster_resolver,
+            manager,
+            termination_config=tf.distribute.experimental.TerminationConfig(
+                termination_watcher_fn=watch,
+                exit_fn=self._exit,
+                grace_period=0,  # Save at the agreed step and stop: a spot VM's notice is short.
+                save_fn=self._save_now,
+            ),
+        )
+
+    def at_execution_end(self, save):
+        """Back up with `save()` and raise RunStopped if the cluster agreed to stop here."""
+        if self._handler is None:
+            return
+        self._save = save
+        try:
+            self._handler.save_checkpoint_if_preempted()
+        except tf.errors.AlreadyExistsError:
+            # A peer ended training (and closed its watcher) as this worker was preempted:
+            # the final backup, written by every worker when training ends, holds the step.
+            log.warning("keras_tpu: preempted as training ended; the final backup holds it")
+
+    def _save_now(self):
+        self._save()
+
+    def _exit(self):
+        self.agreed = True
+        self.close()
+        raise self._stopped()
+
+    def close(self):
+        """Stop the handler's watcher threads; idempotent.
+
+        TensorFlow stops them in the handler's `__del__`, which never runs while the
+        watcher thread (whose target is a bound method) holds the handler.
+        """
+        handler, self._handler = self._handler, None
+        if handler is not None and not self.agreed:
+            handler.__del__()
+        if self._scratch:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None

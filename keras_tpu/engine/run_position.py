@@ -1,0 +1,81 @@
+"""Where a run is: one value from the restored backup to the data and both training loops.
+
+A resumed run must start everything at the same place: the input stream skips the
+examples of the steps already trained, and the loop (tf_keras `Model.fit` or the
+engine's execution loop) starts in the middle of the same epoch. Both follow from
+one number, the optimizer step the backup restored; `RunPosition` carries it with
+the epoch length so that nobody derives it twice:
+
+    position = RunPosition(step=backup.restore(model), steps_per_epoch=shape.steps_per_epoch)
+    dataset = inputs.train(position.step)
+    with fit_starts_at(model, position):
+        model.fit(dataset, ...)
+"""
+
+import contextlib
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPosition:
+    """The optimizer step a run starts from, and the epoch and step in it that follow.
+
+    Attributes:
+      step: optimizer steps already trained (0 for a new run).
+      steps_per_epoch: the run's epoch length in steps.
+    """
+
+    step: int
+    steps_per_epoch: int
+
+    def __post_init__(self):
+        if self.steps_per_epoch < 1 or self.step < 0:
+            raise ValueError(f"no run position at step {self.step} of {self.steps_per_epoch}")
+
+    @property
+    def epoch(self):
+        """The 0-based epoch the next step belongs to."""
+        return self.step // self.steps_per_epoch
+
+    @property
+    def step_in_epoch(self):
+        """Steps of `epoch` already trained."""
+        return self.step % self.steps_per_epoch
+
+
+class _FitCounters:
+    """tf_keras's `model._training_state` hook: where `Model.fit` starts.
+
+    `Model.fit` asks `model._training_state.maybe_load_initial_counters_from_ckpt`
+    for its first (epoch, step in epoch) right after `on_train_begin` (tf_keras
+    engine/training.py, `_maybe_load_initial_counters_from_ckpt`); it is the only
+    way to start `fit` in the middle of an epoch. This adapter is the toolkit's one
+    use of that private attribute; tests/test_checkpointing.py fails if it changes.
+    """
+
+    def __init__(self, position):
+        self.position = position
+
+    def maybe_load_initial_counters_from_ckpt(self, steps_per_epoch, initial_epoch, mode=None):
+        del initial_epoch, mode
+        return divmod(self.position.step, steps_per_epoch)
+
+
+def start_fit_at(model, position):
+    """Make the next `model.fit` start at `position` (epoch and step in it)."""
+    model._training_state = _FitCounters(position)  # pylint: disable=protected-access
+
+
+def clear_fit_start(model):
+    """Let `model.fit` start at its `initial_epoch` again."""
+    model._training_state = None  # pylint: disable=protected-access
+
+
+@contextlib.contextmanager
+def fit_starts_at(model, position):
+    """Within this context, `model.fit` starts at `position`."""
+    start_fit_at(model, position)
+    try:
+        yield
+    finally:
+        clear_fit_start(model)

@@ -1,0 +1,54 @@
+"""Export trained models as SavedModels for serving."""
+
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from keras_tpu.runtime import compat
+from keras_tpu.engine import output_paths
+from keras_tpu.runtime.strategy_info import StrategyInfo
+
+
+def _save_options(strategy, export_dir):
+    device = StrategyInfo.of(strategy).io_device(export_dir)
+    return tf.saved_model.SaveOptions(experimental_io_device=device)
+
+
+def export_model(model, export_dir, strategy, *, overwrite=False):
+    """Write `model` as a SavedModel (Keras format inside, loadable by TF Serving).
+
+    For a remote TPU node the files are written by this host, so a local
+    export_dir works (tensorflow/tensorflow#36447). The SavedModel is written
+    beside export_dir and renamed into place (`output_paths.save_atomically`); an
+    export_dir holding something else is refused unless `overwrite`.
+    """
+    compat.ensure_tf_keras(model)
+
+    def save(directory):
+        model.save(
+            directory,
+            include_optimizer=False,
+            save_format="tf",
+            options=_save_options(strategy, directory),
+        )
+
+    return output_paths.save_atomically(save, export_dir, model, overwrite=overwrite)
+
+
+def export_on_every_worker(export_fn, export_dir, strategy):
+    """Export from the chief to export_dir; other workers save to a temp dir and delete it.
+
+    Under MultiWorkerMirroredStrategy every worker must save: saving can run
+    collectives, so a chief saving alone would wait for its peers forever
+    (TensorFlow's multi-worker Keras tutorial, "Model saving and loading").
+    """
+    if StrategyInfo.of(strategy).is_chief:
+        return export_fn(export_dir)
+    scratch = tempfile.mkdtemp(prefix="keras_tpu_worker_export_")
+    try:
+        export_fn(os.path.join(scratch, "export"))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return None
