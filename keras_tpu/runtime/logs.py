@@ -161,9 +161,14 @@ class _DropHarmlessRecords(logging.Filter):
     # tf_keras's `model.save` of an uncompiled model (a TF Hub encoder export) tries to
     # build compiled metrics that do not exist and warns about a "loaded" model.
     MESSAGES = ("Compiled the loaded model, but the compiled metrics have yet to be built",)
+    # TensorFlow's own checkpoint writer retracing (backups of a mesh run, whose variables
+    # are DTensors): about TensorFlow's internals, not a function of the user's.
+    RETRACING = re.compile(r"calls to <function MultiDeviceSaver\.save\.<locals>\.\w+ at 0x\w+> "
+                           r"triggered tf\.function retracing")
 
     def filter(self, record):
-        return not str(record.msg).startswith(self.MESSAGES)
+        message = record.getMessage()
+        return not (message.startswith(self.MESSAGES) or self.RETRACING.search(message))
 
 
 _harmless_records = _DropHarmlessRecords()
