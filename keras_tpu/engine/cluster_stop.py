@@ -50,7 +50,7 @@ class ClusterStop:
         """
         self._save = None
         self._scratch = None
-        self._stopped = stopped
+        self._watch, self._stopped = watch, stopped
         self.agreed = False  # Every worker saved (or had nothing to save) at one step.
         platform = failure_handling_util.detect_platform()
         self.supported = platform not in (
@@ -82,8 +82,14 @@ class ClusterStop:
         )
 
     def at_execution_end(self, save):
-        """Back up with `save()` and raise RunStopped if the cluster agreed to stop here."""
+        """Back up with `save()` and raise RunStopped if the cluster agreed to stop here.
+
+        Where TensorFlow's handler does not run, a preempted worker stops without saving
+        (a lone save would meet its peers' training collectives).
+        """
         if self._handler is None:
+            if not self.supported and self._watch():
+                raise self._stopped()
             return
         self._save = save
         try:
