@@ -48,11 +48,13 @@ def fetched(monkeypatch):
 def test_fashion_mnist_gets_past_its_imports_and_checksums_to_the_download(fetched, tmp_path):
     with pytest.raises(sources.DatasetUnavailableError) as e:
         sources.tfds_source("fashion_mnist", "train", data_dir=str(tmp_path))
-    # The builder imported what it needs, found its registered checksums and asked for
-    # exactly its four files: with internet, these downloads are all that is left.
-    assert {url.rsplit("/", 1)[1] for url in fetched} == FASHION_MNIST_FILES
+    # The builder imported what it needs, found its registered checksums (its four files)
+    # and started downloading them: with internet, these downloads are all that is left.
+    # tfds fetches them in parallel and the first failure cancels the others, so under
+    # load fewer than four may have started (a CI run saw three).
     registered = tfds.builder("fashion_mnist", data_dir=str(tmp_path)).url_infos
-    assert set(fetched) == set(registered) and len(registered) == 4
+    assert {url.rsplit("/", 1)[1] for url in registered} == FASHION_MNIST_FILES
+    assert fetched and set(fetched) <= set(registered)
     assert any(isinstance(c, _NoNetwork) for c in tfds_download._chain(e.value))
     message = str(e.value)
     assert message.startswith(f"tfds dataset 'fashion_mnist' is not in data_dir {tmp_path} ")
