@@ -247,15 +247,22 @@ def test_a_task_given_as_an_object_and_errors_before_anything_is_written(tmp_pat
         keras_tpu.fit("nope", keras_tpu.RunConfig(cpu_replicas=CPU_REPLICAS))
 
 
+def _run_tagged_block(path, marker, old_dir, new_dir):
+    """Run the python block after `<!-- marker -->` in `path` with old_dir moved; return its summary."""
+    text = open(os.path.join(REPO, path)).read()
+    block = text.split(f"<!-- {marker} -->\n```python\n", 1)[1].split("```", 1)[0]
+    namespace = {}
+    code = compile(block.replace(old_dir, str(new_dir)), path, "exec")
+    exec(code, namespace)  # pylint: disable=exec-used
+    return namespace["summary"]
+
+
 @pytest.mark.slow
 def test_the_readme_example_runs_as_written(tmp_path):
     """README "Bring your own model": the block tagged ci:own-model, run with its own paths."""
-    text = open(os.path.join(REPO, "README.md")).read()
-    block = text.split("<!-- ci:own-model -->\n```python\n", 1)[1].split("```", 1)[0]
-    code = block.replace("/tmp/keras_tpu_own_model", str(tmp_path / "own"))
-    namespace = {}
-    exec(compile(code, "README.md", "exec"), namespace)  # pylint: disable=exec-used
-    summary = namespace["summary"]
+    summary = _run_tagged_block(
+        "README.md", "ci:own-model", "/tmp/keras_tpu_own_model", tmp_path / "own"
+    )
     assert summary["status"] == "ok" and summary["test_examples"] == 111
     assert set(summary["test"]) == {"loss", "mae"}
     assert (tmp_path / "own" / "export" / "saved_model.pb").exists()
@@ -264,12 +271,9 @@ def test_the_readme_example_runs_as_written(tmp_path):
 @pytest.mark.slow
 def test_the_readme_dict_features_example_runs_as_written(tmp_path):
     """docs/guide.md "Several inputs or outputs": the block tagged ci:own-model-dict."""
-    text = open(os.path.join(REPO, "docs", "guide.md")).read()
-    block = text.split("<!-- ci:own-model-dict -->\n```python\n", 1)[1].split("```", 1)[0]
-    code = block.replace("/tmp/keras_tpu_two_inputs", str(tmp_path / "two"))
-    namespace = {}
-    exec(compile(code, "README.md", "exec"), namespace)  # pylint: disable=exec-used
-    summary = namespace["summary"]
+    summary = _run_tagged_block(
+        "docs/guide.md", "ci:own-model-dict", "/tmp/keras_tpu_two_inputs", tmp_path / "two"
+    )
     assert summary["status"] == "ok" and summary["test_examples"] == 100
     assert set(summary["test"]) == {"loss", "accuracy"}
     assert summary["final_step"] == 2 * (400 // 64)
