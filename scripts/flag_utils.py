@@ -197,6 +197,11 @@ RUN_HELP = {
     "seeded by its input and --seed, also inside TF Hub encoders.",
     "backup_every_steps": "Back up every N steps for resuming (default: every epoch).",
     "backup": "Back up under model_dir/backup so a killed run resumes when restarted.",
+    "cache": "Training data after the first pass: 'auto' (file sources cached in host memory "
+    "when about 3x their size fits --cache_budget_mb, else streamed; arrays are in memory "
+    "already), 'memory' or 'none' (stream every epoch).",
+    "cache_budget_mb": "Host memory --cache=auto may fill with training data (default: 1/8 of "
+    "this host's memory).",
     "keep_best": "Keep the weights with the best value of the task's monitor (Task.monitor: "
     "val_loss by default, val_accuracy for cnn and bert) under model_dir/best.",
     "export_weights": "Which weights the final evaluation and the export use: 'final' (the last "

@@ -33,7 +33,8 @@ from tests.conftest import without_timing
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(48, 3)).astype(np.float32)
 Y = (X.sum(axis=1, keepdims=True) + 0.3 * RNG.normal(size=(48, 1))).astype(np.float32)
-# 32 training examples / global batch 8: 4 steps an epoch, 5 epochs, a backup every 2 steps.
+# 32 training examples / global batch 8: 4 steps an epoch, 5 epochs, a backup every 2 steps;
+# SGD(0.4) and seed 7 give a best epoch 3 with worse epochs after it.
 
 
 class _Seen(keras.callbacks.Callback):
@@ -66,7 +67,7 @@ def _task(seen):
     return keras_tpu.Task(
         build_model=lambda: keras.Sequential([keras.layers.Dense(1, input_shape=(3,))], name="line"),
         loss="mse", train_data=(X[:32], Y[:32]), eval_data=(X[32:], Y[32:]),
-        optimizer=lambda: keras.optimizers.SGD(0.3), callbacks=lambda: [seen],
+        optimizer=lambda: keras.optimizers.SGD(0.4), callbacks=lambda: [seen],
     )  # fmt: skip
 
 
@@ -75,7 +76,7 @@ def _run(model_dir, stop=None, **fields):
     config = keras_tpu.RunConfig(
         cpu_replicas=CPU_REPLICAS, per_replica_batch_size=2, epochs=5, steps_per_execution=1,
         model_dir=str(model_dir), mixed_precision="fp32", backup_every_steps=2, verbose=0,
-        **fields,
+        seed=7, **fields,
     )  # fmt: skip
     return keras_tpu.fit(_task(seen), config), seen
 

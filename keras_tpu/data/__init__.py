@@ -3,8 +3,9 @@
     from keras_tpu import data
     train, steps = data.train_dataset(strategy, data.load_digits()[0], per_replica_batch=64)
 
-`pipelines` builds the distributed datasets (static shapes, exact evaluation); `sources`
-reads examples (arrays, TSV, TFRecord, tfds, digits); `text` tokenises BERT inputs on the host.
+`training_stream` builds the training stream (an epoch per pass, started at any step,
+cached or streamed by `cache_policy`); `pipelines` the batch arithmetic and exact
+evaluation; `sources` reads examples (arrays, TSV, TFRecord, tfds, digits); `text` tokenises BERT inputs on the host.
 """
 
 from keras_tpu.data.sources import ArraySplit  # noqa: F401
@@ -21,12 +22,13 @@ from keras_tpu.data.pipelines import Batching  # noqa: F401
 from keras_tpu.data.pipelines import to_device_dtypes  # noqa: F401
 from keras_tpu.data.pipelines import check_readable_by_tpu_host  # noqa: F401
 from keras_tpu.data.pipelines import count_examples  # noqa: F401
-from keras_tpu.data.pipelines import train_dataset  # noqa: F401
-from keras_tpu.data.pipelines import train_dataset_fn  # noqa: F401
 from keras_tpu.data.pipelines import EvalData  # noqa: F401
 from keras_tpu.data.pipelines import eval_dataset  # noqa: F401
 from keras_tpu.data.pipelines import eval_dataset_fn  # noqa: F401
-from keras_tpu.data.pipelines import DEFAULT_SHUFFLE_BUFFER  # noqa: F401
+from keras_tpu.data.training_stream import DEFAULT_SHUFFLE_BUFFER  # noqa: F401
+from keras_tpu.data.training_stream import train_dataset  # noqa: F401
+from keras_tpu.data.training_stream import train_dataset_fn  # noqa: F401
+from keras_tpu.data.cache_policy import CachePlan  # noqa: F401
 from keras_tpu.data.autotune import without_autotune_thread  # noqa: F401
 
 from keras_tpu import moved_names as _moved_names

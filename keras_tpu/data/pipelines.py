@@ -7,6 +7,9 @@ N logical CPUs, a multi-worker cluster or a multi-host TPU pod.
 
     train, steps = data.train_dataset(strategy, data.load_digits()[0], per_replica_batch=64)
     model.fit(train, epochs=10, steps_per_epoch=steps)
+
+The training stream (epochs, positioning, caching) is built in training_stream.py;
+this module holds the batch arithmetic, exact evaluation and what both share.
 """
 
 import dataclasses
@@ -27,8 +30,6 @@ from keras_tpu.data.sources import synthetic_images  # noqa: F401
 from keras_tpu.data.sources import tfds_source  # noqa: F401
 from keras_tpu.data.sources import tfrecord_source  # noqa: F401
 from keras_tpu.runtime.strategy_info import StrategyInfo
-
-DEFAULT_SHUFFLE_BUFFER = 100_000
 
 # What leaves the host: TPUs have no uint8/int64/float64 arithmetic worth
 # using and no strings at all, so cast (or refuse) before the infeed.
@@ -142,7 +143,7 @@ def _options(deterministic):
     return options
 
 
-def _finish(ds, pipeline_batch, preprocess, deterministic):
+def finish_batches(ds, pipeline_batch, preprocess, deterministic):
     """Batch (static shapes), preprocess on the host, cast for the device, prefetch."""
     ds = ds.batch(pipeline_batch, drop_remainder=True, num_parallel_calls=tf.data.AUTOTUNE)
     if preprocess is not None:
@@ -156,93 +157,6 @@ def _finish(ds, pipeline_batch, preprocess, deterministic):
     _map_paths(_refuse_strings, tuple(ds.element_spec))
     ds = ds.map(lambda *element: to_device_dtypes(element))
     return ds.prefetch(tf.data.AUTOTUNE).with_options(_options(deterministic))
-
-
-def train_dataset(strategy, data, per_replica_batch, **options):
-    """Return (distributed dataset, steps per epoch) for training on `data`.
-
-    Static shapes: every replica gets exactly `per_replica_batch` examples a
-    step (drop_remainder). The stream repeats forever, reshuffled every epoch
-    with a seeded shuffle before the repeat, so each pass over the data uses
-    every example once; the `len % global_batch` examples left at the end of a
-    pass start the next step. Pass `steps_per_epoch` to fit.
-
-    Args:
-      strategy: the tf.distribute strategy.
-      data: a Source, ArraySplit or (x, y) tuple.
-      per_replica_batch: examples per replica per step (global = x replicas).
-      **options: `train_dataset_fn` options (preprocess, seed, shuffle,
-        shuffle_buffer, cache).
-
-    Raises:
-      ValueError: bad batch, a split smaller than one global batch, or local
-        files a remote TPU cannot read.
-    """
-    source = as_source(data)
-    check_readable_by_tpu_host(source, strategy)
-    batching = Batching.for_strategy(per_replica_batch, strategy)
-    dataset_fn, steps = train_dataset_fn(source, batching, **options)
-    return strategy.distribute_datasets_from_function(dataset_fn), steps
-
-
-def train_dataset_fn(
-    data,
-    batching,
-    *,
-    preprocess=None,
-    seed=0,
-    shuffle=True,
-    shuffle_buffer=DEFAULT_SHUFFLE_BUFFER,
-    cache="memory",
-    start_step=0,
-):
-    """Return (dataset_fn(input_context), steps per epoch) for training.
-
-    Args:
-      data: a Source, ArraySplit or (x, y) tuple.
-      batching: the Batching of the strategy that will call dataset_fn.
-      preprocess: optional (features, labels) -> (features, labels) on batches,
-        run on the host (e.g. `text.BertPreprocessor(...).preprocess`).
-      seed: shuffle seed (each input pipeline offsets it by its id).
-      shuffle: shuffle the examples.
-      shuffle_buffer: shuffle buffer size (capped at the examples per pipeline).
-      cache: "memory", a file path prefix, or None: cache the raw examples
-        after the first pass (before shuffling, so epochs still differ).
-      start_step: steps already trained (a resumed run): their examples are read
-        and skipped, so the stream continues as if never interrupted. The order is
-        the same only if the source reads in a fixed order (in-memory arrays do;
-        a tfds or TFRecord source read with parallel interleave may not).
-    """
-    source = as_source(data)
-    n = count_examples(source)
-    steps = n // batching.global_batch
-    if steps < 1:
-        raise checks.ConfigError(
-            f"training split has {n} examples, fewer than one global batch of "
-            f"{batching.global_batch} ({batching.per_replica} per replica x "
-            f"{batching.replicas} replicas); lower the per-replica batch."
-        )
-
-    def dataset_fn(input_context):
-        pipelines, pipeline_id = input_context.num_input_pipelines, input_context.input_pipeline_id
-        ds = source.open_shard(pipelines, pipeline_id, True)
-        if cache == "memory":
-            ds = ds.cache()
-        elif cache:
-            ds = ds.cache(f"{cache}.pipeline{pipeline_id}")
-        if shuffle:
-            buffer = max(1, min(shuffle_buffer, math.ceil(n / pipelines)))
-            ds = ds.shuffle(buffer, seed=seed + pipeline_id, reshuffle_each_iteration=True)
-        batch = input_context.get_per_replica_batch_size(batching.global_batch)
-        # One pipeline feeds several replicas (all of a host's): it batches per
-        # replica and the strategy hands consecutive batches to its replicas.
-        ds = ds.repeat()
-        if start_step:
-            replicas_per_pipeline = input_context.num_replicas_in_sync // pipelines
-            ds = ds.skip(start_step * batch * replicas_per_pipeline)
-        return _finish(ds, batch, preprocess, deterministic=True)
-
-    return dataset_fn, steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -336,4 +250,4 @@ def padded_eval_batches(ds, steps, batching, input_context, *, preprocess=None):
     batch = input_context.get_per_replica_batch_size(batching.global_batch)
     replicas_per_pipeline = input_context.num_replicas_in_sync // input_context.num_input_pipelines
     ds = ds.concatenate(padding).take(steps * batch * replicas_per_pipeline)
-    return _finish(ds, batch, preprocess, deterministic=True)
+    return finish_batches(ds, batch, preprocess, deterministic=True)

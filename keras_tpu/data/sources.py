@@ -65,6 +65,13 @@ class Source:
       paths: local or remote files the pipelines read at run time, for the
         remote-TPU guard (in-memory sources have none).
       num_classes: number of label classes when the source knows it.
+      in_memory: the examples are in host memory already (arrays): a training
+        pipeline does not cache them again.
+      size_bytes: the examples' size on disk, if known (the cache policy's estimate).
+      open_files: optional dataset of file names (some of `paths`) -> dataset of their
+        examples, in the order given. With it, a training pipeline that reads whole
+        files orders them itself, reshuffled each epoch with a seed of that epoch
+        (so a resumed run reads the same order without reading earlier epochs).
     """
 
     name: str
@@ -72,6 +79,9 @@ class Source:
     open_shard: Callable[[int, int, bool], tf.data.Dataset]
     paths: tuple = ()
     num_classes: int | None = None
+    in_memory: bool = False
+    size_bytes: int | None = None
+    open_files: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
 
 
 def as_source(data, name="arrays"):
@@ -102,7 +112,7 @@ def as_source(data, name="arrays"):
         ds = tf.data.Dataset.from_tensor_slices(data.element())
         return ds.shard(num_pipelines, pipeline_id)
 
-    return Source(name, len(data), open_shard)
+    return Source(name, len(data), open_shard, in_memory=True)
 
 
 def load_digits(test_fraction=0.2, seed=0):
@@ -257,21 +267,39 @@ def tfrecord_source(pattern, parse_fn, num_examples=None, name=None):
     if not files:
         raise checks.MissingFileError(f"no TFRecord files match {pattern!r}.")
 
+    def open_files(names):
+        # Deterministic whatever the op-determinism setting: the same files in the same
+        # order give the same examples in the same order, on every build of the pipeline
+        # (an exact resume and a rerun need it; parallel reading is kept).
+        ds = names.interleave(
+            tf.data.TFRecordDataset,
+            cycle_length=min(len(files), 8),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        return ds.map(parse_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
     def open_shard(num_pipelines, pipeline_id, by_file):
         if by_file and len(files) >= num_pipelines:
             # Each pipeline reads whole files: no pipeline reads a byte it drops.
-            shard = tf.data.Dataset.from_tensor_slices(files).shard(num_pipelines, pipeline_id)
-            ds = shard.interleave(
-                tf.data.TFRecordDataset,
-                cycle_length=min(len(files), 8),
-                num_parallel_calls=tf.data.AUTOTUNE,
-                deterministic=False,
+            return open_files(
+                tf.data.Dataset.from_tensor_slices(files).shard(num_pipelines, pipeline_id)
             )
-        else:
-            ds = tf.data.TFRecordDataset(files).shard(num_pipelines, pipeline_id)
-        return ds.map(parse_fn, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = tf.data.TFRecordDataset(files).shard(num_pipelines, pipeline_id)
+        return ds.map(parse_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
-    return Source(name or str(pattern), num_examples, open_shard, tuple(files))
+    return Source(
+        name or str(pattern), num_examples, open_shard, tuple(files),
+        size_bytes=_total_size(files), open_files=open_files,
+    )  # fmt: skip
+
+
+def _total_size(files):
+    """Return the files' total size in bytes, or None if one cannot be asked (stat fails)."""
+    try:
+        return sum(tf.io.gfile.stat(f).length for f in files)
+    except tf.errors.OpError:
+        return None
 
 
 def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
@@ -330,7 +358,13 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
     def open_shard(num_pipelines, pipeline_id, by_file):
         if by_file:
             context = tf.distribute.InputContext(num_pipelines, pipeline_id)
-            config = tfds.ReadConfig(input_context=context, shuffle_seed=pipeline_id)
+            # One file order per pipeline for the whole run: a reshuffle per iteration
+            # would restart from the first order in a resumed run (the training stream
+            # reshuffles the examples of each epoch with that epoch's own seed).
+            config = tfds.ReadConfig(
+                input_context=context, shuffle_seed=pipeline_id,
+                shuffle_reshuffle_each_iteration=False,
+            )  # fmt: skip
             return pairs(
                 builder.as_dataset(
                     split=split, as_supervised=supervised, shuffle_files=True, read_config=config
@@ -342,10 +376,15 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
     label_key = "label" if keys is None else keys[1]
     features = builder.info.features
     label = features[label_key] if isinstance(label_key, str) and label_key in features else None
+    try:
+        size_bytes = int(builder.info.splits[split].num_bytes) or None
+    except (KeyError, AttributeError, TypeError, ValueError):
+        size_bytes = None
     return Source(
         f"tfds:{name}/{split}",
         num_examples,
         open_shard,
         (builder.data_dir,),
         num_classes=getattr(label, "num_classes", None),
+        size_bytes=size_bytes,
     )

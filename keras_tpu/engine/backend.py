@@ -34,6 +34,7 @@ class Shape:
     replicas: int
     train_examples: int | None
     has_eval: bool
+    train_data: str | None = None  # What the training stream caches or streams, and why.
 
     @property
     def global_batch(self):
@@ -138,6 +139,7 @@ class KerasBackend(Backend):
             replicas=batching.replicas,
             train_examples=self.inputs.train_examples,
             has_eval=self.inputs.eval is not None,
+            train_data=self.inputs.cache.reason if self.inputs.cache else None,
         )
 
     def rehearse(self):

@@ -8,6 +8,7 @@ it is made, before TensorFlow starts, so a bad flag costs nothing.
 import dataclasses
 
 from keras_tpu import checks
+from keras_tpu.data import cache_policy
 from keras_tpu.runtime import cluster
 from keras_tpu.engine import output_paths
 from keras_tpu.runtime import tpu_connect
@@ -40,6 +41,8 @@ class RunConfig:
     deterministic: bool = True  # Bit-identical reruns and resumes (keras_tpu.runtime.determinism).
     backup_every_steps: int | None = None  # None: back up every epoch.
     backup: bool = True  # Backups under model_dir/backup: a killed or preempted run resumes.
+    cache: str = "auto"  # Training data in host memory: "auto", "memory" or "none" (cache_policy).
+    cache_budget_mb: float | None = None  # "auto" caches within this; None: 1/8 of host memory.
     overwrite: bool = (
         False  # Start over in a model_dir, or replace an export_dir, holding another run.
     )
@@ -58,6 +61,9 @@ class RunConfig:
         checks.positive("learning_rate", self.learning_rate)
         checks.positive("progress_seconds", self.progress_seconds, unit="s")
         checks.one_of("verbose", self.verbose, (0, 1, 2))
+        cache_policy.check_mode(self.cache)
+        if self.cache_budget_mb is not None:
+            checks.positive("cache_budget_mb", self.cache_budget_mb, unit="MB")
         output_paths.check_directory_path("model_dir", self.model_dir)
         output_paths.check_export_dir(self.export_dir, overwrite=self.overwrite)
         checks.positive("collective_timeout", self.collective_timeout, unit="s")

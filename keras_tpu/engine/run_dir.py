@@ -30,7 +30,8 @@ LOCK_FILE = "run.lock"
 NOT_IDENTITY = frozenset({
     "tpu", "strategy", "cpu_replicas", "connect_timeout", "worker_hosts", "task_index",
     "collective_timeout", "epochs", "steps_per_epoch", "steps_per_execution", "model_dir",
-    "data_dir", "export_dir", "backup_every_steps", "backup", "keep_best", "tensorboard",
+    "data_dir", "export_dir", "backup_every_steps", "backup", "cache", "cache_budget_mb",
+    "keep_best", "tensorboard",
     "peak_tflops", "verbose", "overwrite", "progress_seconds", "rehearse_tpu", "deterministic",
     "export_weights",
 })  # fmt: skip

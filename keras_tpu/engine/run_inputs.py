@@ -9,13 +9,17 @@ Lightning-AI/pytorch-lightning#18780).
 """
 
 import dataclasses
+import logging
 from typing import Callable
 
 import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu import data
+from keras_tpu.data import cache_policy
 from keras_tpu.data import function_eval
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +31,7 @@ class RunInputs:
     eval: data.EvalData | None
     batching: data.Batching
     train_examples: int | None
+    cache: cache_policy.CachePlan | None = None  # None: a dataset function (it caches as it likes).
 
 
 def _is_dataset_fn(value):
@@ -52,8 +57,11 @@ def build(task, config, strategy):
         train, steps, examples = _from_function(task.train_data, strategy), None, None
     else:
         source = data.as_source(task.train_data, "train")
+        cache = cache_policy.plan(source, config.cache, _budget_bytes(config))
+        if cache.news:
+            log.warning("keras_tpu: %s", cache.reason)
         # Checks the split against one global batch before anything is built.
-        _, steps = data.train_dataset_fn(source, batching, preprocess=task.preprocess)
+        _, steps = data.train_dataset_fn(source, batching, preprocess=task.preprocess, cache=cache)
         examples = data.count_examples(source)
 
         def train(start_step):
@@ -63,7 +71,9 @@ def build(task, config, strategy):
                 batching.per_replica,
                 preprocess=task.preprocess,
                 seed=config.seed,
+                cache=cache,
                 start_step=start_step,
+                steps_per_epoch=config.steps_per_epoch or steps,
             )
             return dataset
 
@@ -73,7 +83,13 @@ def build(task, config, strategy):
         eval=_eval(task, strategy, batching),
         batching=batching,
         train_examples=examples,
+        cache=None if _is_dataset_fn(task.train_data) else cache,
     )
+
+
+def _budget_bytes(config):
+    """Return the config's cache budget in bytes, or None for the default share of the host."""
+    return None if config.cache_budget_mb is None else int(config.cache_budget_mb * 2**20)
 
 
 def _check_stream_length(dataset_fn, config, batching):

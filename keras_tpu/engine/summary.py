@@ -81,6 +81,7 @@ class RunSummary:
     config: dict
     dataset: str | None = None
     precision_reason: str | None = None  # Why this policy, e.g. "fp32: this CPU has no native bf16".
+    train_data: str | None = None  # Cached in memory or streamed, and why (data.cache_policy).
     extra: dict = dataclasses.field(default_factory=dict)  # Backend-specific (e.g. the mesh).
 
     def to_dict(self):
@@ -179,6 +180,7 @@ def run_summary(run, trained, test, *, weights, checksum):
         replicas=shape.replicas,
         precision_policy=run.policy,
         precision_reason=run.precision_reason,
+        train_data=shape.train_data,
         epochs=config.epochs,
         steps_per_epoch=shape.steps_per_epoch,
         steps_per_execution=shape.steps_per_execution,

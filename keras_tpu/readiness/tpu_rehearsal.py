@@ -61,7 +61,7 @@ def rehearse_tpu(model, dataset, *, eval_dataset=None):
       model: a compiled keras_tpu.keras model (functional or Sequential, or any
         model `keras.models.clone_model` can copy), built in any strategy.
       dataset: its training input: a tf.data.Dataset or a distributed dataset
-        (e.g. from keras_tpu.data.pipelines.train_dataset) of (x, y) or (x, y, weights).
+        (e.g. from keras_tpu.data.train_dataset) of (x, y) or (x, y, weights).
       eval_dataset: its evaluation input (a dataset, distributed dataset or
         keras_tpu.data.pipelines.EvalData); None rehearses evaluation on `dataset`.
 

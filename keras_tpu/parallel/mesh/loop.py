@@ -97,10 +97,12 @@ class ShardedLoop:
     says (run_position.RunPosition); the loop does not derive it itself.
     """
 
-    def __init__(self, mesh, model, optimizer, *, global_batch, train_data, preprocess, seed=0):
+    def __init__(self, mesh, model, optimizer, *, global_batch, train_data, preprocess, seed=0,
+                 steps_per_epoch=None, cache="auto"):  # fmt: skip
         self.mesh, self.model, self.optimizer = mesh, model, optimizer
         self.global_batch = global_batch
         self._train, self._preprocess, self._seed = train_data, preprocess, seed
+        self._steps_per_epoch, self._cache = steps_per_epoch, cache
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         self._step_fn = layout.make_train_step(model, optimizer, loss)
         self._batches = None  # The training stream, from `start`.
@@ -118,7 +120,9 @@ class ShardedLoop:
             batching,
             preprocess=self._preprocess,
             seed=self._seed,
+            cache=self._cache,
             start_step=start_step,
+            steps_per_epoch=self._steps_per_epoch,
         )
         # DTensorDataset batches itself: it takes the host pipeline's examples unbatched.
         dataset = layout.distribute_dataset(

@@ -75,4 +75,6 @@ def build_loop(
         train_data=train_data,
         preprocess=preprocess,
         seed=config.seed,
+        steps_per_epoch=config.steps_per_epoch,
+        cache=config.cache,
     )

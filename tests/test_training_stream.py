@@ -1,0 +1,153 @@
+"""Tests for keras_tpu.data.training_stream and cache_policy: epochs built from their number.
+
+A stream started at any step continues the stream started at 0 exactly (arrays and
+TFRecord files, one and two input pipelines), the TFRecord order is the same on every
+build with op determinism off, a resumed stream reads at most the current epoch again,
+and the cache decision follows its rule.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_tpu
+from keras_tpu import checks
+from keras_tpu import data
+from keras_tpu.data import cache_policy
+from keras_tpu.data import sources
+from keras_tpu.runtime import determinism
+
+GLOBAL = 8
+
+
+def _batching(replicas=1):
+    return data.Batching(GLOBAL // replicas, replicas)
+
+
+def _ids_split(n):
+    return data.ArraySplit(np.arange(n, dtype=np.float32)[:, None], np.arange(n, dtype=np.int32))
+
+
+def _tfrecords(tmp_path, sizes, reads=None):
+    """Write one file per size (ids numbered across files); return a TFRecord source."""
+    start = 0
+    for f, size in enumerate(sizes):
+        with tf.io.TFRecordWriter(str(tmp_path / f"part-{f:02d}.tfrecord")) as writer:
+            for i in range(start, start + size):
+                feature = tf.train.Feature(int64_list=tf.train.Int64List(value=[i]))
+                example = tf.train.Example(features=tf.train.Features(feature={"id": feature}))
+                writer.write(example.SerializeToString())
+        start += size
+
+    def parse(record):
+        parsed = tf.io.parse_single_example(record, {"id": tf.io.FixedLenFeature([], tf.int64)})
+        if reads is not None:  # Counts parsed examples: what a resume used to replay.
+            tf.py_function(lambda: reads.append(1) or 0, [], tf.int64)
+        return tf.cast(parsed["id"], tf.float32)[None], parsed["id"]
+
+    return sources.tfrecord_source(str(tmp_path / "*.tfrecord"), parse, num_examples=start)
+
+
+def _stream(source, steps, *, start_step=0, pipelines=1, pipeline_id=0, **options):
+    """Return the ids of `steps` batches of one pipeline's stream from `start_step`."""
+    batching = _batching(replicas=pipelines)
+    dataset_fn, _ = data.train_dataset_fn(
+        source, batching, seed=3, start_step=start_step, **options
+    )
+    context = tf.distribute.InputContext(pipelines, pipeline_id, pipelines)
+    batches = dataset_fn(context).take(steps)
+    return [[int(i) for i in y.numpy()] for _, y in batches]
+
+
+@pytest.mark.parametrize("start_step", [0, 3, 8, 9, 17, 26])
+def test_a_positioned_array_stream_continues_the_unpositioned_one(start_step):
+    split = _ids_split(70)  # 8 steps an epoch; 6 examples left over each pass.
+    whole = _stream(split, 30)
+    assert _stream(split, 30 - start_step, start_step=start_step) == whole[start_step:]
+    for epoch in range(3):
+        ids = [i for batch in whole[epoch * 8:(epoch + 1) * 8] for i in batch]
+        assert len(ids) == len(set(ids)) == 64  # Each example at most once an epoch.
+    assert whole[:8] != whole[8:16]  # Reshuffled every epoch.
+
+
+def test_two_pipelines_each_continue_their_own_stream():
+    split = _ids_split(90)
+    for pipeline in range(2):
+        whole = _stream(split, 20, pipelines=2, pipeline_id=pipeline)
+        resumed = _stream(split, 9, start_step=11, pipelines=2, pipeline_id=pipeline)
+        assert resumed == whole[11:]
+        assert {i % 2 for batch in whole for i in batch} == {pipeline}  # Its own half.
+
+
+def test_tfrecord_order_is_fixed_without_op_determinism_and_a_resume_continues_it(tmp_path):
+    determinism.seed_everything(0, deterministic=False)
+    source = _tfrecords(tmp_path, [7, 9, 4, 8, 6, 10])  # 44 examples, uneven files.
+    first = _stream(source, 24, cache="none")
+    assert _stream(source, 24, cache="none") == first  # Another build, the same order.
+    assert _stream(source, 13, start_step=11, cache="none") == first[11:]
+    assert _stream(source, 24, cache="memory") == _stream(source, 24, cache="memory")
+    assert _stream(source, 7, start_step=17, cache="memory") == _stream(source, 24, cache="memory")[17:]
+    epochs = [sorted(i for b in first[e * 5:(e + 1) * 5] for i in b) for e in range(4)]
+    assert all(len(set(ids)) == 40 for ids in epochs)  # 5 steps of 8: 4 left over a pass.
+    assert first[:5] != first[5:10]  # Files and examples reshuffled every epoch.
+
+
+def test_a_short_file_shard_goes_on_into_another_pass_within_its_epoch(tmp_path):
+    # Two pipelines read whole files: pipeline 1 has 6 examples, an epoch needs
+    # 44 // 8 = 5 steps of 4, so it reads a second, differently shuffled pass.
+    source = _tfrecords(tmp_path, [38, 6])
+    whole = _stream(source, 10, pipelines=2, pipeline_id=1, cache="none")
+    assert {i for b in whole for i in b} == set(range(38, 44))
+    assert _stream(source, 4, start_step=6, pipelines=2, pipeline_id=1, cache="none") == whole[6:]
+
+
+def test_a_resume_reads_the_current_epoch_only(tmp_path):
+    reads = []
+    source = _tfrecords(tmp_path, [50, 50], reads=reads)  # 12 steps an epoch.
+    _stream(source, 1, start_step=5 * 12, cache="none", shuffle_buffer=16)
+    # Epoch 5's first batch: the shuffle buffer and what the parallel reads prefetch
+    # (about a pass of these 100 tiny examples), never the 500 examples of the five
+    # epochs before it, which skip() after repeat() read and parsed again.
+    assert 8 <= len(reads) < 200, len(reads)
+    reads.clear()
+    _stream(source, 1, start_step=5 * 12 + 10, cache="none", shuffle_buffer=16)
+    assert 80 <= len(reads) < 300, len(reads)  # Ten steps of this epoch are read again.
+
+
+def test_a_memory_cache_is_read_once_for_every_epoch(tmp_path):
+    reads = []
+    source = _tfrecords(tmp_path, [20, 20], reads=reads)
+    _stream(source, 5 * 4, cache="memory")  # Five epochs of 4 steps (8 left over a pass).
+    assert len(reads) == 40
+    reads.clear()
+    # Unshuffled, no epoch reads a pass to its end: the cache is filled first all the same.
+    _stream(source, 5 * 4, cache="memory", shuffle=False)
+    assert len(reads) == 40
+    reads.clear()
+    _stream(source, 5 * 4, cache="none")
+    assert len(reads) >= 5 * 32
+
+
+def test_the_cache_rule(tmp_path):
+    arrays = data.as_source(_ids_split(10))
+    plan = cache_policy.plan(arrays)
+    assert (plan.cache, plan.news) == (None, False)
+    assert "in memory already" in plan.reason
+    files = _tfrecords(tmp_path, [10, 10])
+    size = files.size_bytes
+    assert size == sum(p.stat().st_size for p in tmp_path.glob("*.tfrecord"))
+    fits = cache_policy.plan(files, "auto", budget_bytes=3 * size)
+    assert fits.cache == "memory" and "within the budget" in fits.reason
+    streamed = cache_policy.plan(files, "auto", budget_bytes=3 * size - 1)
+    assert streamed.cache is None and "exceeds the budget" in streamed.reason
+    assert "cache='memory' caches it anyway" in streamed.reason
+    assert cache_policy.plan(files, "memory", budget_bytes=1).cache == "memory"
+    assert cache_policy.plan(files, "none").cache is None
+    unknown = data.Source("mine", 10, files.open_shard)
+    assert cache_policy.plan(unknown).cache is None
+    default = cache_policy.plan(files)  # The host's share: a few KB fit.
+    assert default.cache == "memory" and "1/8 of this host's memory" in default.reason
+    with pytest.raises(checks.ConfigError, match=r"cache=.disk. is not one of auto, memory, none"):
+        keras_tpu.RunConfig(cache="disk")
+    with pytest.raises(checks.ConfigError, match=r"cache_budget_mb=0 must be > 0 MB"):
+        keras_tpu.RunConfig(cache_budget_mb=0)
