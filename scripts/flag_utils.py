@@ -197,6 +197,8 @@ RUN_HELP = {
     "seeded by its input and --seed, also inside TF Hub encoders.",
     "backup_every_steps": "Back up every N steps for resuming (default: every epoch).",
     "backup": "Back up under model_dir/backup so a killed run resumes when restarted.",
+    "keep_backups": "Keep the newest N backups: a damaged newest one (torn by a preempted writer "
+    "or an object store) falls back to the one before.",
     "keep_best": "Keep the weights with the best value of the task's monitor (Task.monitor: "
     "val_loss by default, val_accuracy for cnn and bert) under model_dir/best.",
     "export_weights": "Which weights the final evaluation and the export use: 'final' (the last "

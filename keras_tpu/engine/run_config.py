@@ -40,6 +40,7 @@ class RunConfig:
     deterministic: bool = True  # Bit-identical reruns and resumes (keras_tpu.runtime.determinism).
     backup_every_steps: int | None = None  # None: back up every epoch.
     backup: bool = True  # Backups under model_dir/backup: a killed or preempted run resumes.
+    keep_backups: int = 2  # The newest N backups: a damaged newest one falls back to an older.
     overwrite: bool = (
         False  # Start over in a model_dir, or replace an export_dir, holding another run.
     )
@@ -55,6 +56,7 @@ class RunConfig:
         # Checked here, before TensorFlow starts, so a bad flag costs nothing.
         for name in ("epochs", "per_replica_batch_size", "steps_per_epoch", "backup_every_steps"):
             checks.optional_integer(name, getattr(self, name))
+        checks.integer("keep_backups", self.keep_backups)
         checks.positive("learning_rate", self.learning_rate)
         checks.positive("progress_seconds", self.progress_seconds, unit="s")
         checks.one_of("verbose", self.verbose, (0, 1, 2))

@@ -32,7 +32,7 @@ NOT_IDENTITY = frozenset({
     "collective_timeout", "epochs", "steps_per_epoch", "steps_per_execution", "model_dir",
     "data_dir", "export_dir", "backup_every_steps", "backup", "keep_best", "tensorboard",
     "peak_tflops", "verbose", "overwrite", "progress_seconds", "rehearse_tpu", "deterministic",
-    "export_weights",
+    "export_weights", "keep_backups",
 })  # fmt: skip
 
 
