@@ -61,11 +61,20 @@ def _delete(chief):
         os.remove(chief / name)
 
 
+def _garble_records(chief):
+    (chief / "records-20.json").write_bytes(b"\x00{")
+
+
 DAMAGES = {  # How each shows in the one line.
     "truncated": (_truncate, f"reading {DATA}: Read less bytes than requested"),
     "no index": (_remove_index, "ckpt-20.index is missing"),
     "deleted": (_delete, "ckpt-20.index is missing"),
+    "records": (_garble_records, "records-20.json: Expecting value: line 1 column 1 (char 0)"),
 }
+
+
+def _contents(directory):
+    return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
 
 
 def _restore(directory, caplog, keep=2):
@@ -79,13 +88,19 @@ def _restore(directory, caplog, keep=2):
 
 @pytest.mark.parametrize("damage", list(DAMAGES))
 def test_a_damaged_newest_backup_falls_back_to_the_previous_with_one_line(tmp_path, caplog, damage):
-    """keep_backups=2: the step before, its weights and records; keep_backups=1: exit 2."""
+    """keep_backups=2: the step before, its weights and records; keep_backups=1: exit 2.
+
+    "deleted" leaves the state file naming step 20: only it says the backup was there.
+    """
     chief = tmp_path / "backup" / "chief"
     _saved(tmp_path, [10, 20])
     make, reason = DAMAGES[damage]
     make(chief)
+    files = _contents(chief)
     step, model, backup, lines = _restore(tmp_path, caplog)
     assert step == 10 and backup.records.step == 10
+    # Choosing only reads: every worker of a cluster, reading these files, chooses step 10.
+    assert _contents(chief) == files and _restore(tmp_path, caplog)[0] == 10
     np.testing.assert_array_equal(model.layers[0].kernel.numpy(), np.full((3, 4), 10.0))
     assert lines == [f"keras_tpu: the backup of step 20 in {chief} is damaged ({reason}); "
                      f"resuming from step 10 (10 steps lost)."]  # fmt: skip

@@ -179,8 +179,9 @@ class Backup(keras.callbacks.Callback):
         read, _ = self.stores()
         self.restored = True
         choice = read.choose()
-        if choice.error():
-            raise choice.error()
+        error = choice.error()
+        if error is not None:
+            raise error
         if choice.backup is not None:
             status = self._checkpoint.restore(choice.backup.prefix, options=self.options)
             self.start_step = self.saved_step = int(self.model.optimizer.iterations.numpy())
