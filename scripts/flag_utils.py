@@ -202,6 +202,8 @@ RUN_HELP = {
     "already), 'memory' or 'none' (stream every epoch).",
     "cache_budget_mb": "Host memory --cache=auto may fill with training data (default: 1/8 of "
     "this host's memory).",
+    "keep_backups": "Keep the newest N backups: a damaged newest one (torn by a preempted writer "
+    "or an object store) falls back to the one before.",
     "keep_best": "Keep the weights with the best value of the task's monitor (Task.monitor: "
     "val_loss by default, val_accuracy for cnn and bert) under model_dir/best.",
     "export_weights": "Which weights the final evaluation and the export use: 'final' (the last "

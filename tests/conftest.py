@@ -151,7 +151,7 @@ def backup_step(model_dir):
     """Return the optimizer step of the chief's newest complete backup in model_dir, or None.
 
     Safe to poll while a run writes: a backup the run deletes between reading the
-    checkpoint index and opening the files (it keeps only the newest) is read again.
+    checkpoint index and opening the files (it prunes all but the newest few) is read again.
     """
     for _ in range(10):
         path = tf.train.latest_checkpoint(os.path.join(model_dir, "backup", "chief"))

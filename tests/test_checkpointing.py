@@ -98,9 +98,9 @@ def test_a_failed_save_names_the_path_and_leaves_no_litter(tmp_path, monkeypatch
     backup.save()
     model.optimizer.iterations.assign(10)
     directory = tmp_path / "backup" / "chief"
-    _, write = backup._managers()  # pylint: disable=protected-access
+    _, write = backup.stores()
 
-    def full(**kwargs):
+    def full(*args, **kwargs):
         (directory / "ckpt-10_temp").mkdir()
         (directory / "ckpt-10.index").write_text("partial")
         raise tf.errors.ResourceExhaustedError(None, None, "No space left on device")

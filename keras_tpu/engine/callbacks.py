@@ -196,6 +196,7 @@ def make_callbacks(
     *,
     backup=True,
     backup_every_steps=None,
+    keep_backups=2,
     best_metric=None,
     best_mode=None,
     flops_per_example=None,
@@ -214,6 +215,7 @@ def make_callbacks(
       global_batch: examples per step across replicas.
       backup: add a checkpointing.Backup under model_dir/backup.
       backup_every_steps: backup frequency in optimizer steps; None backs up per epoch.
+      keep_backups: how many backups to keep (the newest): a damaged one falls back.
       best_metric: e.g. "val_accuracy": keep the best weights in model_dir/best.
       best_mode: "min" or "max" for best_metric (default: "min" for a loss, else "max").
       flops_per_example: training FLOPs per example, for MFU.
@@ -254,6 +256,7 @@ def make_callbacks(
             model_dir,
             strategy,
             every_steps=backup_every_steps,
+            keep=keep_backups,
             steps_per_execution=steps_per_execution,
             options=io_options(strategy, model_dir),
             state_callbacks=tuple(callbacks),

@@ -7,11 +7,13 @@ come from those counters, so a restart re-trains (or skips) steps; it also
 deletes its backups when `fit` returns, before the summary or the export is
 written, and cannot route writes through this host for a remote TPU.
 
-`Backup` keeps one number, the optimizer step, in a `tf.train.CheckpointManager`
-checkpoint of `{"model": model}` (so `model/optimizer/_iterations` is the step,
-the layout BackupAndRestore used). Epoch and batch are derived from it, so they
-always agree with the weights; the input pipeline skips the examples of the
-steps already trained (`data.train_dataset(start_step=...)`). The checkpoint
+`Backup` keeps one number, the optimizer step, in a `tf.train.Checkpoint` of
+`{"model": model}` (so `model/optimizer/_iterations` is the step, the layout
+BackupAndRestore used), the newest `keep` of them (`backup_store`: each is
+verified before it is used, and a damaged newest one falls back to the one
+before). Epoch and batch are derived from it, so they always agree with the
+weights; the input pipeline skips the examples of the steps already trained
+(`data.train_dataset(start_step=...)`). The checkpoint
 also holds the state of each layer's `tf.random.Generator` (`random_generators`),
 so dropout resumes with the masks an uninterrupted run would draw.
 
@@ -20,7 +22,6 @@ Beside each checkpoint, written before it, are the run's records
 resumed run reports what an uninterrupted one does.
 """
 
-import glob
 import logging
 import math
 import os
@@ -31,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.engine import backup_store
 from keras_tpu.engine import preemption as preemption_lib
 from keras_tpu.engine import run_dir
 from keras_tpu.engine import run_position
@@ -78,13 +80,14 @@ class Backup(keras.callbacks.Callback):
     Backups are written at the first execution boundary at or after each multiple
     of `every_steps` (the host only sees the weights between executions), or at
     each epoch's end when `every_steps` is None, and when `fit` ends. A step whose
-    loss is not finite is never backed up. The backups are deleted by `finish()`,
+    loss is not finite is never backed up. The newest `keep` backups are kept, so a
+    damaged newest one falls back to the one before; they are deleted by `finish()`,
     which the caller calls once the summary and the export are written.
     """
 
     def __init__(self, model_dir, strategy, *, every_steps=None, steps_per_execution=1,
                  options=None, handle_signals=True, state_callbacks=(), history=None,
-                 preemption=None):  # fmt: skip
+                 preemption=None, keep=2):  # fmt: skip
         """Create the backup callback.
 
         Args:
@@ -101,6 +104,7 @@ class Backup(keras.callbacks.Callback):
           history: the run's `run_records.RunHistory` (epochs done, training time).
           preemption: the run's `preemption.Preemption`, which owns the signals:
             this backs up and stops when it has received one.
+          keep: how many backups to keep (the newest; >= 1).
         """
         super().__init__()
         self.state_callbacks = tuple(state_callbacks)
@@ -113,6 +117,7 @@ class Backup(keras.callbacks.Callback):
         # Each worker holds its own share of the metric sums; the records hold the chief's.
         self.multi_worker = StrategyInfo.of(strategy).is_multi_worker
         self.every_steps = every_steps
+        self.keep = keep
         self.options = options
         # Standalone (model.fit): this callback positions fit and, with handle_signals,
         # owns the signals while fit runs; under the engine the run does both.
@@ -133,32 +138,35 @@ class Backup(keras.callbacks.Callback):
         self.restored = False  # restore() ran (the engine calls it before building the data).
         self.saved_step = None
         self.nan_step = None
-        self._manager = None
+        self._stores = None
+        self._checkpoint = None
 
     # Checkpoints --------------------------------------------------------------
 
-    def _managers(self):
-        """Return (read, write) managers; non-chief workers write to a scratch dir.
+    def stores(self):
+        """Return the (read, write) `BackupStore`s; non-chief workers write to a scratch dir.
 
         Every worker saves (saving can run collectives under MultiWorkerMirroredStrategy),
         but only the chief's copy is kept; every worker restores from it.
         """
-        if self._manager is None:
-            checkpoint = tf.train.Checkpoint(
+        if self._stores is None:
+            self._checkpoint = tf.train.Checkpoint(
                 model=self.model, random_generators=random_generators(self.model)
             )
-            chief_dir = os.path.join(self.directory, "chief")
-            read = tf.train.CheckpointManager(checkpoint, chief_dir, max_to_keep=1)
+            read = backup_store.BackupStore(os.path.join(self.directory, "chief"), self.keep)
             if self.chief:
                 write = read
             else:
                 self._scratch = tempfile.mkdtemp(prefix="keras_tpu_worker_backup_")
-                write = tf.train.CheckpointManager(checkpoint, self._scratch, max_to_keep=1)
-            self._manager = (read, write)
-        return self._manager
+                write = backup_store.BackupStore(self._scratch, 1)
+            self._stores = (read, write)
+        return self._stores
 
     def restore(self, model=None, *, last_step=None):
-        """Restore the newest backup into the model; return its optimizer step (0: none).
+        """Restore the newest usable backup into the model; return its optimizer step (0: none).
+
+        Damaged newer backups are passed over with one log line naming the steps lost;
+        if backups exist but none is usable, this raises `DamagedBackupError` (exit 2).
 
         Args:
           model: the model to restore into (else the callback's).
@@ -168,15 +176,22 @@ class Backup(keras.callbacks.Callback):
         """
         if model is not None:
             self.set_model(model)
-        read, _ = self._managers()
+        read, _ = self.stores()
         self.restored = True
-        if read.latest_checkpoint:
-            status = read.checkpoint.restore(read.latest_checkpoint, options=self.options)
+        choice = read.choose()
+        error = choice.error()
+        if error is not None:
+            raise error
+        if choice.backup is not None:
+            status = self._checkpoint.restore(choice.backup.prefix, options=self.options)
             self.start_step = self.saved_step = int(self.model.optimizer.iterations.numpy())
             if last_step is not None and self.start_step >= last_step:
                 status.expect_partial()
-            log.warning("keras_tpu: resuming from the backup at step %d", self.start_step)
-            self.records = run_records.read(read.directory, self.start_step)
+            log.warning(
+                choice.fallback_line()
+                or f"keras_tpu: resuming from the backup at step {self.start_step}"
+            )
+            self.records = choice.backup.records
             if self.records is not None:
                 run_records.load(self.records, self.state_callbacks, self.history)
                 self._add_metrics = bool(self.records.metrics) and not self.multi_worker
@@ -200,19 +215,20 @@ class Backup(keras.callbacks.Callback):
         epoch whose last step was backed up is evaluated): the weights are the same.
         """
         step = int(self.model.optimizer.iterations.numpy())
-        _, write = self._managers()
+        _, write = self.stores()
         try:
             records = run_records.collect(
                 self.model, step, self._logs, self.state_callbacks, self.history
             )
+            if step != self.saved_step:
+                write.discard(step)  # What an unfinished save of this step left, if any.
             # Before the checkpoint: its index file is the commit, so a backup has records.
             run_records.write(write.directory, records)
             if step == self.saved_step:
                 return
-            write.save(checkpoint_number=step, options=self.options)
-            run_records.remove_others(write.directory, step)
+            write.save(self._checkpoint, step, options=self.options)  # Then prunes.
         except (tf.errors.OpError, OSError) as e:
-            _remove_partial(write.directory, step)
+            write.discard(step)  # Never a kept backup: pruning follows a successful save only.
             raise RunStopped(self._write_error(write.directory, e), exit_code=2) from e
         self.saved_step = step
 
@@ -345,15 +361,3 @@ def _existing(path):
     while path and not os.path.exists(path):
         path = os.path.dirname(path)
     return path or "/"
-
-
-def _remove_partial(directory, step):
-    """Remove what a failed save left: `*_temp` shards, the unfinished step's files and records."""
-    if "://" in directory:
-        return
-    for path in (
-        glob.glob(os.path.join(directory, "*_temp*"))
-        + glob.glob(os.path.join(directory, f"ckpt-{step}.*"))
-        + glob.glob(run_records.path(directory, step) + "*")
-    ):
-        shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)

@@ -43,6 +43,7 @@ class RunConfig:
     backup: bool = True  # Backups under model_dir/backup: a killed or preempted run resumes.
     cache: str = "auto"  # Training data in host memory: "auto", "memory" or "none" (cache_policy).
     cache_budget_mb: float | None = None  # "auto" caches within this; None: 1/8 of host memory.
+    keep_backups: int = 2  # The newest N backups: a damaged newest one falls back to an older.
     overwrite: bool = (
         False  # Start over in a model_dir, or replace an export_dir, holding another run.
     )
@@ -58,6 +59,7 @@ class RunConfig:
         # Checked here, before TensorFlow starts, so a bad flag costs nothing.
         for name in ("epochs", "per_replica_batch_size", "steps_per_epoch", "backup_every_steps"):
             checks.optional_integer(name, getattr(self, name))
+        checks.integer("keep_backups", self.keep_backups)
         checks.positive("learning_rate", self.learning_rate)
         checks.positive("progress_seconds", self.progress_seconds, unit="s")
         checks.one_of("verbose", self.verbose, (0, 1, 2))

@@ -33,7 +33,7 @@ NOT_IDENTITY = frozenset({
     "data_dir", "export_dir", "backup_every_steps", "backup", "cache", "cache_budget_mb",
     "keep_best", "tensorboard",
     "peak_tflops", "verbose", "overwrite", "progress_seconds", "rehearse_tpu", "deterministic",
-    "export_weights",
+    "export_weights", "keep_backups",
 })  # fmt: skip
 
 

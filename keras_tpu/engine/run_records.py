@@ -5,7 +5,8 @@ the best epoch and value (so `best/` is replaced only by a better epoch), the
 throughput records, the training time, and the state a user's callback declares.
 `checkpointing.Backup` writes these records as `records-<step>.json` beside the
 checkpoint of the same step, *before* the checkpoint (the checkpoint's index is
-the commit point: a backup on disk always has its records). When the epoch whose
+the commit point: a backup on disk always has its records); `backup_store` keeps
+and deletes them with their checkpoints. When the epoch whose
 last step was backed up is then evaluated, the records of that same step are
 replaced atomically (the weights did not change).
 
@@ -177,10 +178,3 @@ def read(directory, step):
     with tf.io.gfile.GFile(target) as f:
         return Records(**json.load(f))
 
-
-def remove_others(directory, step):
-    """Delete the records of other steps (their checkpoints are gone)."""
-    keep = os.path.basename(path(directory, step))
-    for name in tf.io.gfile.glob(os.path.join(directory, RECORDS_PREFIX + "*")):
-        if os.path.basename(name) != keep:
-            tf.io.gfile.remove(name)

@@ -218,6 +218,7 @@ class _Run:
             self.shape.global_batch,
             backup=config.backup,
             backup_every_steps=config.backup_every_steps,
+            keep_backups=config.keep_backups,
             best_metric=task.monitor if config.keep_best else None,
             best_mode=task.mode,
             tensorboard=config.tensorboard,
@@ -244,7 +245,8 @@ class _Run:
                 config.model_dir,
                 identity=identity,
                 overwrite=config.overwrite,
-                needed_bytes=2 * checkpointing.checkpoint_bytes(self.model),
+                # The kept backups and the one being written, before the oldest is pruned.
+                needed_bytes=(config.keep_backups + 1) * checkpointing.checkpoint_bytes(self.model),
             )
         try:
             last_step = self.shape.steps_per_epoch * config.epochs
