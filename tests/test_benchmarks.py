@@ -253,3 +253,20 @@ def test_bench_stall(tmp_path):
     assert set(row) == {"stall", "interpreter_exit", "eval", "export", "total"}
     assert row["eval"] > 0 and row["export"] > 0  # Both were stamped after the last step.
     assert "stall median s" in stdout
+
+
+def test_bench_scale(tmp_path):
+    results, stdout = run_benchmark(
+        tmp_path, "bench_scale.py", "--examples=4000", "--features=8", "--files=4",
+        f"--data_dir={tmp_path / 'data'}", "--batch=256", "--resume_epochs=0,1,4",
+        "--old_skip_epochs=1", "--sizes=1000,4000", "--throughput_size=2000",
+    )  # fmt: skip
+    rows = results["resume"]["rows"]
+    assert [(r["epoch"], r["step"]) for r in rows] == [(0.0, 0), (1.0, 15), (4.0, 60)]
+    assert rows[1]["old_skip"] > 0 and all(r["new"] > 0 for r in rows)
+    memory = results["memory"]
+    assert [(m["examples"], m["cache"]) for m in memory] == [
+        (1000, "none"), (1000, "auto"), (4000, "none"), (4000, "auto")
+    ]
+    assert "cached in memory" in memory[1]["train_data"] and "streamed" in memory[0]["train_data"]
+    assert results["throughput"]["streamed"] > 0 and "goal <= 1.5x" in stdout
