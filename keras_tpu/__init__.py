@@ -15,14 +15,8 @@ keras_tpu.data.text and keras_tpu.data.text_sources), keras_tpu.metrics,
 keras_tpu.checks (the argument rules), keras_tpu.models.bert, keras_tpu.models.cnn,
 keras_tpu.parallel.memory (the memory planner), keras_tpu.parallel.mesh (model
 parallelism) and keras_tpu.tasks.
-The built-in tasks use nothing else (tests/test_layering.py checks it). Names that
-moved raise an error naming their new place (keras_tpu/moved_names.py).
+The built-in tasks use nothing else (tests/test_layering.py checks it).
 """
-
-from keras_tpu import moved_names as _moved_names
-
-_moved_names.install()
-__getattr__ = _moved_names.getattr_for(__name__)
 
 from keras_tpu.runtime import logs as _logs
 

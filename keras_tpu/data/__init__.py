@@ -28,7 +28,3 @@ from keras_tpu.data.pipelines import eval_dataset  # noqa: F401
 from keras_tpu.data.pipelines import eval_dataset_fn  # noqa: F401
 from keras_tpu.data.pipelines import DEFAULT_SHUFFLE_BUFFER  # noqa: F401
 from keras_tpu.data.autotune import without_autotune_thread  # noqa: F401
-
-from keras_tpu import moved_names as _moved_names
-
-__getattr__ = _moved_names.getattr_for(__name__)
