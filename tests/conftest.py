@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -32,6 +33,23 @@ tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],
     [tf.config.LogicalDeviceConfiguration() for _ in range(CPU_REPLICAS)],
 )
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_given_back():
+    """Fail a test that leaves SIGTERM/SIGINT handlers behind, and give them back.
+
+    A Preemption's handler left installed changes every later test in the process
+    (tests/test_preemption.py expects the default ones), whatever the order.
+    """
+    signals = (signal.SIGTERM, signal.SIGINT)
+    before = [signal.getsignal(s) for s in signals]
+    yield
+    left = [(signal.Signals(s).name, signal.getsignal(s)) for s, h in zip(signals, before)
+            if signal.getsignal(s) != h]  # fmt: skip
+    for s, handler in zip(signals, before):
+        signal.signal(s, handler)
+    assert not left, f"the test left signal handlers installed: {left}"
 
 
 def subprocess_env(**overrides):
