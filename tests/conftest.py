@@ -19,6 +19,7 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -65,6 +66,17 @@ def subprocess_env(**overrides):
         else:
             env[key] = value
     return env
+
+
+def tiny_task():
+    """A keras_tpu.Task of 32 examples of 3 features: 4 steps an epoch at a global batch of 8."""
+    x = np.random.default_rng(0).random((32, 3), dtype=np.float32)
+    return keras_tpu.Task(
+        build_model=lambda: keras_tpu.keras.Sequential(
+            [keras_tpu.keras.layers.Dense(1, input_shape=(3,))]
+        ),
+        loss="mse", train_data=(x, x.sum(axis=1)), monitor="loss",
+    )  # fmt: skip
 
 
 def closed_port():
