@@ -15,20 +15,19 @@ keras_tpu.data.text and keras_tpu.data.text_sources), keras_tpu.metrics,
 keras_tpu.checks (the argument rules), keras_tpu.models.bert, keras_tpu.models.cnn,
 keras_tpu.parallel.memory (the memory planner), keras_tpu.parallel.mesh (model
 parallelism) and keras_tpu.tasks.
-The built-in tasks use nothing else (tests/test_layering.py checks it). Names that
-moved raise an error naming their new place (keras_tpu/moved_names.py).
+The built-in tasks use nothing else (tests/test_layering.py checks it).
 """
-
-from keras_tpu import moved_names as _moved_names
-
-_moved_names.install()
-__getattr__ = _moved_names.getattr_for(__name__)
 
 from keras_tpu.runtime import logs as _logs
 
-_logs.quiet_startup()  # Before TensorFlow loads; a no-op unless KERAS_TPU_LOG_LEVEL is set.
+# Kept at import: TF_CPP_MIN_LOG_LEVEL and the stderr filter act only if in place before
+# TensorFlow is imported (the next import). A no-op unless KERAS_TPU_LOG_LEVEL is set, which
+# the scripts do from --log_level (scripts/flag_utils.py); a library user is never touched.
+_logs.quiet_startup()
 
-from keras_tpu.runtime import compat  # noqa: E402  Sets TF_USE_LEGACY_KERAS before tf.keras resolves.
+# Sets TF_USE_LEGACY_KERAS and (off TPU hosts) TPU_LOAD_LIBRARY=0 before TensorFlow is
+# imported, where they act (compat.py says why each); nothing else is changed at import.
+from keras_tpu.runtime import compat  # noqa: E402
 from keras_tpu import data  # noqa: E402
 from keras_tpu import metrics  # noqa: E402
 from keras_tpu.checks import ConfigError  # noqa: E402

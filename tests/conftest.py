@@ -12,12 +12,14 @@ import fcntl
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -34,6 +36,23 @@ tf.config.set_logical_device_configuration(
 )
 
 
+@pytest.fixture(autouse=True)
+def _signal_handlers_given_back():
+    """Fail a test that leaves SIGTERM/SIGINT handlers behind, and give them back.
+
+    A Preemption's handler left installed changes every later test in the process
+    (tests/test_preemption.py expects the default ones), whatever the order.
+    """
+    signals = (signal.SIGTERM, signal.SIGINT)
+    before = [signal.getsignal(s) for s in signals]
+    yield
+    left = [(signal.Signals(s).name, signal.getsignal(s)) for s, h in zip(signals, before)
+            if signal.getsignal(s) != h]  # fmt: skip
+    for s, handler in zip(signals, before):
+        signal.signal(s, handler)
+    assert not left, f"the test left signal handlers installed: {left}"
+
+
 def subprocess_env(**overrides):
     """Return a copy of the environment for a child, with `overrides` (None deletes)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
@@ -47,6 +66,17 @@ def subprocess_env(**overrides):
         else:
             env[key] = value
     return env
+
+
+def tiny_task():
+    """A keras_tpu.Task of 32 examples of 3 features: 4 steps an epoch at a global batch of 8."""
+    x = np.random.default_rng(0).random((32, 3), dtype=np.float32)
+    return keras_tpu.Task(
+        build_model=lambda: keras_tpu.keras.Sequential(
+            [keras_tpu.keras.layers.Dense(1, input_shape=(3,))]
+        ),
+        loss="mse", train_data=(x, x.sum(axis=1)), monitor="loss",
+    )  # fmt: skip
 
 
 def closed_port():

@@ -1,5 +1,6 @@
 """Tests for keras_tpu.engine.checkpointing: step-exact backups, mid-epoch resume, no NaN saves."""
 
+import logging
 import os
 import types
 
@@ -219,3 +220,19 @@ def test_standalone_backup_saves_and_stops_on_sigterm_then_gives_the_handler_bac
     )
     assert backup.saved_step == 8
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.usefixtures("generator_dropout")
+def test_random_layers_without_a_generator_found_log_one_warning(caplog):
+    """tf_keras's private _random_generator._generator: if renamed, backups say they lack it."""
+    model = _dropout_model()
+    with caplog.at_level(logging.WARNING):
+        assert len(checkpointing.random_generators(model)) == 1
+        assert not caplog.records
+        model.layers[1]._random_generator = None  # What a rename in tf_keras would look like.
+        assert checkpointing.random_generators(model) == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "keras_tpu: 1 random layer(s) but no tf.random.Generator found in them (tf_keras's "
+        "private _random_generator._generator): backups hold no dropout state, so a resumed "
+        "run draws other masks."
+    ]

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from keras_tpu import data
+from keras_tpu.data import autotune
 from tests.conftest import SST2
 from tests.conftest import CPU_REPLICAS
 from tests.conftest import pretend
@@ -234,10 +235,12 @@ def test_no_pipeline_runs_the_autotune_thread_that_stalls_iterator_deletion():
 
 
 def test_the_per_replica_datasets_of_a_distributed_iterator_run_no_autotune_thread(mirrored):
-    """MultiDeviceIterator builds them with default options (data/autotune.py patches that).
+    """MultiDeviceIterator builds them with default options (data/autotune.py wraps that).
 
     A tripwire too: this reads TensorFlow's private iterator structure (TF 2.20-2.21).
+    A run applies the wrapper as it starts (the engine's data, compile_model); so does this.
     """
+    assert autotune.drop_per_device_autotune()
     split = data.ArraySplit(np.zeros((64, 3), np.float32), np.zeros((64,), np.int32))
     dataset, _ = data.train_dataset(mirrored, split, per_replica_batch=4)
     per_device = iter(dataset)._iterators[0]._iterator._device_iterators

@@ -160,8 +160,7 @@ def prose_names(path):
     return sorted(set(PROSE_NAME.findall(text)))
 
 
-# docs/moved_names.md lists old names on purpose; tests/test_moved_names.py checks it.
-@pytest.mark.parametrize("path", [p for p in DOCS + CONFIGS if p != "docs/moved_names.md"])
+@pytest.mark.parametrize("path", DOCS + CONFIGS)
 def test_keras_tpu_names_in_prose_exist(path):
     stale = [name for name in prose_names(path) if unresolved_names(name)]
     assert not stale, f"{path} names what does not exist: {stale}"

@@ -2,7 +2,7 @@
 
 Layers, lowest first (a module may import its own layer and the ones below):
 
-  0 base       keras_tpu/checks.py (ConfigError, argument rules), keras_tpu/moved_names.py
+  0 base       keras_tpu/checks.py (ConfigError, argument rules)
   1 runtime    where a run executes
   2 readiness  will the TPU work        | data     input pipelines
                keras_tpu/metrics.py (Keras metrics: needs only runtime.compat)
@@ -26,7 +26,6 @@ from tests.conftest import REPO
 
 RANK = {
     "keras_tpu.checks": 0,
-    "keras_tpu.moved_names": 0,
     "keras_tpu.runtime": 1,
     "keras_tpu.readiness": 2,
     "keras_tpu.data": 2,
@@ -166,7 +165,6 @@ def test_tasks_import_only_the_public_api(path):
         for line, module in imports(path)
         if module.startswith("keras_tpu")
         and module not in PUBLIC_MODULES
-        and module != "keras_tpu.moved_names"  # every package's __getattr__ for moved names
         and not module.startswith(("keras_tpu.tasks.", "keras_tpu.models."))
     ]
     assert not private, "built-in tasks use only public names:\n" + "\n".join(private)

@@ -4,9 +4,12 @@ import signal
 import types
 
 import pytest
+from tensorflow.python.saved_model import save as save_lib
 
+import keras_tpu
 from keras_tpu.engine import checkpointing
 from keras_tpu.engine import preemption
+from tests.conftest import tiny_task
 
 
 def _preemption(backup=None):
@@ -55,3 +58,31 @@ def test_a_signal_pending_when_training_ends_stops_the_next_phase():
         signal.raise_signal(signal.SIGTERM)
         with pytest.raises(checkpointing.RunStopped, match="during the export .* starts over"):
             handling.enter("exporting")
+
+
+def test_a_signal_during_the_exports_model_save_names_the_final_step(tmp_path, monkeypatch):
+    """The export's model.save detaches model.optimizer: the stop line still has the step.
+
+    The signal arrives as model.save writes the SavedModel (TensorFlow's writer,
+    which tf_keras calls with the optimizer detached); it was an AttributeError.
+    """
+    write = save_lib.save_and_return_nodes
+
+    def signalled(obj, *args, **kwargs):
+        if getattr(obj, "optimizer", "") is None:  # The model, in model.save.
+            signal.raise_signal(signal.SIGTERM)
+        return write(obj, *args, **kwargs)
+
+    monkeypatch.setattr(save_lib, "save_and_return_nodes", signalled)
+    config = keras_tpu.RunConfig(
+        per_replica_batch_size=8, epochs=1, model_dir=str(tmp_path / "run"),
+        export_dir=str(tmp_path / "export"),
+    )  # fmt: skip
+    with pytest.raises(checkpointing.RunStopped) as stopped:
+        keras_tpu.fit(tiny_task(), config)
+    assert stopped.value.exit_code == 143
+    assert str(stopped.value) == (
+        f"stopped by SIGTERM during the export (step 4); the backup of step 4 is in "
+        f"{tmp_path / 'run' / 'backup'}; run the same command again to evaluate and export."
+    )
+    assert not (tmp_path / "export").exists()

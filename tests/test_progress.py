@@ -82,6 +82,8 @@ def test_called_once_per_execution_with_tensor_logs():
     # 4 executions per epoch; Keras passes the last step index of each.
     assert [batch for batch, _ in logger.calls] == [4, 9, 14, 19] * 2
     # The meter and the logger take tensors: Keras copies no logs to the host per execution.
+    # A tripwire: they ask for tensors with tf_keras's private `_supports_tf_logs`; were it
+    # renamed, they would get NumPy values (correct, one host copy per execution) and this fails.
     assert all(issubclass(kind, tf.Tensor) for _, kind in logger.calls)
     # A long interval leaves only the two epoch-end lines.
     assert len(logger.lines) == 2

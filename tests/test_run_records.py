@@ -12,6 +12,7 @@ model_dir is refused rather than replacing the first run's export.
 """
 
 import hashlib
+import logging
 import os
 import signal
 
@@ -24,6 +25,7 @@ from keras_tpu.engine import backend
 from keras_tpu.engine import checkpointing
 from keras_tpu.engine import config_yaml as config_files
 from keras_tpu.engine import output_paths as outputs
+from keras_tpu.engine import run_records
 from keras_tpu import keras
 from tests.conftest import CPU_REPLICAS
 from tests.conftest import best_weights
@@ -156,3 +158,24 @@ def _refused_rerun_into_another_model_dir(tmp_path, first):
         f"run's export."
     )
     assert _digest(export_dir) == before and not (tmp_path / "second").exists()
+
+
+def test_metric_sums_that_do_not_fit_the_model_are_one_warning_not_silence(caplog):
+    """add_metric_sums adds the saved sums per replica; a mismatch is said, not skipped silently."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Dense(1, input_shape=(3,))])
+    model.compile("sgd", "mse", metrics=["mae"])
+    model.train_on_batch(X[:8], Y[:8])  # Creates the metric variables.
+    variables = [v for m in model.metrics for v in m.variables]
+    before = [v.numpy() for v in variables]  # float32: the sums are added in float32.
+    with caplog.at_level(logging.WARNING):
+        assert run_records.add_metric_sums(model, [[1.0]] * len(variables))
+        assert not caplog.records
+        assert [v.numpy() for v in variables] == [b + np.float32(1) for b in before]
+        assert not run_records.add_metric_sums(model, [[1.0]])  # Another model's records.
+    assert [v.numpy() for v in variables] == [b + np.float32(1) for b in before]  # Untouched.
+    assert [r.getMessage() for r in caplog.records] == [
+        f"keras_tpu: the backup's metric sums (1 variables) do not fit this model's "
+        f"({len(variables)}): the resumed epoch's training metrics count only the steps since "
+        f"the resume."
+    ]

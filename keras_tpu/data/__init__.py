@@ -30,7 +30,3 @@ from keras_tpu.data.training_stream import train_dataset  # noqa: F401
 from keras_tpu.data.training_stream import train_dataset_fn  # noqa: F401
 from keras_tpu.data.cache_policy import CachePlan  # noqa: F401
 from keras_tpu.data.autotune import without_autotune_thread  # noqa: F401
-
-from keras_tpu import moved_names as _moved_names
-
-__getattr__ = _moved_names.getattr_for(__name__)

@@ -15,9 +15,18 @@ still grow on demand (tf.data's legacy autotuner): what these pipelines need.
 """
 
 import functools
+import logging
 
 import tensorflow as tf
 from tensorflow.python.data.ops import multi_device_iterator_ops
+
+log = logging.getLogger(__name__)
+
+# TensorFlow's private function this module wraps (TF 2.20-2.21); tests/test_data.py
+# fails if TensorFlow renames it.
+PRIVATE_NAME = "_create_device_dataset"
+_MARK = "keras_tpu_without_autotune_thread"
+_warned = False
 
 
 def without_autotune_thread(dataset):
@@ -29,8 +38,8 @@ def without_autotune_thread(dataset):
     return dataset.with_options(options)
 
 
-def _patch_per_device_datasets():
-    """Build MultiDeviceIterator's per-device datasets on CPUs without the thread.
+def drop_per_device_autotune():
+    """Build MultiDeviceIterator's per-device datasets on CPUs without the thread, from now on.
 
     A tf.distribute strategy feeds each replica from a per-device dataset that
     MultiDeviceIterator builds itself (`_create_device_dataset`, TF 2.20-2.21) with
@@ -38,11 +47,28 @@ def _patch_per_device_datasets():
     4 logical CPU replicas fit returned 10-35 s after its last step under load. They
     hold nothing to tune (a fixed prefetch). Only CPU devices are changed: whether
     an options dataset may be placed on a GPU or TPU is not exercised here.
-    tests/test_data.py fails if TensorFlow renames the function.
+
+    Not done at import (importing keras_tpu changes nothing in TensorFlow): called
+    where a run builds its distributed datasets; idempotent. Iterators created from
+    then on in this process get it. If TensorFlow no longer has the private function,
+    one warning says so and the run goes on with the thread (only slower to end).
+
+    Returns:
+      True if the per-device datasets are built without the thread.
     """
-    create = multi_device_iterator_ops._create_device_dataset  # pylint: disable=protected-access
-    if getattr(create, "keras_tpu_without_autotune_thread", False):
-        return
+    global _warned
+    create = getattr(multi_device_iterator_ops, PRIVATE_NAME, None)
+    if create is None:
+        if not _warned:
+            _warned = True
+            log.warning(
+                "keras_tpu: TensorFlow %s has no multi_device_iterator_ops.%s, so the per-replica "
+                "datasets keep tf.data's autotune thread: a run may wait up to tens of seconds "
+                "after its last step (keras_tpu/data/autotune.py).", tf.__version__, PRIVATE_NAME,
+            )  # fmt: skip
+        return False
+    if getattr(create, _MARK, False):
+        return True
 
     @functools.wraps(create)
     def create_device_dataset(*args, **kwargs):
@@ -50,8 +76,6 @@ def _patch_per_device_datasets():
         device = tf.DeviceSpec.from_string(dataset._variant_tensor.device or "")  # pylint: disable=protected-access
         return without_autotune_thread(dataset) if device.device_type in (None, "CPU") else dataset
 
-    create_device_dataset.keras_tpu_without_autotune_thread = True
-    multi_device_iterator_ops._create_device_dataset = create_device_dataset  # pylint: disable=protected-access
-
-
-_patch_per_device_datasets()
+    setattr(create_device_dataset, _MARK, True)
+    setattr(multi_device_iterator_ops, PRIVATE_NAME, create_device_dataset)
+    return True

@@ -18,7 +18,7 @@ import math
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.data.autotune import without_autotune_thread  # noqa: F401  (pipelines.*)
+from keras_tpu.data import autotune
 from keras_tpu.data.sources import ArraySplit  # noqa: F401  (re-exported: keras_tpu.data.pipelines.*)
 from keras_tpu.data.sources import DatasetUnavailableError  # noqa: F401
 from keras_tpu.data.sources import Source  # noqa: F401
@@ -203,6 +203,7 @@ def eval_dataset(strategy, data, per_replica_batch, *, preprocess=None):
     source = as_source(data)
     check_readable_by_tpu_host(source, strategy)
     batching = Batching.for_strategy(per_replica_batch, strategy)
+    autotune.drop_per_device_autotune()  # The strategy's per-replica datasets (autotune.py).
     dataset_fn, steps, n = eval_dataset_fn(source, batching, preprocess=preprocess)
     return EvalData(strategy.distribute_datasets_from_function(dataset_fn), steps, n, batching)
 

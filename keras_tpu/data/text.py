@@ -24,6 +24,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from keras_tpu import checks
+from keras_tpu.runtime import compat
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
 
@@ -154,7 +155,7 @@ class HubBertPreprocessor(tf.Module):
 
     def __init__(self, handle, seq_length=128):
         super().__init__(name="hub_bert_preprocessor")
-        import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top
+        hub = compat.tensorflow_hub()
 
         checks.seq_length(seq_length)
         try:

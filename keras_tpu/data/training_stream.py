@@ -28,6 +28,7 @@ import math
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.data import autotune
 from keras_tpu.data import cache_policy
 from keras_tpu.data.pipelines import Batching
 from keras_tpu.data.pipelines import check_readable_by_tpu_host
@@ -73,6 +74,7 @@ def train_dataset(strategy, data, per_replica_batch, **options):
     source = as_source(data)
     check_readable_by_tpu_host(source, strategy)
     batching = Batching.for_strategy(per_replica_batch, strategy)
+    autotune.drop_per_device_autotune()  # The strategy's per-replica datasets (autotune.py).
     dataset_fn, steps = train_dataset_fn(source, batching, **options)
     return strategy.distribute_datasets_from_function(dataset_fn), steps
 

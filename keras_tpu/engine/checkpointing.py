@@ -64,13 +64,21 @@ def random_generators(model):
     exposes it to SavedModel only, not to checkpoints (`BaseRandomLayer.
     _trackable_children`), so a backup without it resumes with other dropout masks.
     Generators are created when a layer is first called: a model is built by then.
+    Random layers in that mode without a generator found (tf_keras renamed the private
+    attributes read here) log one warning: a resume would draw other masks.
     """
-    generators = []
+    generators, random_layers = [], 0
     for layer in [model, *model.submodules]:
+        random_layers += isinstance(layer, keras.__internal__.layers.BaseRandomLayer)
         holder = getattr(layer, "_random_generator", None)  # tf_keras BaseRandomLayer.
         generator = getattr(holder, "_generator", None)
         if isinstance(generator, tf.random.Generator):
             generators.append(generator)
+    generator_mode = keras.backend.experimental.is_tf_random_generator_enabled()
+    if random_layers and not generators and generator_mode:
+        log.warning("keras_tpu: %d random layer(s) but no tf.random.Generator found in them "
+                    "(tf_keras's private _random_generator._generator): backups hold no dropout "
+                    "state, so a resumed run draws other masks.", random_layers)  # fmt: skip
     return generators
 
 

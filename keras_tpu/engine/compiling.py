@@ -5,6 +5,7 @@ import dataclasses
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.data import autotune
 from keras_tpu.runtime import compat
 from keras_tpu.runtime.strategy_info import StrategyInfo
 from keras_tpu.readiness.tpu_rehearsal import rehearse_or_raise  # noqa: F401  (compiling.*)
@@ -207,6 +208,8 @@ def compile_model(
     Metrics are compiled as weighted metrics so the zero-weight padding of
     `data.eval_dataset` does not count; the loss keeps Keras's reduction, which
     already divides by the global batch under a strategy (no x replicas scaling).
+    The run's per-replica datasets are built without tf.data's autotune thread
+    from then on (data/autotune.py: `fit` would wait for it as it returns).
 
     Args:
       model: a keras_tpu.keras model built inside `strategy.scope()`.
@@ -223,6 +226,7 @@ def compile_model(
     """
     check_built_in_scope(model, strategy)
     checks.integer("steps_per_execution", steps_per_execution)
+    autotune.drop_per_device_autotune()  # A hand-written run starts here (model.fit next).
     if jit_compile is None:
         jit_compile = StrategyInfo.of(strategy).jit_compile
     with strategy.scope():

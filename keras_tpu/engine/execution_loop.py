@@ -98,6 +98,22 @@ def run(model, steps, callbacks, *, epochs, steps_per_execution, position):
         if isinstance(callback, checkpointing.Backup):
             callback.track(means)  # Saved with each backup; restored if this run resumed.
     callback_list.on_train_begin()
+    try:
+        _epochs(model, steps, callback_list, means, epochs, steps_per_execution, position)
+    except BaseException:
+        # on_train_end is skipped, as in fit: a Backup that took SIGTERM/SIGINT for this
+        # run (one without the engine's Preemption) gives them back here, not never.
+        for callback in callbacks:
+            if isinstance(callback, checkpointing.Backup):
+                callback.close()
+        raise
+    callback_list.on_train_end()
+    return history.history
+
+
+def _epochs(model, steps, callback_list, means, epochs, steps_per_execution, position):
+    """Run the epochs of `run` from `position`."""
+    steps_per_epoch = position.steps_per_epoch
     first_epoch, first_step = position.epoch, position.step_in_epoch
     for epoch in range(first_epoch, epochs):
         callback_list.on_epoch_begin(epoch)
@@ -116,5 +132,3 @@ def run(model, steps, callbacks, *, epochs, steps_per_execution, position):
         callback_list.on_epoch_end(epoch, logs)
         if model.stop_training:
             break
-    callback_list.on_train_end()
-    return history.history

@@ -10,7 +10,8 @@ seconds and one at the end of every epoch, as orbit / tensorflow-models do:
 
 It adds no host round trip per step. Keras calls batch hooks once per
 execution (every steps_per_execution steps), and this callback declares
-`_supports_tf_logs`, so Keras hands it the logs as tensors; they are read
+`_supports_tf_logs` (tf_keras's private flag: tests/test_progress.py fails if it
+goes), so Keras hands it the logs as tensors; they are read
 (a device-to-host copy) only when a line is due. Its rate comes from the
 ThroughputMeter it is given, which already times the epoch's steps.
 """

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu import data
+from keras_tpu.data import autotune
 from keras_tpu.data import cache_policy
 from keras_tpu.data import function_eval
 
@@ -46,6 +47,7 @@ def build(task, config, strategy):
       ConfigError: a split smaller than one global batch, or a dataset function
         without `steps_per_epoch`.
     """
+    autotune.drop_per_device_autotune()  # The run's iterators must not stall at their deletion.
     batching = data.Batching.for_strategy(config.per_replica_batch_size, strategy)
     if _is_dataset_fn(task.train_data):
         if not config.steps_per_epoch:

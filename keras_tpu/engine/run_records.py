@@ -18,6 +18,7 @@ before training starts.
 
 import dataclasses
 import json
+import logging
 import os
 import time
 
@@ -25,6 +26,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu.runtime.compat import keras
+
+log = logging.getLogger(__name__)
 
 RECORDS_PREFIX = "records-"
 
@@ -142,16 +145,20 @@ def add_metric_sums(model, metrics):
     either order when that execution ran one step (tf_keras adds one value per
     step), so the epoch's means then equal an uninterrupted run's. With more steps
     in it they may differ in the last bit (another order of float32 additions).
+
+    Returns:
+      True if added; False (after one warning: the epoch's training metrics then
+      count only the steps since the resume) if the saved sums do not fit the model.
     """
-    variables = _metric_variables(model)
-    if len(variables) != len(metrics):
-        return False
     strategy = model.distribute_strategy
-    for variable, saved in zip(variables, metrics):
-        parts = strategy.experimental_local_results(variable)
-        if len(parts) != len(saved):
-            return False
-        for part, value in zip(parts, saved):
+    parts = [strategy.experimental_local_results(v) for v in _metric_variables(model)]
+    if [len(p) for p in parts] != [len(saved) for saved in metrics]:
+        log.warning("keras_tpu: the backup's metric sums (%d variables) do not fit this model's "
+                    "(%d): the resumed epoch's training metrics count only the steps since the "
+                    "resume.", len(metrics), len(parts))  # fmt: skip
+        return False
+    for replicas, saved in zip(parts, metrics):
+        for part, value in zip(replicas, saved):
             part.assign_add(np.asarray(value, dtype=part.dtype.as_numpy_dtype))
     return True
 

@@ -159,8 +159,9 @@ class _Run:
 
     def run(self):
         self.model = None
+        self._last_step = 0
         self.preemption = preemption_lib.Preemption(
-            step=lambda: int(self.model.optimizer.iterations.numpy()) if self.model else 0,
+            step=self._step,
             no_backup_reason=(
                 "backups are off (--nobackup)" if self.config.model_dir
                 else "there is no --model_dir to back up to"
@@ -168,6 +169,18 @@ class _Run:
         )  # fmt: skip
         with self.preemption.installed():  # Every phase, until the run returns or raises.
             return self._run()
+
+    def _step(self):
+        """Return the optimizer's step, or the last one read while the model has no optimizer.
+
+        `model.save(include_optimizer=False)` (the export) detaches `model.optimizer`
+        while it writes; a signal then must still name the step (the final one: it is
+        read when training ends).
+        """
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None:
+            self._last_step = int(optimizer.iterations.numpy())
+        return self._last_step
 
     def _run(self):
         self._prepare()
@@ -274,7 +287,7 @@ class _Run:
             self.preemption.close()  # Later phases stop at once, on every worker alike.
         self._raise_if_stopped()
         history = self.callbacks.history
-        final_step = int(self.model.optimizer.iterations.numpy())
+        final_step = self._step()
         return summary_lib.Trained(history.history, history.seconds(), position.step, final_step)
 
     def _end_pending_epoch(self):

@@ -14,16 +14,13 @@ tests/test_keras3_known_failures.py, which alerts us when upstream fixes one):
 import os
 import warnings
 
-# Must run before anything resolves `tf.keras`: TensorFlow's lazy loader reads
-# this variable on first access, so user code that writes `tf.keras.layers...`
-# gets the same engine as keras_tpu. setdefault respects an explicit choice;
-# keras_tpu itself never goes through tf.keras, so it works either way.
+# Set at import, the one environment variable keras_tpu sets for the user's code, because
+# only then does it work: TensorFlow's import and its lazy `tf.keras` loader read it once,
+# so user code that writes `tf.keras.layers...` gets the same engine as keras_tpu (Keras 3
+# layers would be refused by fit), and `import tensorflow` does not load Keras 3 (0.8 s,
+# benchmarks/bench_startup.py). setdefault respects an explicit choice; keras_tpu itself
+# never goes through tf.keras, so it works either way (docs/guide.md, tests/test_compat.py).
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-
-# tensorflow-hub 0.16.1 imports pkg_resources, and setuptools 80 (pinned below 81
-# for it, setup.cfg) warns about that on stderr at import: not the user's concern,
-# and it would break the scripts' one-line errors.
-warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
 
 from keras_tpu.runtime import detect  # noqa: E402  (reads files only; imports no TensorFlow)
 
@@ -33,6 +30,7 @@ from keras_tpu.runtime import detect  # noqa: E402  (reads files only; imports n
 # tensorflow-tpu 2.20.0 + libtpu 0.0.31). A host with no TPU chip, device file or
 # TPU_ACCELERATOR_TYPE has nothing for libtpu to drive, so keras_tpu tells
 # TensorFlow not to load it (TensorFlow's own switch); an explicit value wins.
+# Set at import because TensorFlow reads it when it is imported, a few lines below.
 # A remote TPU node (TPU_NAME, COLAB_TPU_ADDR) runs libtpu on its own host.
 if "TPU_LOAD_LIBRARY" not in os.environ and not detect.tpu_on_this_host():
     os.environ["TPU_LOAD_LIBRARY"] = "0"
@@ -60,6 +58,22 @@ _WHY_NOT_KERAS3 = (
     "(tensorflow/hub#903). Build the model with `from keras_tpu import keras` "
     "(or `import tf_keras as keras`) instead of `import keras` or `tf.keras`."
 )
+
+
+def tensorflow_hub():
+    """Import and return tensorflow_hub, without its pkg_resources warning.
+
+    tensorflow-hub 0.16.1 imports pkg_resources, and setuptools 80 (pinned below 81
+    for it, setup.cfg) warns about that on stderr: not the user's concern, and it
+    would break the scripts' one-line errors. Filtered around this import only.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="pkg_resources is deprecated", category=UserWarning
+        )
+        import tensorflow_hub  # pylint: disable=g-import-not-at-top
+
+    return tensorflow_hub
 
 
 def _minor(version):

@@ -25,6 +25,7 @@ from tensorflow.core.framework import attr_value_pb2
 from tensorflow.core.framework import types_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 
+from keras_tpu.runtime import compat
 from keras_tpu.runtime import determinism
 
 _PB = "saved_model.pb"
@@ -111,9 +112,7 @@ def _local_dir(handle):
     """Return the local directory of a TF Hub handle (a URL is resolved through the cache)."""
     if os.path.isdir(handle):
         return os.path.abspath(handle)
-    import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top
-
-    return hub.resolve(handle)
+    return compat.tensorflow_hub().resolve(handle)
 
 
 def seeded_copy(handle, seed=None):

@@ -13,7 +13,3 @@ from keras_tpu.tasks.cnn import cnn_task  # noqa: F401
 from keras_tpu.tasks.cnn import train_cnn  # noqa: F401
 from keras_tpu.tasks.datasets import IMAGE_DATASETS  # noqa: F401
 from keras_tpu.tasks.datasets import load_image_data  # noqa: F401
-
-from keras_tpu import moved_names as _moved_names
-
-__getattr__ = _moved_names.getattr_for(__name__)

@@ -7,12 +7,14 @@ cannot be fine-tuned in TF2: `load_encoder` says so with the fix.
 """
 
 import tensorflow as tf
-import tensorflow_hub as hub
 
 from keras_tpu import checks
 from keras_tpu.models.bert.bert_config import INPUT_NAMES
+from keras_tpu.runtime import compat
 from keras_tpu.runtime import determinism
 from keras_tpu.runtime import saved_model_dropout
+
+hub = compat.tensorflow_hub()
 
 NEW_INTERFACE_HANDLE = "https://tfhub.dev/tensorflow/bert_en_uncased_L-12_H-768_A-12/4"
 
