@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from keras_tpu.data import file_sources
 from keras_tpu.data import sources
 from tests.conftest import SST2
 
@@ -75,7 +76,7 @@ def _tfrecords(tmp_path, files=4, per_file=5):
         parsed = tf.io.parse_single_example(record, {"id": tf.io.FixedLenFeature([], tf.int64)})
         return parsed["id"], parsed["id"] % 2
 
-    return sources.tfrecord_source(str(tmp_path / "*.tfrecord"), parse)
+    return file_sources.tfrecord_source(str(tmp_path / "*.tfrecord"), parse)
 
 
 def _ids(ds):
@@ -99,7 +100,7 @@ def test_tfrecord_shards_by_element_when_files_are_too_few(tmp_path):
 
 def test_tfrecord_without_files(tmp_path):
     with pytest.raises(FileNotFoundError, match="no TFRecord files match"):
-        sources.tfrecord_source(str(tmp_path / "*.tfrecord"), lambda r: r)
+        file_sources.tfrecord_source(str(tmp_path / "*.tfrecord"), lambda r: r)
 
 
 def test_arrays_shard_by_element_and_refuse_empty():
@@ -113,7 +114,7 @@ def test_arrays_shard_by_element_and_refuse_empty():
 
 def test_tfds_source_on_mock_data():
     with tfds.testing.mock_data(num_examples=12):
-        source = sources.tfds_source("mnist", "test")
+        source = file_sources.tfds_source("mnist", "test")
         assert source.num_classes == 10
         images = [x for x, _ in source.open_shard(2, 0, False)]
         assert len(images) == 6 and images[0].shape == (28, 28, 1)
@@ -122,7 +123,7 @@ def test_tfds_source_on_mock_data():
 
 def test_unknown_tfds_name():
     with pytest.raises(sources.DatasetUnavailableError, match="tfds has no dataset 'no_such_set'"):
-        sources.tfds_source("no_such_set", "train")
+        file_sources.tfds_source("no_such_set", "train")
 
 
 def test_csv_with_quoted_commas(tmp_path):
@@ -133,16 +134,16 @@ def test_csv_with_quoted_commas(tmp_path):
 
 def test_tfds_text_dataset_by_feature_keys():
     with tfds.testing.mock_data(num_examples=6):
-        source = sources.tfds_source("glue/sst2", "validation", keys=("sentence", "label"))
+        source = file_sources.tfds_source("glue/sst2", "validation", keys=("sentence", "label"))
         (sentence, label), *_ = list(source.open_shard(1, 0, False))
         assert sentence.dtype == tf.string and label.dtype == tf.int64
         with pytest.raises(ValueError, match="has no supervised keys; name the feature and label"):
-            sources.tfds_source("glue/sst2", "validation")
+            file_sources.tfds_source("glue/sst2", "validation")
 
 
 def test_tfds_several_features_arrive_as_a_dict():
     with tfds.testing.mock_data(num_examples=4):
-        source = sources.tfds_source("glue/mrpc", "validation",
+        source = file_sources.tfds_source("glue/mrpc", "validation",
                                      keys=(("sentence1", "sentence2"), "label"))  # fmt: skip
         features, label = next(iter(source.open_shard(1, 0, False)))
         assert sorted(features) == ["sentence1", "sentence2"] and label.dtype == tf.int64
@@ -163,7 +164,7 @@ def test_a_tfds_name_and_split_is_a_source(monkeypatch):
     from keras_tpu.data import sources  # pylint: disable=g-import-not-at-top
 
     calls = []
-    monkeypatch.setattr(sources, "tfds_source", lambda name, split: calls.append((name, split)))
+    monkeypatch.setattr(file_sources, "tfds_source", lambda name, split: calls.append((name, split)))
     sources.as_source("mnist:train")
     assert calls == [("mnist", "train")]
     with pytest.raises(sources.checks.ConfigError, match="'name:split'"):

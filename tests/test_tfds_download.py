@@ -13,6 +13,7 @@ import requests
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download import downloader
 
+from keras_tpu.data import file_sources
 from keras_tpu.data import sources
 from keras_tpu.data import tfds_download
 from tests.conftest import REPO
@@ -47,7 +48,7 @@ def fetched(monkeypatch):
 
 def test_fashion_mnist_gets_past_its_imports_and_checksums_to_the_download(fetched, tmp_path):
     with pytest.raises(sources.DatasetUnavailableError) as e:
-        sources.tfds_source("fashion_mnist", "train", data_dir=str(tmp_path))
+        file_sources.tfds_source("fashion_mnist", "train", data_dir=str(tmp_path))
     # The builder imported what it needs, found its registered checksums (its four files)
     # and started downloading them: with internet, these downloads are all that is left.
     # tfds fetches them in parallel and the first failure cancels the others, so under
@@ -64,7 +65,7 @@ def test_fashion_mnist_gets_past_its_imports_and_checksums_to_the_download(fetch
 
 def test_cifar10_gets_to_the_download(fetched, tmp_path):
     with pytest.raises(sources.DatasetUnavailableError, match="no network"):
-        sources.tfds_source("cifar10", "train", data_dir=str(tmp_path))
+        file_sources.tfds_source("cifar10", "train", data_dir=str(tmp_path))
     assert fetched == ["https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"]
 
 
@@ -76,7 +77,7 @@ def test_a_missing_package_is_named_not_the_network(monkeypatch, tmp_path):
     monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", missing)
     monkeypatch.setattr(tfds_download, "unresolved_host", lambda urls: None)  # As with internet.
     with pytest.raises(sources.DatasetUnavailableError) as e:
-        sources.tfds_source("fashion_mnist", "train", data_dir=str(tmp_path))
+        file_sources.tfds_source("fashion_mnist", "train", data_dir=str(tmp_path))
     message = str(e.value)
     assert "needs the Python package 'importlib_resources'" in message
     assert "Fix: pip install importlib_resources" in message and "internet" not in message
@@ -124,6 +125,6 @@ def test_an_unresolvable_download_host_fails_fast_naming_the_network(monkeypatch
     monkeypatch.setattr(tfds_download.socket, "getaddrinfo", lookup)
     monkeypatch.setattr(downloader, "_open_url", lambda url, **kw: pytest.fail(f"fetched {url}"))
     with pytest.raises(sources.DatasetUnavailableError) as e:
-        sources.tfds_source("fashion_mnist", "train", data_dir=str(tmp_path))
+        file_sources.tfds_source("fashion_mnist", "train", data_dir=str(tmp_path))
     message = str(e.value)
     assert ": no network (" in message and "fashion-mnist" in message and "\n" not in message

@@ -14,7 +14,7 @@ import keras_tpu
 from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.data import cache_policy
-from keras_tpu.data import sources
+from keras_tpu.data import file_sources
 from keras_tpu.runtime import determinism
 
 GLOBAL = 8
@@ -45,7 +45,7 @@ def _tfrecords(tmp_path, sizes, reads=None):
             tf.py_function(lambda: reads.append(1) or 0, [], tf.int64)
         return tf.cast(parsed["id"], tf.float32)[None], parsed["id"]
 
-    return sources.tfrecord_source(str(tmp_path / "*.tfrecord"), parse, num_examples=start)
+    return file_sources.tfrecord_source(str(tmp_path / "*.tfrecord"), parse, num_examples=start)
 
 
 def _stream(source, steps, *, start_step=0, pipelines=1, pipeline_id=0, **options):
@@ -151,3 +151,18 @@ def test_the_cache_rule(tmp_path):
         keras_tpu.RunConfig(cache="disk")
     with pytest.raises(checks.ConfigError, match=r"cache_budget_mb=0 must be > 0 MB"):
         keras_tpu.RunConfig(cache_budget_mb=0)
+
+
+def test_parsing_in_batches_gives_the_same_stream(tmp_path):
+    one = _tfrecords(tmp_path, [7, 9, 4, 8])
+
+    def parse_batch(records):
+        parsed = tf.io.parse_example(records, {"id": tf.io.FixedLenFeature([], tf.int64)})
+        return tf.cast(parsed["id"], tf.float32)[:, None], parsed["id"]
+
+    batched = file_sources.tfrecord_source(
+        one.paths, parse_batch, num_examples=28, parses_batches=True
+    )
+    for cache in ("none", "memory"):
+        assert _stream(batched, 9, cache=cache) == _stream(one, 9, cache=cache)
+    assert [int(y) for _, y in batched.open_shard(2, 1, False)] == list(range(1, 28, 2))

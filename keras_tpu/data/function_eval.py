@@ -14,6 +14,7 @@ import math
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.data import autotune
 from keras_tpu.data import pipelines
 from keras_tpu.runtime.strategy_info import StrategyInfo
 
@@ -22,7 +23,7 @@ def _examples(dataset_fn, context):
     """Return the function's dataset for `context` as unbatched examples."""
     ds = dataset_fn(context)
     if isinstance(ds, tf.data.Dataset):
-        ds = pipelines.without_autotune_thread(ds)  # Its iterators must not stall at deletion.
+        ds = autotune.without_autotune_thread(ds)  # Its iterators must not stall at deletion.
     if not isinstance(ds, tf.data.Dataset):
         raise checks.ConfigError(
             f"eval_data function {getattr(dataset_fn, '__name__', dataset_fn)} returned "

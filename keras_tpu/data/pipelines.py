@@ -27,8 +27,6 @@ from keras_tpu.data.sources import load_csv  # noqa: F401
 from keras_tpu.data.sources import load_digits  # noqa: F401
 from keras_tpu.data.sources import load_tsv  # noqa: F401
 from keras_tpu.data.sources import synthetic_images  # noqa: F401
-from keras_tpu.data.sources import tfds_source  # noqa: F401
-from keras_tpu.data.sources import tfrecord_source  # noqa: F401
 from keras_tpu.runtime.strategy_info import StrategyInfo
 
 # What leaves the host: TPUs have no uint8/int64/float64 arithmetic worth

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.data import file_sources
 from keras_tpu.data import sources
 
 
@@ -152,7 +153,7 @@ def tfds_text_source(name, split, columns, *, data_dir=None, regression=False):
 
     # tfds_source prepares the builder and says what is wrong in one line.
     keys = (columns.text[0], columns.label)
-    base = sources.tfds_source(name, split, data_dir=data_dir, keys=keys)
+    base = file_sources.tfds_source(name, split, data_dir=data_dir, keys=keys)
     builder = tfds.builder(name, data_dir=data_dir)
     features = list(builder.info.features.keys())
     for key in (*columns.text, columns.label):

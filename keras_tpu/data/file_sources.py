@@ -1,0 +1,162 @@
+"""Sources read from files: TFRecord files and tfds splits, sharded by file for training.
+
+Both know their size on disk (the cache policy's estimate) and read in an order fixed by
+construction, whatever the op-determinism setting, so that a resumed run reads what an
+uninterrupted one does.
+"""
+
+import tensorflow as tf
+
+from keras_tpu import checks
+from keras_tpu.data import tfds_download
+from keras_tpu.data.sources import DatasetUnavailableError
+from keras_tpu.data.sources import Source
+
+
+PARSE_BATCH = 256  # Records parsed in one call by a parse_fn that takes batches.
+
+
+def tfrecord_source(pattern, parse_fn, num_examples=None, name=None, *, parses_batches=False):
+    """Return a Source over TFRecord files, sharded by file when there are enough.
+
+    Args:
+      pattern: a file glob (local path or gs://...), or a list of files.
+      parse_fn: serialized tf.train.Example -> (features, label); with
+        `parses_batches`, a vector of them -> batched (features, labels)
+        (`tf.io.parse_example` instead of `tf.io.parse_single_example`).
+      num_examples: examples in all files, if known (else evaluation counts them).
+      name: a label for messages; defaults to the pattern.
+      parses_batches: parse PARSE_BATCH records a call. Parsing one record a call
+        costs more than the rest of a streamed pipeline: measured about 10x the
+        streamed examples/s (benchmarks/bench_scale.py).
+    """
+    files = sorted(tf.io.gfile.glob(pattern)) if isinstance(pattern, str) else list(pattern)
+    if not files:
+        raise checks.MissingFileError(f"no TFRecord files match {pattern!r}.")
+
+    def open_files(names):
+        # Deterministic whatever the op-determinism setting: the same files in the same
+        # order give the same examples in the same order, on every build of the pipeline
+        # (an exact resume and a rerun need it; parallel reading is kept).
+        ds = names.interleave(
+            tf.data.TFRecordDataset,
+            cycle_length=min(len(files), 8),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        return parse(ds)
+
+    def parse(records):
+        if parses_batches:
+            records = records.batch(PARSE_BATCH)
+        ds = records.map(parse_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return ds.unbatch() if parses_batches else ds
+
+    def open_shard(num_pipelines, pipeline_id, by_file):
+        if by_file and len(files) >= num_pipelines:
+            # Each pipeline reads whole files: no pipeline reads a byte it drops.
+            return open_files(
+                tf.data.Dataset.from_tensor_slices(files).shard(num_pipelines, pipeline_id)
+            )
+        return parse(tf.data.TFRecordDataset(files).shard(num_pipelines, pipeline_id))
+
+    return Source(
+        name or str(pattern), num_examples, open_shard, tuple(files),
+        size_bytes=_total_size(files), open_files=open_files,
+    )  # fmt: skip
+
+
+def _total_size(files):
+    """Return the files' total size in bytes, or None if one cannot be asked (stat fails)."""
+    try:
+        return sum(tf.io.gfile.stat(f).length for f in files)
+    except tf.errors.OpError:
+        return None
+
+
+def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
+    """Return a Source over a tfds split, as (features, label) pairs.
+
+    Datasets with supervised keys (mnist, imdb_reviews, ...) need no `keys`;
+    others name their feature and label, e.g. glue/sst2: keys=("sentence", "label").
+    Several features (a model with several inputs) are named as a tuple and
+    arrive as a dict, e.g. glue/mrpc: keys=(("sentence1", "sentence2"), "label").
+
+    Training pipelines read whole files per pipeline through tfds's own
+    `ReadConfig(input_context=...)`; evaluation shards by element.
+
+    Raises:
+      DatasetUnavailableError: unknown name, or not prepared and no download.
+    """
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+    try:
+        builder = tfds.builder(name, data_dir=data_dir, try_gcs=try_gcs)
+    except Exception as e:  # pylint: disable=broad-except
+        raise DatasetUnavailableError(f"tfds has no dataset {name!r}: {str(e)[:300]}") from e
+    if not builder.is_prepared():
+        offline = tfds_download.unresolved_host(tfds_download.urls_to_fetch(builder))
+        if offline is not None:
+            raise DatasetUnavailableError(
+                tfds_download.failure_message(name, builder.data_dir_root, offline)
+            ) from offline
+        try:
+            builder.download_and_prepare()
+        except Exception as e:  # pylint: disable=broad-except
+            raise DatasetUnavailableError(
+                tfds_download.failure_message(name, builder.data_dir_root, e)
+            ) from e
+    try:
+        num_examples = builder.info.splits[split].num_examples
+    except KeyError:
+        num_examples = None  # No split metadata (e.g. tfds.testing.mock_data): count on use.
+
+    supervised = keys is None
+    if supervised and not builder.info.supervised_keys:
+        features = list(builder.info.features.keys())
+        raise checks.ConfigError(
+            f"tfds dataset {name!r} has no supervised keys; name the feature and label, "
+            f"e.g. keys=('sentence', 'label'), from its features {features}."
+        )
+
+    def pick(example, key):  # One feature by name, or several as a dict keyed by name.
+        return example[key] if isinstance(key, str) else {k: example[k] for k in key}
+
+    def pairs(ds):
+        if supervised:
+            return ds
+        return ds.map(lambda example: (pick(example, keys[0]), pick(example, keys[1])))
+
+    def open_shard(num_pipelines, pipeline_id, by_file):
+        if by_file:
+            context = tf.distribute.InputContext(num_pipelines, pipeline_id)
+            # One file order per pipeline for the whole run: a reshuffle per iteration
+            # would restart from the first order in a resumed run (the training stream
+            # reshuffles the examples of each epoch with that epoch's own seed).
+            config = tfds.ReadConfig(
+                input_context=context, shuffle_seed=pipeline_id,
+                shuffle_reshuffle_each_iteration=False,
+            )  # fmt: skip
+            return pairs(
+                builder.as_dataset(
+                    split=split, as_supervised=supervised, shuffle_files=True, read_config=config
+                )
+            )
+        ds = builder.as_dataset(split=split, as_supervised=supervised, shuffle_files=False)
+        return pairs(ds).shard(num_pipelines, pipeline_id)
+
+    label_key = "label" if keys is None else keys[1]
+    features = builder.info.features
+    label = features[label_key] if isinstance(label_key, str) and label_key in features else None
+    try:
+        size_bytes = int(builder.info.splits[split].num_bytes) or None
+    except (KeyError, AttributeError, TypeError, ValueError):
+        size_bytes = None
+    return Source(
+        f"tfds:{name}/{split}",
+        num_examples,
+        open_shard,
+        (builder.data_dir,),
+        num_classes=getattr(label, "num_classes", None),
+        size_bytes=size_bytes,
+    )
