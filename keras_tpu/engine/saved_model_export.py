@@ -1,5 +1,12 @@
-"""Export trained models as SavedModels for serving."""
+"""Export trained models as SavedModels for serving, loadable without keras_tpu.
 
+An export holds the model's layers, weights and serving signature, and nothing
+of its training: no optimizer, no compiled loss or metrics. So it loads with
+`tf.saved_model.load`, `tf_keras.models.load_model` (no custom_objects) and Keras
+3's `keras.layers.TFSMLayer`, on a machine without keras_tpu (docs/guide.md, "Exports").
+"""
+
+import contextlib
 import os
 import shutil
 import tempfile
@@ -16,6 +23,25 @@ def _save_options(strategy, export_dir):
     return tf.saved_model.SaveOptions(experimental_io_device=device)
 
 
+@contextlib.contextmanager
+def serving_only(model):
+    """Hide `model`'s compiled loss and metrics while it is saved (restored after).
+
+    tf_keras writes a compiled model's metrics (`model.metrics`) into a SavedModel
+    and `load_model` must rebuild each one: keras_tpu's exact-loss metric (the mean
+    of a loss instance's `call`) or a metric class of your own would then need
+    `custom_objects`, and serving uses none of them. `model.metrics` lists them only
+    while `_is_compiled` is set (tf_keras/engine/training.py; tf_keras 2.x is in
+    maintenance, so stable), the attribute `model.save` itself leaves untouched.
+    """
+    compiled = getattr(model, "_is_compiled", False)
+    model._is_compiled = False  # pylint: disable=protected-access
+    try:
+        yield model
+    finally:
+        model._is_compiled = compiled  # pylint: disable=protected-access
+
+
 def export_model(model, export_dir, strategy, *, overwrite=False):
     """Write `model` as a SavedModel (Keras format inside, loadable by TF Serving).
 
@@ -27,12 +53,13 @@ def export_model(model, export_dir, strategy, *, overwrite=False):
     compat.ensure_tf_keras(model)
 
     def save(directory):
-        model.save(
-            directory,
-            include_optimizer=False,
-            save_format="tf",
-            options=_save_options(strategy, directory),
-        )
+        with serving_only(model):
+            model.save(
+                directory,
+                include_optimizer=False,
+                save_format="tf",
+                options=_save_options(strategy, directory),
+            )
 
     return output_paths.save_atomically(save, export_dir, model, overwrite=overwrite)
 

@@ -6,7 +6,9 @@
     # -> {"probabilities", "class_ids"}; a regression: {"score"}
 
 The preprocessing (vocabulary included) travels in the SavedModel, so serving
-needs TensorFlow and tensorflow_text only, not keras_tpu.
+needs TensorFlow and tensorflow_text only, not keras_tpu. The export is a tf_keras
+model too: `tf_keras.models.load_model(export_dir)(tf.constant([...]))` (a pair:
+a dict of "text_a" and "text_b") gives the same outputs, without custom_objects.
 """
 
 import tensorflow as tf
@@ -15,7 +17,7 @@ from keras_tpu.engine import saved_model_export
 from keras_tpu.engine import output_paths
 from keras_tpu.runtime import compat
 
-_STRING = tf.TensorSpec([None], tf.string)
+keras = compat.keras
 
 
 def _outputs(model, inputs, regression):
@@ -26,29 +28,43 @@ def _outputs(model, inputs, regression):
     return {"probabilities": probabilities, "class_ids": tf.argmax(probabilities, axis=-1)}
 
 
-class _SentenceServing(tf.Module):
-    def __init__(self, model, preprocess, regression):
-        super().__init__(name="bert_sentence")
-        self.model, self.preprocess, self._regression = model, preprocess, regression
+class _Serving(keras.Model):
+    """Raw strings in, predictions out: a tf_keras model, so `load_model` revives it too.
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
-    def serve(self, text):
-        return _outputs(self.model, self.preprocess(text), self._regression)
+    Its call takes the sentences (one string tensor) or, for a pair, {"text_a", "text_b"}.
+    """
+
+    def __init__(self, model, preprocess, *, pair, regression):
+        super().__init__(name="bert_pair" if pair else "bert_sentence")
+        self.classifier, self.preprocess = model, preprocess
+        self._pair, self._regression = pair, regression
+
+    def call(self, inputs):
+        if self._pair:
+            packed = self.preprocess.pack_pair(inputs["text_a"], inputs["text_b"])
+        else:
+            packed = self.preprocess(inputs)
+        return _outputs(self.classifier, packed, self._regression)
+
+    def signature(self):
+        """Return the serving signature's concrete function (keyword arguments, named tensors)."""
+        if self._pair:
+            fn = tf.function(
+                lambda text_a, text_b: self({"text_a": text_a, "text_b": text_b}),
+                input_signature=[_string("text_a"), _string("text_b")],
+            )
+        else:
+            fn = tf.function(lambda text: self(text), input_signature=[_string("text")])
+        return fn.get_concrete_function()
+
+    def sample(self):
+        """Return an input to call the model with once (it records the spec Keras saves)."""
+        empty = tf.constant([""])
+        return {"text_a": empty, "text_b": empty} if self._pair else empty
 
 
-class _PairServing(tf.Module):
-    def __init__(self, model, preprocess, regression):
-        super().__init__(name="bert_pair")
-        self.model, self.preprocess, self._regression = model, preprocess, regression
-
-    @tf.function(
-        input_signature=[
-            tf.TensorSpec([None], tf.string, name="text_a"),
-            tf.TensorSpec([None], tf.string, name="text_b"),
-        ]
-    )
-    def serve(self, text_a, text_b):
-        return _outputs(self.model, self.preprocess.pack_pair(text_a, text_b), self._regression)
+def _string(name):
+    return tf.TensorSpec([None], tf.string, name=name)
 
 
 def export_bert(model, preprocessor, export_dir, strategy, *, pair, regression, overwrite=False):
@@ -67,14 +83,17 @@ def export_bert(model, preprocessor, export_dir, strategy, *, pair, regression, 
       export_dir.
     """
     compat.ensure_tf_keras(model)
-    module = (_PairServing if pair else _SentenceServing)(model, preprocessor, regression)
+    serving = _Serving(model, preprocessor, pair=pair, regression=regression)
+    serving(serving.sample())  # Built: Keras saves the traced call for load_model.
 
     def save(directory):
-        tf.saved_model.save(
-            module,
-            directory,
-            signatures={"serving_default": module.serve},
-            options=saved_model_export._save_options(strategy, directory),  # pylint: disable=protected-access
-        )
+        with saved_model_export.serving_only(model):
+            serving.save(
+                directory,
+                include_optimizer=False,
+                save_format="tf",
+                signatures={"serving_default": serving.signature()},
+                options=saved_model_export._save_options(strategy, directory),  # pylint: disable=protected-access
+            )
 
     return output_paths.save_atomically(save, export_dir, model, overwrite=overwrite)

@@ -1,0 +1,181 @@
+"""Exports load anywhere: tf.saved_model.load, tf_keras.models.load_model, Keras 3's TFSMLayer.
+
+For each task kind (a user's model with dict features and a loss instance, the
+CNN, BERT on one sentence and on a pair) the export written by `keras_tpu.fit` or
+`export_bert` gives the in-memory model's predictions by all three routes, with
+no custom_objects, and holds nothing of keras_tpu (no class, no metric, no loss).
+"""
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+import keras_tpu
+from keras_tpu import keras
+from keras_tpu.data import text
+from keras_tpu.models import bert
+from keras_tpu.tasks import cnn as cnn_task_lib
+from tests.conftest import run_python
+
+RNG = np.random.default_rng(0)
+FEATURES = {"a": RNG.random((32, 3), dtype=np.float32), "b": RNG.random((32, 2), dtype=np.float32)}
+LABELS = (FEATURES["a"].sum(1) > FEATURES["b"].sum(1)).astype(np.int32)
+
+
+class HalvedCrossentropy(keras.losses.Loss):
+    """A user's own loss class: it must not be needed to load the export."""
+
+    def call(self, y_true, y_pred):
+        return 0.5 * keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
+
+
+def _two_inputs():
+    a, b = keras.Input((3,), name="a"), keras.Input((2,), name="b")
+    hidden = keras.layers.Dense(4, activation="relu")(keras.layers.Concatenate()([a, b]))
+    return keras.Model({"a": a, "b": b}, keras.layers.Dense(2)(hidden))
+
+
+def _fit_and_keep_model(task, tmp_path):
+    """Run `task` with an export; return (the trained in-memory model, the export dir)."""
+    built, build = [], task.build_model
+    task = dataclasses.replace(task, build_model=lambda: built.append(build()) or built[-1])
+    config = keras_tpu.RunConfig(
+        model_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "export"), epochs=1,
+        per_replica_batch_size=2, mixed_precision="fp32", verbose=0, backup=False,
+        tensorboard=False,
+    )  # fmt: skip
+    summary = keras_tpu.fit(task, config)
+    assert summary["status"] == "ok"
+    return built[-1], config.export_dir
+
+
+def _holds_nothing_of_keras_tpu(export_dir):
+    for name in ("saved_model.pb", "keras_metadata.pb"):
+        with open(os.path.join(export_dir, name), "rb") as f:
+            content = f.read()
+        assert b"keras_tpu" not in content and b"weighted_loss" not in content, name
+
+
+def _assert_same(got, want):
+    got, want = tf.nest.map_structure(np.asarray, (got, want))
+    tf.nest.map_structure(lambda g, w: np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6), got, want)
+
+
+def _keras3_layer(export_dir, endpoint):
+    import keras as keras3  # pylint: disable=g-import-not-at-top  (Keras 3, not tf_keras)
+
+    assert keras3.__version__.startswith("3.")
+    return keras3.layers.TFSMLayer(export_dir, call_endpoint=endpoint)
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [keras.losses.SparseCategoricalCrossentropy(from_logits=True), HalvedCrossentropy()],
+    ids=["keras_loss_instance", "own_loss_class"],
+)
+def test_dict_features_and_a_loss_instance_load_by_every_route(tmp_path, loss):
+    task = keras_tpu.Task(
+        build_model=_two_inputs, loss=loss, metrics=["accuracy"],
+        train_data=(FEATURES, LABELS), eval_data=(FEATURES, LABELS),
+    )  # fmt: skip
+    model, export_dir = _fit_and_keep_model(task, tmp_path)
+    sample = {k: v[:5] for k, v in FEATURES.items()}
+    want = model(sample).numpy()
+    _holds_nothing_of_keras_tpu(export_dir)
+
+    served = tf.saved_model.load(export_dir).signatures["serving_default"]
+    (output,) = served(**{k: tf.constant(v) for k, v in sample.items()}).values()
+    _assert_same(output, want)
+    loaded = tf_keras.models.load_model(export_dir)  # No custom_objects.
+    _assert_same(loaded(sample), want)
+    assert loaded.metrics == [] and loaded.optimizer is None  # Nothing of the training.
+    # Keras 3: several inputs go through the model's own call (the signature is keyword-only).
+    _assert_same(_keras3_layer(export_dir, "__call__")(sample), want)
+    # The run's model is unchanged: still compiled with its metrics.
+    assert model.compiled_metrics is not None and len(model.metrics) > 1
+
+
+def test_cnn_export_loads_by_every_route(tmp_path):
+    images = RNG.random((24, 8, 8, 1), dtype=np.float32)
+    classes = (images.mean((1, 2, 3)) > 0.5).astype(np.int32)
+    task = cnn_task_lib.cnn_task(
+        cnn_task_lib.CNNConfig(variant="seed"), train=(images, classes), test=(images, classes)
+    )
+    model, export_dir = _fit_and_keep_model(task, tmp_path)
+    want = model(images[:4]).numpy()
+    _holds_nothing_of_keras_tpu(export_dir)
+
+    (output,) = tf.saved_model.load(export_dir).signatures["serving_default"](
+        tf.constant(images[:4])
+    ).values()
+    _assert_same(output, want)
+    _assert_same(tf_keras.models.load_model(export_dir)(images[:4]), want)
+    (output,) = _keras3_layer(export_dir, "serving_default")(images[:4]).values()
+    _assert_same(output, want)
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_classifier(tmp_path_factory):
+    """A trained (one step) tiny BERT classifier compiled by keras_tpu, and its preprocessor."""
+    vocab = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "movie", "was", "great"]))
+    preprocessor = text.BertPreprocessor(str(vocab), seq_length=8)
+    strategy = tf.distribute.get_strategy()
+    config = bert.BertConfig(vocab_size=8, num_layers=1, hidden_size=8, num_heads=2,
+                             intermediate_size=16)  # fmt: skip
+    model = bert.build_bert_classifier(bert.build_bert_encoder(config), num_classes=2, seq_length=8)
+    keras_tpu.compile_model(
+        model, strategy, optimizer="adam", metrics=["accuracy"],
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )  # fmt: skip
+    model.fit(preprocessor(tf.constant(["the movie", "was great"])), np.array([0, 1]), verbose=0)
+    return model, preprocessor, strategy
+
+
+@pytest.mark.slow  # 35 s: a BERT step compiled, then two exports and six loads.
+@pytest.mark.parametrize("pair", [False, True], ids=["sentence", "pair"])
+def test_bert_export_loads_by_every_route(tmp_path, tiny_bert_classifier, pair):
+    model, preprocessor, strategy = tiny_bert_classifier
+    export_dir = keras_tpu.export_bert(
+        model, preprocessor, str(tmp_path / "export"), strategy, pair=pair, regression=False
+    )
+    first, second = tf.constant(["the movie was great", "great"]), tf.constant(["the movie", "x"])
+    packed = preprocessor.pack_pair(first, second) if pair else preprocessor(first)
+    want = {"probabilities": tf.nn.softmax(model(packed)).numpy()}
+    want["class_ids"] = want["probabilities"].argmax(-1)
+    strings = {"text_a": first, "text_b": second} if pair else {"text": first}
+    _holds_nothing_of_keras_tpu(export_dir)
+
+    _assert_same(tf.saved_model.load(export_dir).signatures["serving_default"](**strings), want)
+    call_input = strings if pair else first
+    _assert_same(tf_keras.models.load_model(export_dir)(call_input), want)
+    endpoint = "__call__" if pair else "serving_default"
+    _assert_same(_keras3_layer(export_dir, endpoint)(call_input), want)
+
+
+@pytest.mark.slow
+def test_dict_export_loads_in_a_process_without_keras_tpu(tmp_path):
+    task = keras_tpu.Task(
+        build_model=_two_inputs, train_data=(FEATURES, LABELS),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), monitor="loss",
+    )  # fmt: skip
+    model, export_dir = _fit_and_keep_model(task, tmp_path)
+    want = model({k: v[:3] for k, v in FEATURES.items()}).numpy()
+    probe = run_python(
+        "import json, sys, numpy as np, tensorflow as tf, tf_keras, keras\n"
+        "sys.modules['keras_tpu'] = None  # Loading must not need it.\n"
+        f"x = {{k: np.array(v, np.float32) for k, v in {({k: v[:3].tolist() for k, v in FEATURES.items()})!r}.items()}}\n"
+        f"d = {export_dir!r}\n"
+        "out = [list(tf.saved_model.load(d).signatures['serving_default'](**x).values())[0],\n"
+        "       tf_keras.models.load_model(d)(x),\n"
+        "       keras.layers.TFSMLayer(d, call_endpoint='__call__')(x)]\n"
+        "print(json.dumps([np.asarray(o).tolist() for o in out]))\n",
+        timeout=300,
+    )
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    for got in __import__("json").loads(probe.stdout.strip().splitlines()[-1]):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
