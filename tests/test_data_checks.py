@@ -176,3 +176,60 @@ def test_a_sources_known_classes_are_checked_against_the_outputs_units():
         f"unit(s); give the last layer 10 units."
     )
     _check(task, _model(10))
+
+
+LABELS = RNG.integers(0, 2, 40).astype(np.int32)
+
+
+def _named():
+    return keras.Sequential([keras.Input((3,), name="features"), keras.layers.Dense(2)], name="mine")
+
+
+def _two_inputs():
+    a, b = keras.Input((3,), name="a"), keras.Input((2,), name="b")
+    outputs = keras.layers.Dense(2)(keras.layers.Concatenate()([a, b]))
+    return keras.Model({"a": a, "b": b}, outputs, name="two_inputs")
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(metrics=["maee"]),
+         "metric 'maee' is not a Keras metric name (did you mean 'mae'?); pass a name Keras knows "
+         "(e.g. 'accuracy', 'mae', 'mse') or a metric instance (keras_tpu.keras.metrics.AUC())."),
+        (dict(train_data=(X[:, :2], LABELS)),
+         "train features x have shape (40, 2), (2,) per example, but input 'features' of model "
+         "'mine' takes (3,) per example; give the features that shape, or build the "
+         "model with keras.Input(shape=(2,))."),
+        (dict(eval_data=(X[:, :2], LABELS), monitor="val_loss"),
+         "eval features x have shape (40, 2), (2,) per example, but input 'features' of model "
+         "'mine' takes (3,) per example; give the features that shape, or build the "
+         "model with keras.Input(shape=(2,))."),
+        (dict(build_model=_two_inputs, train_data=({"a": X, "b": X}, LABELS)),
+         "train features x['b'] have shape (40, 3), (3,) per example, but input 'b' of model "
+         "'two_inputs' takes (2,) per example; give the features that shape, or build the model "
+         "with keras.Input(shape=(3,))."),
+        (dict(build_model=lambda: keras.layers.Dense(2)),
+         "Task.build_model returned a Dense layer, not a model; return a tf_keras Model, e.g. "
+         "keras_tpu.keras.Sequential([keras_tpu.keras.Input(shape), layer])."),
+        (dict(train_data=(X, np.array(["cat", "dog"] * 20))),
+         "train labels y are strings (e.g. 'cat'); the model needs numbers. Map them to class ids "
+         "0..k-1 first, e.g. sklearn.preprocessing.LabelEncoder().fit_transform(labels)."),
+        (dict(eval_data=(X, {"species": np.array(["cat", "dog"] * 20)}), monitor="val_loss"),
+         "eval labels y['species'] are strings (e.g. 'cat'); the model needs numbers. Map them to "
+         "class ids 0..k-1 first, e.g. sklearn.preprocessing.LabelEncoder().fit_transform(labels)."),
+    ],
+    ids=["metric_typo", "train_width", "eval_width", "dict_feature_width", "a_layer",
+         "train_string_labels", "eval_string_labels"],
+)
+def test_each_mistake_is_one_line_before_model_dir_is_created(tmp_path, fields, message):
+    task = keras_tpu.Task(**{
+        "build_model": _named, "train_data": (X, LABELS), "monitor": "loss",
+        "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True), **fields,
+    })  # fmt: skip
+    config = keras_tpu.RunConfig(cpu_replicas=CPU_REPLICAS, per_replica_batch_size=2,
+                                 model_dir=str(tmp_path / "run"))  # fmt: skip
+    with pytest.raises(keras_tpu.ConfigError) as raised:
+        keras_tpu.fit(task, config)
+    assert str(raised.value) == message
+    assert not (tmp_path / "run").exists()

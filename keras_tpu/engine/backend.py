@@ -116,7 +116,7 @@ class KerasBackend(Backend):
             config.steps_per_execution, strategy, self.inputs.steps_per_epoch
         )
         with strategy.scope():
-            self.model = task.build_model()
+            self.model = task_lib.check_built_model(task.build_model())
             optimizer = task_lib.build_optimizer(
                 task.optimizer,
                 total_steps=self.inputs.steps_per_epoch * config.epochs,

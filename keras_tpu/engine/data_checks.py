@@ -7,8 +7,11 @@ learning rate" for a NaN in the data. These checks read what the model will
 get and raise one ConfigError naming the split, the array, the example, the
 values and the fix:
 
-  - labels that are strings;
-  - NaN or infinity in features, labels or sample weights;
+  - labels or features that are strings, and NaN or infinity in features,
+    labels or sample weights (`check_task_values`: no model needed, so before
+    any pipeline is built);
+  - features of another shape than the model's input (e.g. 2 columns for an
+    `Input((3,))`), for a model whose inputs are known once built;
   - labels against the model's output for Keras's built-in losses: integer
     class ids within the output's units for sparse cross-entropy, one label
     per output unit (one-hot width, regression targets) for the others.
@@ -35,21 +38,48 @@ _ELEMENTWISE = {
 _SPARSE = "sparse_categorical_crossentropy"
 
 
-def check_task_data(task, model, global_batch):
+def check_task_values(task, global_batch):
+    """Raise ConfigError for strings or non-finite values in the train or eval data.
+
+    Needs no model, so the engine runs it before any pipeline is built (a pipeline
+    would refuse string labels in its own words, naming neither split nor column).
+
+    Args:
+      task: the run's Task.
+      global_batch: examples in the first batch read from a Source or function.
+
+    Returns:
+      The samples read, {split: (batch, where)}, for `check_task_data`.
+    """
+    samples = {}
+    for split, value in _splits(task):
+        batch, where = _sample(value, task.preprocess, global_batch, split)
+        _check_values(split, where, batch)
+        samples[split] = batch, where
+    return samples
+
+
+def check_task_data(task, model, global_batch, samples=None):
     """Raise ConfigError for a data mistake in the task's train or eval data (see module doc).
 
     Args:
       task: the run's Task.
-      model: the built model (its outputs' shapes are compared with the labels).
+      model: the built model (its inputs' and outputs' shapes are compared with
+        the features and labels).
       global_batch: examples in the first batch read from a Source or function.
+      samples: what `check_task_values` returned (its checks then are not repeated).
     """
-    for split, value in (("train", task.train_data), ("eval", task.eval_data)):
-        if value is None:
-            continue
-        batch, where = _sample(value, task.preprocess, global_batch, split)
-        _check_batch(split, where, batch, model, task.loss)
+    if samples is None:
+        samples = check_task_values(task, global_batch)
+    for split, value in _splits(task):
+        batch, where = samples[split]
+        _check_against_model(split, where, batch, model, task.loss)
         if isinstance(value, data.Source) and value.num_classes:
             _check_source_classes(split, value, model, task.loss)
+
+
+def _splits(task):
+    return [(s, v) for s, v in (("train", task.train_data), ("eval", task.eval_data)) if v is not None]
 
 
 def _check_source_classes(split, source, model, loss):
@@ -110,7 +140,7 @@ def _first(ds, preprocess):
     return element if len(element) == 3 else (*element, None)
 
 
-def _check_batch(split, where, batch, model, loss):
+def _check_values(split, where, batch):
     if batch is None:
         return
     x, y, weight = batch
@@ -118,14 +148,14 @@ def _check_batch(split, where, batch, model, loss):
         leaf = np.asarray(leaf)
         if leaf.dtype.kind in "OSU":
             raise checks.ConfigError(
-                f"{split} labels {path} are strings (e.g. {leaf.flat[0]!r}); the model needs "
+                f"{split} labels {path} are strings (e.g. {_plain(leaf.flat[0])!r}); the model needs "
                 f"numbers. Map them to class ids 0..k-1 first, e.g. "
                 f"sklearn.preprocessing.LabelEncoder().fit_transform(labels)."
             )
     for path, leaf in structures.leaves_with_paths(x, "x"):
         if np.asarray(leaf).dtype.kind in "OSU":
             raise checks.ConfigError(
-                f"{split} features {path} are strings (e.g. {np.asarray(leaf).flat[0]!r}); the "
+                f"{split} features {path} are strings (e.g. {_plain(np.asarray(leaf).flat[0])!r}); the "
                 f"model needs numbers. Tokenise them on the host: pass Task(preprocess=...), e.g. "
                 f"keras_tpu.data.text.BertPreprocessor(...).preprocess, or map them in your "
                 f"dataset function."
@@ -135,8 +165,52 @@ def _check_batch(split, where, batch, model, loss):
             continue
         for path, leaf in structures.leaves_with_paths(structure, part):
             _check_finite(split, where, path, np.asarray(leaf))
+
+
+def _plain(value):
+    """Return a NumPy scalar as the Python value it holds ('cat', not np.str_('cat'))."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _check_against_model(split, where, batch, model, loss):
+    if batch is None:
+        return
+    x, y, _ = batch
+    for name, path, features, input_shape in _input_pairs(x, model):
+        _check_feature_shape(split, name, path, np.asarray(features), input_shape, model)
     for name, labels, output_shape in _pairs(y, model):
         _check_labels(split, where, name, np.asarray(labels), output_shape, _loss_for(loss, name))
+
+
+def _input_pairs(x, model):
+    """Return [(input name, path, features, input shape)] for the features matched to the inputs."""
+    try:
+        inputs, names = model.inputs, list(model.input_names)
+    except AttributeError:
+        return []
+    if not inputs:
+        return []  # A subclassed model not yet called: Keras checks at the first step.
+    shapes = {name: tuple(t.shape) for name, t in zip(names, inputs)}
+    if isinstance(x, dict):
+        return [(n, f"x[{n!r}]", x[n], shapes[n]) for n in names if n in x]
+    if len(names) == 1:
+        return [] if isinstance(x, (tuple, list)) else [(names[0], "x", x, shapes[names[0]])]
+    if isinstance(x, (tuple, list)) and len(x) == len(names):
+        return [(n, f"x[{i}]", leaf, shapes[n]) for i, (n, leaf) in enumerate(zip(names, x))]
+    return []
+
+
+def _check_feature_shape(split, name, path, features, input_shape, model):
+    have, want = tuple(features.shape[1:]), tuple(input_shape[1:])
+    # Keras expands 1-D features to one value per example (data_adapter.expand_1d).
+    have = (1,) if have == () else have
+    if len(have) == len(want) and all(w is None or w == h for w, h in zip(want, have)):
+        return
+    raise checks.ConfigError(
+        f"{split} features {path} have shape {features.shape}, {have} per example, but input "
+        f"{name!r} of model {model.name!r} takes {want} per example; give the features that "
+        f"shape, or build the model with keras.Input(shape={have})."
+    )
 
 
 def _check_finite(split, where, path, leaf):

@@ -17,12 +17,14 @@ a backup is restored (so the stream starts at the restored step).
 """
 
 import dataclasses
+import difflib
 import inspect
 from typing import Any, Callable, Sequence
 
 from keras_tpu import checks
 from keras_tpu.engine import saved_model_export as export_lib
 from keras_tpu.engine import instances
+from keras_tpu.runtime import compat
 from keras_tpu.runtime.compat import keras
 
 MODES = ("min", "max")
@@ -121,6 +123,26 @@ class Task:
             )
 
 
+def check_built_model(model):
+    """Return `model` if `Task.build_model` built a tf_keras Model, else raise ConfigError.
+
+    Anything else (a layer, a Keras 3 model) would fail in compile, as an
+    AttributeError or a TypeError, with no word on what to return instead.
+    """
+    if isinstance(model, keras.Model):
+        return model
+    if compat.is_keras3_object(model):
+        compat.ensure_tf_keras(model)  # Its TypeError says why not Keras 3, and how to switch.
+    if isinstance(model, keras.layers.Layer):
+        what = f"a {type(model).__name__} layer"
+    else:
+        what = f"{type(model).__module__}.{type(model).__name__}"
+    raise checks.ConfigError(
+        f"Task.build_model returned {what}, not a model; return a tf_keras Model, e.g. "
+        f"keras_tpu.keras.Sequential([keras_tpu.keras.Input(shape), layer])."
+    )
+
+
 def build_metrics(spec):
     """Return fresh metric objects (or names) for one run; call inside the strategy scope."""
     metrics = spec() if callable(spec) else spec
@@ -130,8 +152,31 @@ def build_metrics(spec):
             # A fresh copy per run: metric variables must be created in the run's scope,
             # and two runs of one Task must not share state.
             metric = type(metric).from_config(metric.get_config())
+        elif isinstance(metric, str):
+            check_metric_name(metric)
         fresh.append(metric)
     return fresh
+
+
+# Names compile resolves by the labels' and outputs' shapes (tf_keras compile_utils).
+_SHAPE_RESOLVED = ("accuracy", "acc", "crossentropy", "ce")
+
+
+def check_metric_name(name):
+    """Raise ConfigError unless compile knows the metric `name` (else it fails at the first step).
+
+    tf_keras's `metrics.get` hands an unknown name back as a string, and compile
+    fails only when the training step is traced, after the run directory is written.
+    """
+    if name.lower() in _SHAPE_RESOLVED or callable(keras.metrics.get(name)):
+        return
+    known = sorted({n for n in dir(keras.metrics) if n.islower() and not n.startswith("_")})
+    close = difflib.get_close_matches(name, [*known, *_SHAPE_RESOLVED], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise checks.ConfigError(
+        f"metric {name!r} is not a Keras metric name{hint}; pass a name Keras knows (e.g. "
+        f"'accuracy', 'mae', 'mse') or a metric instance (keras_tpu.keras.metrics.AUC())."
+    )
 
 
 def build_callbacks(spec):

@@ -207,11 +207,13 @@ class _Run:
         """Build data, model and callbacks and run every check; write nothing."""
         config, task, backend = self.config, self.task, self.backend
         determinism.seed_everything(config.seed, deterministic=config.deterministic)
+        # Strings and NaN first: building the pipelines would refuse strings less precisely.
+        samples = data_checks.check_task_values(task, backend.global_batch())
         backend.build()
         self.model, self.shape = backend.model, backend.shape
         if task.check_model:
             task.check_model(self.model)
-        data_checks.check_task_data(task, self.model, self.shape.global_batch)
+        data_checks.check_task_data(task, self.model, self.shape.global_batch, samples=samples)
         if config.export_dir and task.export is None:
             raise checks.ConfigError("this task has no export; drop --export_dir.")
         output_paths.check_export_dir(
