@@ -19,6 +19,7 @@ from keras_tpu import keras
 from keras_tpu.data import text
 from keras_tpu.models import bert
 from keras_tpu.tasks import cnn as cnn_task_lib
+from tests.conftest import CPU_REPLICAS
 from tests.conftest import run_python
 
 RNG = np.random.default_rng(0)
@@ -45,7 +46,7 @@ def _fit_and_keep_model(task, tmp_path):
     task = dataclasses.replace(task, build_model=lambda: built.append(build()) or built[-1])
     config = keras_tpu.RunConfig(
         model_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "export"), epochs=1,
-        per_replica_batch_size=2, mixed_precision="fp32", verbose=0, backup=False,
+        cpu_replicas=CPU_REPLICAS, per_replica_batch_size=2, mixed_precision="fp32", verbose=0, backup=False,
         tensorboard=False,
     )  # fmt: skip
     summary = keras_tpu.fit(task, config)
@@ -119,20 +120,23 @@ def test_cnn_export_loads_by_every_route(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def tiny_bert_classifier(tmp_path_factory):
-    """A trained (one step) tiny BERT classifier compiled by keras_tpu, and its preprocessor."""
+def tiny_bert_classifier(tmp_path_factory, mirrored):
+    """A tiny BERT classifier compiled by keras_tpu, trained a step on 4 replicas; its preprocessor."""
     vocab = tmp_path_factory.mktemp("vocab") / "vocab.txt"
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "movie", "was", "great"]))
     preprocessor = text.BertPreprocessor(str(vocab), seq_length=8)
-    strategy = tf.distribute.get_strategy()
+    strategy = mirrored
     config = bert.BertConfig(vocab_size=8, num_layers=1, hidden_size=8, num_heads=2,
                              intermediate_size=16)  # fmt: skip
-    model = bert.build_bert_classifier(bert.build_bert_encoder(config), num_classes=2, seq_length=8)
+    with strategy.scope():
+        encoder = bert.build_bert_encoder(config)
+        model = bert.build_bert_classifier(encoder, num_classes=2, seq_length=8)
     keras_tpu.compile_model(
         model, strategy, optimizer="adam", metrics=["accuracy"],
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )  # fmt: skip
-    model.fit(preprocessor(tf.constant(["the movie", "was great"])), np.array([0, 1]), verbose=0)
+    sentences = tf.constant(["the movie", "was great", "the", "great movie"] * 2)
+    model.fit(preprocessor(sentences), np.array([0, 1, 0, 1] * 2), batch_size=8, verbose=0)
     return model, preprocessor, strategy
 
 

@@ -35,7 +35,8 @@ class Task:
     """What a run trains, evaluates and exports.
 
     Attributes:
-      build_model: () -> an uncompiled tf_keras model; called inside `strategy.scope()`.
+      build_model: () -> an uncompiled tf_keras model (not a layer); called inside
+        `strategy.scope()`.
       loss: a Keras loss name or instance (per-example losses are averaged over the
         global batch; padded evaluation rows weigh 0).
       train_data: anything `data.as_source` takes (a Source, an ArraySplit, an
@@ -48,9 +49,11 @@ class Task:
       eval_data: the same forms, or None for no evaluation. Every form is
         evaluated exactly (every example once, padding weighted 0): a function's
         finite dataset is read once to count its examples, then re-batched at the
-        run's batch. Before anything is written the labels are checked against
-        the model's output and the data for NaN (`engine.data_checks`).
-      metrics: Keras metric names or instances, or a () -> list factory. Instances
+        run's batch. Before anything is written the data is checked for strings
+        and NaN, the features against the model's inputs and the labels against
+        its output (`engine.data_checks`).
+      metrics: Keras metric names (an unknown one is refused before the run) or
+        instances, or a () -> list factory. Instances
         are rebuilt from their config inside the scope, fresh for each run; but
         creating one before the run initialises TensorFlow's devices, so with
         `cpu_replicas` create the Task after `keras_tpu.resolve_strategy` or
