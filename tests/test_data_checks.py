@@ -233,3 +233,17 @@ def test_each_mistake_is_one_line_before_model_dir_is_created(tmp_path, fields, 
         keras_tpu.fit(task, config)
     assert str(raised.value) == message
     assert not (tmp_path / "run").exists()
+
+
+def test_features_keras_accepts_pass_the_shape_check():
+    def model(shape):
+        return keras.Sequential([keras.Input(shape), keras.layers.Flatten(), keras.layers.Dense(1)])
+
+    y = np.zeros((40, 1), np.float32)
+    _check(_task("mse", y, x=X), keras.Sequential([keras.Input((None,)), keras.layers.Lambda(
+        lambda t: tf.reduce_sum(t, axis=1, keepdims=True))]))  # None takes any width.
+    _check(_task("mse", y, x=X), model((3, 1)))  # A trailing axis of 1, missing in the data...
+    _check(_task("mse", y, x=X[:, :, None]), model((3,)))  # ...or in the input.
+    _check(_task("mse", y, x=X[:, 0]), model((1,)))  # 1-D features: one value each.
+    with pytest.raises(keras_tpu.ConfigError, match=r"train features x have shape \(40, 3, 2\)"):
+        _check(_task("mse", y, x=np.zeros((40, 3, 2), np.float32)), model((3,)))

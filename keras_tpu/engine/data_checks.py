@@ -200,11 +200,26 @@ def _input_pairs(x, model):
     return []
 
 
+def _fits(have, want):
+    """Whether features of per-example shape `have` pass Keras's check of an input `want`.
+
+    As tf_keras's functional input specs (`allow_last_axis_squeeze`): a None takes
+    any size, and a trailing axis of 1 on either side may be missing on the other.
+    """
+
+    def same(a, b):
+        return len(a) == len(b) and all(w is None or w == h for h, w in zip(a, b))
+
+    return (
+        same(have, want)
+        or (have[-1:] == (1,) and same(have[:-1], want))
+        or (want[-1:] == (1,) and same(have, want[:-1]))
+    )
+
+
 def _check_feature_shape(split, name, path, features, input_shape, model):
     have, want = tuple(features.shape[1:]), tuple(input_shape[1:])
-    # Keras expands 1-D features to one value per example (data_adapter.expand_1d).
-    have = (1,) if have == () else have
-    if len(have) == len(want) and all(w is None or w == h for w, h in zip(want, have)):
+    if _fits(have, want):
         return
     raise checks.ConfigError(
         f"{split} features {path} have shape {features.shape}, {have} per example, but input "
