@@ -182,7 +182,8 @@ LABELS = RNG.integers(0, 2, 40).astype(np.int32)
 
 
 def _named():
-    return keras.Sequential([keras.Input((3,), name="features"), keras.layers.Dense(2)], name="mine")
+    layers = [keras.Input((3,), name="features"), keras.layers.Dense(2)]
+    return keras.Sequential(layers, name="mine")
 
 
 def _two_inputs():
@@ -216,8 +217,9 @@ def _two_inputs():
          "train labels y are strings (e.g. 'cat'); the model needs numbers. Map them to class ids "
          "0..k-1 first, e.g. sklearn.preprocessing.LabelEncoder().fit_transform(labels)."),
         (dict(eval_data=(X, {"species": np.array(["cat", "dog"] * 20)}), monitor="val_loss"),
-         "eval labels y['species'] are strings (e.g. 'cat'); the model needs numbers. Map them to "
-         "class ids 0..k-1 first, e.g. sklearn.preprocessing.LabelEncoder().fit_transform(labels)."),
+         "eval labels y['species'] are strings (e.g. 'cat'); the model needs numbers. Map them "
+         "to class ids 0..k-1 first, e.g. "
+         "sklearn.preprocessing.LabelEncoder().fit_transform(labels)."),
     ],
     ids=["metric_typo", "train_width", "eval_width", "dict_feature_width", "a_layer",
          "train_string_labels", "eval_string_labels"],

@@ -46,8 +46,8 @@ def _fit_and_keep_model(task, tmp_path):
     task = dataclasses.replace(task, build_model=lambda: built.append(build()) or built[-1])
     config = keras_tpu.RunConfig(
         model_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "export"), epochs=1,
-        cpu_replicas=CPU_REPLICAS, per_replica_batch_size=2, mixed_precision="fp32", verbose=0, backup=False,
-        tensorboard=False,
+        cpu_replicas=CPU_REPLICAS, per_replica_batch_size=2, mixed_precision="fp32", verbose=0,
+        backup=False, tensorboard=False,
     )  # fmt: skip
     summary = keras_tpu.fit(task, config)
     assert summary["status"] == "ok"
@@ -63,7 +63,8 @@ def _holds_nothing_of_keras_tpu(export_dir):
 
 def _assert_same(got, want):
     got, want = tf.nest.map_structure(np.asarray, (got, want))
-    tf.nest.map_structure(lambda g, w: np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6), got, want)
+    for g, w in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
 
 
 def _keras3_layer(export_dir, endpoint):
@@ -121,9 +122,10 @@ def test_cnn_export_loads_by_every_route(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_bert_classifier(tmp_path_factory, mirrored):
-    """A tiny BERT classifier compiled by keras_tpu, trained a step on 4 replicas; its preprocessor."""
+    """(model, preprocessor, strategy): a tiny BERT classifier trained a step on 4 replicas."""
     vocab = tmp_path_factory.mktemp("vocab") / "vocab.txt"
-    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "movie", "was", "great"]))
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "movie", "was", "great"]
+    vocab.write_text("\n".join(words))
     preprocessor = text.BertPreprocessor(str(vocab), seq_length=8)
     strategy = mirrored
     config = bert.BertConfig(vocab_size=8, num_layers=1, hidden_size=8, num_heads=2,
@@ -169,10 +171,11 @@ def test_dict_export_loads_in_a_process_without_keras_tpu(tmp_path):
     )  # fmt: skip
     model, export_dir = _fit_and_keep_model(task, tmp_path)
     want = model({k: v[:3] for k, v in FEATURES.items()}).numpy()
+    rows = {k: v[:3].tolist() for k, v in FEATURES.items()}
     probe = run_python(
         "import json, sys, numpy as np, tensorflow as tf, tf_keras, keras\n"
         "sys.modules['keras_tpu'] = None  # Loading must not need it.\n"
-        f"x = {{k: np.array(v, np.float32) for k, v in {({k: v[:3].tolist() for k, v in FEATURES.items()})!r}.items()}}\n"
+        f"x = {{k: np.array(v, np.float32) for k, v in {rows!r}.items()}}\n"
         f"d = {export_dir!r}\n"
         "out = [list(tf.saved_model.load(d).signatures['serving_default'](**x).values())[0],\n"
         "       tf_keras.models.load_model(d)(x),\n"

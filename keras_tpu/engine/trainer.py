@@ -206,9 +206,10 @@ class _Run:
     def _prepare(self):
         """Build data, model and callbacks and run every check; write nothing."""
         config, task, backend = self.config, self.task, self.backend
-        determinism.seed_everything(config.seed, deterministic=config.deterministic)
         # Strings and NaN first: building the pipelines would refuse strings less precisely.
+        # Before seeding: reading the samples must not move the seeds the model is built from.
         samples = data_checks.check_task_values(task, backend.global_batch())
+        determinism.seed_everything(config.seed, deterministic=config.deterministic)
         backend.build()
         self.model, self.shape = backend.model, backend.shape
         if task.check_model:
