@@ -171,10 +171,14 @@ def check_metric_name(name):
     tf_keras's `metrics.get` hands an unknown name back as a string, and compile
     fails only when the training step is traced, after the run directory is written.
     """
-    if name.lower() in _SHAPE_RESOLVED or callable(keras.metrics.get(name)):
+    try:
+        known_name = name.lower() in _SHAPE_RESOLVED or callable(keras.metrics.get(name))
+    except ValueError:  # A capitalised name is looked up as a class, and may be refused.
+        known_name = False
+    if known_name:
         return
     known = sorted({n for n in dir(keras.metrics) if n.islower() and not n.startswith("_")})
-    close = difflib.get_close_matches(name, [*known, *_SHAPE_RESOLVED], n=1)
+    close = difflib.get_close_matches(name.lower(), [*known, *_SHAPE_RESOLVED], n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise checks.ConfigError(
         f"metric {name!r} is not a Keras metric name{hint}; pass a name Keras knows (e.g. "
