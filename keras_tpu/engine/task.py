@@ -21,6 +21,7 @@ import inspect
 from typing import Any, Callable, Sequence
 
 from keras_tpu import checks
+from keras_tpu.engine import early_stopping
 from keras_tpu.engine import saved_model_export as export_lib
 from keras_tpu.engine import instances
 from keras_tpu.runtime.compat import keras
@@ -113,6 +114,9 @@ class Task:
             raise checks.ConfigError("Task.build_model got a model; pass a function that builds it.")
         checks.one_of("mode", self.mode, MODES)
         instances.refuse_optimizer_instance(self.optimizer)
+        if not callable(self.callbacks):
+            for callback in self.callbacks or ():
+                early_stopping.refuse_stock_stateful(callback)
         if self.train_data is None:
             raise checks.ConfigError("Task.train_data is required.")
         if self.monitor.startswith("val_") and self.eval_data is None:
@@ -138,6 +142,7 @@ def build_callbacks(spec):
     """Return the task's callbacks for one run, refusing anything but tf_keras callbacks."""
     callbacks = list(spec() if callable(spec) else spec or ())
     for callback in callbacks:
+        early_stopping.refuse_stock_stateful(callback)
         if not isinstance(callback, keras.callbacks.Callback):
             raise checks.ConfigError(
                 f"Task.callbacks holds {type(callback).__module__}.{type(callback).__name__}, "
