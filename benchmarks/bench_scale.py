@@ -154,10 +154,23 @@ def _epoch_examples_per_second(source, cache):
     return steps * FLAGS.batch / (time.perf_counter() - start)
 
 
+def _peak_rss_bytes():
+    """Return this process's peak resident memory (VmHWM).
+
+    Not `getrusage(RUSAGE_SELF).ru_maxrss`: Linux carries it across fork and exec, so a
+    child started by a large parent reports at least the parent's size (measured here:
+    1,838,809,088 bytes for two different children).
+    """
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status (Linux only)")
+
+
 def _child(spec):
     """One 2-epoch fit in this fresh process; print its peak RSS, what it cached and the
     second epoch's examples/s (the first one fills a cache)."""
-    import resource  # pylint: disable=g-import-not-at-top
     import tempfile  # pylint: disable=g-import-not-at-top
 
     import keras_tpu  # pylint: disable=g-import-not-at-top
@@ -186,7 +199,7 @@ def _child(spec):
     )  # fmt: skip
     start = time.perf_counter()
     summary = keras_tpu.fit(task, config)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = _peak_rss_bytes()
     print(CHILD_MARK + json.dumps({
         "examples": summary["train_examples"], "cache": cache, "peak_rss_bytes": peak,
         "seconds": time.perf_counter() - start, "train_data": summary["train_data"],

@@ -21,6 +21,7 @@ import inspect
 from typing import Any, Callable, Sequence
 
 from keras_tpu import checks
+from keras_tpu.data import sources
 from keras_tpu.engine import early_stopping
 from keras_tpu.engine import saved_model_export as export_lib
 from keras_tpu.engine import instances
@@ -119,6 +120,8 @@ class Task:
                 early_stopping.refuse_stock_stateful(callback)
         if self.train_data is None:
             raise checks.ConfigError("Task.train_data is required.")
+        sources.refuse_dataset(self.train_data, "Task.train_data")
+        sources.refuse_dataset(self.eval_data, "Task.eval_data")
         if self.monitor.startswith("val_") and self.eval_data is None:
             raise checks.ConfigError(
                 f"monitor={self.monitor!r} needs eval_data; give eval_data or monitor 'loss'."
