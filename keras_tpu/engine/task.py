@@ -18,6 +18,7 @@ a backup is restored (so the stream starts at the restored step).
 
 import dataclasses
 import inspect
+import math
 from typing import Any, Callable, Sequence
 
 from keras_tpu import checks
@@ -79,6 +80,10 @@ class Task:
         callbacks do: `state_dict() -> dict` (JSON-serialisable) is saved with
         every backup, and `load_state_dict(state)` gets it back before a resumed
         run trains, so the callback continues as if never interrupted.
+      class_weight: {class index: weight} (or one weight per class, in order): each
+        training example's loss is weighted by its class's weight, as with Keras's
+        `fit(class_weight=...)` (evaluation stays unweighted). Every class from 0 to
+        the largest named must have a weight.
       name: the data's name in the summary ("dataset").
       task_name: the registered name (set by the registry; written to config.yaml).
       backend: a `engine.backend.Backend` subclass that builds and steps the model
@@ -100,6 +105,7 @@ class Task:
     check_memory: Callable | None = None
     check_model: Callable | None = None
     callbacks: Sequence[Any] | Callable[[], Sequence[Any]] = ()
+    class_weight: Any = None
     name: str | None = None
     task_name: str | None = None
     backend: Any = None
@@ -121,11 +127,61 @@ class Task:
         if self.train_data is None:
             raise checks.ConfigError("Task.train_data is required.")
         sources.refuse_dataset(self.train_data, "Task.train_data")
+        if self.class_weight is not None:
+            class_weights(self.class_weight)  # Checked now; used when the data is built.
         sources.refuse_dataset(self.eval_data, "Task.eval_data")
         if self.monitor.startswith("val_") and self.eval_data is None:
             raise checks.ConfigError(
                 f"monitor={self.monitor!r} needs eval_data; give eval_data or monitor 'loss'."
             )
+
+
+def class_weights(spec):
+    """Return Task.class_weight as a tuple of one weight per class, or None.
+
+    Args:
+      spec: None, {class index: weight}, or a sequence of weights indexed by class.
+
+    Raises:
+      ConfigError: a key that is not a class index, a class without a weight, or a
+        weight that is negative or not finite.
+    """
+    if spec is None:
+        return None
+    if not isinstance(spec, dict):
+        spec = dict(enumerate(spec))
+    bad = [k for k in spec if isinstance(k, bool) or not isinstance(k, int) or k < 0]
+    if bad or not spec:
+        raise checks.ConfigError(
+            f"Task.class_weight={spec!r}: keys must be class indices 0, 1, ... (the integer "
+            f"labels), e.g. {{0: 1.0, 1: 3.0}}."
+        )
+    missing = sorted(set(range(max(spec) + 1)) - set(spec))
+    if missing:
+        raise checks.ConfigError(
+            f"Task.class_weight has no weight for class(es) {missing}; give every class from 0 "
+            f"to {max(spec)} a weight (1.0 leaves a class as it is)."
+        )
+    weights = tuple(float(spec[k]) for k in range(max(spec) + 1))
+    if not all(math.isfinite(w) and w >= 0 for w in weights):
+        raise checks.ConfigError(
+            f"Task.class_weight={spec!r}: weights must be finite and >= 0."
+        )
+    return weights
+
+
+def check_class_weight(task, model):
+    """Raise ConfigError if Task.class_weight does not give one weight per model class."""
+    weights = class_weights(task.class_weight)
+    if weights is None:
+        return
+    units = model.output_shape[-1] if isinstance(model.output_shape, tuple) else None
+    classes = 2 if units == 1 else units
+    if classes is not None and len(weights) != classes:
+        raise checks.ConfigError(
+            f"Task.class_weight gives {len(weights)} class weight(s) but the model predicts "
+            f"{classes} classes ({units} output unit(s)); give one weight per class."
+        )
 
 
 def build_metrics(spec):

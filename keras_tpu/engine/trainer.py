@@ -213,6 +213,7 @@ class _Run:
         if task.check_model:
             task.check_model(self.model)
         data_checks.check_task_data(task, self.model, self.shape.global_batch)
+        task_lib.check_class_weight(task, self.model)
         if config.export_dir and task.export is None:
             raise checks.ConfigError("this task has no export; drop --export_dir.")
         output_paths.check_export_dir(
