@@ -206,6 +206,11 @@ RUN_HELP = {
     "or an object store) falls back to the one before.",
     "keep_best": "Keep the weights with the best value of the task's monitor (Task.monitor: "
     "val_loss by default, val_accuracy for cnn and bert) under model_dir/best.",
+    "early_stopping_patience": "Stop after N epochs in which the task's monitor did not improve "
+    "by more than --early_stopping_min_delta (resumes exactly; the summary says when). "
+    "Default: train every epoch.",
+    "early_stopping_min_delta": "The smallest change of the task's monitor that counts as an "
+    "improvement for --early_stopping_patience.",
     "export_weights": "Which weights the final evaluation and the export use: 'final' (the last "
     "step's) or 'best' (those kept under model_dir/best by the task's monitor).",
     "tensorboard": "Write TensorBoard logs under model_dir/tensorboard.",

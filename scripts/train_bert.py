@@ -3,7 +3,7 @@
 Offline, on an encoder exported by scripts/export_bert_hub.py:
   python scripts/train_bert.py --encoder_handle=/tmp/bert/encoder \
     --preprocess_handle=/tmp/bert/preprocess \
-    --train_file=../shared/data/sst2/train.tsv --eval_file=../shared/data/sst2/dev.tsv \
+    --train_file=tests/data/sst2/train.tsv --eval_file=tests/data/sst2/dev.tsv \
     --model_dir=/tmp/bert_run --export_dir=/tmp/bert_run/export
 On a TPU with a tfhub.dev encoder:
   python scripts/train_bert.py \

@@ -8,6 +8,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+import keras_tpu
+from keras_tpu import checks
+from keras_tpu import data
 from keras_tpu.data import file_sources
 from keras_tpu.data import sources
 from tests.conftest import SST2
@@ -169,3 +172,17 @@ def test_a_tfds_name_and_split_is_a_source(monkeypatch):
     assert calls == [("mnist", "train")]
     with pytest.raises(sources.checks.ConfigError, match="'name:split'"):
         sources.as_source("mnist")
+
+
+def test_a_built_dataset_is_refused_in_one_line_naming_the_function_form():
+    images = tf.data.Dataset.from_tensor_slices((np.zeros((4, 3)), np.zeros(4))).batch(2)
+    with pytest.raises(checks.ConfigError) as refused:
+        keras_tpu.Task(build_model=lambda: None, loss="mse", train_data=images)
+    message = str(refused.value)
+    assert message.startswith("Task.train_data is a built tf.data.Dataset (_BatchDataset)")
+    assert "lambda ctx: make_dataset(ctx)" in message and len(message.splitlines()) == 1
+    with pytest.raises(checks.ConfigError, match="Task.eval_data is a built"):
+        keras_tpu.Task(build_model=lambda: None, loss="mse", train_data=(np.zeros((4, 3)),
+                       np.zeros(4)), eval_data=images)  # fmt: skip
+    with pytest.raises(checks.ConfigError, match="^train data is a built"):
+        data.as_source(images, "train")

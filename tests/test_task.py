@@ -49,3 +49,53 @@ def test_task_refusals_are_one_line():
     with pytest.raises(keras_tpu.ConfigError, match="mode"):
         keras_tpu.Task(build_model=keras.Sequential, loss="mse", train_data=xy, eval_data=xy,
                        mode="lowest")  # fmt: skip
+
+
+def test_class_weight_trains_as_the_same_weights_given_per_example(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 3)).astype(np.float32)
+    y = (x[:, 0] > 0.5).astype(np.int32)  # About a third positive.
+    weights = np.where(y == 1, 3.0, 0.5).astype(np.float32)
+
+    def fit(train_data, class_weight=None):
+        task = keras_tpu.Task(
+            build_model=lambda: keras.Sequential([keras.layers.Dense(2, input_shape=(3,))]),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            train_data=train_data, monitor="loss", class_weight=class_weight,
+            optimizer=lambda: keras.optimizers.SGD(0.5),
+        )  # fmt: skip
+        config = keras_tpu.RunConfig(epochs=2, per_replica_batch_size=8, verbose=0, cache="none")
+        return keras_tpu.fit(task, config)
+
+    by_class = fit((x, y), {0: 0.5, 1: 3.0})
+    by_example = fit((x, y, weights))
+    unweighted = fit((x, y))
+    assert by_class["weights_sha256"] == by_example["weights_sha256"]
+    assert by_class["weights_sha256"] != unweighted["weights_sha256"]
+    # A sequence, and a class weight times the example's own weight.
+    both = fit((x, y, np.full(64, 2.0, np.float32)), [0.25, 1.5])
+    assert both["weights_sha256"] == by_example["weights_sha256"]
+
+
+@pytest.mark.parametrize(
+    "class_weight, message",
+    [
+        ({0: 1.0, 2: 2.0}, r"no weight for class\(es\) \[1\]"),
+        ({"pos": 1.0}, "keys must be class indices"),
+        ({0: 1.0, 1: -1.0}, "finite and >= 0"),
+        ({0: 1.0, 1: 1.0, 2: 1.0}, "gives 3 class weight.* predicts 2 classes"),
+    ],
+)
+def test_bad_class_weights_are_one_line_before_anything_is_written(tmp_path, class_weight, message):
+    x = np.zeros((16, 3), np.float32)
+    task = dict(
+        build_model=lambda: keras.Sequential([keras.layers.Dense(2, input_shape=(3,))]),
+        loss="sparse_categorical_crossentropy", train_data=(x, np.zeros(16, np.int32)),
+        monitor="loss", class_weight=class_weight,
+    )  # fmt: skip
+    config = keras_tpu.RunConfig(model_dir=str(tmp_path / "run"), epochs=1, verbose=0,
+                                 per_replica_batch_size=4)  # fmt: skip
+    with pytest.raises(keras_tpu.ConfigError, match=message) as refused:
+        keras_tpu.fit(keras_tpu.Task(**task), config)
+    assert len(str(refused.value).splitlines()) == 1
+    assert not (tmp_path / "run").exists()

@@ -141,8 +141,14 @@ def _options(deterministic):
     return options
 
 
-def finish_batches(ds, pipeline_batch, preprocess, deterministic):
-    """Batch (static shapes), preprocess on the host, cast for the device, prefetch."""
+def finish_batches(ds, pipeline_batch, preprocess, deterministic, class_weight=None):
+    """Batch (static shapes), preprocess on the host, weigh, cast for the device, prefetch.
+
+    Args:
+      class_weight: a sequence of one weight per class (training only): each example's
+        sample weight becomes its class's weight (times its own weight, if it has one),
+        as Keras's `fit(class_weight=...)` does.
+    """
     ds = ds.batch(pipeline_batch, drop_remainder=True, num_parallel_calls=tf.data.AUTOTUNE)
     if preprocess is not None:
         ds = ds.map(
@@ -150,6 +156,14 @@ def finish_batches(ds, pipeline_batch, preprocess, deterministic):
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=deterministic,
         )
+    if class_weight is not None:
+        weights = tf.constant(list(class_weight), tf.float32)
+
+        def weigh(x, y, *w):
+            weight = tf.gather(weights, tf.reshape(tf.cast(y, tf.int64), [-1]))
+            return x, y, weight * tf.reshape(tf.cast(w[0], tf.float32), [-1]) if w else weight
+
+        ds = ds.map(weigh)
     # Checked on the spec, before tracing: an error raised inside a traced map
     # function would reach the caller wrapped in autograph's StagingError.
     _map_paths(_refuse_strings, tuple(ds.element_spec))

@@ -84,11 +84,30 @@ class Source:
     open_files: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
 
 
+def refuse_dataset(data, name):
+    """Raise ConfigError for a built tf.data.Dataset, naming the function form that works.
+
+    A built dataset cannot be sharded per input pipeline, reshuffled per epoch with the
+    run's seed or positioned at a resumed step, so a run could not be exact with it (e.g.
+    `keras.utils.image_dataset_from_directory(...)`, which is also batched already).
+    """
+    if isinstance(data, tf.data.Dataset):
+        raise checks.ConfigError(
+            f"{name} is a built tf.data.Dataset ({type(data).__name__}), which keras_tpu "
+            f"cannot shard, reshuffle per epoch or resume exactly; pass a dataset function "
+            f"instead, `lambda ctx: make_dataset(ctx)` returning per-replica batches "
+            f"(ctx.get_per_replica_batch_size(global_batch), sharded by "
+            f"ctx.input_pipeline_id, .repeat() for training, with steps_per_epoch), or "
+            f"arrays or a data.Source."
+        )
+
+
 def as_source(data, name="arrays"):
     """Return `data` as a Source: a Source, an ArraySplit, an (x, y) or (x, y, sample_weight)
     tuple (x and y arrays, or dicts of arrays) or a tfds "name:split"."""
     if isinstance(data, Source):
         return data
+    refuse_dataset(data, f"{name} data")
     if isinstance(data, str):
         dataset, sep, split = data.partition(":")
         if not sep or not dataset or not split:

@@ -91,6 +91,7 @@ def train_dataset_fn(
     cache_budget_bytes=None,
     start_step=0,
     steps_per_epoch=None,
+    class_weight=None,
 ):
     """Return (dataset_fn(input_context), steps per epoch) for training.
 
@@ -112,6 +113,8 @@ def train_dataset_fn(
         as if never interrupted.
       steps_per_epoch: the run's epoch length (default: one pass, `examples //
         global batch`).
+      class_weight: one weight per class (a sequence indexed by the integer label):
+        each training example is weighted by its class's weight.
 
     Raises:
       ConfigError: a split smaller than one global batch.
@@ -161,7 +164,7 @@ def train_dataset_fn(
             ds = _filled_first(open_pass(None), ds)
         if step_in_epoch:
             ds = ds.skip(step_in_epoch * per_step)  # This epoch's trained steps only.
-        return finish_batches(ds, batch, preprocess, deterministic=True)
+        return finish_batches(ds, batch, preprocess, deterministic=True, class_weight=class_weight)
 
     return dataset_fn, steps
 

@@ -4,6 +4,7 @@ import dataclasses
 import logging
 import os
 import time
+from typing import Any
 
 import tensorflow as tf
 
@@ -187,6 +188,7 @@ class RunCallbacks:
     history: run_records.RunHistory  # The whole run's per-epoch logs, across resumes.
     all: tuple  # Every callback for model.fit, in order: the exact val_loss, then the meter
     # (TensorBoard logs their values).
+    early_stop: Any = None  # The run's early_stopping.EarlyStop, or None.
 
 
 def make_callbacks(
@@ -206,6 +208,7 @@ def make_callbacks(
     progress_seconds=None,
     extra=(),
     preemption=None,
+    early_stop=None,
 ):
     """Return the standard callback list for a run writing under `model_dir`.
 
@@ -228,6 +231,8 @@ def make_callbacks(
         guard (their logs hold those values), before the progress lines, best
         weights, TensorBoard, the run's history and backups (which see what they
         add to logs). Those with `state_dict`/`load_state_dict` are backed up.
+      early_stop: an `early_stopping.EarlyStop`, after the history and before the
+        backup (which holds its state at each epoch's end), or None.
       preemption: the run's `preemption.Preemption` (it owns SIGTERM/SIGINT): the
         backup saves and stops on its signal, or, without backups, `StopOnSignal`
         stops. None: the backup handles the signals itself.
@@ -246,6 +251,8 @@ def make_callbacks(
         callbacks += _file_callbacks(model_dir, strategy, best_metric, best_mode, tensorboard)
     history = run_records.RunHistory()
     callbacks.append(history)
+    if early_stop is not None:
+        callbacks.append(early_stop)
     backup_callback = None
     if model_dir and backup:
         # A backup lets a killed or preempted run resume where it stopped: restarting
@@ -269,6 +276,7 @@ def make_callbacks(
     return RunCallbacks(
         meter=meter,
         nan_guard=guard,
+        early_stop=early_stop,
         progress=progress_logger,
         backup=backup_callback,
         history=history,

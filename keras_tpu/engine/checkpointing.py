@@ -148,6 +148,7 @@ class Backup(keras.callbacks.Callback):
         self.nan_step = None
         self._stores = None
         self._checkpoint = None
+        self._status = None  # The restore's status (expect_partial when nothing trains).
 
     # Checkpoints --------------------------------------------------------------
 
@@ -192,6 +193,7 @@ class Backup(keras.callbacks.Callback):
             raise error
         if choice.backup is not None:
             status = self._checkpoint.restore(choice.backup.prefix, options=self.options)
+            self._status = status
             self.start_step = self.saved_step = int(self.model.optimizer.iterations.numpy())
             if last_step is not None and self.start_step >= last_step:
                 status.expect_partial()
@@ -204,6 +206,11 @@ class Backup(keras.callbacks.Callback):
                 run_records.load(self.records, self.state_callbacks, self.history)
                 self._add_metrics = bool(self.records.metrics) and not self.multi_worker
         return self.start_step
+
+    def expect_partial(self):
+        """Say the restored backup's optimizer slots are not needed: the run trains no more."""
+        if self._status is not None:
+            self._status.expect_partial()
 
     def track(self, holder):
         """Back up `holder`'s state too (the state protocol); give it the restored state now."""

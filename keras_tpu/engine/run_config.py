@@ -48,6 +48,8 @@ class RunConfig:
         False  # Start over in a model_dir, or replace an export_dir, holding another run.
     )
     keep_best: bool = True  # Keep the best weights (by the task's monitor) under model_dir/best.
+    early_stopping_patience: int | None = None  # Stop after N epochs without improvement.
+    early_stopping_min_delta: float = 0.0  # The smallest change of the monitor that counts.
     export_weights: str = "final"  # Evaluate and export "final" weights or the "best" kept ones.
     tensorboard: bool = True  # TensorBoard logs under model_dir/tensorboard.
     peak_tflops: float | None = None  # Devices' combined peak, for MFU (e.g. bench_peak.py).
@@ -57,9 +59,15 @@ class RunConfig:
 
     def __post_init__(self):
         # Checked here, before TensorFlow starts, so a bad flag costs nothing.
-        for name in ("epochs", "per_replica_batch_size", "steps_per_epoch", "backup_every_steps"):
+        for name in ("epochs", "per_replica_batch_size", "steps_per_epoch", "backup_every_steps",
+                     "early_stopping_patience"):
             checks.optional_integer(name, getattr(self, name))
         checks.integer("keep_backups", self.keep_backups)
+        if self.early_stopping_min_delta < 0:
+            raise checks.ConfigError(
+                f"early_stopping_min_delta={self.early_stopping_min_delta}: must be >= 0 (the "
+                f"smallest change of the monitor counted as an improvement)."
+            )
         checks.positive("learning_rate", self.learning_rate)
         checks.positive("progress_seconds", self.progress_seconds, unit="s")
         checks.one_of("verbose", self.verbose, (0, 1, 2))

@@ -19,6 +19,7 @@ from keras_tpu import data
 from keras_tpu.data import autotune
 from keras_tpu.data import cache_policy
 from keras_tpu.data import function_eval
+from keras_tpu.engine import class_weights
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,13 @@ def build(task, config, strategy):
     """
     autotune.drop_per_device_autotune()  # The run's iterators must not stall at their deletion.
     batching = data.Batching.for_strategy(config.per_replica_batch_size, strategy)
+    class_weight = class_weights.class_weights(task.class_weight)
     if _is_dataset_fn(task.train_data):
+        if class_weight is not None:
+            raise checks.ConfigError(
+                "Task.class_weight needs train_data the engine batches (arrays, a Source); a "
+                "dataset function weighs its own examples: yield (x, y, sample_weight)."
+            )
         if not config.steps_per_epoch:
             raise checks.ConfigError(
                 "train_data is a dataset function, whose length keras_tpu cannot know; set "
@@ -76,6 +83,7 @@ def build(task, config, strategy):
                 cache=cache,
                 start_step=start_step,
                 steps_per_epoch=config.steps_per_epoch or steps,
+                class_weight=class_weight,
             )
             return dataset
 

@@ -82,6 +82,7 @@ class RunSummary:
     dataset: str | None = None
     precision_reason: str | None = None  # Why this policy, e.g. "fp32: this CPU has no native bf16".
     train_data: str | None = None  # Cached in memory or streamed, and why (data.cache_policy).
+    stopped_early: dict | None = None  # early_stopping.StoppedEarly, when the run stopped early.
     extra: dict = dataclasses.field(default_factory=dict)  # Backend-specific (e.g. the mesh).
 
     def to_dict(self):
@@ -181,6 +182,11 @@ def run_summary(run, trained, test, *, weights, checksum):
         precision_policy=run.policy,
         precision_reason=run.precision_reason,
         train_data=shape.train_data,
+        stopped_early=(
+            dataclasses.asdict(run.callbacks.early_stop.stopped())
+            if run.callbacks.early_stop is not None and run.callbacks.early_stop.stopped()
+            else None
+        ),
         epochs=config.epochs,
         steps_per_epoch=shape.steps_per_epoch,
         steps_per_execution=shape.steps_per_execution,

@@ -22,6 +22,9 @@ import inspect
 from typing import Any, Callable, Sequence
 
 from keras_tpu import checks
+from keras_tpu.data import sources
+from keras_tpu.engine import class_weights
+from keras_tpu.engine import early_stopping
 from keras_tpu.engine import saved_model_export as export_lib
 from keras_tpu.engine import instances
 from keras_tpu.runtime import compat
@@ -82,6 +85,10 @@ class Task:
         callbacks do: `state_dict() -> dict` (JSON-serialisable) is saved with
         every backup, and `load_state_dict(state)` gets it back before a resumed
         run trains, so the callback continues as if never interrupted.
+      class_weight: {class index: weight} (or one weight per class, in order): each
+        training example's loss is weighted by its class's weight, as with Keras's
+        `fit(class_weight=...)` (evaluation stays unweighted). Every class from 0 to
+        the largest named must have a weight.
       name: the data's name in the summary ("dataset").
       task_name: the registered name (set by the registry; written to config.yaml).
       backend: a `engine.backend.Backend` subclass that builds and steps the model
@@ -103,6 +110,7 @@ class Task:
     check_memory: Callable | None = None
     check_model: Callable | None = None
     callbacks: Sequence[Any] | Callable[[], Sequence[Any]] = ()
+    class_weight: Any = None
     name: str | None = None
     task_name: str | None = None
     backend: Any = None
@@ -118,8 +126,15 @@ class Task:
             raise checks.ConfigError("Task.build_model got a model; pass a function that builds it.")
         checks.one_of("mode", self.mode, MODES)
         instances.refuse_optimizer_instance(self.optimizer)
+        if not callable(self.callbacks):
+            for callback in self.callbacks or ():
+                early_stopping.refuse_stock_stateful(callback)
         if self.train_data is None:
             raise checks.ConfigError("Task.train_data is required.")
+        sources.refuse_dataset(self.train_data, "Task.train_data")
+        if self.class_weight is not None:
+            class_weights.class_weights(self.class_weight)  # Checked now; used by the data.
+        sources.refuse_dataset(self.eval_data, "Task.eval_data")
         if self.monitor.startswith("val_") and self.eval_data is None:
             raise checks.ConfigError(
                 f"monitor={self.monitor!r} needs eval_data; give eval_data or monitor 'loss'."
@@ -190,6 +205,7 @@ def build_callbacks(spec):
     """Return the task's callbacks for one run, refusing anything but tf_keras callbacks."""
     callbacks = list(spec() if callable(spec) else spec or ())
     for callback in callbacks:
+        early_stopping.refuse_stock_stateful(callback)
         if not isinstance(callback, keras.callbacks.Callback):
             raise checks.ConfigError(
                 f"Task.callbacks holds {type(callback).__module__}.{type(callback).__name__}, "

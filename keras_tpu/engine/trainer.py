@@ -34,8 +34,10 @@ from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.engine import callbacks as callbacks_lib
 from keras_tpu.engine import checkpointing
+from keras_tpu.engine import class_weights
 from keras_tpu.engine import config_yaml
 from keras_tpu.engine import data_checks
+from keras_tpu.engine import early_stopping
 from keras_tpu.engine import saved_model_export
 from keras_tpu.engine import instances
 from keras_tpu.engine import backend as backend_lib
@@ -215,6 +217,7 @@ class _Run:
         if task.check_model:
             task.check_model(self.model)
         data_checks.check_task_data(task, self.model, self.shape.global_batch, samples=samples)
+        class_weights.check_class_weight(task, self.model)
         if config.export_dir and task.export is None:
             raise checks.ConfigError("this task has no export; drop --export_dir.")
         output_paths.check_export_dir(
@@ -244,7 +247,11 @@ class _Run:
             progress_seconds=config.progress_seconds if config.verbose == 2 else None,
             extra=task_lib.build_callbacks(task.callbacks),
             preemption=self.preemption,
-        )
+            early_stop=config.early_stopping_patience and early_stopping.EarlyStop(
+                task.monitor, task.mode, config.early_stopping_patience,
+                config.early_stopping_min_delta,
+            ),
+        )  # fmt: skip
         self.preemption.backup = self.callbacks.backup
         if self.info.is_multi_worker:  # Every worker stops at one step, backed up by all.
             self.preemption.join_cluster(self.strategy)
@@ -281,8 +288,15 @@ class _Run:
     def _train(self, position):
         """Train from `position` (the data and the loop start there); return a _Trained."""
         self._end_pending_epoch()
+        early_stop = self.callbacks.early_stop
         try:
-            self.backend.train(self.callbacks.all, position)
+            if early_stop is not None and early_stop.stopped() is not None:
+                # Resumed after the epoch that stopped it (its backup holds the stop).
+                log.warning("keras_tpu: %s", early_stop.stopped().line())
+                if self.callbacks.backup:
+                    self.callbacks.backup.expect_partial()
+            else:
+                self.backend.train(self.callbacks.all, position)
         except checkpointing.RunStopped:
             _close_tensorboard(self.callbacks.all)  # Its last epochs reach the disk.
             raise

@@ -1,7 +1,7 @@
 """The built-in BERT task: sentence (pair) classification or regression on a TF Hub encoder.
 
     python scripts/train_bert.py --encoder_handle=DIR --vocab_file=vocab.txt \
-      --train_file=../shared/data/sst2/train.tsv --eval_file=../shared/data/sst2/dev.tsv
+      --train_file=tests/data/sst2/train.tsv --eval_file=tests/data/sst2/dev.tsv
 """
 
 import dataclasses
@@ -25,7 +25,7 @@ class BertRunConfig(keras_tpu.RunConfig):
     """BERT fine-tuning on a sentence or a sentence pair, to classes or to a score.
 
     Run: python scripts/train_bert.py --encoder_handle=DIR --vocab_file=vocab.txt
-         --train_file=../shared/data/sst2/train.tsv --eval_file=../shared/data/sst2/dev.tsv
+         --train_file=tests/data/sst2/train.tsv --eval_file=tests/data/sst2/dev.tsv
     A GLUE task through tfds needs no more than its name (keras_tpu.tasks.glue):
          python scripts/train_bert.py ... --tfds_name=glue/mrpc
     """

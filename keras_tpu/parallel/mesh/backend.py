@@ -73,6 +73,11 @@ class ShardedBackend(backend_lib.Backend):
                 f"lay out weights wrapped for mixed precision (they stay off the mesh); use "
                 f"--mixed_precision=fp32, or --model_parallel=1 for mixed precision."
             )
+        if self.task.class_weight is not None:
+            raise checks.ConfigError(
+                f"Task.class_weight cannot run with --model_parallel={config.model_parallel}: the "
+                f"mesh's training step has no sample weights; use --model_parallel=1."
+            )
         if config.rehearse_tpu:
             raise checks.ConfigError(
                 f"--rehearse_tpu cannot compile the sharded step (--model_parallel="
