@@ -50,6 +50,7 @@ from keras_tpu.engine import compiling
 from keras_tpu.engine.run_config import RunConfig
 from keras_tpu.runtime import cluster
 from keras_tpu.runtime import determinism
+from keras_tpu.runtime import replica_batch_norm
 from keras_tpu.runtime import resolver
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy_info import StrategyInfo
@@ -212,6 +213,7 @@ class _Run:
         if task.check_model:
             task.check_model(self.model)
         data_checks.check_task_data(task, self.model, self.shape.global_batch)
+        self._warn_of_per_replica_statistics()
         if config.export_dir and task.export is None:
             raise checks.ConfigError("this task has no export; drop --export_dir.")
         output_paths.check_export_dir(
@@ -245,6 +247,18 @@ class _Run:
         self.preemption.backup = self.callbacks.backup
         if self.info.is_multi_worker:  # Every worker stops at one step, backed up by all.
             self.preemption.join_cluster(self.strategy)
+
+    def _warn_of_per_replica_statistics(self):
+        """Say once if a resume on these replicas cannot continue the model's statistics exactly."""
+        names = replica_batch_norm.per_replica_statistics(self.model)
+        if self.info.replicas > 1 and names and self.config.backup and self.config.model_dir:
+            log.warning(
+                "keras_tpu: %s (e.g. %s) are kept per replica and backed up as their mean "
+                "across the %d replicas, so a resumed run continues from other values than an "
+                "uninterrupted one; use keras_tpu.SyncBatchNormalization (the same "
+                "values on every replica) for an exact resume.",
+                f"{len(names)} variable(s)", names[0], self.info.replicas,
+            )  # fmt: skip
 
     def _claim_and_restore(self):
         """Lock model_dir, check it holds this run, restore its backup; return (lock, position)."""
