@@ -122,8 +122,6 @@ class Backup(keras.callbacks.Callback):
         self._add_metrics = False
         self.directory = os.path.join(model_dir, "backup")
         self.chief = StrategyInfo.of(strategy).is_chief
-        # Each worker holds its own share of the metric sums; the records hold the chief's.
-        self.multi_worker = StrategyInfo.of(strategy).is_multi_worker
         self.every_steps = every_steps
         self.keep = keep
         self.options = options
@@ -202,7 +200,7 @@ class Backup(keras.callbacks.Callback):
             self.records = choice.backup.records
             if self.records is not None:
                 run_records.load(self.records, self.state_callbacks, self.history)
-                self._add_metrics = bool(self.records.metrics) and not self.multi_worker
+                self._add_metrics = bool(self.records.metrics)
         return self.start_step
 
     def track(self, holder):
