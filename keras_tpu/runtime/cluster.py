@@ -40,6 +40,22 @@ FAILURE_ERRORS = (
 )
 
 
+# What a collective's failure says of a peer, and a storage error never does.
+_PEER_FAILURE = re.compile(
+    r"/job:\w+/(?:replica:\d+/)?task:\d+|Collective ops is aborted|stopped sending heartbeats"
+)
+
+
+def lost_peer(error):
+    """Return True if `error` is a collective failing for a peer, not e.g. a storage error.
+
+    A worker killed while the others back up fails their save's collectives (or its
+    coordination-service calls): that is the lost worker, not the backup's storage.
+    """
+    message = str(getattr(error, "message", error))
+    return isinstance(error, FAILURE_ERRORS) and bool(_PEER_FAILURE.search(message))
+
+
 class ClusterError(RuntimeError):
     """A worker did not start, or stopped, so the cluster cannot go on."""
 
