@@ -185,6 +185,8 @@ def test_worker_failure_message_names_the_peer():
     assert "Socket closed" in message
     assert "resumes from the last backup in /runs/a/backup" in message
     assert "training starts over" in str(cluster.worker_failure(error, info, None))
+    named = str(cluster.worker_failure(error, info, "/runs/a", saved_step=22))
+    assert "resumes from the last backup (step 22) in /runs/a/backup" in named
 
 
 _SHARDING_PROGRAM = """
@@ -386,8 +388,10 @@ def test_a_killed_worker_stops_the_other_and_a_restart_resumes(tmp_path, victim,
     last = log.strip().splitlines()[-1]
     print(f"worker {survivor} stopped {stopped_after:.1f} s after the kill: {last}")
     assert last.startswith(f"error: the cluster lost worker {victim}"), last
-    assert f"resumes from the last backup in {model_dir}/backup" in last
     saved = backup_step(str(model_dir))
+    # The chief names the step of its last backup; worker 1's own writes were scratch copies.
+    step = f" (step {saved})" if survivor == 0 else ""
+    assert f"resumes from the last backup{step} in {model_dir}/backup" in last
     assert saved is not None and saved % steps_per_epoch == 0 and saved >= 2 * steps_per_epoch
     assert not (model_dir / "summary.json").exists()
 

@@ -193,8 +193,11 @@ class _Run:
         except cluster.FAILURE_ERRORS as e:
             if not self.info.is_multi_worker:
                 raise
+            backup = self.callbacks.backup
+            # The chief's own writes are the backups a restart reads; a peer's say nothing of them.
+            saved = backup.saved_step if backup and self.info.is_chief else None
             raise cluster.worker_failure(
-                e, self.info, self.config.model_dir, self.config.backup
+                e, self.info, self.config.model_dir, self.config.backup, saved_step=saved
             ) from e
         finally:
             self.preemption.close()
