@@ -88,3 +88,31 @@ def test_a_run_says_once_when_a_resume_cannot_continue_per_replica_statistics(
         "other values than an uninterrupted one; use keras_tpu.SyncBatchNormalization (the "
         "same values on every replica) for an exact resume."
     ]
+
+
+def test_one_all_reduce_gives_tf_keras_synced_moments(mirrored):
+    # The override of tf_keras's private method (the tripwire: it must still be what
+    # tf_keras calls for synced moments); equal to tf_keras's three all-reduces.
+    import inspect  # pylint: disable=g-import-not-at-top
+
+    base = keras.layers.BatchNormalization
+    assert "_sync_calculate_mean_and_var" in inspect.getsource(base._calculate_mean_and_var)
+    with mirrored.scope():
+        layer = replica_batch_norm.SyncBatchNormalization()
+        layer.build((None, 4, 4, 3))
+    x = tf.reshape(tf.range(16 * 4 * 4 * 3, dtype=tf.float32) % 11, (16, 4, 4, 3))
+    dataset = tf.data.Dataset.from_tensor_slices(x).batch(16)
+    batch = next(iter(mirrored.experimental_distribute_dataset(dataset)))
+
+    def both(inputs):
+        ours = layer._sync_calculate_mean_and_var(inputs, [0, 1, 2], keep_dims=False)
+        theirs = base._sync_calculate_mean_and_var(layer, inputs, [0, 1, 2], keep_dims=False)
+        return ours, theirs
+
+    ours, theirs = mirrored.run(both, args=(batch,))
+    for mine, keras_own in zip(ours, theirs):
+        for a, b in zip(*(mirrored.experimental_local_results(v) for v in (mine, keras_own))):
+            assert a.shape == (3,)
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+    mean = mirrored.experimental_local_results(ours[0])[0].numpy()
+    np.testing.assert_allclose(mean, tf.reduce_mean(x, axis=[0, 1, 2]).numpy(), rtol=1e-6)
