@@ -39,6 +39,7 @@ from keras_tpu.runtime.resolver import TPUConnectionError  # noqa: E402
 from keras_tpu.runtime.resolver import TPUUnusableError  # noqa: E402
 from keras_tpu.runtime.resolver import describe  # noqa: E402
 from keras_tpu.runtime.resolver import resolve_strategy  # noqa: E402
+from keras_tpu.runtime.replica_batch_norm import SyncBatchNormalization  # noqa: E402
 from keras_tpu.runtime.strategy_info import StrategyInfo  # noqa: E402
 from keras_tpu.engine.run_config import RunConfig  # noqa: E402
 from keras_tpu.engine.registry import register_task  # noqa: E402
@@ -80,6 +81,7 @@ __all__ = [
     "keras",
     "metrics",
     "StrategyInfo",
+    "SyncBatchNormalization",
     "resolve_strategy",
 ]
 

@@ -120,6 +120,32 @@ def test_a_failed_save_names_the_path_and_leaves_no_litter(tmp_path, monkeypatch
                                              "ckpt-5.index", "records-5.json"]  # fmt: skip
 
 
+@pytest.mark.parametrize("multi_worker", [True, False])
+def test_a_peer_lost_during_a_cluster_save_is_the_lost_worker_not_a_write_error(
+    tmp_path, monkeypatch, multi_worker
+):
+    model = _model(spe=1)
+    backup = checkpointing.Backup(str(tmp_path), tf.distribute.get_strategy(), every_steps=5)
+    backup.set_model(model)
+    backup.multi_worker = multi_worker
+    model.optimizer.iterations.assign(5)
+    _, write = backup.stores()
+    lost = tf.errors.UnavailableError(
+        None, None, "Collective ops is aborted by: Error reported from /job:worker/task:1: The "
+        "following tasks are unhealthy (stopped sending heartbeats)",
+    )  # fmt: skip
+
+    def peer_killed(*args, **kwargs):
+        raise lost
+
+    monkeypatch.setattr(write, "save", peer_killed)
+    with pytest.raises((tf.errors.UnavailableError, checkpointing.RunStopped)) as e:
+        backup.save()
+    # On a cluster the run turns it into "the cluster lost worker 1" (cluster.worker_failure).
+    assert (e.value is lost) == multi_worker
+    assert not list((tmp_path / "backup" / "chief").glob("ckpt-5*"))
+
+
 def test_a_backup_restored_only_when_fit_starts_is_refused_with_the_fix(tmp_path):
     """make_callbacks' Backup in a hand-written fit: the data would restart, so it refuses."""
     model = _model(spe=1)

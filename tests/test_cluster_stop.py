@@ -4,19 +4,39 @@ The agreement itself runs on a real 2-worker cluster in
 tests/test_multiworker.py::test_a_sigterm_to_one_worker_backs_up_one_step_on_all_and_the_rerun_is_exact.
 """
 
+import ast
+import functools
+import importlib
+import inspect
+
 import pytest
-from tensorflow.python.distribute.failure_handling import failure_handling_util
 
 from keras_tpu.engine import cluster_stop
 from keras_tpu.engine import preemption
 
 
-@pytest.mark.parametrize("platform", ["GCE_CPU", "GCE_TPU"])
-def test_on_google_cloud_cpu_and_tpu_vms_a_preempted_worker_stops_without_a_lone_save(
-    monkeypatch, caplog, platform
-):
-    device = getattr(failure_handling_util.PlatformDevice, platform)
-    monkeypatch.setattr(failure_handling_util, "detect_platform", lambda: device)
+def test_the_private_tensorflow_names_it_reads_exist_in_this_tensorflow():
+    # The tripwire: a TensorFlow without them makes every cluster run stop without the
+    # agreed backup (one warning). Update handler_platform when this fails.
+    module = importlib.import_module(cluster_stop.PRIVATE_MODULE)
+    for name in cluster_stop.PRIVATE_NAMES:
+        assert functools.reduce(getattr, name.split("."), module) is not None, name
+    assert cluster_stop.handler_platform() == "other"  # This machine is no Google Cloud VM.
+
+
+def test_the_private_module_is_imported_when_a_cluster_run_starts_not_at_import():
+    tree = ast.parse(inspect.getsource(cluster_stop))
+    imported = [
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in tree.body
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    ]
+    assert not [name for name in imported if "failure_handling" in name], imported
+
+
+def _stop_after_signal(caplog):
+    """Build a ClusterStop, signal it; return (stop, saves, the RunStopped raised)."""
     signalled, saves = [], []
     stop = cluster_stop.ClusterStop(
         strategy=None,  # Not reached: the handler is never built there.
@@ -24,10 +44,41 @@ def test_on_google_cloud_cpu_and_tpu_vms_a_preempted_worker_stops_without_a_lone
         stopped=lambda: preemption.RunStopped("stopped", exit_code=143),
     )
     assert not stop.supported
-    assert "PreemptionCheckpointHandler does not run" in caplog.text
     stop.at_execution_end(lambda: saves.append(1))  # No signal: training goes on.
     signalled.append(True)
     with pytest.raises(preemption.RunStopped) as stopped:
         stop.at_execution_end(lambda: saves.append(1))
-    assert stopped.value.exit_code == 143 and saves == []
     stop.close()
+    return saves, stopped.value, [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.parametrize("platform", ["GCE_CPU", "GCE_TPU"])
+def test_on_google_cloud_cpu_and_tpu_vms_a_preempted_worker_stops_without_a_lone_save(
+    monkeypatch, caplog, platform
+):
+    util = importlib.import_module(cluster_stop.PRIVATE_MODULE)
+    device = getattr(util.PlatformDevice, platform)
+    monkeypatch.setattr(util, "detect_platform", lambda: device)
+    saves, stopped, lines = _stop_after_signal(caplog)
+    assert stopped.exit_code == 143 and saves == []
+    assert [line for line in lines if "PreemptionCheckpointHandler" in line] == [
+        f"keras_tpu: on Google Cloud {platform[4:]} VMs TensorFlow's PreemptionCheckpointHandler "
+        "does not run; a preempted worker stops without a backup of its own and the rerun "
+        "resumes from the last periodic backup (--backup_every_steps)."
+    ]
+
+
+@pytest.mark.parametrize("gone", ["module", "name"])
+def test_without_the_private_names_one_warning_and_the_preempted_worker_stops(
+    monkeypatch, caplog, gone
+):
+    if gone == "module":
+        monkeypatch.setattr(cluster_stop, "PRIVATE_MODULE", "tensorflow.python.no_such_module")
+    else:
+        util = importlib.import_module(cluster_stop.PRIVATE_MODULE)
+        monkeypatch.delattr(util, "detect_platform")
+    saves, stopped, lines = _stop_after_signal(caplog)
+    assert stopped.exit_code == 143 and saves == []
+    [line] = [line for line in lines if "PreemptionCheckpointHandler" in line]
+    assert line.startswith("keras_tpu: this TensorFlow (")
+    assert "a preempted worker stops without a backup of its own" in line

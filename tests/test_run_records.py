@@ -176,6 +176,6 @@ def test_metric_sums_that_do_not_fit_the_model_are_one_warning_not_silence(caplo
     assert [v.numpy() for v in variables] == [b + np.float32(1) for b in before]  # Untouched.
     assert [r.getMessage() for r in caplog.records] == [
         f"keras_tpu: the backup's metric sums (1 variables) do not fit this model's "
-        f"({len(variables)}): the resumed epoch's training metrics count only the steps since "
-        f"the resume."
+        f"({len(variables)} on 1 replicas): the resumed epoch's training metrics count only the "
+        f"steps since the resume."
     ]

@@ -37,6 +37,7 @@ from keras_tpu.engine import preemption as preemption_lib
 from keras_tpu.engine import run_dir
 from keras_tpu.engine import run_position
 from keras_tpu.engine import run_records
+from keras_tpu.runtime import cluster
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy_info import StrategyInfo
 
@@ -122,7 +123,6 @@ class Backup(keras.callbacks.Callback):
         self._add_metrics = False
         self.directory = os.path.join(model_dir, "backup")
         self.chief = StrategyInfo.of(strategy).is_chief
-        # Each worker holds its own share of the metric sums; the records hold the chief's.
         self.multi_worker = StrategyInfo.of(strategy).is_multi_worker
         self.every_steps = every_steps
         self.keep = keep
@@ -204,7 +204,7 @@ class Backup(keras.callbacks.Callback):
             self.records = choice.backup.records
             if self.records is not None:
                 run_records.load(self.records, self.state_callbacks, self.history)
-                self._add_metrics = bool(self.records.metrics) and not self.multi_worker
+                self._add_metrics = bool(self.records.metrics)
         return self.start_step
 
     def expect_partial(self):
@@ -244,6 +244,8 @@ class Backup(keras.callbacks.Callback):
             write.save(self._checkpoint, step, options=self.options)  # Then prunes.
         except (tf.errors.OpError, OSError) as e:
             write.discard(step)  # Never a kept backup: pruning follows a successful save only.
+            if self.multi_worker and cluster.lost_peer(e):
+                raise  # A worker died during the save: the run names it (cluster.worker_failure).
             raise RunStopped(self._write_error(write.directory, e), exit_code=2) from e
         self.saved_step = step
 

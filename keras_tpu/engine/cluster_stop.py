@@ -19,17 +19,46 @@ the run's save and its stop, and is asked once per execution on every worker.
 On Google Cloud CPU and TPU VMs TensorFlow 2.20-2.21's handler does nothing
 (`save_checkpoint_if_preempted` returns at once: failure_handling.py, "does not
 support usage with TPU or CPU device on GCP"); there the preempted worker stops
-without a lone save and the rerun resumes from the last periodic backup.
+without a lone save and the rerun resumes from the last periodic backup. Telling
+those platforms apart takes TensorFlow's private `failure_handling_util`, read
+only here (`handler_platform`), when a cluster run starts, never at import; if
+its names are gone, the run says so once and behaves as on those platforms
+(tests/test_cluster_stop.py fails first, in this TensorFlow).
 """
 
+import importlib
 import logging
 import shutil
 import tempfile
 
 import tensorflow as tf
-from tensorflow.python.distribute.failure_handling import failure_handling_util
 
 log = logging.getLogger(__name__)
+
+# TensorFlow's private module and the names `handler_platform` reads from it.
+PRIVATE_MODULE = "tensorflow.python.distribute.failure_handling.failure_handling_util"
+PRIVATE_NAMES = ("detect_platform", "PlatformDevice.GCE_CPU", "PlatformDevice.GCE_TPU")
+UNKNOWN = "unknown"  # handler_platform() when the private names are gone.
+
+
+def handler_platform():
+    """Return where TensorFlow's PreemptionCheckpointHandler runs: "other", "GCE_CPU",
+    "GCE_TPU", or UNKNOWN (TensorFlow's private names are gone: after one warning).
+    """
+    try:
+        util = importlib.import_module(PRIVATE_MODULE)
+        devices = util.PlatformDevice
+        platform = util.detect_platform()
+        skipped = {devices.GCE_CPU: "GCE_CPU", devices.GCE_TPU: "GCE_TPU"}
+    except (ImportError, AttributeError) as e:
+        log.warning(
+            "keras_tpu: this TensorFlow (%s) has no %s.%s (%s), which tells where its "
+            "PreemptionCheckpointHandler runs; a preempted worker stops without a backup of "
+            "its own and the rerun resumes from the last periodic backup (--backup_every_steps).",
+            tf.__version__, PRIVATE_MODULE, " / ".join(PRIVATE_NAMES), e,
+        )  # fmt: skip
+        return UNKNOWN
+    return skipped.get(platform, "other")
 
 
 class ClusterStop:
@@ -52,18 +81,16 @@ class ClusterStop:
         self._scratch = None
         self._watch, self._stopped = watch, stopped
         self.agreed = False  # Every worker saved (or had nothing to save) at one step.
-        platform = failure_handling_util.detect_platform()
-        self.supported = platform not in (
-            failure_handling_util.PlatformDevice.GCE_CPU,
-            failure_handling_util.PlatformDevice.GCE_TPU,
-        )
+        platform = handler_platform()
+        self.supported = platform == "other"
         if not self.supported:
-            log.warning(
-                "keras_tpu: on Google Cloud %s VMs TensorFlow's PreemptionCheckpointHandler "
-                "does not run; a preempted worker stops without a backup of its own and the "
-                "rerun resumes from the last periodic backup (--backup_every_steps).",
-                "TPU" if platform is failure_handling_util.PlatformDevice.GCE_TPU else "CPU",
-            )  # fmt: skip
+            if platform != UNKNOWN:  # UNKNOWN said so already.
+                log.warning(
+                    "keras_tpu: on Google Cloud %s VMs TensorFlow's PreemptionCheckpointHandler "
+                    "does not run; a preempted worker stops without a backup of its own and the "
+                    "rerun resumes from the last periodic backup (--backup_every_steps).",
+                    platform[len("GCE_"):],
+                )  # fmt: skip
             self._handler = None
             return
         # The handler's run counter lives in a checkpoint of its own, which it restores

@@ -43,8 +43,8 @@ class Records:
       epoch_logs: the training logs of the epoch so far (at `step`).
       train_seconds: training time of the whole run up to `step`.
       callbacks: each stateful callback's `state_dict()`, by `state_keys`.
-      metrics: per variable of `model.metrics`, its per-replica values at `step`
-        (the running sums of the epoch so far, for a resume mid-epoch).
+      metrics: per variable of `model.metrics`, its value on every replica (of every
+        worker) at `step` (the running sums of the epoch so far, for a resume mid-epoch).
     """
 
     step: int
@@ -112,12 +112,12 @@ def _metric_variables(model):
 
 
 def collect(model, step, epoch_logs, callbacks, history):
-    """Return the Records of `model` at `step` from the callbacks' states."""
-    strategy = model.distribute_strategy
-    metrics = [
-        [np.asarray(part.numpy()).tolist() for part in strategy.experimental_local_results(v)]
-        for v in _metric_variables(model)
-    ]
+    """Return the Records of `model` at `step` from the callbacks' states.
+
+    On a multi-worker cluster this gathers every replica's metric sums (a collective:
+    every worker calls it at the same step, as every worker saves).
+    """
+    metrics = replica_metric_sums(model)
     return Records(
         step=step,
         epochs_done=history.epochs_done if history else 0,
@@ -126,6 +126,34 @@ def collect(model, step, epoch_logs, callbacks, history):
         callbacks={key: callback.state_dict() for key, callback in state_keys(callbacks)},
         metrics=metrics,
     )
+
+
+def replica_metric_sums(model):
+    """Return, per variable of `model.metrics`, its value on every replica, in replica order.
+
+    Each replica (each worker's, on a cluster) holds its own share of an epoch's sums,
+    and the epoch's mean is their total: a resume mid-epoch needs every one of them. A
+    worker holds only its own replicas', so on a cluster they are gathered from all.
+    """
+    strategy = model.distribute_strategy
+    variables = _metric_variables(model)
+    local = [strategy.experimental_local_results(v) for v in variables]
+    if not variables or len(local[0]) == strategy.num_replicas_in_sync:
+        return [[np.asarray(part.numpy()).tolist() for part in parts] for parts in local]
+
+    def flat():  # This replica's sums, one row; float64 holds float32 and int32 exactly.
+        return tf.concat([tf.reshape(tf.cast(v, tf.float64), [1, -1]) for v in variables], 1)
+
+    rows = strategy.gather(strategy.run(flat), axis=0).numpy()
+    metrics, start = [], 0
+    for variable in variables:
+        size = int(np.prod(variable.shape))
+        dtype = variable.dtype.as_numpy_dtype
+        metrics.append(
+            [row[start : start + size].astype(dtype).reshape(variable.shape).tolist() for row in rows]
+        )
+        start += size
+    return metrics
 
 
 def load(records, callbacks, history):
@@ -151,15 +179,21 @@ def add_metric_sums(model, metrics):
       count only the steps since the resume) if the saved sums do not fit the model.
     """
     strategy = model.distribute_strategy
-    parts = [strategy.experimental_local_results(v) for v in _metric_variables(model)]
-    if [len(p) for p in parts] != [len(saved) for saved in metrics]:
+    variables = _metric_variables(model)
+    replicas = strategy.num_replicas_in_sync
+    if [len(saved) for saved in metrics] != [replicas] * len(variables):
         log.warning("keras_tpu: the backup's metric sums (%d variables) do not fit this model's "
-                    "(%d): the resumed epoch's training metrics count only the steps since the "
-                    "resume.", len(metrics), len(parts))  # fmt: skip
+                    "(%d on %d replicas): the resumed epoch's training metrics count only the "
+                    "steps since the resume.", len(metrics), len(variables), replicas)  # fmt: skip
         return False
-    for replicas, saved in zip(parts, metrics):
-        for part, value in zip(replicas, saved):
-            part.assign_add(np.asarray(value, dtype=part.dtype.as_numpy_dtype))
+    tables = [tf.constant(saved, dtype=v.dtype) for v, saved in zip(variables, metrics)]
+
+    def add():  # Each replica (on any worker) adds its own saved sums, by its replica id.
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        for variable, table in zip(variables, tables):
+            variable.assign_add(tf.gather(table, replica))
+
+    strategy.run(add)
     return True
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu.engine import compiling
+from keras_tpu.engine import run_dir
 
 log = logging.getLogger(__name__)
 
@@ -217,3 +218,19 @@ def run_summary(run, trained, test, *, weights, checksum):
         dataset=run.task.name,
         extra=run.backend.summary_extra(),
     )
+
+
+def finished_run(config, global_batch):
+    """Return the summary of this same run if it already finished in model_dir, else None."""
+    if not config.model_dir or config.overwrite:
+        return None
+    previous = read(config.model_dir)
+    if not previous or previous.get("status") != "ok":
+        return None
+    if not run_dir.same_fields(config.model_dir, config, global_batch=global_batch):
+        return None  # Another run: the identity check refuses it with the differences.
+    log.warning(
+        "keras_tpu: this run finished at step %d, summary in %s; nothing to do (--overwrite "
+        "to train again).", previous["final_step"], os.path.join(config.model_dir, "summary.json"),
+    )  # fmt: skip
+    return previous

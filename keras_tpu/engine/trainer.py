@@ -52,6 +52,7 @@ from keras_tpu.engine import compiling
 from keras_tpu.engine.run_config import RunConfig
 from keras_tpu.runtime import cluster
 from keras_tpu.runtime import determinism
+from keras_tpu.runtime import replica_batch_norm
 from keras_tpu.runtime import resolver
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy_info import StrategyInfo
@@ -125,7 +126,7 @@ def fit(task, config=None, *, strategy=None):
         choice = compiling.choose_precision(config.mixed_precision, strategy, supported=supported)
         policy = compiling.set_precision(config.mixed_precision, strategy, supported=supported)
         backend = backend_lib.backend_for(task, config, strategy, policy)
-        finished = _finished_run(config, backend.global_batch())
+        finished = summary_lib.finished_run(config, backend.global_batch())
         if finished is not None:
             return finished
         run = _Run(task, config, strategy, policy, backend)
@@ -133,22 +134,6 @@ def fit(task, config=None, *, strategy=None):
         return run.run()
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
-
-
-def _finished_run(config, global_batch):
-    """Return the summary of this same run if it already finished in model_dir, else None."""
-    if not config.model_dir or config.overwrite:
-        return None
-    previous = summary_lib.read(config.model_dir)
-    if not previous or previous.get("status") != "ok":
-        return None
-    if not run_dir.same_fields(config.model_dir, config, global_batch=global_batch):
-        return None  # Another run: the identity check refuses it with the differences.
-    log.warning(
-        "keras_tpu: this run finished at step %d, summary in %s; nothing to do (--overwrite "
-        "to train again).", previous["final_step"], os.path.join(config.model_dir, "summary.json"),
-    )  # fmt: skip
-    return previous
 
 
 class _Run:
@@ -194,8 +179,11 @@ class _Run:
         except cluster.FAILURE_ERRORS as e:
             if not self.info.is_multi_worker:
                 raise
+            backup = self.callbacks.backup
+            # The chief's own writes are the backups a restart reads; a peer's say nothing of them.
+            saved = backup.saved_step if backup and self.info.is_chief else None
             raise cluster.worker_failure(
-                e, self.info, self.config.model_dir, self.config.backup
+                e, self.info, self.config.model_dir, self.config.backup, saved_step=saved
             ) from e
         finally:
             self.preemption.close()
@@ -218,6 +206,8 @@ class _Run:
             task.check_model(self.model)
         data_checks.check_task_data(task, self.model, self.shape.global_batch, samples=samples)
         class_weights.check_class_weight(task, self.model)
+        if config.backup and config.model_dir:  # A resume would not be exact: say so.
+            replica_batch_norm.warn_of_per_replica_statistics(self.model, self.info.replicas)
         if config.export_dir and task.export is None:
             raise checks.ConfigError("this task has no export; drop --export_dir.")
         output_paths.check_export_dir(

@@ -40,6 +40,22 @@ FAILURE_ERRORS = (
 )
 
 
+# What a collective's failure says of a peer, and a storage error never does.
+_PEER_FAILURE = re.compile(
+    r"/job:\w+/(?:replica:\d+/)?task:\d+|Collective ops is aborted|stopped sending heartbeats"
+)
+
+
+def lost_peer(error):
+    """Return True if `error` is a collective failing for a peer, not e.g. a storage error.
+
+    A worker killed while the others back up fails their save's collectives (or its
+    coordination-service calls): that is the lost worker, not the backup's storage.
+    """
+    message = str(getattr(error, "message", error))
+    return isinstance(error, FAILURE_ERRORS) and bool(_PEER_FAILURE.search(message))
+
+
 class ClusterError(RuntimeError):
     """A worker did not start, or stopped, so the cluster cannot go on."""
 
@@ -184,7 +200,7 @@ def _reason(message):
     return None
 
 
-def worker_failure(error, info, model_dir=None, backup=True):
+def worker_failure(error, info, model_dir=None, backup=True, saved_step=None):
     """Return a ClusterError explaining a collective's failure, naming the peer if known.
 
     Args:
@@ -192,6 +208,7 @@ def worker_failure(error, info, model_dir=None, backup=True):
       info: the StrategyInfo of the multi-worker strategy.
       model_dir: the run directory, to say where a restart resumes from.
       backup: whether backups were on.
+      saved_step: the step of the last backup the chief wrote (known on the chief), or None.
     """
     message = str(getattr(error, "message", error))
     this = info.role.cluster
@@ -206,7 +223,8 @@ def worker_failure(error, info, model_dir=None, backup=True):
     kind = type(error).__name__
     reason = _reason(message) or kind
     if backup and model_dir:
-        resume = f"training resumes from the last backup in {model_dir}/backup"
+        step = f" (step {saved_step})" if saved_step else ""
+        resume = f"training resumes from the last backup{step} in {model_dir}/backup"
     else:
         resume = "training starts over (run with model_dir and backups on to resume)"
     if isinstance(error, tf.errors.DeadlineExceededError):
