@@ -32,6 +32,8 @@ flag_utils.define_flags(
     tasks.BertRunConfig,
     {
         **flag_utils.RUN_HELP,
+        "class_weight": "Each class's weight in the training loss, as class:weight pairs "
+        "(e.g. 0:1,1:3); evaluation stays unweighted.",
         "encoder_handle": "TF Hub BERT encoder: https URL, Kaggle model URL or local directory.",
         "preprocess_handle": "TF Hub BERT preprocessing handle (or give --vocab_file).",
         "vocab_file": "WordPiece vocab.txt, tokenised with tensorflow_text (or --preprocess_handle).",

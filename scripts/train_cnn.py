@@ -25,6 +25,8 @@ flag_utils.define_flags(
     {
         **flag_utils.RUN_HELP,
         "dataset": "'digits' (offline), 'synthetic', or a tfds image dataset (fashion_mnist, mnist).",
+        "class_weight": "Each class's weight in the training loss, as class:weight pairs "
+        "(e.g. 0:1,1:3); evaluation stays unweighted.",
         "variant": "CNN variant: 'default' or 'seed' (the reference notebook's model).",
     },
 )

@@ -72,9 +72,10 @@ def test_class_weight_trains_as_the_same_weights_given_per_example(tmp_path):
     unweighted = fit((x, y))
     assert by_class["weights_sha256"] == by_example["weights_sha256"]
     assert by_class["weights_sha256"] != unweighted["weights_sha256"]
-    # A sequence, and a class weight times the example's own weight.
+    # A sequence, and a class weight times the example's own weight; the flag's string.
     both = fit((x, y, np.full(64, 2.0, np.float32)), [0.25, 1.5])
     assert both["weights_sha256"] == by_example["weights_sha256"]
+    assert fit((x, y), "0:0.5, 1:3")["weights_sha256"] == by_example["weights_sha256"]
 
 
 @pytest.mark.parametrize(
@@ -84,14 +85,17 @@ def test_class_weight_trains_as_the_same_weights_given_per_example(tmp_path):
         ({"pos": 1.0}, "keys must be class indices"),
         ({0: 1.0, 1: -1.0}, "finite and >= 0"),
         ({0: 1.0, 1: 1.0, 2: 1.0}, "gives 3 class weight.* predicts 2 classes"),
+        ("0=1,1=3", r"give class:weight pairs, e.g. --class_weight=0:1,1:3"),
+        ({0: 1.0, 1: 2.0}, "needs integer class labels, got TensorSpec.*float32"),
     ],
 )
 def test_bad_class_weights_are_one_line_before_anything_is_written(tmp_path, class_weight, message):
     x = np.zeros((16, 3), np.float32)
     task = dict(
         build_model=lambda: keras.Sequential([keras.layers.Dense(2, input_shape=(3,))]),
-        loss="sparse_categorical_crossentropy", train_data=(x, np.zeros(16, np.int32)),
-        monitor="loss", class_weight=class_weight,
+        loss="sparse_categorical_crossentropy", monitor="loss", class_weight=class_weight,
+        # Float labels (a regression's) cannot pick a class weight.
+        train_data=(x, np.zeros(16, np.float32 if "integer" in message else np.int32)),
     )  # fmt: skip
     config = keras_tpu.RunConfig(model_dir=str(tmp_path / "run"), epochs=1, verbose=0,
                                  per_replica_batch_size=4)  # fmt: skip

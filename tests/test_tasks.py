@@ -31,3 +31,15 @@ def test_built_in_tasks_are_registered_tasks_run_by_fit():
     assert registry.get_task("bert").builder is bert.bert_task
     source = open(os.path.join(TASKS, "cnn.py")).read()
     assert "keras_tpu.fit(" in source and "trainer" not in source
+
+
+def test_the_built_in_tasks_take_class_weights_as_the_flag_gives_them():
+    from keras_tpu import checks  # pylint: disable=g-import-not-at-top
+    from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
+
+    weights = ",".join(f"{k}:{k + 1}" for k in range(10))
+    assert tasks.cnn_task(tasks.CNNConfig(dataset="digits", class_weight=weights)).class_weight == weights
+    with pytest.raises(checks.ConfigError, match=r"no weight for class\(es\) \[2, 3, 4"):
+        tasks.cnn_task(tasks.CNNConfig(dataset="digits", class_weight="0:1,1:2,9:3"))
+    with pytest.raises(checks.ConfigError, match="a regression .* has none"):
+        tasks.BertRunConfig(task_type="regression", class_weight="0:1,1:2")

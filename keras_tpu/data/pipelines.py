@@ -141,6 +141,15 @@ def _options(deterministic):
     return options
 
 
+def check_class_labels(labels):
+    """Raise ConfigError unless `labels` (a spec) are integer class ids, as class_weight needs."""
+    if not isinstance(labels, tf.TensorSpec) or not labels.dtype.is_integer:
+        raise checks.ConfigError(
+            f"class_weight needs integer class labels, got {labels}; drop class_weight "
+            f"(e.g. for regression), or give the labels as class indices."
+        )
+
+
 def finish_batches(ds, pipeline_batch, preprocess, deterministic, class_weight=None):
     """Batch (static shapes), preprocess on the host, weigh, cast for the device, prefetch.
 
@@ -157,6 +166,7 @@ def finish_batches(ds, pipeline_batch, preprocess, deterministic, class_weight=N
             deterministic=deterministic,
         )
     if class_weight is not None:
+        check_class_labels(ds.element_spec[1])
         weights = tf.constant(list(class_weight), tf.float32)
 
         def weigh(x, y, *w):

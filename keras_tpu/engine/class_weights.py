@@ -15,7 +15,8 @@ def class_weights(spec):
     """Return Task.class_weight as a tuple of one weight per class, or None.
 
     Args:
-      spec: None, {class index: weight}, or a sequence of weights indexed by class.
+      spec: None, {class index: weight}, a sequence of weights indexed by class, or
+        the flag's "class:weight,..." string (e.g. "0:1,1:3").
 
     Raises:
       ConfigError: a key that is not a class index, a class without a weight, or a
@@ -23,6 +24,8 @@ def class_weights(spec):
     """
     if spec is None:
         return None
+    if isinstance(spec, str):
+        spec = parse(spec)
     if not isinstance(spec, dict):
         spec = dict(enumerate(spec))
     bad = [k for k in spec if isinstance(k, bool) or not isinstance(k, int) or k < 0]
@@ -43,6 +46,23 @@ def class_weights(spec):
             f"Task.class_weight={spec!r}: weights must be finite and >= 0."
         )
     return weights
+
+
+def parse(text):
+    """Return {class: weight} from a "class:weight,..." string (`--class_weight=0:1,1:3`)."""
+    spec = {}
+    for pair in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = pair.partition(":")
+        try:
+            if not sep:
+                raise ValueError(pair)
+            spec[int(key)] = float(value)
+        except ValueError:
+            raise checks.ConfigError(
+                f"class_weight={text!r}: give class:weight pairs, e.g. --class_weight=0:1,1:3 "
+                f"(class indices are the integer labels)."
+            ) from None
+    return spec
 
 
 def check_class_weight(task, model):

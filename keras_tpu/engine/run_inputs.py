@@ -19,6 +19,7 @@ from keras_tpu import data
 from keras_tpu.data import autotune
 from keras_tpu.data import cache_policy
 from keras_tpu.data import function_eval
+from keras_tpu.data import pipelines
 from keras_tpu.engine import class_weights
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ def build(task, config, strategy):
         train, steps, examples = _from_function(task.train_data, strategy), None, None
     else:
         source = data.as_source(task.train_data, "train")
+        if class_weight is not None:  # Now, before anything is written.
+            pipelines.check_class_labels(source.open_shard(1, 0, True).element_spec[1])
         cache = cache_policy.plan(source, config.cache, _budget_bytes(config))
         if cache.news:
             log.warning("keras_tpu: %s", cache.reason)

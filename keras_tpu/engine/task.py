@@ -85,7 +85,8 @@ class Task:
         callbacks do: `state_dict() -> dict` (JSON-serialisable) is saved with
         every backup, and `load_state_dict(state)` gets it back before a resumed
         run trains, so the callback continues as if never interrupted.
-      class_weight: {class index: weight} (or one weight per class, in order): each
+      class_weight: {class index: weight} (or one weight per class, in order, or
+        "0:1,1:3" as the scripts' --class_weight gives it): each
         training example's loss is weighted by its class's weight, as with Keras's
         `fit(class_weight=...)` (evaluation stays unweighted). Every class from 0 to
         the largest named must have a weight.

@@ -54,6 +54,7 @@ class BertRunConfig(keras_tpu.RunConfig):
     epochs: int = 3
     learning_rate: float = 3e-5
     model_parallel: int = 1  # >1: split weights across K devices (keras_tpu.parallel.mesh.layout).
+    class_weight: str | None = None  # "0:1,1:3": each class's weight in the training loss.
 
     def __post_init__(self):
         super().__post_init__()
@@ -66,6 +67,11 @@ class BertRunConfig(keras_tpu.RunConfig):
             self.task_type = known.task_type if known else glue.CLASSIFICATION
         checks.one_of("task_type", self.task_type, glue.TASK_TYPES)
         regression = self.task_type == glue.REGRESSION
+        if self.class_weight and regression:
+            raise checks.ConfigError(
+                "--class_weight weighs classes; a regression (task_type=regression) has none: "
+                "drop --class_weight."
+            )
         if regression and self.model_parallel > 1:
             raise checks.ConfigError(
                 f"model_parallel={self.model_parallel} trains classifiers on the mesh; a "

@@ -19,6 +19,7 @@ class CNNConfig(keras_tpu.RunConfig):
 
     dataset: str = "digits"  # "digits", "synthetic", or a tfds image dataset name.
     variant: str = "default"  # models.cnn variant: "default" or "seed".
+    class_weight: str | None = None  # "0:1,1:3": each class's weight in the training loss.
 
 
 @keras_tpu.register_task("cnn")
@@ -51,6 +52,7 @@ def cnn_task(config: CNNConfig, train=None, test=None) -> keras_tpu.Task:
         monitor="val_accuracy",
         mode="max",
         name=name,
+        class_weight=config.class_weight,
     )
 
 
