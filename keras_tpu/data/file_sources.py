@@ -9,8 +9,8 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.data import tfds_download
-from keras_tpu.data.sources import DatasetUnavailableError
-from keras_tpu.data.sources import Source
+from keras_tpu.data.source_types import DatasetUnavailableError
+from keras_tpu.data.source_types import Source
 
 
 PARSE_BATCH = 256  # Records parsed in one call by a parse_fn that takes batches.

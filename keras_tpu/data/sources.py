@@ -1,4 +1,4 @@
-"""Where examples come from: the Source contract, arrays, TSV text, digits, synthetic.
+"""Where examples come from: arrays, TSV text, digits, synthetic (the contract: source_types).
 
 A source only knows how to open its examples for one input pipeline
 (sharded, unbatched); batching, padding and distribution live in pipelines.py and
@@ -6,82 +6,19 @@ training_stream.py; sources read from files (TFRecord, tfds) in file_sources.py.
 """
 
 import csv
-import dataclasses
 import os
-from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.data import file_sources
 from keras_tpu.data import structures
-
-
-class DatasetUnavailableError(RuntimeError):
-    """A dataset could not be loaded (e.g. it needs a download and there is no internet)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ArraySplit:
-    """An in-memory split: features `x`, labels `y` and optional sample weights, row-aligned.
-
-    `x` may be numbers (images, token ids) or strings (sentences, tokenised on
-    the host inside tf.data), or a dict (or tuple, list, nesting) of arrays for
-    a model with several inputs: `{"image": images, "question": token_ids}`.
-    `y` likewise: an array, or a dict of arrays keyed by output name for a model
-    with several outputs. `sample_weight`, one number per example, weighs each
-    example in the loss and the metrics (training and exact evaluation).
-    """
-
-    x: Any
-    y: Any
-    sample_weight: Any = None
-
-    def __post_init__(self):
-        structures.num_rows(x=self.x, y=self.y, sample_weight=self.sample_weight)
-
-    def __len__(self):
-        return structures.num_rows(x=self.x, y=self.y)
-
-    def element(self):
-        """Return the (x, y) or (x, y, sample_weight) tuple tf.data slices into examples."""
-        if self.sample_weight is None:
-            return (self.x, self.y)
-        return (self.x, self.y, np.asarray(self.sample_weight, np.float32))
-
-
-@dataclasses.dataclass(frozen=True)
-class Source:
-    """Examples that pipelines open once per input pipeline.
-
-    Attributes:
-      name: what the source is, for messages and summaries.
-      num_examples: examples in the split, or None when unknown until read.
-      open_shard: (num_pipelines, pipeline_id, by_file) -> dataset of this
-        pipeline's unbatched (features, label) or (features, label, sample_weight)
-        elements; features and labels may be dicts (or nestings) of tensors. With by_file the
-        source may give each pipeline whole files (training); without it every
-        pipeline gets every k-th element (evaluation, where counts must be exact).
-      paths: local or remote files the pipelines read at run time, for the
-        remote-TPU guard (in-memory sources have none).
-      num_classes: number of label classes when the source knows it.
-      in_memory: the examples are in host memory already (arrays): a training
-        pipeline does not cache them again.
-      size_bytes: the examples' size on disk, if known (the cache policy's estimate).
-      open_files: optional dataset of file names (some of `paths`) -> dataset of their
-        examples, in the order given. With it, a training pipeline that reads whole
-        files orders them itself, reshuffled each epoch with a seed of that epoch
-        (so a resumed run reads the same order without reading earlier epochs).
-    """
-
-    name: str
-    num_examples: int | None
-    open_shard: Callable[[int, int, bool], tf.data.Dataset]
-    paths: tuple = ()
-    num_classes: int | None = None
-    in_memory: bool = False
-    size_bytes: int | None = None
-    open_files: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
+# The Source contract lives apart so that file_sources builds on it without a circle; its
+# names stay importable from here, where they have always been.
+from keras_tpu.data.source_types import ArraySplit  # noqa: F401
+from keras_tpu.data.source_types import DatasetUnavailableError  # noqa: F401
+from keras_tpu.data.source_types import Source  # noqa: F401
 
 
 def refuse_dataset(data, name):
@@ -115,8 +52,6 @@ def as_source(data, name="arrays"):
                 f"{name} data {data!r}: a string names a tfds split as 'name:split', "
                 f"e.g. 'mnist:train'."
             )
-        from keras_tpu.data import file_sources  # pylint: disable=g-import-not-at-top  (a cycle)
-
         return file_sources.tfds_source(dataset, split)
     if isinstance(data, tuple) and len(data) in (2, 3):
         data = ArraySplit(*structures.as_arrays(data))
