@@ -199,48 +199,6 @@ TSV_FLAGS = [f"--train_file={SST2}/dev.tsv", f"--eval_file={SST2}/dev.tsv"]
 
 
 @pytest.mark.slow
-def test_train_bert_end_to_end_on_sst2(tmp_path, tiny_hub):
-    handles = tiny_hub
-    result = run_script(
-        "train_bert.py",
-        f"--encoder_handle={handles['encoder']}",
-        f"--preprocess_handle={handles['preprocess']}",
-        f"--train_file={os.path.join(SST2, 'train.tsv')}",
-        f"--eval_file={os.path.join(SST2, 'dev.tsv')}",
-        "--cpu_replicas=2",
-        "--seq_length=64",
-        "--per_replica_batch_size=32",
-        "--epochs=2",
-        "--steps_per_epoch=100",
-        "--learning_rate=1e-3",  # A randomly initialised encoder needs more than 3e-5.
-        f"--model_dir={tmp_path / 'run'}",
-        f"--export_dir={tmp_path / 'export'}",
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert (summary["test_examples"], summary["train_examples"]) == (872, 8_000)
-    assert (summary["replicas"], summary["global_batch"], summary["final_step"]) == (2, 64, 200)
-    # Chance is 0.51 (444 of 872 positive); a broken pipeline or frozen encoder stays near it.
-    assert summary["test"]["accuracy"] >= 0.65
-    assert summary["throughput"][-1]["model_tflops_per_second"] > 0  # BERT FLOPs are counted.
-    assert summary["memory_warning"] is None  # The planner ran and the step fits in host RAM.
-
-    # The export serves raw strings: preprocessing travels inside it.
-    probe = run_python(
-        "import json, tensorflow as tf, tensorflow_text\n"
-        f"serve = tf.saved_model.load({str(tmp_path / 'export')!r}).signatures['serving_default']\n"
-        "out = serve(text=tf.constant(['a wonderful , moving film .', 'dull and lifeless .']))\n"
-        "print(json.dumps({k: v.numpy().tolist() for k, v in out.items()}))\n",
-        timeout=120,
-    )
-    assert probe.returncode == 0, probe.stderr[-2000:]
-    served = json.loads(probe.stdout.strip().splitlines()[-1])
-    assert len(served["probabilities"]) == 2
-    assert all(abs(sum(p) - 1) < 1e-5 for p in served["probabilities"])
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags, message",
     [
@@ -379,7 +337,8 @@ def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
         "            encoder_handle=HANDLES['encoder'], preprocess_handle=HANDLES['preprocess'],\n"
         "            tfds_name=name, cpu_replicas=4, seq_length=32, per_replica_batch_size=4,\n"
         "            epochs=1, steps_per_epoch=3, learning_rate=1e-3, verbose=0,\n"
-        "            model_dir=run, export_dir=run + '/export'))\n"
+        "            model_dir=run,\n"
+        "            export_dir=run + '/export' if name == 'glue/stsb' else None))\n"
         "print(json.dumps(out))\n"
     ).replace("ROOT", repr(str(tmp_path))).replace("HANDLES", repr(handles))
     result = run_python(code, timeout=1200)
