@@ -270,3 +270,4 @@ def test_bench_scale(tmp_path):
     ]
     assert "cached in memory" in memory[1]["train_data"] and "streamed" in memory[0]["train_data"]
     assert results["throughput"]["streamed"] > 0 and "goal <= 1.5x" in stdout
+    assert results["throughput"]["streamed_parsed_before_shuffling"] > 0

@@ -165,4 +165,16 @@ def test_parsing_in_batches_gives_the_same_stream(tmp_path):
     )
     for cache in ("none", "memory"):
         assert _stream(batched, 9, cache=cache) == _stream(one, 9, cache=cache)
+        assert _stream(batched, 4, start_step=5, cache=cache) == _stream(one, 9, cache=cache)[5:]
     assert [int(y) for _, y in batched.open_shard(2, 1, False)] == list(range(1, 28, 2))
+    # Streamed, the records are shuffled and batched, then parsed a whole batch at a time,
+    # and the batches keep static shapes (a TPU needs them).
+    calls = []
+    counted = file_sources.tfrecord_source(
+        one.paths, lambda r: calls.append(r.shape.as_list()) or parse_batch(r), num_examples=28,
+        parses_batches=True,
+    )  # fmt: skip
+    dataset_fn, _ = data.train_dataset_fn(counted, _batching(), seed=3, cache="none")
+    spec = dataset_fn(tf.distribute.InputContext()).element_spec
+    assert calls == [[GLOBAL]]
+    assert [s.shape.as_list() for s in spec] == [[GLOBAL, 1], [GLOBAL]]

@@ -34,17 +34,19 @@ def tfrecord_source(pattern, parse_fn, num_examples=None, name=None, *, parses_b
     if not files:
         raise checks.MissingFileError(f"no TFRecord files match {pattern!r}.")
 
-    def open_files(names):
+    def read_files(names):
         # Deterministic whatever the op-determinism setting: the same files in the same
         # order give the same examples in the same order, on every build of the pipeline
         # (an exact resume and a rerun need it; parallel reading is kept).
-        ds = names.interleave(
+        return names.interleave(
             tf.data.TFRecordDataset,
             cycle_length=min(len(files), 8),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
-        return parse(ds)
+
+    def open_files(names):
+        return parse(read_files(names))
 
     def parse(records):
         if parses_batches:
@@ -63,6 +65,10 @@ def tfrecord_source(pattern, parse_fn, num_examples=None, name=None, *, parses_b
     return Source(
         name or str(pattern), num_examples, open_shard, tuple(files),
         size_bytes=_total_size(files), open_files=open_files,
+        # A batch parser lets a streamed training pipeline shuffle and batch the records
+        # and parse each batch once (Source.parse_batch).
+        open_records=read_files if parses_batches else None,
+        parse_batch=parse_fn if parses_batches else None,
     )  # fmt: skip
 
 

@@ -150,15 +150,19 @@ def check_class_labels(labels):
         )
 
 
-def finish_batches(ds, pipeline_batch, preprocess, deterministic, class_weight=None):
+def finish_batches(ds, pipeline_batch, preprocess, deterministic, class_weight=None, parse=None):
     """Batch (static shapes), preprocess on the host, weigh, cast for the device, prefetch.
 
     Args:
+      parse: optional, for a stream of records (Source.parse_batch): a vector of
+        records -> batched (features, label[, sample_weight]), mapped over each batch.
       class_weight: a sequence of one weight per class (training only): each example's
         sample weight becomes its class's weight (times its own weight, if it has one),
         as Keras's `fit(class_weight=...)` does.
     """
     ds = ds.batch(pipeline_batch, drop_remainder=True, num_parallel_calls=tf.data.AUTOTUNE)
+    if parse is not None:
+        ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if preprocess is not None:
         ds = ds.map(
             lambda x, y, *w: (*preprocess(x, y), *w),

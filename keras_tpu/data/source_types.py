@@ -70,6 +70,13 @@ class Source:
         examples, in the order given. With it, a training pipeline that reads whole
         files orders them itself, reshuffled each epoch with a seed of that epoch
         (so a resumed run reads the same order without reading earlier epochs).
+      open_records: optional, with `parse_batch`: like `open_files`, but the records
+        unparsed (e.g. serialized tf.train.Example strings).
+      parse_batch: a vector of records -> batched (features, label[, sample_weight]).
+        With both, a streamed training pipeline shuffles and batches the records and
+        parses whole batches: its shuffle buffer holds records, not decoded tensors (an
+        encoded image is several times smaller than its pixels), and no example is
+        unbatched and batched again (benchmarks/bench_scale.py measures it).
     """
 
     name: str
@@ -80,3 +87,12 @@ class Source:
     in_memory: bool = False
     size_bytes: int | None = None
     open_files: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
+    open_records: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
+    parse_batch: Callable[..., Any] | None = None
+
+    def __post_init__(self):
+        if (self.open_records is None) != (self.parse_batch is None):
+            raise checks.ConfigError(
+                f"Source {self.name!r}: open_records and parse_batch go together (one parses "
+                "what the other reads); give both or neither."
+            )

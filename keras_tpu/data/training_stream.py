@@ -140,7 +140,7 @@ def train_dataset_fn(
         # One pipeline feeds several replicas (all of a host's): it batches per
         # replica and the strategy hands consecutive batches to its replicas.
         per_step = batch * (input_context.num_replicas_in_sync // pipelines)
-        open_pass = _pass_opener(source, plan.cache, pipelines, pipeline_id, shuffle)
+        open_pass, parse = _pass_opener(source, plan.cache, pipelines, pipeline_id, shuffle)
         buffer = max(1, min(shuffle_buffer, math.ceil(n / pipelines)))
 
         def one_pass(epoch, pass_index):
@@ -164,7 +164,9 @@ def train_dataset_fn(
             ds = _filled_first(open_pass(None), ds)
         if step_in_epoch:
             ds = ds.skip(step_in_epoch * per_step)  # This epoch's trained steps only.
-        return finish_batches(ds, batch, preprocess, deterministic=True, class_weight=class_weight)
+        return finish_batches(
+            ds, batch, preprocess, deterministic=True, class_weight=class_weight, parse=parse
+        )
 
     return dataset_fn, steps
 
@@ -181,20 +183,29 @@ def _filled_first(cached, stream):
 
 
 def _pass_opener(source, cache, pipelines, pipeline_id, shuffle):
-    """Return seed -> this pipeline's examples for one pass, in the order that seed gives.
+    """Return (seed -> this pipeline's elements for one pass, batch parser or None).
 
     A file source that is streamed reorders its files every pass; otherwise the pass
-    reads the shard (or the cache of it, shared by every pass) in one fixed order.
+    reads the shard (or the cache of it, shared by every pass) in one fixed order. A
+    streamed source with a batch parser gives its records, parsed after batching: the
+    same examples in the same order (a shuffle's order depends on its seed and buffer
+    alone), with records instead of decoded tensors in the shuffle buffer.
     """
     files = source.paths
     by_file = source.open_files is not None and len(files) >= pipelines
     if by_file and cache is None and shuffle:
         names = tf.data.Dataset.from_tensor_slices(list(files)).shard(pipelines, pipeline_id)
         size = math.ceil(len(files) / pipelines)
-        return lambda seed: source.open_files(names.shuffle(size, seed=seed))
+        late = source.parse_batch is not None
+        open_names = source.open_records if late else source.open_files
+
+        def open_pass(seed):
+            return open_names(names.shuffle(size, seed=seed))
+
+        return open_pass, source.parse_batch
     shard = source.open_shard(pipelines, pipeline_id, True)
     if cache == "memory":
         shard = shard.cache()
     elif cache:
         shard = shard.cache(f"{cache}.pipeline{pipeline_id}")
-    return lambda seed: shard
+    return (lambda seed: shard), None
