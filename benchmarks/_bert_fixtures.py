@@ -40,7 +40,7 @@ def export_bert_encoder(preset, vocab_size, export_dir, policy):
     mixed_bfloat16; the global policy is restored afterwards.
     """
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
-    from keras_tpu.models import bert  # pylint: disable=g-import-not-at-top
+    from models import bert  # pylint: disable=g-import-not-at-top
 
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(policy)
@@ -63,9 +63,9 @@ def toolkit_bert_classifier(strategy, preset, vocab_size, seq_length, export_dir
       (compiled model, training FLOPs per example).
     """
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
-    from keras_tpu.engine import optimizers  # pylint: disable=g-import-not-at-top
+    from models.bert import bert_optimizer as optimizers  # pylint: disable=g-import-not-at-top
     from keras_tpu.engine import compiling  # pylint: disable=g-import-not-at-top
-    from keras_tpu.models import bert  # pylint: disable=g-import-not-at-top
+    from models import bert  # pylint: disable=g-import-not-at-top
 
     policy = keras.mixed_precision.global_policy().name
     encoder_dir = export_bert_encoder(preset, vocab_size, export_dir, policy)

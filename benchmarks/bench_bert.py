@@ -118,7 +118,7 @@ def run_plain(preset, precision, setup, steps, repeats, peak_flops):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
-    from keras_tpu.models import bert  # pylint: disable=g-import-not-at-top
+    from models import bert  # pylint: disable=g-import-not-at-top
 
     # Plain Keras has no "auto": it runs what the toolkit's rule picked, for a like comparison.
     policy = _machine.auto_precision()["policy"] if precision == "auto" else PRECISIONS[precision]

@@ -14,7 +14,7 @@ side timed over the same number of examples per repeat (--timed_examples):
   (b) baseline: hand-tuned plain tf_keras: tf.data (cache, shuffle, repeat,
       batch with drop_remainder, prefetch), batch --batch, steps_per_execution
       --baseline_steps_per_execution, no strategy.
-  (c) toolkit: `tasks.train_cnn(CNNConfig(...))` with per_replica_batch_size
+  (c) toolkit: `models.train_cnn(CNNConfig(...))` with per_replica_batch_size
       --batch and everything else at its defaults (steps_per_execution "auto",
       precision "auto"), fed the same arrays in place of its dataset loader.
       Its rate is the ThroughputMeter's per-epoch examples/second.
@@ -67,7 +67,7 @@ IMAGE_SHAPE = (28, 28, 1)
 
 
 def _build():
-    from keras_tpu.models import cnn  # pylint: disable=g-import-not-at-top
+    from models import cnn  # pylint: disable=g-import-not-at-top
 
     return cnn.build_cnn(IMAGE_SHAPE, 10, variant="seed")
 
@@ -140,10 +140,10 @@ def run_toolkit(
     split, test, timed_examples, batch, repeats, progress_seconds=None, precision="auto"
 ):
     """(c), (d) with progress_seconds, (e) with precision: train_cnn on the arrays; its rates."""
-    from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
+    import models  # pylint: disable=g-import-not-at-top
 
     steps = max(1, timed_examples // batch)
-    config = tasks.CNNConfig(
+    config = models.CNNConfig(
         dataset="synthetic",
         variant="seed",
         per_replica_batch_size=batch,
@@ -154,7 +154,7 @@ def run_toolkit(
         steps_per_execution=_int_or_auto(FLAGS.toolkit_steps_per_execution),
         mixed_precision=precision,
     )
-    summary = tasks.train_cnn(config, train=split, test=test)
+    summary = models.train_cnn(config, train=split, test=test)
     rates = [row["examples_per_second"] for row in summary["throughput"][1:]]
     return {
         "images_per_second": round(_timing.median(rates), 1),

@@ -23,8 +23,8 @@ from keras_tpu import data  # noqa: E402
 from keras_tpu import keras  # noqa: E402
 from keras_tpu.data import text  # noqa: E402
 from keras_tpu.engine import compiling  # noqa: E402
-from keras_tpu.models import bert  # noqa: E402
-from keras_tpu.models import cnn  # noqa: E402
+from models import bert  # noqa: E402
+from models import cnn  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("json", None, "Write the results here as JSON.")

@@ -1,10 +1,10 @@
-"""Compare keras_tpu.parallel.memory's estimate with the measured peak of a real training step on CPU.
+"""Compare models.bert.memory's estimate with the measured peak of a real training step on CPU.
 
 Usage: python benchmarks/bench_memory.py [--presets tiny,mini,small] [--batches 8,32,64]
            [--precisions fp32,bf16] [--seq_length 128] [--xla_batches 8,64] [--json PATH]
 About 10 minutes on a 2-core CPU with the defaults.
 
-Each configuration runs in a fresh interpreter: a BERT encoder from keras_tpu/models/bert with a
+Each configuration runs in a fresh interpreter: a BERT encoder from models/bert with a
 dropout + float32 Dense(2) head, AdamW, `train_on_batch` on random tokens. Three numbers
 come from TensorFlow's own allocator (`tf.config.experimental.get_memory_info("CPU:0")`):
 
@@ -130,8 +130,8 @@ def child(preset, batch, seq_length, precision, profile, steps, xla_dump=None):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
-    from keras_tpu.parallel import memory  # pylint: disable=g-import-not-at-top
-    from keras_tpu.models import bert  # pylint: disable=g-import-not-at-top
+    from models.bert import memory  # pylint: disable=g-import-not-at-top
+    from models import bert  # pylint: disable=g-import-not-at-top
 
     if precision != "fp32":
         keras.mixed_precision.set_global_policy(

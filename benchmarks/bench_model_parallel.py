@@ -46,10 +46,10 @@ import numpy as np, tensorflow as tf
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 4)
 from tensorflow.experimental import dtensor
-from keras_tpu.parallel import memory
+from models.bert import memory
 from keras_tpu.parallel.mesh import layout as mesh_layout
 from keras_tpu.runtime.compat import keras
-from keras_tpu.models import bert
+from models import bert
 args = {args}
 k, b, s = args["k"], args["global_batch"], args["seq_length"]
 config = bert.BertConfig(hidden_size=args["hidden"], num_layers=args["layers"],

@@ -47,16 +47,16 @@ SIDES = ("sharded", "data_parallel")
 _CHILD = """
 import dataclasses, functools, json, sys, tempfile
 import keras_tpu
-from keras_tpu import tasks
+import models
 from keras_tpu.parallel.mesh import backend as mesh_backend
 from keras_tpu.parallel.mesh import export as mesh_export
-from keras_tpu.tasks import datasets
+from models import datasets
 args = json.loads(sys.argv[1])
 with tempfile.TemporaryDirectory() as model_dir:
-    config = tasks.BertRunConfig(model_dir=model_dir, mixed_precision="fp32", verbose=0,
+    config = models.BertRunConfig(model_dir=model_dir, mixed_precision="fp32", verbose=0,
                                  cpu_replicas=4, model_parallel=1, **args["config"])
     keras_tpu.strategy_for(config)  # The 4 logical CPUs before any data.
-    task = tasks.bert_task(config)
+    task = models.bert_task(config)
     if args["side"] == "sharded":  # What bert_task gives for --model_parallel > 1, at K=1.
         encoder_config, weights = mesh_export.load_native_encoder(config.encoder_handle)
         spec = mesh_backend.ShardedBert(encoder_config, weights, datasets.bert_preprocessor(config))
@@ -74,7 +74,7 @@ def write_inputs(root):
     import numpy as np  # pylint: disable=g-import-not-at-top
 
     from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
-    from keras_tpu.models import bert  # pylint: disable=g-import-not-at-top
+    from models import bert  # pylint: disable=g-import-not-at-top
 
     words = [f"w{i}" for i in range(FLAGS.vocab - 5)]
     vocab = text.write_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words],

@@ -59,7 +59,7 @@ def cnn_sweeps(strategy, values, repeats):
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
     from keras_tpu.engine import compiling  # pylint: disable=g-import-not-at-top
-    from keras_tpu.models import cnn  # pylint: disable=g-import-not-at-top
+    from models import cnn  # pylint: disable=g-import-not-at-top
 
     split = data.synthetic_images(60_000, (28, 28, 1), seed=0)
     results = []

@@ -12,10 +12,10 @@ summary = keras_tpu.fit(task, keras_tpu.RunConfig(model_dir="/tmp/run"))
 
 The public API is these names and the public submodules: keras_tpu.data (with
 keras_tpu.data.text and keras_tpu.data.text_sources), keras_tpu.metrics,
-keras_tpu.checks (the argument rules), keras_tpu.models.bert, keras_tpu.models.cnn,
-keras_tpu.parallel.memory (the memory planner), keras_tpu.parallel.mesh (model
-parallelism) and keras_tpu.tasks.
-The built-in tasks use nothing else (tests/test_layering.py checks it).
+keras_tpu.checks (the argument rules) and keras_tpu.parallel.mesh (model parallelism).
+The model garden (the top-level `models` package: BERT, the CNN and their tasks) is
+built on these names only, and keras_tpu never imports it (tests/test_layering.py
+checks both).
 """
 
 from keras_tpu.runtime import logs as _logs
@@ -49,8 +49,6 @@ from keras_tpu.engine.compiling import choose_precision  # noqa: E402
 from keras_tpu.engine.compiling import compile_model  # noqa: E402
 from keras_tpu.engine.compiling import evaluate  # noqa: E402
 from keras_tpu.engine.compiling import set_precision  # noqa: E402
-from keras_tpu.engine.optimizers import bert_adamw  # noqa: E402
-from keras_tpu.engine.text_export import export_bert  # noqa: E402
 from keras_tpu.engine.trainer import CONFIG_ERRORS  # noqa: E402
 from keras_tpu.engine.trainer import fit  # noqa: E402
 from keras_tpu.engine.trainer import strategy_for  # noqa: E402
@@ -62,11 +60,9 @@ __all__ = [
     "RunConfig",
     "RunSummary",
     "Task",
-    "bert_adamw",
     "choose_precision",
     "compile_model",
     "evaluate",
-    "export_bert",
     "fit",
     "set_precision",
     "register_task",

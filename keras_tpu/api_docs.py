@@ -14,7 +14,8 @@ import sys
 import types
 
 # Public submodules documented beside those in keras_tpu.__all__ (`keras` is tf_keras itself).
-EXTRA_SUBMODULES = ("tasks",)
+# The model garden (top-level `models`) is not keras_tpu's API: keras_tpu never imports it.
+EXTRA_SUBMODULES = ()
 NOT_DOCUMENTED = ("keras",)
 PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "api.md")
 

@@ -7,7 +7,7 @@ A file that names its task (`task:` and `import:` keys, as every run's config.ya
   python scripts/train.py --config_file=/tmp/mlp/config.yaml --model_dir=/tmp/mlp_again
 Built-ins, by name or import string:
   python scripts/train.py --task=cnn --dataset=digits --epochs=2
-  python scripts/train.py --task=keras_tpu.tasks.cnn:cnn_task --dataset=digits
+  python scripts/train.py --task=models.cnn.cnn_task:cnn_task --dataset=digits
 
 The task's config class decides the flags: every field of it is a flag and a
 config-file key, type-checked with file:line errors (`--helpfull` lists them).
@@ -25,6 +25,7 @@ if __package__:  # python -m scripts.train
 else:  # python scripts/train.py
     import flag_utils
 import keras_tpu  # noqa: E402
+import models  # noqa: E402,F401  (registers the model garden's tasks "cnn" and "bert")
 from keras_tpu.engine import config_yaml  # noqa: E402
 from keras_tpu.engine import registry  # noqa: E402
 

@@ -10,7 +10,7 @@ On a TPU with a tfhub.dev encoder:
     --encoder_handle=https://tfhub.dev/tensorflow/small_bert/bert_en_uncased_L-4_H-512_A-8/2 \
     --preprocess_handle=https://tfhub.dev/tensorflow/bert_en_uncased_preprocess/3 \
     --tfds_name=imdb_reviews --per_replica_batch_size=32
-A GLUE task by name (its text features, classes, dev splits and metrics: keras_tpu/tasks/glue.py):
+A GLUE task by name (its text features, classes, dev splits and metrics: models/bert/glue.py):
   python scripts/train_bert.py ... --tfds_name=glue/mrpc      # or glue/mnli, glue/stsb, ...
 Your own pair TSV (sentence1<TAB>sentence2<TAB>label), or a score to regress:
   python scripts/train_bert.py ... --train_file=train.tsv --eval_file=dev.tsv \
@@ -26,10 +26,10 @@ if __package__:  # python -m scripts.train_bert
     from scripts import flag_utils
 else:  # python scripts/train_bert.py
     import flag_utils
-from keras_tpu import tasks  # noqa: E402
+import models  # noqa: E402
 
 flag_utils.define_flags(
-    tasks.BertRunConfig,
+    models.BertRunConfig,
     {
         **flag_utils.RUN_HELP,
         "class_weight": "Each class's weight in the training loss, as class:weight pairs "
@@ -60,8 +60,8 @@ flag_utils.define_flags(
 
 def main(argv):
     del argv
-    config = flag_utils.config_from_flags(tasks.BertRunConfig)
-    summary = flag_utils.run_or_explain(tasks.train_bert, config)
+    config = flag_utils.config_from_flags(models.BertRunConfig)
+    summary = flag_utils.run_or_explain(models.train_bert, config)
     scores = ", ".join(f"{k} {v:.4f}" for k, v in summary["test"].items() if k != "loss")
     print(
         f"eval {scores} on {summary['test_examples']} examples; "

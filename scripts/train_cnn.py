@@ -18,10 +18,10 @@ if __package__:  # python -m scripts.train_cnn
     from scripts import flag_utils
 else:  # python scripts/train_cnn.py
     import flag_utils
-from keras_tpu import tasks  # noqa: E402
+import models  # noqa: E402
 
 flag_utils.define_flags(
-    tasks.CNNConfig,
+    models.CNNConfig,
     {
         **flag_utils.RUN_HELP,
         "dataset": "'digits' (offline), 'synthetic', or a tfds image dataset (fashion_mnist, mnist).",
@@ -34,8 +34,8 @@ flag_utils.define_flags(
 
 def main(argv):
     del argv
-    config = flag_utils.config_from_flags(tasks.CNNConfig)
-    summary = flag_utils.run_or_explain(tasks.train_cnn, config)
+    config = flag_utils.config_from_flags(models.CNNConfig)
+    summary = flag_utils.run_or_explain(models.train_cnn, config)
     test = summary["test"]
     print(
         f"test accuracy {test['accuracy']:.4f}, loss {test['loss']:.4f} on "

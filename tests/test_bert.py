@@ -1,4 +1,4 @@
-"""Tests for keras_tpu/models/bert, on a tiny BERT."""
+"""Tests for models/bert, on a tiny BERT."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ import tensorflow_hub as hub
 
 from keras_tpu import keras
 from keras_tpu.engine import compiling
-from keras_tpu.models import bert
+from models import bert
 
 SEQ = 16
 TINY = dict(vocab_size=100, num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64)

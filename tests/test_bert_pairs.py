@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from keras_tpu import checks
-from keras_tpu import tasks
+import models
 from keras_tpu.data import text_sources
 
 
@@ -24,16 +24,16 @@ from keras_tpu.data import text_sources
 def test_glue_names_resolve_their_shape(
     name, text_keys, num_classes, task_type, eval_split, metrics
 ):
-    config = tasks.BertRunConfig(tfds_name=name)
+    config = models.BertRunConfig(tfds_name=name)
     assert (config.text_keys, config.num_classes) == (text_keys, num_classes)
     assert config.task_type == task_type
     assert (config.tfds_eval_split, config.metrics) == (eval_split, metrics)
 
 
 def test_flags_win_over_glue_defaults():
-    config = tasks.BertRunConfig(tfds_name="glue/mrpc", metrics="accuracy", tfds_eval_split="test")
+    config = models.BertRunConfig(tfds_name="glue/mrpc", metrics="accuracy", tfds_eval_split="test")
     assert (config.metrics, config.tfds_eval_split) == ("accuracy", "test")
-    regression = tasks.BertRunConfig(train_file="a.tsv", eval_file="b.tsv", task_type="regression")
+    regression = models.BertRunConfig(train_file="a.tsv", eval_file="b.tsv", task_type="regression")
     assert (regression.metrics, regression.num_classes) == ("pearson,spearman", None)
 
 
@@ -50,7 +50,7 @@ def test_flags_win_over_glue_defaults():
 )
 def test_bad_shapes_are_one_line(fields, message):
     with pytest.raises(checks.ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        tasks.BertRunConfig(**fields)
+        models.BertRunConfig(**fields)
 
 
 def _tsv(tmp_path, body):

@@ -1,4 +1,4 @@
-"""Tests for keras_tpu/tasks/bert_vocab.py: a vocabulary larger than the encoder's table is refused."""
+"""Tests for models/bert/bert_vocab.py: a vocabulary larger than the encoder's table is refused."""
 
 import json
 import os
@@ -7,11 +7,11 @@ import pytest
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu import tasks
+import models
 from keras_tpu.data import text
-from keras_tpu.models import bert
-from keras_tpu.models.bert import hf_bert
-from keras_tpu.tasks import bert_vocab
+from models import bert
+from models.bert import hf_bert
+from models.bert import bert_vocab
 
 WORDS = ["the", "film", "good", "bad", "movie", "dull", "great", "plot", "##s", "##ing", "."]
 SMALL = [*text.SPECIAL_TOKENS, *"abcdefghijklmnopqrstuvwxyz", *WORDS]
@@ -41,7 +41,7 @@ def hub(vocabs):
 
 
 def _config(hub, model_dir, **overrides):
-    return tasks.BertRunConfig(
+    return models.BertRunConfig(
         **{
             "encoder_handle": hub["encoder"],
             "vocab_file": hub["small"],
@@ -93,7 +93,7 @@ def test_check_vocabulary_names_both_sizes_both_paths_and_the_fix(vocabs, caplog
         )
     )
     model = bert.build_bert_classifier(encoder, 2, 16)
-    config = tasks.BertRunConfig(encoder_handle="/enc", vocab_file=vocabs["big"])
+    config = models.BertRunConfig(encoder_handle="/enc", vocab_file=vocabs["big"])
     with pytest.raises(checks.ConfigError) as refused:
         bert_vocab.check_vocabulary(model, text.BertPreprocessor(vocabs["big"], 16), config)
     assert str(refused.value) == (
@@ -119,7 +119,7 @@ def test_a_larger_vocabulary_is_refused_before_anything_is_written_then_the_fix_
 ):
     model_dir = tmp_path / "run"
     with pytest.raises(checks.ConfigError) as refused:
-        tasks.train_bert(_config(hub, model_dir, vocab_file=hub["big"]))
+        models.train_bert(_config(hub, model_dir, vocab_file=hub["big"]))
     message = str(refused.value)
     assert f"the vocabulary --vocab_file={hub['big']} has {len(BIG)} tokens" in message
     assert f"--encoder_handle={hub['encoder']} has a word-embedding table of {len(SMALL)} rows" in (
@@ -130,12 +130,12 @@ def test_a_larger_vocabulary_is_refused_before_anything_is_written_then_the_fix_
     assert not model_dir.exists() or not os.listdir(model_dir)
 
     with pytest.raises(checks.ConfigError, match=f"--preprocess_handle={hub['big_preprocess']}"):
-        tasks.train_bert(
+        models.train_bert(
             _config(hub, model_dir, vocab_file=None, preprocess_handle=hub["big_preprocess"])
         )
     assert not model_dir.exists() or not os.listdir(model_dir)
 
-    summary = tasks.train_bert(_config(hub, model_dir))
+    summary = models.train_bert(_config(hub, model_dir))
     assert (summary["status"], summary["final_step"], summary["resumed_from_step"]) == ("ok", 2, 0)
     assert json.loads((model_dir / "summary.json").read_text())["final_step"] == 2
     assert (model_dir / "run.json").exists()

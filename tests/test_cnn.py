@@ -1,10 +1,10 @@
-"""Tests for keras_tpu/models/cnn (build_cnn)."""
+"""Tests for models/cnn (build_cnn)."""
 
 import pytest
 import tensorflow as tf
 
 from keras_tpu import keras
-from keras_tpu.models import cnn
+from models import cnn
 
 
 def test_seed_variant_is_exactly_the_reference_model():

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from keras_tpu.engine import config_yaml
-from keras_tpu import tasks
+import models
 from tests.conftest import REPO
 from tests.conftest import run_script
 
@@ -25,14 +25,14 @@ def test_file_then_flags_then_override_give_the_expected_dataclass(tmp_path):
         "dataset: digits\nepochs: 7\nlearning_rate: 3e-4\nsteps_per_execution: 8\n"
         "model_dir: /tmp/a\nkeep_best: false\n",
     )
-    from_file = config_yaml.load_file(path, tasks.CNNConfig)
+    from_file = config_yaml.load_file(path, models.CNNConfig)
     assert from_file["epochs"] == config_yaml.Setting(7, f"{path}:2")
     flags = {"epochs": config_yaml.Setting(2, "--epochs")}
     override = config_yaml.parse_overrides(
-        "seed=3,worker_hosts=h1:1,h2:2,task_index=1", tasks.CNNConfig
+        "seed=3,worker_hosts=h1:1,h2:2,task_index=1", models.CNNConfig
     )
-    config = config_yaml.build(tasks.CNNConfig, from_file, flags, override)
-    assert config == tasks.CNNConfig(
+    config = config_yaml.build(models.CNNConfig, from_file, flags, override)
+    assert config == models.CNNConfig(
         dataset="digits",
         epochs=2,  # The flag beats the file.
         learning_rate=3e-4,  # "3e-4" is a string to YAML 1.1; a float field reads it as one.
@@ -48,19 +48,19 @@ def test_file_then_flags_then_override_give_the_expected_dataclass(tmp_path):
 def test_json_and_load_config(tmp_path):
     path = _write(tmp_path, json.dumps({"epochs": 4, "seq_length": 64}), "run.json")
     config = config_yaml.load_config(
-        path, tasks.BertRunConfig, params_override="dropout=0.2", num_classes=3
+        path, models.BertRunConfig, params_override="dropout=0.2", num_classes=3
     )
     assert (config.epochs, config.seq_length, config.dropout, config.num_classes) == (4, 64, 0.2, 3)
     assert config.learning_rate == 3e-5  # BertRunConfig's own default survives.
 
 
 def test_written_config_reads_back_equal(tmp_path):
-    config = tasks.BertRunConfig(
+    config = models.BertRunConfig(
         encoder_handle="/e", vocab_file="/v.txt", learning_rate=3e-5, steps_per_execution=16
     )
     path = str(tmp_path / "config.yaml")
     config_yaml.write(config, path)
-    assert config_yaml.load_config(path, tasks.BertRunConfig) == config
+    assert config_yaml.load_config(path, models.BertRunConfig) == config
     assert open(path).readline().startswith("# Resolved BertRunConfig")
 
 
@@ -81,7 +81,7 @@ def test_written_config_reads_back_equal(tmp_path):
 def test_bad_files_name_the_key_file_and_line(tmp_path, text, message):
     path = _write(tmp_path, text)
     with pytest.raises(config_yaml.ConfigFileError) as info:
-        config_yaml.load_config(path, tasks.CNNConfig)
+        config_yaml.load_config(path, models.CNNConfig)
     assert str(info.value).startswith(path) and message in str(info.value)
     assert "\n" not in str(info.value)
 
@@ -93,7 +93,7 @@ EMPTY = "the config file holds no settings (it is empty or only comments)"
 def test_an_empty_file_is_refused_not_run_with_every_default(tmp_path, text):
     path = _write(tmp_path, text)
     for load in (
-        lambda: config_yaml.load_config(path, tasks.CNNConfig),
+        lambda: config_yaml.load_config(path, models.CNNConfig),
         lambda: config_yaml.read_task(path),  # scripts/train.py reads the task: key first.
     ):
         with pytest.raises(config_yaml.ConfigFileError) as info:
@@ -106,19 +106,19 @@ def test_an_empty_file_is_refused_not_run_with_every_default(tmp_path, text):
 
 def test_bad_overrides(tmp_path):
     with pytest.raises(config_yaml.ConfigFileError, match="expected name=value"):
-        config_yaml.parse_overrides("epochs", tasks.CNNConfig)
+        config_yaml.parse_overrides("epochs", models.CNNConfig)
     with pytest.raises(config_yaml.ConfigFileError, match="unknown key 'epoch'"):
-        config_yaml.parse_overrides("epoch=1", tasks.CNNConfig)
+        config_yaml.parse_overrides("epoch=1", models.CNNConfig)
     with pytest.raises(config_yaml.ConfigFileError, match=r"--params_override 'seed=x': seed"):
-        config_yaml.parse_overrides("seed=x", tasks.CNNConfig)
+        config_yaml.parse_overrides("seed=x", models.CNNConfig)
     with pytest.raises(config_yaml.ConfigFileError, match="cannot read the config file"):
-        config_yaml.load_file(str(tmp_path / "missing.yaml"), tasks.CNNConfig)
+        config_yaml.load_file(str(tmp_path / "missing.yaml"), models.CNNConfig)
 
 
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml"))))
 def test_shipped_configs_load_and_document_their_command(path):
     name = os.path.basename(path)
-    cls = tasks.BertRunConfig if "bert" in name else tasks.CNNConfig
+    cls = models.BertRunConfig if "bert" in name else models.CNNConfig
     script = "train_bert.py" if "bert" in name else "train_cnn.py"
     overrides = {"task_index": 0} if "workers" in name else {}
     config = config_yaml.load_config(path, cls, **overrides)

@@ -9,8 +9,8 @@ import tensorflow_hub as hub
 from tensorflow.python.framework import config as tf_config
 
 from keras_tpu import keras
-from keras_tpu.models import bert
-from keras_tpu.models.bert import bert_hub
+from models import bert
+from models.bert import bert_hub
 from keras_tpu.runtime import determinism
 from keras_tpu.runtime import saved_model_dropout
 

@@ -92,14 +92,18 @@ def _resolve_module_attr(obj, attr):
     raise AttributeError(attr)
 
 
+# The two packages whose names docs cite: the toolkit and the model garden.
+ROOTS = ("keras_tpu", "models")
+
+
 def unresolved_names(code):
-    """Return the keras_tpu names `code` imports or uses that do not exist, as strings."""
+    """Return the keras_tpu and models names `code` imports or uses that do not exist, as strings."""
     tree = ast.parse(code)
     bound, problems = {"keras_tpu": importlib.import_module("keras_tpu")}, []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] != "keras_tpu":
+                if alias.name.split(".")[0] not in ROOTS:
                     continue
                 try:
                     module = importlib.import_module(alias.name)
@@ -109,8 +113,9 @@ def unresolved_names(code):
                 if alias.asname:
                     bound[alias.asname] = module
                 else:
-                    bound["keras_tpu"] = importlib.import_module("keras_tpu")
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "keras_tpu":
+                    root = alias.name.split(".")[0]
+                    bound[root] = importlib.import_module(root)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ROOTS:
             try:
                 module = importlib.import_module(node.module)
             except ImportError as e:
@@ -151,7 +156,7 @@ def test_python_block_names_exist(block):
     assert not unresolved_names(block.text), f"{block}: {unresolved_names(block.text)}"
 
 
-PROSE_NAME = re.compile(r"(?<![\w/.])keras_tpu(?:\.[A-Za-z_]\w*)+")
+PROSE_NAME = re.compile(r"(?<![\w/.])(?:keras_tpu|models)(?:\.[A-Za-z_]\w*)+")
 
 
 def prose_names(path):
@@ -168,17 +173,17 @@ def test_keras_tpu_names_in_prose_exist(path):
 
 
 def _all_modules():
-    """Return every keras_tpu module, imported, by dotted name."""
+    """Return every keras_tpu and models module, imported, by dotted name."""
     import pkgutil  # pylint: disable=g-import-not-at-top
 
-    import keras_tpu  # pylint: disable=g-import-not-at-top
-
-    for info in pkgutil.walk_packages(keras_tpu.__path__, "keras_tpu.", onerror=lambda _: None):
-        try:
-            importlib.import_module(info.name)
-        except ImportError:
-            pass
-    return {n: m for n, m in sys.modules.items() if n.startswith("keras_tpu") and m is not None}
+    for root in ROOTS:
+        package = importlib.import_module(root)
+        for info in pkgutil.walk_packages(package.__path__, f"{root}.", onerror=lambda _: None):
+            try:
+                importlib.import_module(info.name)
+            except ImportError:
+                pass
+    return {n: m for n, m in sys.modules.items() if n.split(".")[0] in ROOTS and m is not None}
 
 
 def code_reference_exists(token, modules):
@@ -219,7 +224,7 @@ def test_verification_table_names_real_code():
 
 def test_name_check_finds_stale_names():
     code = (
-        "import keras_tpu\nfrom keras_tpu import data, text\nfrom keras_tpu.parallel import memory\n"
+        "import keras_tpu\nfrom keras_tpu import data, text\nfrom models.bert import memory\n"
         "keras_tpu.compile_model\nkeras_tpu.runtime.resolver.no_such_function(x).y\n"
         "memory.estimate\nmemory.gone\ninfo.kind\n"
     )

@@ -17,8 +17,8 @@ import tf_keras
 import keras_tpu
 from keras_tpu import keras
 from keras_tpu.data import text
-from keras_tpu.models import bert
-from keras_tpu.tasks import cnn as cnn_task_lib
+from models import bert
+from models.cnn import cnn_task as cnn_task_lib
 from tests.conftest import CPU_REPLICAS
 from tests.conftest import run_python
 
@@ -146,7 +146,7 @@ def tiny_bert_classifier(tmp_path_factory, mirrored):
 @pytest.mark.parametrize("pair", [False, True], ids=["sentence", "pair"])
 def test_bert_export_loads_by_every_route(tmp_path, tiny_bert_classifier, pair):
     model, preprocessor, strategy = tiny_bert_classifier
-    export_dir = keras_tpu.export_bert(
+    export_dir = bert.export_bert(
         model, preprocessor, str(tmp_path / "export"), strategy, pair=pair, regression=False
     )
     first, second = tf.constant(["the movie was great", "great"]), tf.constant(["the movie", "x"])

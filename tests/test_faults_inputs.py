@@ -19,12 +19,12 @@ import tensorflow as tf
 
 from keras_tpu import data
 from keras_tpu.engine import saved_model_export
-from keras_tpu.models.bert import hf_bert
+from models.bert import hf_bert
 from keras_tpu import keras
-from keras_tpu import tasks
+import models
 from keras_tpu.engine import compiling
-from keras_tpu.models import bert
-from keras_tpu.models import cnn
+from models import bert
+from models import cnn
 from tests.conftest import REPO
 from tests.conftest import run_script
 from tests.conftest import subprocess_env
@@ -103,9 +103,9 @@ def test_model_dir_that_is_a_file_is_refused_before_training(tmp_path):
     path = tmp_path / "run"
     path.write_text("not a directory")
     with pytest.raises(ValueError, match=f"model_dir='{path}' is an existing file, not a dir"):
-        tasks.CNNConfig(model_dir=str(path))
+        models.CNNConfig(model_dir=str(path))
     with pytest.raises(ValueError, match=f"is under {path}, a file"):
-        tasks.CNNConfig(model_dir=str(path / "sub"))
+        models.CNNConfig(model_dir=str(path / "sub"))
 
 
 def _other_savedmodel(path):
@@ -121,13 +121,13 @@ def _other_savedmodel(path):
 def test_export_dir_holding_another_savedmodel_is_refused_without_overwrite(tmp_path):
     target = _other_savedmodel(tmp_path / "export")
     with pytest.raises(ValueError, match="already holds files keras_tpu did not export"):
-        tasks.CNNConfig(export_dir=target)
+        models.CNNConfig(export_dir=target)
     model = cnn.build_cnn((8, 8, 1), 10, variant="seed")
     strategy = tf.distribute.get_strategy()
     with pytest.raises(ValueError, match="Pass --overwrite to replace it"):
         saved_model_export.export_model(model, target, strategy)
     assert os.path.exists(os.path.join(target, "assets", "vocab.txt"))  # Untouched.
-    tasks.CNNConfig(export_dir=target, overwrite=True)
+    models.CNNConfig(export_dir=target, overwrite=True)
     saved_model_export.export_model(model, target, strategy, overwrite=True)
     # The old export's asset does not survive into the new one.
     assert not os.path.exists(os.path.join(target, "assets", "vocab.txt"))
@@ -194,13 +194,13 @@ def test_chance_warning_only_when_evaluation_is_at_chance_and_training_is_not():
 
 
 def _digits_config(**overrides):
-    return tasks.CNNConfig(
+    return models.CNNConfig(
         dataset="digits", verbose=0, backup=False, keep_best=False, tensorboard=False, **overrides
     )
 
 
 def test_default_cnn_reaches_90_percent_on_digits_in_3_epochs():
-    summary = tasks.train_cnn(_digits_config(epochs=3, strategy="cpu"))
+    summary = models.train_cnn(_digits_config(epochs=3, strategy="cpu"))
     assert summary["final_step"] == 3 * 22  # 1,437 examples / 64, the last partial batch dropped.
     assert summary["test"]["accuracy"] >= 0.90
     assert summary["accuracy_warning"] is None
@@ -211,7 +211,7 @@ def test_summary_and_log_say_when_evaluation_is_at_chance(caplog):
     # class): the trained model is right on training data and wrong on evaluation.
     train, test = data.load_digits()
     shifted = data.ArraySplit(test.x, (test.y + 1) % 10)
-    summary = tasks.train_cnn(_digits_config(epochs=3, strategy="cpu"), train, shifted)
+    summary = models.train_cnn(_digits_config(epochs=3, strategy="cpu"), train, shifted)
     assert summary["test"]["accuracy"] < 0.19 < 0.7 < summary["final_train"]["accuracy"]
     assert "is at chance (1/10 = 0.100)" in summary["accuracy_warning"]
     assert summary["accuracy_warning"] in caplog.text

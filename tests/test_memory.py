@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.parallel.memory: exact variable bytes, linear/quadratic terms, plan and check."""
+"""Tests for models.bert.memory: exact variable bytes, linear/quadratic terms, plan and check."""
 
 import json
 
@@ -8,8 +8,8 @@ import tensorflow as tf
 
 from keras_tpu.runtime import accelerators
 from keras_tpu import keras
-from keras_tpu.parallel import memory
-from keras_tpu.models import bert
+from models.bert import memory
+from models import bert
 from tests.conftest import run_script
 
 TINY = dict(vocab_size=100, num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64)
@@ -227,7 +227,7 @@ def test_table_and_dict_list_every_component():
 def test_planning_preset_large():
     large = memory.config_from_name("large")
     assert (large.num_layers, large.hidden_size, large.num_heads) == (24, 1024, 16)
-    assert "large" not in bert.PRESETS  # planning only: keras_tpu/models/bert is unchanged
+    assert "large" not in bert.PRESETS  # planning only: models/bert is unchanged
     # BERT-large has about 335M parameters (Devlin et al. 2019: 340M).
     assert 330e6 < memory.estimate("large", 1, 128).parameters < 340e6
 

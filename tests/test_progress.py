@@ -9,7 +9,7 @@ import tensorflow as tf
 from keras_tpu.engine import callbacks
 from keras_tpu import keras
 from keras_tpu.engine import progress
-from keras_tpu import tasks
+import models
 from tests.conftest import CPU_REPLICAS
 
 LINE = re.compile(
@@ -29,7 +29,7 @@ def _images(n, seed=0):
 
 def test_recipe_prints_monotonic_progress_ending_at_the_final_step(capsys):
     images, labels = _images(200)
-    config = tasks.CNNConfig(
+    config = models.CNNConfig(
         variant="seed",
         epochs=2,
         steps_per_epoch=20,  # 40 steps of global batch 8 on 4 replicas.
@@ -38,7 +38,7 @@ def test_recipe_prints_monotonic_progress_ending_at_the_final_step(capsys):
         cpu_replicas=CPU_REPLICAS,
         progress_seconds=1e-6,  # A line after every execution.
     )
-    summary = tasks.train_cnn(config, train=(images[:160], labels[:160]), test=(images[160:], labels[160:]))
+    summary = models.train_cnn(config, train=(images[:160], labels[:160]), test=(images[160:], labels[160:]))
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch ")]
     matches = [LINE.match(line) for line in lines]
     assert all(matches), [line for line, m in zip(lines, matches) if not m]
@@ -122,4 +122,4 @@ def test_format_seconds():
 @pytest.mark.parametrize("field, value", [("progress_seconds", 0), ("verbose", 3)])
 def test_bad_progress_settings_are_rejected(field, value):
     with pytest.raises(ValueError, match=f"{field}={value}"):
-        tasks.CNNConfig(**{field: value})
+        models.CNNConfig(**{field: value})

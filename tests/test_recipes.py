@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.tasks (the built-in CNN and BERT) and their scripts, the main job end to end."""
+"""Tests for models (the built-in CNN and BERT) and their scripts, the main job end to end."""
 
 import json
 import os
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from keras_tpu import tasks
-from keras_tpu.models import cnn
+import models
+from models import cnn
 from tests.conftest import SST2
 from tests.conftest import CPU_REPLICAS
 from tests.conftest import backup_step
@@ -89,7 +89,7 @@ def test_script_bad_input_is_one_clear_line(flags, message):
 
 @pytest.mark.slow  # ~19 s; test_train_cnn_in_process_on_four_replicas stays fast
 def test_train_cnn_on_tfds_mock_data_with_four_replicas(tmp_path):
-    config = tasks.CNNConfig(
+    config = models.CNNConfig(
         dataset="fashion_mnist",
         variant="seed",
         epochs=2,
@@ -99,7 +99,7 @@ def test_train_cnn_on_tfds_mock_data_with_four_replicas(tmp_path):
         verbose=0,
     )
     with tfds.testing.mock_data(num_examples=100):
-        summary = tasks.train_cnn(config)
+        summary = models.train_cnn(config)
     assert summary["parameters"] == 108_810  # The reference model, on 28x28x1.
     assert (summary["replicas"], summary["global_batch"]) == (CPU_REPLICAS, 8 * CPU_REPLICAS)
     assert (summary["train_examples"], summary["test_examples"]) == (100, 100)
@@ -112,10 +112,10 @@ def test_train_cnn_on_in_memory_arrays():
     images = rng.random((203, 12, 12, 1), dtype=np.float32)
     labels = rng.integers(0, 3, 203).astype(np.int32)
     labels[0] = 4  # Five classes: the largest label + 1, across both splits.
-    config = tasks.CNNConfig(
+    config = models.CNNConfig(
         variant="seed", epochs=1, per_replica_batch_size=16, cpu_replicas=CPU_REPLICAS, verbose=0
     )
-    summary = tasks.train_cnn(
+    summary = models.train_cnn(
         config, train=(images[:150], labels[:150]), test=(images[150:], labels[150:])
     )
     assert summary["dataset"] == "in-memory arrays"
@@ -125,7 +125,7 @@ def test_train_cnn_on_in_memory_arrays():
     expected = cnn.build_cnn((12, 12, 1), 5, variant="seed").count_params()
     assert summary["parameters"] == expected
     with pytest.raises(ValueError, match="pass both train and test"):
-        tasks.train_cnn(config, train=(images, labels))
+        models.train_cnn(config, train=(images, labels))
 
 
 @pytest.mark.slow
@@ -246,7 +246,7 @@ def test_four_replicas_reach_95_percent_on_digits(tmp_path):
 def test_train_cnn_in_process_on_four_replicas(tmp_path):
     # The whole recipe in this process (flax's train_test.py is the model): the same
     # code path as scripts/train_cnn.py, on the session's 4 logical CPU replicas.
-    config = tasks.CNNConfig(
+    config = models.CNNConfig(
         dataset="digits",
         variant="seed",
         cpu_replicas=4,
@@ -257,7 +257,7 @@ def test_train_cnn_in_process_on_four_replicas(tmp_path):
         model_dir=str(tmp_path),
         verbose=0,
     )
-    summary = tasks.train_cnn(config)
+    summary = models.train_cnn(config)
     assert (summary["replicas"], summary["global_batch"], summary["final_step"]) == (4, 32, 18)
     assert (summary["test_examples"], summary["train_examples"]) == (360, 1437)
     assert summary["strategy"]["kind"] == "cpu" and summary["strategy"]["rehearsal"] is True
@@ -328,12 +328,12 @@ def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
     handles = tiny_hub
     code = (
         "import json, tensorflow_datasets as tfds\n"
-        "from keras_tpu import tasks\n"
+        "import models\n"
         "out = {}\n"
         "with tfds.testing.mock_data(num_examples=37):\n"
         "    for name in ('glue/mrpc', 'glue/mnli', 'glue/stsb'):\n"
         "        run = ROOT + '/' + name.replace('/', '_')\n"
-        "        out[name] = tasks.train_bert(tasks.BertRunConfig(\n"
+        "        out[name] = models.train_bert(models.BertRunConfig(\n"
         "            encoder_handle=HANDLES['encoder'], preprocess_handle=HANDLES['preprocess'],\n"
         "            tfds_name=name, cpu_replicas=4, seq_length=32, per_replica_batch_size=4,\n"
         "            epochs=1, steps_per_epoch=3, learning_rate=1e-3, verbose=0,\n"

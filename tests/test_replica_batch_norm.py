@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu import keras
-from keras_tpu.models import cnn
+from models import cnn
 from keras_tpu.runtime import replica_batch_norm
 
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from keras_tpu import keras
-from keras_tpu import tasks
+import models
 from keras_tpu.engine import run_dir
 
 
@@ -23,7 +23,7 @@ def _identity(config, units=4, global_batch=64):
 
 
 def test_identity_names_what_differs_and_ignores_how_it_runs():
-    base = tasks.CNNConfig(per_replica_batch_size=64)
+    base = models.CNNConfig(per_replica_batch_size=64)
     same = dataclasses.replace(base, epochs=9, steps_per_execution=4, verbose=0, model_dir="/x")
     assert _identity(base).differences(_identity(same)) == []
     other = dataclasses.replace(base, per_replica_batch_size=32, variant="seed")
@@ -38,7 +38,7 @@ def test_identity_names_what_differs_and_ignores_how_it_runs():
 
 
 def test_another_run_in_the_directory_is_refused_until_overwrite(tmp_path):
-    base = tasks.CNNConfig()
+    base = models.CNNConfig()
     backup = tmp_path / "backup"
     run_dir.check_identity(str(tmp_path), _identity(base), overwrite=False, backup_dir=str(backup))
     backup.mkdir()

@@ -7,11 +7,11 @@ from tensorflow.experimental import dtensor
 
 import keras_tpu
 from keras_tpu.engine import checkpointing
-from keras_tpu.parallel import memory
-from keras_tpu.tasks import datasets as recipe_inputs
+from models.bert import memory
+from models import datasets as recipe_inputs
 from keras_tpu.parallel.mesh import layout as mesh_layout
 from keras_tpu.runtime.compat import keras
-from keras_tpu.models import bert
+from models import bert
 from tests.conftest import EPYC_BF16_FLAGS
 from tests.conftest import fake_cpu_host
 from tests.conftest import pretend
@@ -187,7 +187,7 @@ WORDS = "good bad great awful fine dull moving lifeless film plot".split()
 @pytest.fixture(scope="module")
 def tiny_export(tmp_path_factory):
     """An exported 2-layer encoder (heads 4, FFN 128) and 64 labelled sentences as TSV."""
-    from keras_tpu.models.bert import hf_bert  # pylint: disable=g-import-not-at-top
+    from models.bert import hf_bert  # pylint: disable=g-import-not-at-top
     from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
 
     root = tmp_path_factory.mktemp("sharded")
@@ -209,7 +209,7 @@ def tiny_export(tmp_path_factory):
 
 
 def _sharded_config(root, vocab, **overrides):
-    from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
+    import models  # pylint: disable=g-import-not-at-top
 
     values = dict(
         encoder_handle=str(root / "encoder"),
@@ -226,17 +226,17 @@ def _sharded_config(root, vocab, **overrides):
         tensorboard=False,
         verbose=0,
     )
-    return tasks.BertRunConfig(**{**values, **overrides})
+    return models.BertRunConfig(**{**values, **overrides})
 
 
 def _fit_capturing_backend(config):
     """Run `config` through keras_tpu.fit; return (summary, the ShardedBackend it trained)."""
     import dataclasses  # pylint: disable=g-import-not-at-top
 
-    from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
+    import models  # pylint: disable=g-import-not-at-top
 
     keras_tpu.strategy_for(config)  # Logical CPUs before any data.
-    task = tasks.bert_task(config)
+    task = models.bert_task(config)
     built = []
 
     def backend(*args, **kwargs):
@@ -253,7 +253,7 @@ def _fit_capturing_backend(config):
 def test_train_bert_model_parallel_trains_and_exports_under_the_engine(tiny_export, tmp_path):
     import tensorflow_hub as hub  # pylint: disable=g-import-not-at-top
 
-    from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
+    import models  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel.mesh import backend as mesh_backend  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel.mesh import export as mesh_export  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel.mesh import loop as mesh_loop  # pylint: disable=g-import-not-at-top
@@ -298,7 +298,7 @@ def test_train_bert_model_parallel_trains_and_exports_under_the_engine(tiny_expo
     ).numpy()
     serve = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"]
     served = serve(text=texts)["probabilities"].numpy()
-    # The unsharded model: the gathered weights in keras_tpu/models/bert's ordinary encoder.
+    # The unsharded model: the gathered weights in models/bert's ordinary encoder.
     weights = mesh_layout.gather_weights(model)
     encoder_config, _ = mesh_export.load_native_encoder(str(tmp_path / "export" / "encoder"))
     native = bert.build_bert_encoder(encoder_config)
@@ -328,7 +328,7 @@ def test_train_bert_model_parallel_trains_and_exports_under_the_engine(tiny_expo
     assert encoder(features)["pooled_output"].shape == (4, CONFIG.hidden_size)
 
     # Through train_bert: the finished run is a no-op returning its summary.
-    again = tasks.train_bert(config)
+    again = models.train_bert(config)
     assert again == summary
 
 
@@ -362,11 +362,11 @@ def model_mesh(model):
     ],
 )
 def test_train_bert_model_parallel_bad_input(tiny_export, overrides, message):
-    from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
+    import models  # pylint: disable=g-import-not-at-top
 
     root, vocab = tiny_export
     with pytest.raises(ValueError, match=message) as error:
-        tasks.train_bert(_sharded_config(root, vocab, **overrides))
+        models.train_bert(_sharded_config(root, vocab, **overrides))
     assert "\n" not in str(error.value)  # Scripts print it as one "error: ..." line.
 
 
@@ -414,13 +414,13 @@ def _loop(root, vocab, **overrides):
 
 
 def test_an_epoch_is_one_pass_over_the_training_data(tiny_export):
-    from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
+    import models  # pylint: disable=g-import-not-at-top
     from keras_tpu.engine import backend as backend_lib  # pylint: disable=g-import-not-at-top
 
     root, vocab = tiny_export
     config = _sharded_config(root, vocab, steps_per_epoch=None, epochs=1)
     strategy = keras_tpu.strategy_for(config)
-    backend = backend_lib.backend_for(tasks.bert_task(config), config, strategy, "float32")
+    backend = backend_lib.backend_for(models.bert_task(config), config, strategy, "float32")
     backend.build()  # What keras_tpu.fit sizes the run by, without --steps_per_epoch.
     shape = backend.shape
     # 64 examples, 4 per data-parallel row x 2 rows: 8 steps (not 64 // 4 = 16).

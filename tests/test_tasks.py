@@ -7,12 +7,14 @@ import pytest
 
 from tests.conftest import REPO
 
-TASKS = os.path.join(REPO, "keras_tpu", "tasks")
+MODELS = os.path.join(REPO, "models")
 
 
-@pytest.mark.parametrize("name", ["cnn.py", "bert.py", "bert_vocab.py", "datasets.py"])
+@pytest.mark.parametrize(
+    "name", ["cnn/cnn_task.py", "bert/bert_task.py", "bert/bert_vocab.py", "datasets.py"]
+)
 def test_built_in_tasks_reach_no_private_name(name):
-    tree = ast.parse(open(os.path.join(TASKS, name)).read())
+    tree = ast.parse(open(os.path.join(MODELS, name)).read())
     private = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("keras_tpu"):
@@ -25,21 +27,21 @@ def test_built_in_tasks_reach_no_private_name(name):
 
 def test_built_in_tasks_are_registered_tasks_run_by_fit():
     from keras_tpu.engine import registry  # pylint: disable=g-import-not-at-top
-    from keras_tpu.tasks import bert, cnn  # pylint: disable=g-import-not-at-top
+    import models  # pylint: disable=g-import-not-at-top  (registers "cnn" and "bert")
 
-    assert registry.get_task("cnn").builder is cnn.cnn_task
-    assert registry.get_task("bert").builder is bert.bert_task
-    source = open(os.path.join(TASKS, "cnn.py")).read()
+    assert registry.get_task("cnn").builder is models.cnn_task
+    assert registry.get_task("bert").builder is models.bert_task
+    source = open(os.path.join(MODELS, "cnn", "cnn_task.py")).read()
     assert "keras_tpu.fit(" in source and "trainer" not in source
 
 
 def test_the_built_in_tasks_take_class_weights_as_the_flag_gives_them():
     from keras_tpu import checks  # pylint: disable=g-import-not-at-top
-    from keras_tpu import tasks  # pylint: disable=g-import-not-at-top
+    import models  # pylint: disable=g-import-not-at-top
 
     weights = ",".join(f"{k}:{k + 1}" for k in range(10))
-    assert tasks.cnn_task(tasks.CNNConfig(dataset="digits", class_weight=weights)).class_weight == weights
+    assert models.cnn_task(models.CNNConfig(dataset="digits", class_weight=weights)).class_weight == weights
     with pytest.raises(checks.ConfigError, match=r"no weight for class\(es\) \[2, 3, 4"):
-        tasks.cnn_task(tasks.CNNConfig(dataset="digits", class_weight="0:1,1:2,9:3"))
+        models.cnn_task(models.CNNConfig(dataset="digits", class_weight="0:1,1:2,9:3"))
     with pytest.raises(checks.ConfigError, match="a regression .* has none"):
-        tasks.BertRunConfig(task_type="regression", class_weight="0:1,1:2")
+        models.BertRunConfig(task_type="regression", class_weight="0:1,1:2")

@@ -13,12 +13,12 @@ from tests.conftest import run_script
 from keras_tpu import data
 from keras_tpu.readiness import graph_inspect
 from keras_tpu import keras
-from keras_tpu.engine import optimizers
+from models.bert import bert_optimizer as optimizers
 from keras_tpu.data import text
 from keras_tpu.readiness import tpu_rehearsal
 from keras_tpu.engine import compiling
-from keras_tpu.models import bert
-from keras_tpu.models import cnn
+from models import bert
+from models import cnn
 
 SEQ = 16
 TINY_BERT = bert.BertConfig(
@@ -261,7 +261,7 @@ def test_train_cnn_script_rehearses_then_trains_or_exits_2(tmp_path):
     failing = run_python(
         "import runpy, sys, tensorflow as tf\n"
         "from keras_tpu import keras\n"
-        "from keras_tpu.models import cnn\n"
+        "from models import cnn\n"
         f"sys.path.insert(0, {scripts!r}); sys.argv = {argv!r}\n"
         "build = cnn.build_cnn\n"
         "def with_python(*args, **kwargs):\n"

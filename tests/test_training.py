@@ -214,7 +214,7 @@ def test_remote_tpu_writes_through_this_host(mirrored, monkeypatch):
 
 
 def test_bert_optimizer_recipe():
-    from keras_tpu.engine import optimizers  # pylint: disable=g-import-not-at-top
+    from models.bert import bert_optimizer as optimizers  # pylint: disable=g-import-not-at-top
 
     schedule = optimizers.WarmupLinearDecay(3e-5, total_steps=100, warmup_steps=10)
     rates = [float(schedule(step)) for step in (0, 5, 10, 55, 100)]

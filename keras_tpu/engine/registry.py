@@ -8,8 +8,9 @@ A task is named either by its registered name or, with no decorator at all, by
 an import string "package.module:function" (LightningCLI's class_path idea);
 the function's config class is read from its first parameter's annotation
 (default `RunConfig`). `--import=module` imports user modules that register
-tasks (MMF's user_dir). The built-in tasks ("cnn", "bert") register themselves
-when keras_tpu.tasks is imported, which every lookup does first.
+tasks (MMF's user_dir). The model garden's tasks ("cnn", "bert") register themselves
+when their package is imported (scripts/train.py imports it); the registry itself
+knows no task by name.
 """
 
 import dataclasses
@@ -28,7 +29,6 @@ from keras_tpu.engine.run_config import RunConfig
 log = logging.getLogger(__name__)
 _TASKS = {}
 _FILES = {}  # Module name -> the .py file --import named: a rerun's config.yaml imports the file.
-_BUILT_INS = "keras_tpu.tasks"
 
 
 class UnknownTaskError(checks.ConfigError):
@@ -150,14 +150,12 @@ def _import_failed(module, error):
 
 
 def registered():
-    """Return the registered task names, sorted (built-ins included)."""
-    importlib.import_module(_BUILT_INS)
+    """Return the registered task names, sorted."""
     return sorted(_TASKS)
 
 
 def get_task(ref):
     """Return the TaskEntry for a registered name or a "module:function" import string."""
-    importlib.import_module(_BUILT_INS)
     if ref in _TASKS:
         return _TASKS[ref]
     if ":" in ref:

@@ -5,7 +5,7 @@ hardware: a TensorCore on TPU v2/v3, a megacore chip on v4/v5p, a chip on v5e/v6
 GPU, or the whole host for a CPU rehearsal. `ACCELERATORS` records that size for each
 device with where the number comes from (docs/memory.md discusses each figure), and
 `accelerator_for` maps what a `StrategyInfo` reports (`info.accelerator`) to a key,
-so a run can check its own batch (keras_tpu.parallel.memory.check_fits) without being told the
+so a run can check its own batch (models.bert.memory.check_fits) without being told the
 device.
 """
 

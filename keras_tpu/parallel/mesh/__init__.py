@@ -7,7 +7,7 @@
   export.py     read an exported encoder into a mesh model; export a mesh model
   backend.py    the engine's model-parallel backend (ShardedBackend), run by `fit`
 
-A task splits BERT over a mesh with the public names below (tasks/bert.py):
+A task splits BERT over a mesh with the public names below (models/bert/bert_task.py):
     task = keras_tpu.Task(..., backend=functools.partial(mesh.ShardedBackend, bert=spec))
 """
 

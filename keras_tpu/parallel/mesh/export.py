@@ -5,7 +5,7 @@
     mesh_export.export_classifier(model, config, preprocessor, export_dir, overwrite=False)
 
 A sharded model cannot go through `model.save` (it refuses non-replicated
-DTensors), so its weights are gathered into the ordinary keras_tpu/models/bert encoder
+DTensors), so its weights are gathered into the ordinary models/bert encoder
 and classifier first; the export then serves exactly like an unsharded run's.
 """
 
@@ -15,9 +15,9 @@ import os
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.engine import text_export
+from models.bert import bert_export as text_export
 from keras_tpu.engine import output_paths
-from keras_tpu.models import bert
+from models import bert
 from keras_tpu.parallel.mesh import layout as mesh_layout
 
 ENCODER_SUBDIR = "encoder"  # export_dir/encoder: the TF Hub encoder of the export.
@@ -28,7 +28,7 @@ def load_native_encoder(handle):
     """Return (BertConfig, {variable name: array}) of an encoder exported by keras_tpu.
 
     Reads the BertConfig the Keras SavedModel metadata keeps for its embeddings
-    layer, and the variables by name (keras_tpu/models/bert names them stably).
+    layer, and the variables by name (models/bert names them stably).
 
     Raises:
       ConfigError: the handle is not a local directory written by
@@ -55,7 +55,7 @@ def load_native_encoder(handle):
             break
     else:
         raise checks.ConfigError(
-            f"encoder_handle={handle!r} cannot be rebuilt natively (not a keras_tpu/models/bert "
+            f"encoder_handle={handle!r} cannot be rebuilt natively (not a models/bert "
             f"encoder); {fix}."
         )
     loaded = tf.saved_model.load(str(handle))

@@ -26,7 +26,7 @@ so it may age. Four changes make BERT train under it (each is applied below):
     (`mesh_dropout.BatchSplitDropout`): DTensor seeds a mask split over
     ("batch", "model") in a way that leaks into every later "batch"-split mask of
     the step, so replicated weights drift apart across a "model" row.
-Two more were found here: keras_tpu/models/bert avoids StridedSlices of dynamic shapes and
+Two more were found here: models/bert avoids StridedSlices of dynamic shapes and
 `[tf.newaxis]` slices (DTensor fails to lay them out, or segfaults), and
 `make_train_step` splits the step into two tf.functions (docs/model_parallel.md).
 """
@@ -41,7 +41,7 @@ from tensorflow.experimental import dtensor
 from keras_tpu import checks
 from keras_tpu.parallel.mesh import dropout as mesh_dropout
 from keras_tpu.runtime.compat import keras
-from keras_tpu.models import bert
+from models import bert
 
 BATCH, MODEL = "batch", "model"
 # tf_keras picks the fused batch-norm kernel for a LayerNormalization with epsilon >=
@@ -137,7 +137,7 @@ def build_classifier(config, num_classes, *, mesh, dropout=0.1):
     """Build an uncompiled BERT classifier whose weights are laid out on `mesh`.
 
     The same inputs and float32 logits as `bert.build_bert_classifier`, but the
-    encoder is keras_tpu/models/bert's, built flat into this model (not a nested Model:
+    encoder is models/bert's, built flat into this model (not a nested Model:
     LayoutMap names variables by their layer in the outer functional model).
     """
     check_config(config, mesh.dim_size(MODEL))

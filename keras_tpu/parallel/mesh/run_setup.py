@@ -10,7 +10,7 @@ steps, evaluation) and mesh/export.py (the native encoder in, the gathered expor
 """
 
 from keras_tpu import checks
-from keras_tpu.engine import optimizers
+from models.bert import bert_optimizer as optimizers
 from keras_tpu.engine import compiling
 from keras_tpu.parallel.mesh import layout as mesh_layout
 from keras_tpu.parallel.mesh.loop import ShardedLoop

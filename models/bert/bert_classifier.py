@@ -4,8 +4,8 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.runtime.compat import keras
-from keras_tpu.models.bert import bert_hub
-from keras_tpu.models.bert.bert_config import INPUT_NAMES
+from models.bert import bert_hub
+from models.bert.bert_config import INPUT_NAMES
 from keras_tpu.runtime import determinism
 
 

@@ -1,7 +1,7 @@
 """Bring a pretrained Hugging Face BERT into the TF Hub format, without PyTorch.
 
 A Hugging Face BERT folder (what `save_pretrained` writes, or a downloaded snapshot)
-becomes a pair of TF Hub SavedModels: the native encoder of `keras_tpu.models.bert`
+becomes a pair of TF Hub SavedModels: the native encoder of `models.bert`
 with every checkpoint tensor assigned, and the matching WordPiece preprocessing.
 
     paths = hf_bert.export_hf_bert("bert-base-uncased/", "/tmp/bert_hub", seq_length=128)
@@ -13,7 +13,7 @@ as MiniLM), `model.safetensors` (or a sharded `model.safetensors.index.json`) an
 the preprocessing, `vocab.txt` or `tokenizer.json` plus `tokenizer_config.json`.
 Weights are read with `safetensors.numpy`, never from pickles (`pytorch_model.bin`):
 unpickling runs arbitrary code. The variable mapping is the table in the docstring of
-`keras_tpu.models.bert`.
+`models.bert`.
 
 Tokenisation matches Hugging Face's `BertTokenizer` (uncased and cased) except where
 tensorflow_text's BertTokenizer differs by design: lower-casing is Unicode NFKC case
@@ -32,8 +32,8 @@ import typing
 from keras_tpu import checks
 from keras_tpu.data import text
 from keras_tpu.runtime.compat import keras
-from keras_tpu.models import bert
-from keras_tpu.models.bert.hf_config import (  # noqa: F401  (hf_bert.read_hf_config, ...)
+from models import bert
+from models.bert.hf_config import (  # noqa: F401  (hf_bert.read_hf_config, ...)
     CONFIG_FILE,
     TOKENIZER_CONFIG_FILE,
     TOKENIZER_FILE,
@@ -42,7 +42,7 @@ from keras_tpu.models.bert.hf_config import (  # noqa: F401  (hf_bert.read_hf_co
     read_hf_lower_case,
     vocab_from_tokenizer_json,
 )
-from keras_tpu.models.bert.hf_weights import (  # noqa: F401  (hf_bert.load_hf_weights, ...)
+from models.bert.hf_weights import (  # noqa: F401  (hf_bert.load_hf_weights, ...)
     KNOWN_HEAD_PREFIXES,
     WEIGHTS_FILE,
     WEIGHTS_INDEX_FILE,
@@ -82,7 +82,7 @@ def convert(folder):
       folder: Hugging Face BERT folder with `config.json` and `model.safetensors`.
 
     Returns:
-      A `keras_tpu.models.bert` encoder (see `bert.build_bert_encoder`) whose outputs
+      A `models.bert` encoder (see `bert.build_bert_encoder`) whose outputs
       match `transformers.BertModel` (`sequence_output` = `last_hidden_state`,
       `pooled_output` = `pooler_output`) at unmasked positions, under float32.
 

@@ -9,7 +9,7 @@ cannot be fine-tuned in TF2: `load_encoder` says so with the fix.
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.models.bert.bert_config import INPUT_NAMES
+from models.bert.bert_config import INPUT_NAMES
 from keras_tpu.runtime import compat
 from keras_tpu.runtime import determinism
 from keras_tpu.runtime import saved_model_dropout
@@ -45,7 +45,7 @@ def _check_new_interface(layer, handle):
     fix = (
         f"Use an encoder with dict inputs {list(INPUT_NAMES)} and dict outputs, such as "
         f"{NEW_INTERFACE_HANDLE} or later, or a directory written by "
-        f"keras_tpu.models.bert.export_encoder."
+        f"models.bert.export_encoder."
     )
     obj = layer.resolved_object
     if getattr(layer, "_is_hub_module_v1", False) or not callable(obj):

@@ -1,6 +1,6 @@
 """Search the largest per-replica BERT batch that fits on an accelerator, and the K that makes it fit.
 
-`plan` solves the linear estimate of keras_tpu.models.bert.bert_memory for the
+`plan` solves the linear estimate of models.bert.bert_memory for the
 batch, then checks it against the estimate itself; when batch 1 does not fit it
 tries each K of MODEL_PARALLEL_CHOICES (weights split K ways).
 """
@@ -8,8 +8,8 @@ tries each K of MODEL_PARALLEL_CHOICES (weights split K ways).
 import dataclasses
 
 from keras_tpu import checks
-from keras_tpu.models.bert.bert_memory import estimate
-from keras_tpu.models.bert.bert_memory_estimate import MiB, MemoryEstimate, gib
+from models.bert.bert_memory import estimate
+from models.bert.bert_memory_estimate import MiB, MemoryEstimate, gib
 from keras_tpu.runtime import accelerators
 
 # model_parallel values plan() tries when batch 1 does not fit with data parallelism alone.

@@ -10,7 +10,7 @@ import numpy as np
 from absl import logging
 
 from keras_tpu import checks
-from keras_tpu.models.bert.hf_config import check_folder, read_json
+from models.bert.hf_config import check_folder, read_json
 
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"

@@ -1,6 +1,6 @@
 """Read a Hugging Face BERT folder's config.json and tokenizer settings as keras_tpu's.
 
-`read_hf_config` maps config.json onto a `keras_tpu.models.bert.BertConfig`;
+`read_hf_config` maps config.json onto a `models.bert.BertConfig`;
 `read_hf_lower_case` reads whether the WordPiece tokenizer lower-cases. hf_bert.py
 explains the whole conversion.
 """
@@ -9,7 +9,7 @@ import json
 import os
 
 from keras_tpu import checks
-from keras_tpu.models.bert.bert_config import BertConfig
+from models.bert.bert_config import BertConfig
 
 CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.txt"
@@ -63,7 +63,7 @@ def read_hf_config(folder):
       folder: directory holding `config.json`.
 
     Returns:
-      A `keras_tpu.models.bert.BertConfig` with the checkpoint's sizes, dropout rates,
+      A `models.bert.BertConfig` with the checkpoint's sizes, dropout rates,
       initializer range and LayerNorm epsilon.
 
     Raises:

@@ -1,7 +1,7 @@
 """The built-in CNN task: image classification, built only from keras_tpu's public API.
 
     python scripts/train_cnn.py --dataset=digits          # or scripts/train.py --task=cnn
-    keras_tpu.tasks.train_cnn(keras_tpu.tasks.CNNConfig(dataset="digits", epochs=2))
+    models.train_cnn(models.CNNConfig(dataset="digits", epochs=2))
 """
 
 import dataclasses
@@ -9,8 +9,8 @@ import functools
 
 import keras_tpu
 from keras_tpu import keras
-from keras_tpu.models import cnn
-from keras_tpu.tasks import datasets
+from models import cnn
+from models import datasets
 
 
 @dataclasses.dataclass

@@ -1,11 +1,11 @@
 """Read the BERT sizes and compute precision off a built model, for the memory model.
 
-A model built by keras_tpu.models.bert carries its BertConfig; a TF Hub encoder
+A model built by models.bert carries its BertConfig; a TF Hub encoder
 (hub.KerasLayer) does not, so its sizes are read from its variable shapes.
 """
 
 from keras_tpu import checks
-from keras_tpu.models.bert.bert_config import BertConfig, MAX_SEQ_LENGTH
+from models.bert.bert_config import BertConfig, MAX_SEQ_LENGTH
 
 
 def _dtype_precision(dtype):
@@ -23,7 +23,7 @@ def model_architecture(model):
         if isinstance(config, BertConfig):
             return config, ()
     # A SavedModel encoder (hub.KerasLayer) keeps no config, but its variable names
-    # follow keras_tpu/models/bert (and the TF Hub BERTs): read the sizes off the shapes.
+    # follow models/bert (and the TF Hub BERTs): read the sizes off the shapes.
     shapes = {v.name: tuple(v.shape) for v in model.variables}
     found = {}
     layers = set()
@@ -39,7 +39,7 @@ def model_architecture(model):
     if not {"word_embeddings", "intermediate"} <= set(found) or not layers:
         raise checks.ConfigError(
             f"Cannot tell the BERT sizes of model {model.name!r}: it has no layer with a "
-            f"BertConfig and no variables named like keras_tpu/models/bert's. Pass "
+            f"BertConfig and no variables named like models/bert's. Pass "
             f"config=BertConfig(...) (e.g. memory.config_from_name('base'))."
         )
     vocab, hidden = found["word_embeddings"]

@@ -1,8 +1,8 @@
 """The warning a run logs before compiling a BERT step that will not fit on its accelerator."""
 
-from keras_tpu.models.bert.bert_memory import estimate
-from keras_tpu.models.bert.bert_memory_estimate import gib
-from keras_tpu.parallel.batch_search import accelerator_device, check_margin, default_runtime, plan
+from models.bert.bert_memory import estimate
+from models.bert.bert_memory_estimate import gib
+from models.bert.batch_search import accelerator_device, check_margin, default_runtime, plan
 
 
 def check_fits(

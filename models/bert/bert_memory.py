@@ -1,8 +1,8 @@
 """Estimate the bytes per replica of one BERT training step: the BERT memory model.
 
-    from keras_tpu.models.bert import bert_memory
+    from models.bert import bert_memory
     est = bert_memory.estimate("base", per_replica_batch=32, seq_length=128, precision="bf16")
-    print(est.table())   # the largest batch that fits: keras_tpu.parallel.memory.plan
+    print(est.table())   # the largest batch that fits: models.bert.memory.plan
 
 Everything is bytes per replica (one TensorFlow device: a TPU v2/v3 core, a v4/v5p
 megacore chip, a v5e/v6e chip, a GPU): data parallelism keeps a full copy of the
@@ -14,7 +14,7 @@ training state on every replica, and each replica runs `per_replica_batch` examp
 
 Weights, gradients and slots come from the variables (counted exactly from a built
 model, or from `count_parameters` for a config). Activations follow what the gradient
-functions of keras_tpu/models/bert keep under TensorFlow, op by op (docs/memory.md lists
+functions of models/bert keep under TensorFlow, op by op (docs/memory.md lists
 every term); benchmarks/bench_memory.py checks them against the allocator on CPU.
 
 Two runtimes differ in the embedding table's gradient and update:
@@ -28,9 +28,9 @@ Two runtimes differ in the embedding table's gradient and update:
 """
 
 from keras_tpu import checks
-from keras_tpu.models.bert.bert_config import BertConfig, count_parameters
-from keras_tpu.models.bert import bert_introspect
-from keras_tpu.models.bert.bert_memory_estimate import (
+from models.bert.bert_config import BertConfig, count_parameters
+from models.bert import bert_introspect
+from models.bert.bert_memory_estimate import (
     OPTIMIZER_SLOTS,
     PRECISION_BYTES,
     RUNTIMES,
@@ -50,7 +50,7 @@ def _kernel_parameters(config, model_parallel=1):
 def activation_breakdown(config, per_replica_batch, seq_length, precision, model_parallel=1):
     """Return {kind: bytes} of the tensors one step keeps for its backward pass.
 
-    Each term is what a TensorFlow gradient function of keras_tpu/models/bert needs, under
+    Each term is what a TensorFlow gradient function of models/bert needs, under
     the compute dtype (c bytes): softmax and layer norms run in float32, dropout
     keeps a 1-byte boolean mask, and the exact GELU keeps four [b, s, I] tensors.
     With model_parallel=K, per device: heads, Q/K/V/context and the FFN intermediate

@@ -11,13 +11,15 @@ import keras_tpu
 from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu import keras
-from keras_tpu.models import bert
-from keras_tpu.parallel import memory
 from keras_tpu.data import text_sources
-from keras_tpu.tasks import bert_vocab
-from keras_tpu.tasks import extra_eval
-from keras_tpu.tasks import glue
-from keras_tpu.tasks import datasets
+from models import bert
+from models import datasets
+from models.bert import bert_export
+from models.bert import bert_optimizer
+from models.bert import bert_vocab
+from models.bert import extra_eval
+from models.bert import glue
+from models.bert import memory
 
 
 @dataclasses.dataclass
@@ -26,7 +28,7 @@ class BertRunConfig(keras_tpu.RunConfig):
 
     Run: python scripts/train_bert.py --encoder_handle=DIR --vocab_file=vocab.txt
          --train_file=tests/data/sst2/train.tsv --eval_file=tests/data/sst2/dev.tsv
-    A GLUE task through tfds needs no more than its name (keras_tpu.tasks.glue):
+    A GLUE task through tfds needs no more than its name (models.bert.glue):
          python scripts/train_bert.py ... --tfds_name=glue/mrpc
     """
 
@@ -176,7 +178,7 @@ def bert_task(config: BertRunConfig) -> keras_tpu.Task:
         build_model=build_model,
         loss=loss,
         metrics=metrics,
-        optimizer=lambda total_steps: keras_tpu.bert_adamw(
+        optimizer=lambda total_steps: bert_optimizer.bert_adamw(
             config.learning_rate, total_steps, config.warmup_fraction
         ),
         train_data=splits.train,
@@ -188,7 +190,7 @@ def bert_task(config: BertRunConfig) -> keras_tpu.Task:
         flops_per_example=lambda model: bert.training_flops_per_example(model, config.seq_length),
         check_memory=lambda model, info, policy: _check_memory(model, info, policy, config),
         check_model=lambda model: bert_vocab.check_vocabulary(model, preprocessor, config),
-        export=lambda model, export_dir, strategy, overwrite: keras_tpu.export_bert(
+        export=lambda model, export_dir, strategy, overwrite: bert_export.export_bert(
             model, preprocessor, export_dir, strategy, pair=splits.pair,
             regression=config.regression, overwrite=overwrite,
         ),  # fmt: skip

@@ -16,7 +16,7 @@ from keras_tpu import checks
 log = logging.getLogger(__name__)
 
 # The embedding table's name in every encoder we load: "embeddings/word_embeddings"
-# in keras_tpu's exports (keras_tpu/models/bert/bert_encoder.py), "word_embeddings/embeddings" in
+# in keras_tpu's exports (models/bert/bert_encoder.py), "word_embeddings/embeddings" in
 # TF Model Garden's tfhub.dev and Kaggle BERT, ALBERT and Small BERT encoders.
 WORD_EMBEDDINGS = "word_embeddings"
 

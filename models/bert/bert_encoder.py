@@ -26,8 +26,8 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.runtime.compat import keras
-from keras_tpu.models.bert.bert_config import INPUT_NAMES
-from keras_tpu.models.bert.bert_config import BertConfig
+from models.bert.bert_config import INPUT_NAMES
+from models.bert.bert_config import BertConfig
 
 
 def _initializer(config):

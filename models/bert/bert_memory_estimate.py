@@ -1,14 +1,14 @@
 """The BERT memory estimate's vocabulary: its constants, presets and `MemoryEstimate`.
 
 bert_memory.py computes the estimate (the memory model; docs/memory.md lists every
-term); keras_tpu.parallel.memory is the planner's public entry point.
+term); models.bert.memory is the planner's public entry point.
 """
 
 import dataclasses
 import re
 
 from keras_tpu import checks
-from keras_tpu.models.bert.bert_config import BertConfig, PRESETS, bert_config
+from models.bert.bert_config import BertConfig, PRESETS, bert_config
 
 GiB = 2**30
 MiB = 2**20
@@ -30,7 +30,7 @@ SHARDED_VARIABLE = re.compile(
     r"self_attention/(query|key|value)/bias|intermediate/(kernel|bias)|output/kernel)"
 )
 
-# BERT-large (Devlin et al. 2019) for planning only: keras_tpu/models/bert does not ship it
+# BERT-large (Devlin et al. 2019) for planning only: models/bert does not ship it
 # as a preset, so nothing here builds it.
 PLANNING_PRESETS = {
     "large": dict(num_layers=24, hidden_size=1024, num_heads=16, intermediate_size=4096),
@@ -165,7 +165,7 @@ def canonical_precision(precision):
 
 
 def config_from_name(name):
-    """Return the BertConfig of a keras_tpu/models/bert preset or of a planning-only preset."""
+    """Return the BertConfig of a models/bert preset or of a planning-only preset."""
     if name in PLANNING_PRESETS:
         return BertConfig(**PLANNING_PRESETS[name])
     if name in PRESETS:

@@ -1,8 +1,0 @@
-"""The image CNN: the public names, one import away (`from keras_tpu.models import cnn`).
-
-  cnn_builder.py   build_cnn and its VARIANTS
-"""
-
-from keras_tpu.models.cnn.cnn_builder import BATCHNORM_MOMENTUM  # noqa: F401
-from keras_tpu.models.cnn.cnn_builder import VARIANTS  # noqa: F401
-from keras_tpu.models.cnn.cnn_builder import build_cnn  # noqa: F401

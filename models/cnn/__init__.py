@@ -1,0 +1,8 @@
+"""The image CNN: the public names, one import away (`from models import cnn`).
+
+  cnn_builder.py   build_cnn and its VARIANTS
+"""
+
+from models.cnn.cnn_builder import BATCHNORM_MOMENTUM  # noqa: F401
+from models.cnn.cnn_builder import VARIANTS  # noqa: F401
+from models.cnn.cnn_builder import build_cnn  # noqa: F401
