@@ -12,7 +12,9 @@ summary = keras_tpu.fit(task, keras_tpu.RunConfig(model_dir="/tmp/run"))
 
 The public API is these names and the public submodules: keras_tpu.data (with
 keras_tpu.data.text and keras_tpu.data.text_sources), keras_tpu.metrics,
-keras_tpu.checks (the argument rules) and keras_tpu.parallel.mesh (model parallelism).
+keras_tpu.checks (the argument rules), keras_tpu.layers (layers a model builds with),
+keras_tpu.runtime.accelerators (each device's memory, for memory planners) and
+keras_tpu.parallel.mesh (model parallelism).
 The model garden (the top-level `models` package: BERT, the CNN and their tasks) is
 built on these names only, and keras_tpu never imports it (tests/test_layering.py
 checks both).
@@ -29,6 +31,7 @@ _logs.quiet_startup()
 # imported, where they act (compat.py says why each); nothing else is changed at import.
 from keras_tpu.runtime import compat  # noqa: E402
 from keras_tpu import data  # noqa: E402
+from keras_tpu import layers  # noqa: E402
 from keras_tpu import metrics  # noqa: E402
 from keras_tpu.checks import ConfigError  # noqa: E402
 from keras_tpu.runtime.compat import keras  # noqa: E402
@@ -49,6 +52,7 @@ from keras_tpu.engine.compiling import choose_precision  # noqa: E402
 from keras_tpu.engine.compiling import compile_model  # noqa: E402
 from keras_tpu.engine.compiling import evaluate  # noqa: E402
 from keras_tpu.engine.compiling import set_precision  # noqa: E402
+from keras_tpu.engine.saved_model_export import export_model  # noqa: E402
 from keras_tpu.engine.trainer import CONFIG_ERRORS  # noqa: E402
 from keras_tpu.engine.trainer import fit  # noqa: E402
 from keras_tpu.engine.trainer import strategy_for  # noqa: E402
@@ -63,6 +67,7 @@ __all__ = [
     "choose_precision",
     "compile_model",
     "evaluate",
+    "export_model",
     "fit",
     "set_precision",
     "register_task",
@@ -75,6 +80,7 @@ __all__ = [
     "describe",
     "doctor",
     "keras",
+    "layers",
     "metrics",
     "StrategyInfo",
     "SyncBatchNormalization",

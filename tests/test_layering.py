@@ -6,6 +6,7 @@ Layers, lowest first (a module may import its own layer and the ones below):
   1 runtime    where a run executes
   2 readiness  will the TPU work        | data     input pipelines
                keras_tpu/metrics.py (Keras metrics: needs only runtime.compat)
+               keras_tpu/layers.py (layers a model builds with: on runtime)
   3 engine     the run engine
   4 parallel   model parallelism (the DTensor mesh)
   5 api        keras_tpu/__init__.py: the public names
@@ -32,6 +33,7 @@ RANK = {
     "keras_tpu.readiness": 2,
     "keras_tpu.data": 2,
     "keras_tpu.metrics": 2,
+    "keras_tpu.layers": 2,
     "keras_tpu.engine": 3,
     "keras_tpu.parallel": 4,
     "keras_tpu": 5,
@@ -49,7 +51,9 @@ PUBLIC_MODULES = (
     "keras_tpu.data",
     "keras_tpu.data.text",
     "keras_tpu.data.text_sources",
+    "keras_tpu.layers",
     "keras_tpu.metrics",
+    "keras_tpu.runtime.accelerators",
     "keras_tpu.parallel.mesh",
 )
 
@@ -61,17 +65,7 @@ TOOLKIT_IMPORTS_OF_MODELS = {
     "keras_tpu/parallel/mesh/layout.py": _MESH,
     "keras_tpu/parallel/mesh/run_setup.py": _MESH,
 }
-_MOVED = "moved from keras_tpu with its private imports; next commit: public names"
-MODELS_IMPORTS_OF_PRIVATE = {
-    "models/cnn/cnn_builder.py": _MOVED,
-    "models/bert/batch_search.py": _MOVED,
-    "models/bert/bert_classifier.py": _MOVED,
-    "models/bert/bert_encoder.py": _MOVED,
-    "models/bert/bert_export.py": _MOVED,
-    "models/bert/bert_hub.py": _MOVED,
-    "models/bert/bert_optimizer.py": _MOVED,
-    "models/bert/hf_bert.py": _MOVED,
-}
+MODELS_IMPORTS_OF_PRIVATE = {}
 
 MAX_LINES = 400
 LONG_MODULES = {}  # path -> why it may stay longer; none needs it now.

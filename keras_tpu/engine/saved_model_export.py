@@ -42,22 +42,33 @@ def serving_only(model):
         model._is_compiled = compiled  # pylint: disable=protected-access
 
 
-def export_model(model, export_dir, strategy, *, overwrite=False):
+def export_model(model, export_dir, strategy, *, overwrite=False, serving=None, signatures=None):
     """Write `model` as a SavedModel (Keras format inside, loadable by TF Serving).
 
     For a remote TPU node the files are written by this host, so a local
     export_dir works (tensorflow/tensorflow#36447). The SavedModel is written
     beside export_dir and renamed into place (`output_paths.save_atomically`); an
     export_dir holding something else is refused unless `overwrite`.
+
+    Args:
+      model: the trained tf_keras model.
+      export_dir: where the SavedModel goes.
+      strategy: the training strategy (remote TPUs write through this host).
+      overwrite: replace an export_dir holding something else.
+      serving: a Keras model that wraps `model` (e.g. with its preprocessing, as
+        models/bert/bert_export.py does) to save instead of `model` itself.
+      signatures: the saved model's serving signatures (default: Keras's own).
     """
     compat.ensure_tf_keras(model)
+    saved = model if serving is None else serving
 
     def save(directory):
         with serving_only(model):
-            model.save(
+            saved.save(
                 directory,
                 include_optimizer=False,
                 save_format="tf",
+                signatures=signatures,
                 options=_save_options(strategy, directory),
             )
 

@@ -5,8 +5,8 @@ hardware: a TensorCore on TPU v2/v3, a megacore chip on v4/v5p, a chip on v5e/v6
 GPU, or the whole host for a CPU rehearsal. `ACCELERATORS` records that size for each
 device with where the number comes from (docs/memory.md discusses each figure), and
 `accelerator_for` maps what a `StrategyInfo` reports (`info.accelerator`) to a key,
-so a run can check its own batch (models.bert.memory.check_fits) without being told the
-device.
+so a run can check its own batch (a model's memory planner, e.g. BERT's) without being
+told the device. Public: the model garden plans memory with these names.
 """
 
 import dataclasses
@@ -14,6 +14,8 @@ import os
 import re
 
 from keras_tpu import checks
+
+__all__ = ["ACCELERATORS", "TPUS", "Accelerator", "accelerator_for"]
 
 GiB = 2**30
 

@@ -3,10 +3,10 @@
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.runtime.compat import keras
+from keras_tpu import keras
 from models.bert import bert_hub
 from models.bert.bert_config import INPUT_NAMES
-from keras_tpu.runtime import determinism
+from keras_tpu import layers
 
 
 def build_bert_classifier(encoder, num_classes, seq_length, dropout=0.1, trainable=True):
@@ -45,7 +45,7 @@ def build_bert_classifier(encoder, num_classes, seq_length, dropout=0.1, trainab
 def classifier_head(pooled, num_classes, dropout):
     """Apply dropout and the float32 "logits" Dense layer to the pooled output."""
     # Seeded by its input: reruns and resumed runs draw the same masks.
-    x = determinism.ContentSeededDropout(dropout, name="dropout")(pooled)
+    x = layers.ContentSeededDropout(dropout, name="dropout")(pooled)
     # float32 logits: under mixed bfloat16/float16 the loss must stay in float32.
     return keras.layers.Dense(
         num_classes,

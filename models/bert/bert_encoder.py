@@ -25,7 +25,7 @@ import math
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.runtime.compat import keras
+from keras_tpu import keras
 from models.bert.bert_config import INPUT_NAMES
 from models.bert.bert_config import BertConfig
 

@@ -13,11 +13,8 @@ a dict of "text_a" and "text_b") gives the same outputs, without custom_objects.
 
 import tensorflow as tf
 
-from keras_tpu.engine import saved_model_export
-from keras_tpu.engine import output_paths
-from keras_tpu.runtime import compat
-
-keras = compat.keras
+import keras_tpu
+from keras_tpu import keras
 
 
 def _outputs(model, inputs, regression):
@@ -82,18 +79,9 @@ def export_bert(model, preprocessor, export_dir, strategy, *, pair, regression, 
     Returns:
       export_dir.
     """
-    compat.ensure_tf_keras(model)
     serving = _Serving(model, preprocessor, pair=pair, regression=regression)
     serving(serving.sample())  # Built: Keras saves the traced call for load_model.
-
-    def save(directory):
-        with saved_model_export.serving_only(model):
-            serving.save(
-                directory,
-                include_optimizer=False,
-                save_format="tf",
-                signatures={"serving_default": serving.signature()},
-                options=saved_model_export._save_options(strategy, directory),  # pylint: disable=protected-access
-            )
-
-    return output_paths.save_atomically(save, export_dir, model, overwrite=overwrite)
+    return keras_tpu.export_model(
+        model, export_dir, strategy, overwrite=overwrite, serving=serving,
+        signatures={"serving_default": serving.signature()},
+    )  # fmt: skip

@@ -9,12 +9,10 @@ cannot be fine-tuned in TF2: `load_encoder` says so with the fix.
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu import layers
 from models.bert.bert_config import INPUT_NAMES
-from keras_tpu.runtime import compat
-from keras_tpu.runtime import determinism
-from keras_tpu.runtime import saved_model_dropout
 
-hub = compat.tensorflow_hub()
+hub = layers.tensorflow_hub()
 
 NEW_INTERFACE_HANDLE = "https://tfhub.dev/tensorflow/bert_en_uncased_L-12_H-768_A-12/4"
 
@@ -93,10 +91,8 @@ def load_encoder(handle, trainable=True):
       ConfigError: when the handle does not load or has the old interface.
     """
     try:
-        path = handle
-        if determinism.current().deterministic:  # Its dropout seeded: reruns are identical.
-            path = saved_model_dropout.seeded_copy(handle)
-        encoder = hub.KerasLayer(path, trainable=trainable, name="encoder")
+        # Its dropout seeded when the run is deterministic: reruns are identical.
+        encoder = layers.hub_layer(handle, trainable=trainable, name="encoder")
     except (OSError, ValueError, tf.errors.OpError) as e:
         raise checks.ConfigError(
             f"Could not load the TF Hub encoder {handle!r} ({type(e).__name__}: "

@@ -1,7 +1,7 @@
 """Optimizers and schedules, including the BERT fine-tuning recipe used on GLUE."""
 
 from keras_tpu import checks
-from keras_tpu.runtime.compat import keras
+from keras_tpu import keras
 import tensorflow as tf
 
 

@@ -31,7 +31,7 @@ import typing
 
 from keras_tpu import checks
 from keras_tpu.data import text
-from keras_tpu.runtime.compat import keras
+from keras_tpu import keras
 from models import bert
 from models.bert.hf_config import (  # noqa: F401  (hf_bert.read_hf_config, ...)
     CONFIG_FILE,

@@ -1,9 +1,8 @@
 """The Fashion-MNIST-style CNN everyone runs first on a TPU, for any image shape."""
 
 from keras_tpu import checks
-from keras_tpu.runtime import determinism
-from keras_tpu.runtime.replica_batch_norm import SyncBatchNormalization
-from keras_tpu.runtime.compat import keras
+from keras_tpu import layers as kt_layers
+from keras_tpu import keras
 
 VARIANTS = ("seed", "default")
 # Keras's default 0.99 leaves BatchNorm's moving statistics (used only at inference)
@@ -58,12 +57,12 @@ def build_cnn(input_shape=(28, 28, 1), num_classes=10, variant="default", dropou
         for filters in (32, 64):
             x = _conv_block(x, filters)
             x = layers.MaxPooling2D(2)(x)
-            x = determinism.ContentSeededDropout(dropout)(x)
+            x = kt_layers.ContentSeededDropout(dropout)(x)
         x = layers.Flatten()(x)
         x = layers.Dense(128, use_bias=False)(x)
-        x = SyncBatchNormalization(momentum=BATCHNORM_MOMENTUM)(x)
+        x = kt_layers.SyncBatchNormalization(momentum=BATCHNORM_MOMENTUM)(x)
         x = layers.Activation("relu")(x)
-        x = determinism.ContentSeededDropout(min(2 * dropout, 0.5))(x)
+        x = kt_layers.ContentSeededDropout(min(2 * dropout, 0.5))(x)
         x = layers.Dense(num_classes)(x)
     # float32 softmax: under a mixed bfloat16/float16 policy the probabilities
     # and the loss must stay in float32 to be numerically safe.
@@ -79,6 +78,6 @@ def _conv_block(x, filters):
     """
     for _ in range(2):
         x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
-        x = SyncBatchNormalization(momentum=BATCHNORM_MOMENTUM)(x)
+        x = kt_layers.SyncBatchNormalization(momentum=BATCHNORM_MOMENTUM)(x)
         x = keras.layers.Activation("relu")(x)
     return x
