@@ -1,6 +1,6 @@
 """Model parallelism on 4 logical CPUs: examples/s and per-device memory for K = 1, 2, 4.
 
-Each K trains the same BERT classifier (mesh_layout.build_classifier, a (4/K) x K mesh,
+Each K trains the same BERT classifier (mesh_classifier.build_classifier, a (4/K) x K mesh,
 the same global batch) in a fresh interpreter, so each process's peak RSS is its own.
 Memory is measured three ways, because TensorFlow's allocator statistics
 (tf.config.experimental.get_memory_info) are not kept for CPU devices:
@@ -48,6 +48,7 @@ tf.config.set_logical_device_configuration(
 from tensorflow.experimental import dtensor
 from models.bert import memory
 from keras_tpu.parallel.mesh import layout as mesh_layout
+from models.bert import mesh_classifier
 from keras_tpu.runtime.compat import keras
 from models import bert
 args = {args}
@@ -56,7 +57,7 @@ config = bert.BertConfig(hidden_size=args["hidden"], num_layers=args["layers"],
     num_heads=args["hidden"] // 64, intermediate_size=4 * args["hidden"],
     vocab_size=args["vocab"], max_position_embeddings=s)
 mesh = mesh_layout.make_mesh(k)
-model = mesh_layout.build_classifier(config, 2, mesh=mesh)
+model = mesh_classifier.build_classifier(config, 2, mesh=mesh)
 optimizer = keras.optimizers.AdamW(1e-4, mesh=mesh)
 step = mesh_layout.make_train_step(model, optimizer,
     keras.losses.SparseCategoricalCrossentropy(from_logits=True))

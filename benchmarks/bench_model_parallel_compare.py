@@ -49,7 +49,8 @@ import dataclasses, functools, json, sys, tempfile
 import keras_tpu
 import models
 from keras_tpu.parallel.mesh import backend as mesh_backend
-from keras_tpu.parallel.mesh import export as mesh_export
+from models.bert import mesh_classifier
+from models.bert import mesh_export
 from models import datasets
 args = json.loads(sys.argv[1])
 with tempfile.TemporaryDirectory() as model_dir:
@@ -59,9 +60,9 @@ with tempfile.TemporaryDirectory() as model_dir:
     task = models.bert_task(config)
     if args["side"] == "sharded":  # What bert_task gives for --model_parallel > 1, at K=1.
         encoder_config, weights = mesh_export.load_native_encoder(config.encoder_handle)
-        spec = mesh_backend.ShardedBert(encoder_config, weights, datasets.bert_preprocessor(config))
+        spec = mesh_classifier.ShardedBert(encoder_config, weights, datasets.bert_preprocessor(config))
         task = dataclasses.replace(task, check_memory=None,
-                                   backend=functools.partial(mesh_backend.ShardedBackend, bert=spec))
+                                   backend=functools.partial(mesh_backend.ShardedBackend, model=spec))
     summary = keras_tpu.fit(task, config)
 rates = [row["examples_per_second"] for row in summary["throughput"][1:]]
 print("RESULT " + json.dumps({"rates": rates, "global_batch": summary["global_batch"],

@@ -11,8 +11,8 @@ private; a model of your own can do the same.
 from keras_tpu.runtime import compat
 from keras_tpu.runtime import determinism
 from keras_tpu.runtime import saved_model_dropout
-from keras_tpu.runtime.determinism import ContentSeededDropout
-from keras_tpu.runtime.replica_batch_norm import SyncBatchNormalization
+from keras_tpu.runtime.determinism import ContentSeededDropout  # noqa: F401
+from keras_tpu.runtime.replica_batch_norm import SyncBatchNormalization  # noqa: F401
 
 __all__ = ["ContentSeededDropout", "SyncBatchNormalization", "hub_layer", "tensorflow_hub"]
 

@@ -10,6 +10,7 @@ from keras_tpu.engine import checkpointing
 from models.bert import memory
 from models import datasets as recipe_inputs
 from keras_tpu.parallel.mesh import layout as mesh_layout
+from models.bert import mesh_classifier
 from keras_tpu.runtime.compat import keras
 from models import bert
 from tests.conftest import EPYC_BF16_FLAGS
@@ -70,7 +71,7 @@ def test_sharded_training_matches_one_device(reference, model_parallel):
     weights, expected = reference
     mesh = mesh_layout.make_mesh(model_parallel)
     assert (mesh.dim_size("batch"), mesh.dim_size("model")) == (4 // model_parallel, model_parallel)
-    model = mesh_layout.build_classifier(CONFIG, 2, mesh=mesh, dropout=0.0)
+    model = mesh_classifier.build_classifier(CONFIG, 2, mesh=mesh, dropout=0.0)
     assert mesh_layout.assign_weights(model, weights) == []
     step = mesh_layout.make_train_step(model, keras.optimizers.Adam(1e-3, mesh=mesh), _loss())
     features, labels = _batches()
@@ -86,7 +87,7 @@ def test_sharded_training_matches_one_device(reference, model_parallel):
 
 def test_each_sharded_kernel_holds_one_kth_per_device():
     mesh = mesh_layout.make_mesh(2)
-    model = mesh_layout.build_classifier(CONFIG, 2, mesh=mesh)
+    model = mesh_classifier.build_classifier(CONFIG, 2, mesh=mesh)
     sharded = {}
     for variable in model.variables:
         layout = dtensor.fetch_layout(variable)
@@ -127,7 +128,7 @@ def test_replicated_values_stay_one_copy_with_every_dropout_on():
     config = bert.BertConfig(**{**vars(CONFIG), "hidden_dropout": 0.1, "attention_dropout": 0.1})
     mesh = mesh_layout.make_mesh(2)
     keras.utils.set_random_seed(0)
-    model = mesh_layout.build_classifier(config, 2, mesh=mesh, dropout=0.1)
+    model = mesh_classifier.build_classifier(config, 2, mesh=mesh, dropout=0.1)
     features, labels = _batches()
     dataset = tf.data.Dataset.from_tensor_slices((features, labels))
     batches = iter(mesh_layout.distribute_dataset(dataset, mesh=mesh, global_batch=BATCH))
@@ -157,7 +158,7 @@ def test_replicated_values_stay_one_copy_with_every_dropout_on():
 def test_config_not_divisible_is_refused(change, message):
     config = bert.BertConfig(**{**vars(CONFIG), **change})
     with pytest.raises(ValueError, match=message):
-        mesh_layout.check_config(config, 4)
+        mesh_classifier.check_config(config, 4)
 
 
 def test_model_parallel_not_dividing_devices_is_refused():
@@ -167,7 +168,7 @@ def test_model_parallel_not_dividing_devices_is_refused():
 
 def test_planner_weight_bytes_equal_what_the_mesh_holds():
     mesh = mesh_layout.make_mesh(2)
-    model = mesh_layout.build_classifier(CONFIG, 2, mesh=mesh)
+    model = mesh_classifier.build_classifier(CONFIG, 2, mesh=mesh)
     held = mesh_layout.per_device_weight_bytes(model)
     # From the model's variables, and from the config alone (+ the 2-class head).
     assert memory.estimate(model, 4, SEQ, model_parallel=2).weights == held
@@ -255,7 +256,7 @@ def test_train_bert_model_parallel_trains_and_exports_under_the_engine(tiny_expo
 
     import models  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel.mesh import backend as mesh_backend  # pylint: disable=g-import-not-at-top
-    from keras_tpu.parallel.mesh import export as mesh_export  # pylint: disable=g-import-not-at-top
+    from models.bert import mesh_export  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel.mesh import loop as mesh_loop  # pylint: disable=g-import-not-at-top
 
     root, vocab = tiny_export
@@ -268,7 +269,7 @@ def test_train_bert_model_parallel_trains_and_exports_under_the_engine(tiny_expo
     )  # fmt: skip
     summary, backend = _fit_capturing_backend(config)
     assert isinstance(backend, mesh_backend.ShardedBackend)
-    model, preprocessor = backend.model, backend.bert.preprocessor
+    model, preprocessor = backend.model, backend.model_spec.preprocessor
     assert summary["mesh"] == {"batch": 2, "model": 2} and summary["global_batch"] == 8
     assert summary["replicas"] == 2 and summary["model_parallel"] == 2
     assert (summary["final_step"], summary["resumed_from_step"]) == (6, 0)
@@ -385,7 +386,7 @@ def test_auto_precision_picks_float32_on_the_mesh(tiny_export, mirrored, monkeyp
         "fp32: this backend builds float32 weights only (the device's rule chose mixed_bfloat16)"
     )
     config = _sharded_config(*tiny_export, mixed_precision="bf16")
-    backend = mesh_backend.ShardedBackend(None, config, None, "mixed_bfloat16", bert=None)
+    backend = mesh_backend.ShardedBackend(None, config, None, "mixed_bfloat16", model=None)
     with pytest.raises(ValueError, match=r"--mixed_precision=bf16 cannot run with "
                        "--model_parallel=2"):  # fmt: skip
         backend.check_config()
@@ -393,7 +394,7 @@ def test_auto_precision_picks_float32_on_the_mesh(tiny_export, mirrored, monkeyp
 
 def _loop(root, vocab, **overrides):
     """Return (ShardedLoop, train Source) of `_sharded_config` on a fresh 2x2 mesh."""
-    from keras_tpu.parallel.mesh import export as mesh_export  # pylint: disable=g-import-not-at-top
+    from models.bert import mesh_export  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel.mesh import run_setup as mesh_run_setup  # pylint: disable=g-import-not-at-top
 
     config = _sharded_config(root, vocab, **overrides)
@@ -404,8 +405,7 @@ def _loop(root, vocab, **overrides):
     loop = mesh_run_setup.build_loop(
         config,
         mesh_layout.make_mesh(config.model_parallel),
-        encoder_config,
-        weights,
+        mesh_classifier.ShardedBert(encoder_config, weights, preprocessor),
         total_steps=12,
         train_data=train,
         preprocess=preprocessor.preprocess,

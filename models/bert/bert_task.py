@@ -119,11 +119,13 @@ def _check_memory(model_or_config, info, policy, config):
 def _sharded(config, preprocessor, pair):
     """Return the Task fields that split the weights over a mesh (model_parallel > 1)."""
     from keras_tpu.parallel import mesh  # pylint: disable=g-import-not-at-top
+    from models.bert import mesh_classifier  # pylint: disable=g-import-not-at-top
+    from models.bert import mesh_export  # pylint: disable=g-import-not-at-top
 
-    encoder_config, encoder_weights = mesh.load_native_encoder(config.encoder_handle)
-    bert_spec = mesh.ShardedBert(encoder_config, encoder_weights, preprocessor, pair)
+    encoder_config, encoder_weights = mesh_export.load_native_encoder(config.encoder_handle)
+    bert_spec = mesh_classifier.ShardedBert(encoder_config, encoder_weights, preprocessor, pair)
     return dict(
-        backend=functools.partial(mesh.ShardedBackend, bert=bert_spec),
+        backend=functools.partial(mesh.ShardedBackend, model=bert_spec),
         # The planner on the encoder's config: the mesh model's weights are DTensors.
         check_memory=lambda model, info, policy: _check_memory(encoder_config, info, policy, config),
     )

@@ -1,16 +1,32 @@
-"""Model parallelism: BERT's weights split on a ("batch", "model") DTensor mesh.
+"""Model parallelism: a model's weights split on a ("batch", "model") DTensor mesh.
 
-  layout.py     the mesh, each weight's layout, the sharded classifier and train step
-  dropout.py    attention dropout whose mask is drawn split over "batch" only
-  run_setup.py  build the sharded classifier's loop and size its run
+  layout.py     the mesh, weights on it, batches laid out on it, the train step
+  dropout.py    dropout whose mask is drawn split over "batch" only
+  run_setup.py  build the mesh model's loop and size its run
   loop.py       the sharded training loop: N steps per host call
-  export.py     read an exported encoder into a mesh model; export a mesh model
   backend.py    the engine's model-parallel backend (ShardedBackend), run by `fit`
 
-A task splits BERT over a mesh with the public names below (models/bert/bert_task.py):
-    task = keras_tpu.Task(..., backend=functools.partial(mesh.ShardedBackend, bert=spec))
+Which weight is split how is the model family's: it hands the backend a MeshModel
+that builds its model under its own LayoutMap (BERT's: models/bert/mesh_classifier.py):
+    task = keras_tpu.Task(..., backend=functools.partial(mesh.ShardedBackend, model=spec))
 """
 
-from keras_tpu.parallel.mesh.backend import ShardedBackend  # noqa: F401
-from keras_tpu.parallel.mesh.backend import ShardedBert  # noqa: F401
-from keras_tpu.parallel.mesh.export import load_native_encoder  # noqa: F401
+from keras_tpu.parallel.mesh.backend import MeshModel
+from keras_tpu.parallel.mesh.backend import ShardedBackend
+from keras_tpu.parallel.mesh.dropout import BatchSplitDropout
+from keras_tpu.parallel.mesh.layout import BATCH
+from keras_tpu.parallel.mesh.layout import MODEL
+from keras_tpu.parallel.mesh.layout import assign_weights
+from keras_tpu.parallel.mesh.layout import gather_weights
+from keras_tpu.parallel.mesh.layout import make_mesh
+
+__all__ = [
+    "BATCH",
+    "MODEL",
+    "BatchSplitDropout",
+    "MeshModel",
+    "ShardedBackend",
+    "assign_weights",
+    "gather_weights",
+    "make_mesh",
+]

@@ -1,8 +1,11 @@
-"""The engine's model-parallel backend: BERT's weights split on a DTensor mesh, run by `fit`.
+"""The engine's model-parallel backend: a model's weights split on a DTensor mesh, run by `fit`.
 
-    task = keras_tpu.Task(..., backend=functools.partial(
-        ShardedBackend, bert=ShardedBert(encoder_config, encoder_weights, preprocessor)))
+    task = keras_tpu.Task(..., backend=functools.partial(ShardedBackend, model=my_mesh_model))
     keras_tpu.fit(task, config)            # config.model_parallel = K > 1
+
+`model` is the model family's MeshModel (below; BERT's is
+models/bert/mesh_classifier.ShardedBert): it builds the model under its own
+layout map, its optimizer, and writes its export from the gathered weights.
 
 `keras_tpu.fit` owns every run guarantee (run directory, lock and identity,
 backups and exact resume, SIGTERM, NaN stop, progress, TensorBoard, summary);
@@ -22,45 +25,42 @@ Refused, each with the reason (never ignored), before anything is built:
     it cannot trace, and a copy without the mesh would rehearse another program.
 """
 
-import dataclasses
-from typing import Any
+from typing import Protocol
+
+import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.engine import backend as backend_lib
 from keras_tpu.engine import execution_loop
-from keras_tpu.parallel.mesh import export as mesh_export
+from keras_tpu.engine import output_paths
 from keras_tpu.parallel.mesh import run_setup as sharded_training
 from keras_tpu.parallel.mesh import layout
 
 MESH_POLICIES = ("float32",)  # What the mesh can lay out (see the module docstring).
 
 
-@dataclasses.dataclass(frozen=True)
-class ShardedBert:
-    """What the backend builds the mesh classifier from.
+class MeshModel(Protocol):
+    """What a model family hands the mesh backend (e.g. models/bert/mesh_classifier.ShardedBert)."""
 
-    Attributes:
-      encoder_config: the exported encoder's models/bert.py BertConfig.
-      encoder_weights: {variable name: array} of the exported encoder.
-      preprocessor: the text preprocessor (for the raw-string export).
-      pair: the examples are sentence pairs (the export serves two strings).
-    """
+    def build(self, mesh, config):
+        """Return the model with its weights laid out on `mesh` (under its LayoutMap)."""
 
-    encoder_config: Any
-    encoder_weights: dict
-    preprocessor: Any
-    pair: bool = False
+    def optimizer(self, mesh, config, total_steps):
+        """Return the optimizer, built with `mesh=mesh` (its slots laid out like the weights)."""
+
+    def write_export(self, weights, directory):
+        """Write the export into `directory` from {variable name: full array}."""
 
 
 class ShardedBackend(backend_lib.Backend):
-    """Train a BERT classifier whose weights are split across `config.model_parallel` devices."""
+    """Train a model whose weights are split across `config.model_parallel` devices."""
 
     supported_policies = MESH_POLICIES
 
-    def __init__(self, task, config, strategy, policy, *, bert):
+    def __init__(self, task, config, strategy, policy, *, model):
         super().__init__(task, config, strategy, policy)
-        self.bert = bert
+        self.model_spec = model
         self.mesh = self.loop = None
 
     def check_config(self):
@@ -107,8 +107,7 @@ class ShardedBackend(backend_lib.Backend):
         self.loop = sharded_training.build_loop(
             config,
             self.mesh,
-            self.bert.encoder_config,
-            self.bert.encoder_weights,
+            self.model_spec,
             total_steps=steps_per_epoch * config.epochs,
             train_data=task.train_data,
             preprocess=task.preprocess,
@@ -159,14 +158,19 @@ class ShardedBackend(backend_lib.Backend):
         return evaluation.to_dict()
 
     def export(self, export_dir, *, overwrite):
-        return mesh_export.export_classifier(
-            self.model,
-            self.bert.encoder_config,
-            self.bert.preprocessor,
-            export_dir,
-            overwrite=overwrite,
-            pair=self.bert.pair,
-        )
+        """Gather the weights and let the model write its export, atomically.
+
+        A sharded model cannot go through `model.save` (it refuses non-replicated
+        DTensors). The whole export is built in one temp directory beside export_dir
+        and renamed into place once: an interrupted export leaves export_dir as it was.
+        """
+        weights = layout.gather_weights(self.model)
+
+        def save(directory):
+            with tf.device("/CPU:0"):
+                self.model_spec.write_export(weights, directory)
+
+        return output_paths.save_atomically(save, export_dir, self.model, overwrite=overwrite)
 
     def weights_checksum(self):
         return self.loop.weights_checksum()

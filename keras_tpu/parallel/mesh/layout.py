@@ -1,53 +1,31 @@
-"""Model parallelism for BERT: a ("batch", "model") DTensor mesh and the layout of each weight.
+"""Model parallelism: a ("batch", "model") DTensor mesh, weights on it, the train step.
 
     from keras_tpu.parallel.mesh import layout as mesh_layout
     mesh = mesh_layout.make_mesh(model_parallel=2)          # 4 devices -> 2 x 2
-    model = mesh_layout.build_classifier(config, num_classes=2, seq_length=128, mesh=mesh)
+    with my_layout_map(mesh).scope():                       # a model family's layouts
+        model = build_my_model()
 
-Each device holds 1/K of every attention and FFN kernel (Megatron-style: query, key,
-value and the FFN intermediate split by columns, i.e. by whole attention heads and
-FFN units; the attention output and FFN output split by rows) and a full copy of the
-rest (embeddings, layer norms, pooler, classifier head). The "batch" axis is data
-parallelism over the remaining devices: with N devices and K = model_parallel, the
-mesh is (N / K) x K.
+Which weight is split how is the model's (a `keras.dtensor.experimental.LayoutMap`,
+e.g. models/bert/mesh_classifier.py for BERT); this module knows none. The "batch"
+axis is data parallelism over the remaining devices: with N devices and
+K = model_parallel, the mesh is (N / K) x K.
 
 This is tf_keras's DTensor path (`keras.dtensor.experimental.LayoutMap`), isolated
 here: keras-hub moved to Keras 3's distribution API instead (keras-team/keras-hub#979),
-so it may age. Four changes make BERT train under it (each is applied below):
-  - `enable_tf_random_generator()`: LayoutMap needs dropout's RNG state to be a
-    tf.random.Generator variable it can lay out; the legacy stateless seeds raise
-    "Keras is expected to use tf.random.Generator when using DTensor API".
-  - layer-norm epsilon < 1.001e-5: tf_keras otherwise uses the fused batch-norm
-    kernel, which has no DTensor SPMD expansion (BERT's 1e-12 qualifies; checked).
-  - the embedding lookup as a one-hot matmul (`bert.BertEmbeddings(one_hot_lookup=True)`):
-    the gather's sparse gradient makes the optimizer call ResourceScatterAdd, which
-    fails on DTensor variables.
-  - attention dropout draws its mask split over "batch" only
-    (`mesh_dropout.BatchSplitDropout`): DTensor seeds a mask split over
-    ("batch", "model") in a way that leaks into every later "batch"-split mask of
-    the step, so replicated weights drift apart across a "model" row.
-Two more were found here: models/bert avoids StridedSlices of dynamic shapes and
-`[tf.newaxis]` slices (DTensor fails to lay them out, or segfaults), and
-`make_train_step` splits the step into two tf.functions (docs/model_parallel.md).
+so it may age. What a model needs under it (tf.random.Generator dropout state, no fused
+layer norm, no sparse gathers, `dropout.BatchSplitDropout`) is in docs/model_parallel.md;
+`make_train_step` splits the step into two tf.functions (below).
 """
 
 import dataclasses
-import functools
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from keras_tpu import checks
-from keras_tpu.parallel.mesh import dropout as mesh_dropout
-from keras_tpu.runtime.compat import keras
-from models import bert
 
 BATCH, MODEL = "batch", "model"
-# tf_keras picks the fused batch-norm kernel for a LayerNormalization with epsilon >=
-# 1.001e-5 (cuDNN's minimum); that kernel has no DTensor expansion.
-FUSED_LAYER_NORM_EPSILON = 1.001e-5
-_LAYER = r"transformer/layer_\d+\."
 _U = dtensor.UNSHARDED
 
 
@@ -104,58 +82,6 @@ def make_mesh(model_parallel, *, devices=None):
     )
 
 
-def check_config(config, model_parallel):
-    """Raise ValueError unless heads, FFN width and layer-norm epsilon suit K."""
-    for name in ("num_heads", "intermediate_size"):
-        value = getattr(config, name)
-        if value % model_parallel:
-            raise checks.ConfigError(
-                f"BERT {name}={value} is not divisible by model_parallel={model_parallel}; "
-                f"choose a model_parallel dividing both num_heads={config.num_heads} and "
-                f"intermediate_size={config.intermediate_size}."
-            )
-    if config.layer_norm_epsilon >= FUSED_LAYER_NORM_EPSILON:
-        raise checks.ConfigError(
-            f"layer_norm_epsilon={config.layer_norm_epsilon} selects tf_keras's fused "
-            f"batch-norm kernel, which DTensor cannot split; use < {FUSED_LAYER_NORM_EPSILON}."
-        )
-
-
-def bert_layout_map(mesh):
-    """Return the LayoutMap of a `build_classifier` model on `mesh` (others replicated)."""
-    layout_map = keras.dtensor.experimental.LayoutMap(mesh=mesh)
-    columns, rows = dtensor.Layout([_U, MODEL], mesh), dtensor.Layout([MODEL, _U], mesh)
-    # Column-parallel: head h owns columns h*d:(h+1)*d, so whole heads stay on a device.
-    layout_map[_LAYER + r"(query|key|value|intermediate)\.kernel$"] = columns
-    layout_map[_LAYER + r"(query|key|value|intermediate)\.bias$"] = dtensor.Layout([MODEL], mesh)
-    # Row-parallel: each device's partial product is summed (one all-reduce per block).
-    layout_map[_LAYER + r"(attention_output|output_dense)\.kernel$"] = rows
-    return layout_map
-
-
-def build_classifier(config, num_classes, *, mesh, dropout=0.1):
-    """Build an uncompiled BERT classifier whose weights are laid out on `mesh`.
-
-    The same inputs and float32 logits as `bert.build_bert_classifier`, but the
-    encoder is models/bert's, built flat into this model (not a nested Model:
-    LayoutMap names variables by their layer in the outer functional model).
-    """
-    check_config(config, mesh.dim_size(MODEL))
-    keras.backend.experimental.enable_tf_random_generator()
-    with bert_layout_map(mesh).scope():
-        inputs = {
-            name: keras.Input(shape=(None,), dtype=tf.int32, name=name) for name in bert.INPUT_NAMES
-        }
-        attention_dropout = functools.partial(
-            mesh_dropout.BatchSplitDropout, mesh=mesh, batch_dim=BATCH
-        )
-        pooled = bert.encoder_outputs(
-            config, inputs, one_hot_lookup=True, attention_dropout=attention_dropout
-        )["pooled_output"]
-        logits = bert.classifier_head(pooled, num_classes, dropout)
-        return keras.Model(inputs, logits, name="bert_classifier")
-
-
 def device_bytes(variable):
     """Return the bytes of `variable` that each device holds (its shard; all equal)."""
     layout = dtensor.fetch_layout(variable)
@@ -208,11 +134,12 @@ def gather_weights(model):
     return {variable.name: to_numpy(variable.read_value()) for variable in model.variables}
 
 
-def input_layouts(mesh):
-    """Return the (features, labels) layouts of a BERT batch: split on "batch"."""
-    rank2 = dtensor.Layout.batch_sharded(mesh, BATCH, rank=2)
-    features = {name: rank2 for name in bert.INPUT_NAMES}
-    return features, dtensor.Layout.batch_sharded(mesh, BATCH, rank=1)
+def input_layouts(element_spec, mesh):
+    """Return the layouts of batches of `element_spec`'s examples: each split on "batch"."""
+    return tf.nest.map_structure(
+        lambda spec: dtensor.Layout.batch_sharded(mesh, BATCH, rank=spec.shape.rank + 1),
+        element_spec,
+    )
 
 
 def distribute_dataset(dataset, *, mesh, global_batch):
@@ -230,7 +157,7 @@ def distribute_dataset(dataset, *, mesh, global_batch):
         dataset=dataset,
         global_batch_size=global_batch,
         mesh=mesh,
-        layouts=input_layouts(mesh),
+        layouts=input_layouts(dataset.element_spec, mesh),
         batch_dim=BATCH,
     )
 

@@ -20,7 +20,6 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from keras_tpu import data
-from keras_tpu.parallel.mesh import export as mesh_export
 from keras_tpu.engine import summary as summary_lib
 from keras_tpu.parallel.mesh import layout
 from keras_tpu.runtime.compat import keras
@@ -166,12 +165,6 @@ class ShardedLoop:
                 metric.update_state(labels, logits, sample_weight=weights)
         results = {metric.name: float(metric.result()) for metric in metrics}
         return Evaluation(total_loss / examples, correct / examples, examples, results)
-
-    def export(self, encoder_config, preprocessor, export_dir, *, overwrite=False):
-        """Export the gathered encoder and raw-string classifier (sharded_export)."""
-        return mesh_export.export_classifier(
-            self.model, encoder_config, preprocessor, export_dir, overwrite=overwrite
-        )
 
     def weights_checksum(self):
         """Return `weights_checksum` of the model."""

@@ -1,16 +1,16 @@
-"""Build the sharded BERT classifier and size its run (the pieces parallel.mesh.backend uses).
+"""Build the mesh model's loop and size its run (the pieces parallel.mesh.backend uses).
 
     steps = mesh_run_setup.epoch_steps(examples, per_replica_batch, mesh)
-    loop = mesh_run_setup.build_loop(config, mesh, encoder_config, encoder_weights, ...)
+    loop = mesh_run_setup.build_loop(config, mesh, model_spec, total_steps=..., ...)
 
 The run itself (backups, exact resume, NaN stop, summary, export) is the engine's:
 `keras_tpu.fit` with parallel.mesh.backend.ShardedBackend. The DTensor-specific
-pieces live in mesh/layout.py (mesh, layouts, step), mesh/loop.py (executions of N
-steps, evaluation) and mesh/export.py (the native encoder in, the gathered export out).
+pieces live in mesh/layout.py (mesh, layouts, step) and mesh/loop.py (executions of N
+steps, evaluation); the model, its layouts, optimizer and export are the model
+family's (`model_spec`, e.g. models/bert/mesh_classifier.ShardedBert).
 """
 
 from keras_tpu import checks
-from models.bert import bert_optimizer as optimizers
 from keras_tpu.engine import compiling
 from keras_tpu.parallel.mesh import layout as mesh_layout
 from keras_tpu.parallel.mesh.loop import ShardedLoop
@@ -54,19 +54,20 @@ def resolve_steps_per_execution(steps_per_execution, mesh, steps_per_epoch):
     return min(steps_per_execution, steps_per_epoch)
 
 
-def build_loop(
-    config, mesh, encoder_config, encoder_weights, *, total_steps, train_data, preprocess
-):
-    """Build the sharded classifier holding the encoder's weights and its ShardedLoop."""
-    model = mesh_layout.build_classifier(
-        encoder_config, config.num_classes, mesh=mesh, dropout=config.dropout
-    )
-    unset = mesh_layout.assign_weights(model, encoder_weights)
-    if any(not name.startswith("logits/") for name in unset):
-        raise checks.ConfigError(f"the exported encoder has no value for {unset[:3]}.")
-    optimizer = optimizers.bert_adamw(
-        config.learning_rate, total_steps, config.warmup_fraction, mesh=mesh
-    )
+def build_loop(config, mesh, model_spec, *, total_steps, train_data, preprocess):
+    """Build `model_spec`'s model and optimizer on `mesh`, and their ShardedLoop.
+
+    Args:
+      config: the run's RunConfig (the spec reads its own fields from it).
+      mesh: the dtensor.Mesh.
+      model_spec: the model family's mesh model (backend.MeshModel): `build(mesh,
+        config)` returns the laid-out model, `optimizer(mesh, config, total_steps)`.
+      total_steps: optimizer steps in the whole run (for schedules).
+      train_data: the training Source.
+      preprocess: its host-side preprocessing, or None.
+    """
+    model = model_spec.build(mesh, config)
+    optimizer = model_spec.optimizer(mesh, config, total_steps)
     return ShardedLoop(
         mesh,
         model,

@@ -1,8 +1,8 @@
-"""Read an exported BERT encoder into a mesh model, and export a mesh model like any other run.
+"""Read an exported BERT encoder into a mesh model, and write a mesh model's export.
 
     config, weights = mesh_export.load_native_encoder(encoder_dir)
     ...
-    mesh_export.export_classifier(model, config, preprocessor, export_dir, overwrite=False)
+    mesh_export.write_export(directory, gathered_weights, config, preprocessor)
 
 A sharded model cannot go through `model.save` (it refuses non-replicated
 DTensors), so its weights are gathered into the ordinary models/bert encoder
@@ -15,10 +15,7 @@ import os
 import tensorflow as tf
 
 from keras_tpu import checks
-from models.bert import bert_export as text_export
-from keras_tpu.engine import output_paths
 from models import bert
-from keras_tpu.parallel.mesh import layout as mesh_layout
 
 ENCODER_SUBDIR = "encoder"  # export_dir/encoder: the TF Hub encoder of the export.
 _CLASSIFIER_SCRATCH = ".classifier"  # Inside the export's temp dir, moved up before the rename.
@@ -62,8 +59,12 @@ def load_native_encoder(handle):
     return config, {v.name: v.numpy() for v in loaded.variables}
 
 
-def _write_export(directory, weights, encoder_config, preprocessor, pair=False):
-    """Write the encoder at directory/encoder and the raw-string classifier at directory."""
+def write_export(directory, weights, encoder_config, preprocessor, pair=False):
+    """Write the encoder at directory/encoder and the raw-string classifier at directory.
+
+    `weights` are the mesh model's, gathered (`mesh.gather_weights`); the mesh backend
+    calls this inside its atomic save, so `directory` is a fresh temp directory.
+    """
     encoder_dir = os.path.join(directory, ENCODER_SUBDIR)
     encoder = bert.build_bert_encoder(encoder_config)
     for variable in encoder.variables:
@@ -78,28 +79,9 @@ def _write_export(directory, weights, encoder_config, preprocessor, pair=False):
     # export_bert replaces its target whole, so it writes into a scratch
     # subdirectory (the encoder beside it survives) whose entries then move up.
     scratch = os.path.join(directory, _CLASSIFIER_SCRATCH)
-    text_export.export_bert(
+    bert.export_bert(
         classifier, preprocessor, scratch, None, pair=pair, regression=False, overwrite=True
     )
     for entry in os.listdir(scratch):
         os.rename(os.path.join(scratch, entry), os.path.join(directory, entry))
     os.rmdir(scratch)
-
-
-def export_classifier(model, encoder_config, preprocessor, export_dir, *, overwrite=False, pair=False):
-    """Gather a mesh model's weights and export its TF Hub encoder and raw-string classifier.
-
-    The whole export (export_dir/encoder included) is built in one temp directory
-    beside export_dir and renamed into place once (`output_paths.save_atomically`): an
-    interrupted export leaves export_dir as it was.
-
-    Returns:
-      export_dir.
-    """
-    weights = mesh_layout.gather_weights(model)
-
-    def save(directory):
-        with tf.device("/CPU:0"):
-            _write_export(directory, weights, encoder_config, preprocessor, pair)
-
-    return output_paths.save_atomically(save, export_dir, model, overwrite=overwrite)
