@@ -18,7 +18,7 @@ def sst2_with_vocab(sst2_dir, tmp_dir, vocab_size=8000):
     import collections  # pylint: disable=g-import-not-at-top
 
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
-    from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
+    from models.bert import bert_text as text  # pylint: disable=g-import-not-at-top
 
     train = data.load_tsv(os.path.join(sst2_dir, "train.tsv"))
     words = collections.Counter(w for s in train.x for w in str(s).lower().split())

@@ -174,7 +174,7 @@ def _summary(rates, flops, peak_flops, steps_per_execution, policy, extra):
 def _setup(tmp_dir, examples):
     import numpy as np  # pylint: disable=g-import-not-at-top
 
-    from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
+    from models.bert import bert_text as text  # pylint: disable=g-import-not-at-top
 
     train, vocab_file, vocab_size = _bert_fixtures.sst2_with_vocab(FLAGS.sst2_dir, tmp_dir)
     preprocessor = text.BertPreprocessor(vocab_file, seq_length=FLAGS.seq_length)

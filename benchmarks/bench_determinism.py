@@ -90,7 +90,7 @@ def cnn_row(strategy, repeats):
 
 def bert_row(strategy, repeats, tmp_dir):
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
-    from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
+    from models.bert import bert_text as text  # pylint: disable=g-import-not-at-top
 
     train, vocab_file, vocab_size = _bert_fixtures.sst2_with_vocab(FLAGS.sst2_dir, tmp_dir)
     preprocessor = text.BertPreprocessor(vocab_file, seq_length=FLAGS.bert_seq_length)

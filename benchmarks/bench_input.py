@@ -21,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras_tpu  # noqa: E402
 from keras_tpu import data  # noqa: E402
 from keras_tpu import keras  # noqa: E402
-from keras_tpu.data import text  # noqa: E402
+from models.bert import bert_text as text  # noqa: E402
 from keras_tpu.engine import compiling  # noqa: E402
 from models import bert  # noqa: E402
 from models import cnn  # noqa: E402

@@ -74,7 +74,7 @@ def write_inputs(root):
     """Export the benchmark's BERT encoder and write its vocabulary and TSV splits."""
     import numpy as np  # pylint: disable=g-import-not-at-top
 
-    from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
+    from models.bert import bert_text as text  # pylint: disable=g-import-not-at-top
     from models import bert  # pylint: disable=g-import-not-at-top
 
     words = [f"w{i}" for i in range(FLAGS.vocab - 5)]

@@ -109,7 +109,7 @@ def _path_args(path, tmp, bert_handles):
 def _tiny_bert(tmp):
     """Export a tiny random BERT and its preprocessing (SST-2 vocabulary); return the handles."""
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
-    from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
+    from models.bert import bert_text as text  # pylint: disable=g-import-not-at-top
 
     sentences = [str(s) for s in data.load_tsv(f"{REPO}/tests/data/sst2/train.tsv").x]
     vocab = text.write_vocab(text.learn_wordpiece_vocab(sentences, 2000), f"{tmp}/vocab.txt")

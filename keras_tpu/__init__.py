@@ -11,7 +11,7 @@ task = keras_tpu.Task(build_model=..., loss="mse", metrics=["mae"], train_data=(
 summary = keras_tpu.fit(task, keras_tpu.RunConfig(model_dir="/tmp/run"))
 
 The public API is these names and the public submodules: keras_tpu.data (with
-keras_tpu.data.text and keras_tpu.data.text_sources), keras_tpu.metrics,
+keras_tpu.data.text_sources), keras_tpu.metrics,
 keras_tpu.checks (the argument rules), keras_tpu.layers (layers a model builds with),
 keras_tpu.runtime.accelerators (each device's memory, for memory planners) and
 keras_tpu.parallel.mesh (model parallelism).

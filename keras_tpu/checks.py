@@ -8,11 +8,6 @@ traceback, because it is a bug to report rather than a setting to change.
 
 import numbers
 
-# BERT packs [CLS] text [SEP], so a sequence needs room for at least one token;
-# every published BERT has 512 position embeddings.
-MIN_SEQ_LENGTH = 3
-MAX_SEQ_LENGTH = 512
-
 # Precision names users pass -> the Keras mixed-precision policy. The one table:
 # training sets the policy from it and the memory planner sizes activations by it.
 PRECISION_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
@@ -76,24 +71,6 @@ def one_of(name, value, choices):
     if value in choices:
         return value
     raise ConfigError(f"{name}={value!r} is not one of {', '.join(map(str, choices))}.")
-
-
-def seq_length(value, *, maximum=MAX_SEQ_LENGTH, name="seq_length"):
-    """Return a BERT sequence length: an integer in 3..maximum ([CLS] text [SEP]).
-
-    Args:
-      value: the sequence length to check.
-      maximum: the encoder's max_position_embeddings (512 for every published BERT).
-      name: the argument's name in the message.
-    """
-    return integer(
-        name,
-        value,
-        minimum=MIN_SEQ_LENGTH,
-        maximum=maximum,
-        fix=f"BERT packs [CLS] text [SEP] into the encoder's max_position_embeddings={maximum} "
-        f"positions; longer texts are truncated by the preprocessing.",
-    )
 
 
 def precision(value, *, allow_auto=False):

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu import data
-from keras_tpu.data import text
+from models.bert import bert_text as text
 from keras_tpu.data import text_sources
 
 IMAGE_DATASETS = ("digits", "synthetic")

@@ -6,7 +6,7 @@ or tokenizer.json; never pytorch_model.bin):
 A randomly initialised preset, offline (demos and tests; vocab_size = vocabulary length):
   python scripts/export_bert_hub.py --preset=tiny --vocab_file=vocab.txt --export_dir=/tmp/tiny
 Prints one JSON line {"encoder": DIR, "preprocess": DIR} for hub.KerasLayer and
-keras_tpu.data.text.hub_preprocess.
+models.bert.bert_text.hub_preprocess.
 """
 
 import json

@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_hub as hub
 
+import keras_tpu
 from keras_tpu import keras
 from keras_tpu.engine import compiling
 from models import bert
@@ -265,3 +266,19 @@ def test_classifier_takes_an_encoder_layer(mirrored):
     first = model.evaluate(x, y, verbose=0, return_dict=True)["loss"]
     model.fit(x, y, epochs=15, batch_size=32, verbose=0)
     assert model.evaluate(x, y, verbose=0, return_dict=True)["loss"] < 0.9 * first
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: bert.check_seq_length(2), r"seq_length=2 must be an integer in 3\.\.512\. .*\[CLS\]"),
+        (
+            lambda: bert.check_seq_length(129, maximum=128),
+            r"in 3\.\.128\. .*max_position_embeddings=128",
+        ),
+    ],
+)
+def test_seq_length_names_the_value_the_limit_and_why(call, message):
+    with pytest.raises(keras_tpu.ConfigError, match=message):
+        call()
+    assert bert.check_seq_length(512) == 512

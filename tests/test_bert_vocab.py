@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 import models
-from keras_tpu.data import text
+from models.bert import bert_text as text
 from models import bert
 from models.bert import hf_bert
 from models.bert import bert_vocab

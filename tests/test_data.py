@@ -156,7 +156,7 @@ def test_eval_dataset_fn_with_two_input_pipelines_is_exact(n):
 def test_text_pipeline_on_sst2_with_four_replicas(mirrored, tmp_path):
     import os  # pylint: disable=g-import-not-at-top
 
-    from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
+    from models.bert import bert_text as text  # pylint: disable=g-import-not-at-top
 
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "it", "'", "s", "a"]) + "\n")

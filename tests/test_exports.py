@@ -16,7 +16,7 @@ import tf_keras
 
 import keras_tpu
 from keras_tpu import keras
-from keras_tpu.data import text
+from models.bert import bert_text as text
 from models import bert
 from models.cnn import cnn_task as cnn_task_lib
 from tests.conftest import CPU_REPLICAS

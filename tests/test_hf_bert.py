@@ -17,7 +17,7 @@ from safetensors.numpy import save_file
 
 from models.bert import hf_bert
 from keras_tpu import keras
-from keras_tpu.data import text
+from models.bert import bert_text as text
 from tests.conftest import run_script
 
 SEQ = 16

@@ -48,7 +48,6 @@ PUBLIC_MODULES = (
     "keras_tpu",
     "keras_tpu.checks",
     "keras_tpu.data",
-    "keras_tpu.data.text",
     "keras_tpu.data.text_sources",
     "keras_tpu.layers",
     "keras_tpu.metrics",

@@ -132,7 +132,7 @@ def tiny_bert_export(tmp_path_factory):
     """A tiny random BERT + preprocessing, with a vocabulary learned from SST-2 sentences."""
     from keras_tpu import data
     from models.bert import hf_bert
-    from keras_tpu.data import text
+    from models.bert import bert_text as text
 
     train_file = os.path.join(SST2, "train.tsv")
     if not os.path.exists(train_file):

@@ -189,7 +189,7 @@ WORDS = "good bad great awful fine dull moving lifeless film plot".split()
 def tiny_export(tmp_path_factory):
     """An exported 2-layer encoder (heads 4, FFN 128) and 64 labelled sentences as TSV."""
     from models.bert import hf_bert  # pylint: disable=g-import-not-at-top
-    from keras_tpu.data import text  # pylint: disable=g-import-not-at-top
+    from models.bert import bert_text as text  # pylint: disable=g-import-not-at-top
 
     root = tmp_path_factory.mktemp("sharded")
     vocab = text.write_vocab(

@@ -1,10 +1,10 @@
-"""Tests for keras_tpu.data.text: hand-worked WordPiece packing and the TF Hub export."""
+"""Tests for models.bert.bert_text: hand-worked WordPiece packing and the TF Hub export."""
 
 import pytest
 import tensorflow as tf
 import tensorflow_hub as hub
 
-from keras_tpu.data import text
+from models.bert import bert_text as text
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "movie", "was", "great", "!"]
 VOCAB += ["un", "##believ", "##able", "cafe"]

@@ -14,7 +14,7 @@ from keras_tpu import data
 from keras_tpu.readiness import graph_inspect
 from keras_tpu import keras
 from models.bert import bert_optimizer as optimizers
-from keras_tpu.data import text
+from models.bert import bert_text as text
 from keras_tpu.readiness import tpu_rehearsal
 from keras_tpu.engine import compiling
 from models import bert

@@ -5,7 +5,8 @@
 
 `training_stream` builds the training stream (an epoch per pass, started at any step,
 cached or streamed by `cache_policy`); `pipelines` the batch arithmetic and exact
-evaluation; `sources` reads examples (arrays, TSV, TFRecord, tfds, digits); `text` tokenises BERT inputs on the host.
+evaluation; `sources` reads examples (arrays, TSV, TFRecord, tfds, digits) and `text_sources`
+text columns. Tokenising is the model's (e.g. models/bert/bert_text.py), passed as `preprocess`.
 """
 
 from keras_tpu.data.sources import ArraySplit  # noqa: F401

@@ -86,7 +86,7 @@ def _refuse_strings(leaf, path):
     if leaf.dtype == tf.string:
         raise checks.ConfigError(
             f"{path} is a string tensor; strings cannot be sent to a TPU. Tokenise on the "
-            f"host inside the pipeline (pass preprocess=, e.g. keras_tpu.data.text.BertPreprocessor)."
+            f"host inside the pipeline (pass preprocess=, e.g. models.bert.bert_text.BertPreprocessor)."
         )
     return leaf
 

@@ -134,7 +134,7 @@ def _check_values(split, where, batch):
             raise checks.ConfigError(
                 f"{split} features {path} are strings (e.g. {_plain(leaf.flat[0])!r}); the "
                 f"model needs numbers. Tokenise them on the host: pass Task(preprocess=...), e.g. "
-                f"keras_tpu.data.text.BertPreprocessor(...).preprocess, or map them in your "
+                f"models.bert.bert_text.BertPreprocessor(...).preprocess, or map them in your "
                 f"dataset function."
             )
     for part, structure in (("x", x), ("y", y), ("sample_weight", weight)):

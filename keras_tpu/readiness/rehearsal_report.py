@@ -12,7 +12,7 @@ FIXES = {
     "py_function": "TPUs cannot run Python: replace it with TensorFlow ops, or move it into "
     "the tf.data input pipeline (it runs on the host there)",
     "string": "TPUs have no strings: tokenise or look up strings on the host in the tf.data "
-    "pipeline (e.g. keras_tpu.data.text.BertPreprocessor) and feed integer ids",
+    "pipeline (e.g. models.bert.bert_text.BertPreprocessor) and feed integer ids",
     "float64": "TPUs have no float64: cast to float32 (bfloat16 under mixed precision) in the "
     "input pipeline, and build layers with dtype float32",
     "dynamic_shape": "TPUs compile for static shapes: batch with drop_remainder=True and pad "

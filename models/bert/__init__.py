@@ -26,6 +26,7 @@ from models.bert.bert_classifier import build_bert_regressor  # noqa: F401
 from models.bert.bert_classifier import classifier_head  # noqa: F401
 from models.bert.bert_config import INPUT_NAMES  # noqa: F401
 from models.bert.bert_config import MAX_SEQ_LENGTH  # noqa: F401
+from models.bert.bert_config import check_seq_length  # noqa: F401
 from models.bert.bert_config import PRESETS  # noqa: F401
 from models.bert.bert_config import BertConfig  # noqa: F401
 from models.bert.bert_config import bert_config  # noqa: F401

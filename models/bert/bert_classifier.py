@@ -7,6 +7,7 @@ from keras_tpu import keras
 from models.bert import bert_hub
 from models.bert.bert_config import INPUT_NAMES
 from keras_tpu import layers
+from models.bert.bert_config import check_seq_length
 
 
 def build_bert_classifier(encoder, num_classes, seq_length, dropout=0.1, trainable=True):
@@ -32,7 +33,7 @@ def build_bert_classifier(encoder, num_classes, seq_length, dropout=0.1, trainab
       shape (batch, num_classes), also under a mixed precision policy.
     """
     checks.integer("num_classes", num_classes, minimum=2)
-    checks.seq_length(seq_length)
+    check_seq_length(seq_length)
     if isinstance(encoder, str):
         encoder = bert_hub.load_encoder(encoder, trainable=trainable)
     inputs = {
@@ -65,7 +66,7 @@ def build_bert_regressor(encoder, seq_length, dropout=0.1, trainable=True):
       A keras_tpu.keras Model from the dict of int32 inputs to float32 scores of
       shape (batch, 1).
     """
-    checks.seq_length(seq_length)
+    check_seq_length(seq_length)
     if isinstance(encoder, str):
         encoder = bert_hub.load_encoder(encoder, trainable=trainable)
     inputs = {

@@ -5,9 +5,30 @@ import dataclasses
 from keras_tpu import checks
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
-MAX_SEQ_LENGTH = checks.MAX_SEQ_LENGTH
+# BERT packs [CLS] text [SEP], so a sequence needs room for at least one token;
+# every published BERT has 512 position embeddings.
+MIN_SEQ_LENGTH = 3
+MAX_SEQ_LENGTH = 512
 _SIZE_FIELDS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size")
 _SIZE_FIELDS += ("max_position_embeddings", "type_vocab_size")
+
+
+def check_seq_length(value, *, maximum=MAX_SEQ_LENGTH, name="seq_length"):
+    """Return a BERT sequence length: an integer in 3..maximum ([CLS] text [SEP]).
+
+    Args:
+      value: the sequence length to check.
+      maximum: the encoder's max_position_embeddings (512 for every published BERT).
+      name: the argument's name in the message.
+    """
+    return checks.integer(
+        name,
+        value,
+        minimum=MIN_SEQ_LENGTH,
+        maximum=maximum,
+        fix=f"BERT packs [CLS] text [SEP] into the encoder's max_position_embeddings={maximum} "
+        f"positions; longer texts are truncated by the preprocessing.",
+    )
 
 
 @dataclasses.dataclass

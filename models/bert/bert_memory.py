@@ -28,7 +28,7 @@ Two runtimes differ in the embedding table's gradient and update:
 """
 
 from keras_tpu import checks
-from models.bert.bert_config import BertConfig, count_parameters
+from models.bert.bert_config import BertConfig, check_seq_length, count_parameters
 from models.bert import bert_introspect
 from models.bert.bert_memory_estimate import (
     OPTIMIZER_SLOTS,
@@ -223,7 +223,7 @@ def estimate(
             f"model_or_config must be a built keras_tpu.keras model, a BertConfig or a preset "
             f"name, got {type(model_or_config).__name__}."
         )
-    checks.seq_length(seq_length, maximum=arch.max_position_embeddings)
+    check_seq_length(seq_length, maximum=arch.max_position_embeddings)
     checks.integer("model_parallel", model_parallel)
     if model_parallel > 1:
         # parallel.mesh.layout.check_config, without importing DTensor here.

@@ -20,6 +20,7 @@ from models.bert import bert_vocab
 from models.bert import extra_eval
 from models.bert import glue
 from models.bert import memory
+from models.bert.bert_config import check_seq_length
 
 
 @dataclasses.dataclass
@@ -60,7 +61,7 @@ class BertRunConfig(keras_tpu.RunConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        checks.seq_length(self.seq_length)
+        check_seq_length(self.seq_length)
         checks.fraction("warmup_fraction", self.warmup_fraction)
         checks.integer("model_parallel", self.model_parallel)
         # Resolved here, so config.yaml records what the run used.

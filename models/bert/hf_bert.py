@@ -30,7 +30,8 @@ import typing
 
 
 from keras_tpu import checks
-from keras_tpu.data import text
+from models.bert.bert_config import check_seq_length
+from models.bert import bert_text as text
 from keras_tpu import keras
 from models import bert
 from models.bert.hf_config import (  # noqa: F401  (hf_bert.read_hf_config, ...)
@@ -118,7 +119,7 @@ def _export(encoder, preprocessor, export_dir):
 
 
 def _check_seq_length(seq_length, config):
-    checks.seq_length(seq_length, maximum=config.max_position_embeddings)
+    check_seq_length(seq_length, maximum=config.max_position_embeddings)
 
 
 def export_hf_bert(folder, export_dir, seq_length=128):

@@ -24,7 +24,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from keras_tpu import checks
-from keras_tpu.runtime import compat
+from keras_tpu import layers
+from models.bert.bert_config import check_seq_length
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
 
@@ -65,7 +66,7 @@ class BertPreprocessor(tf.Module):
           lower_case: lower-case and strip accents first (uncased checkpoints).
         """
         super().__init__(name="bert_preprocessor")
-        checks.seq_length(seq_length)
+        check_seq_length(seq_length)
         vocab = read_vocab(vocab_file)
         self.seq_length = seq_length
         self.lower_case = lower_case
@@ -155,9 +156,9 @@ class HubBertPreprocessor(tf.Module):
 
     def __init__(self, handle, seq_length=128):
         super().__init__(name="hub_bert_preprocessor")
-        hub = compat.tensorflow_hub()
+        hub = layers.tensorflow_hub()
 
-        checks.seq_length(seq_length)
+        check_seq_length(seq_length)
         try:
             self.model = hub.load(handle)
         except (OSError, ValueError, tf.errors.OpError) as e:
