@@ -1,7 +1,7 @@
 """Experiments as files: load, merge and type-check YAML/JSON configs onto config dataclasses.
 
 A run is described by a flat YAML (or JSON) mapping whose keys are the fields
-of a recipe's config dataclass (tasks.CNNConfig, tasks.BertRunConfig, or a user task's RunConfig subclass),
+of a recipe's config dataclass (e.g. models.CNNConfig, models.BertRunConfig, or a user task's RunConfig subclass),
 optionally overridden by `params_override="a=1,b=x"` as in tensorflow/models,
 and by explicit values (the flags a script was given). Every value remembers
 where it came from, so a bad one is reported as one line naming the key, the
