@@ -406,6 +406,7 @@ def _loop(root, vocab, **overrides):
         config,
         mesh_layout.make_mesh(config.model_parallel),
         mesh_classifier.ShardedBert(encoder_config, weights, preprocessor),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         total_steps=12,
         train_data=train,
         preprocess=preprocessor.preprocess,

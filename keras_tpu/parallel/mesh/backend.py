@@ -108,6 +108,7 @@ class ShardedBackend(backend_lib.Backend):
             config,
             self.mesh,
             self.model_spec,
+            loss=task.loss,
             total_steps=steps_per_epoch * config.epochs,
             train_data=task.train_data,
             preprocess=task.preprocess,

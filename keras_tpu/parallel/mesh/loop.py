@@ -1,6 +1,6 @@
 """The sharded training loop: N steps per host call on a DTensor mesh, acted on between calls.
 
-    loop = mesh.loop.ShardedLoop(mesh, model, optimizer, global_batch=16, train_data=...)
+    loop = mesh.loop.ShardedLoop(mesh, model, optimizer, loss=task.loss, global_batch=16, ...)
     loop.start(step)                         # the data from this step on (a restored run's)
     result = loop.run_execution(16)          # ExecutionResult(step, losses)
     metrics = loop.evaluate(test, preprocess)
@@ -96,13 +96,17 @@ class ShardedLoop:
     says (run_position.RunPosition); the loop does not derive it itself.
     """
 
-    def __init__(self, mesh, model, optimizer, *, global_batch, train_data, preprocess, seed=0,
-                 steps_per_epoch=None, cache="auto"):  # fmt: skip
+    def __init__(self, mesh, model, optimizer, *, loss, global_batch, train_data, preprocess,
+                 seed=0, steps_per_epoch=None, cache="auto"):  # fmt: skip
         self.mesh, self.model, self.optimizer = mesh, model, optimizer
         self.global_batch = global_batch
         self._train, self._preprocess, self._seed = train_data, preprocess, seed
         self._steps_per_epoch, self._cache = steps_per_epoch, cache
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        loss = keras.losses.get(loss)  # The Task's: a Keras loss name or instance.
+        # Per-example values: evaluation weights them (padding counts zero).
+        self._per_example = loss.call if isinstance(loss, keras.losses.Loss) else loss
+        if not isinstance(loss, keras.losses.Loss):  # A function: the batch mean.
+            loss = lambda labels, outputs, fn=loss: tf.reduce_mean(fn(labels, outputs))  # noqa: E731
         self._step_fn = layout.make_train_step(model, optimizer, loss)
         self._batches = None  # The training stream, from `start`.
 
@@ -153,14 +157,13 @@ class ShardedLoop:
         """
         batching = data.Batching(self.global_batch, 1)
         dataset_fn, steps, examples = data.eval_dataset_fn(test, batching, preprocess=preprocess)
-        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
         forward = tf.function(lambda features: self.model(features, training=False))
         correct = total_loss = 0.0
         for features, labels, weights in dataset_fn(_INPUT_PIPELINE).take(steps):
             logits = layout.to_numpy(forward(on_mesh(features, self.mesh)))
             labels, weights = labels.numpy(), weights.numpy()
             correct += float(np.sum((logits.argmax(-1) == labels) * weights))
-            total_loss += float(np.sum(loss_fn(labels, logits).numpy() * weights))
+            total_loss += float(np.sum(self._per_example(labels, logits).numpy() * weights))
             for metric in metrics:
                 metric.update_state(labels, logits, sample_weight=weights)
         results = {metric.name: float(metric.result()) for metric in metrics}

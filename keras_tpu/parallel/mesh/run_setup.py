@@ -54,7 +54,7 @@ def resolve_steps_per_execution(steps_per_execution, mesh, steps_per_epoch):
     return min(steps_per_execution, steps_per_epoch)
 
 
-def build_loop(config, mesh, model_spec, *, total_steps, train_data, preprocess):
+def build_loop(config, mesh, model_spec, *, loss, total_steps, train_data, preprocess):
     """Build `model_spec`'s model and optimizer on `mesh`, and their ShardedLoop.
 
     Args:
@@ -62,6 +62,7 @@ def build_loop(config, mesh, model_spec, *, total_steps, train_data, preprocess)
       mesh: the dtensor.Mesh.
       model_spec: the model family's mesh model (backend.MeshModel): `build(mesh,
         config)` returns the laid-out model, `optimizer(mesh, config, total_steps)`.
+      loss: the Task's loss (a Keras loss name or instance).
       total_steps: optimizer steps in the whole run (for schedules).
       train_data: the training Source.
       preprocess: its host-side preprocessing, or None.
@@ -72,6 +73,7 @@ def build_loop(config, mesh, model_spec, *, total_steps, train_data, preprocess)
         mesh,
         model,
         optimizer,
+        loss=loss,
         global_batch=config.per_replica_batch_size * mesh.dim_size(mesh_layout.BATCH),
         train_data=train_data,
         preprocess=preprocess,
