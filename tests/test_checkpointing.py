@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_tpu.engine import best_tracker
 from keras_tpu.engine import checkpointing
 from keras_tpu import keras
 
@@ -79,14 +80,12 @@ def test_nan_steps_are_never_backed_up_or_kept_as_best(tmp_path):
             model.layers[0].kernel.assign(np.full((3, 4), np.nan, np.float32))
 
     backup = checkpointing.Backup(str(tmp_path), tf.distribute.get_strategy(), every_steps=5)
-    best = checkpointing.FiniteModelCheckpoint(
-        str(tmp_path / "best" / "ckpt"), monitor="loss", mode="min", save_best_only=True,
-        save_weights_only=True,
-    )  # fmt: skip
+    best = best_tracker.BestWeights(str(tmp_path / "best"), best_tracker.BestTracker("loss", "min"))
     nan = keras.callbacks.LambdaCallback(on_train_batch_end=poison)
     _fit(model, backup, epochs=3, callbacks=[nan, best, keras.callbacks.TerminateOnNaN()])
     assert (backup.saved_step, backup.nan_step) == (10, 13)
-    reader = tf.train.load_checkpoint(str(tmp_path / "best" / "ckpt"))
+    assert best.tracker.epoch == 1  # Epoch 2 turned NaN at step 13.
+    reader = tf.train.load_checkpoint(str(tmp_path / "best" / "checkpoint"))
     assert all(np.all(np.isfinite(reader.get_tensor(k))) for k in reader.get_variable_to_shape_map()
                if reader.get_variable_to_dtype_map()[k].is_floating)  # fmt: skip
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from keras_tpu.engine import best_tracker
 from keras_tpu.engine import checkpointing
 from keras_tpu.engine import compiling
 from keras_tpu.engine import preemption as preemption_lib
@@ -189,6 +190,7 @@ class RunCallbacks:
     all: tuple  # Every callback for model.fit, in order: the exact val_loss, then the meter
     # (TensorBoard logs their values).
     early_stop: Any = None  # The run's early_stopping.EarlyStop, or None.
+    best: Any = None  # The run's best_tracker.BestTracker (best/ is written by it), or None.
 
 
 def make_callbacks(
@@ -200,7 +202,7 @@ def make_callbacks(
     backup_every_steps=None,
     keep_backups=2,
     best_metric=None,
-    best_mode=None,
+    best_mode="min",
     flops_per_example=None,
     peak_flops=None,
     tensorboard=True,
@@ -220,7 +222,7 @@ def make_callbacks(
       backup_every_steps: backup frequency in optimizer steps; None backs up per epoch.
       keep_backups: how many backups to keep (the newest): a damaged one falls back.
       best_metric: e.g. "val_accuracy": keep the best weights in model_dir/best.
-      best_mode: "min" or "max" for best_metric (default: "min" for a loss, else "max").
+      best_mode: "min" or "max" for best_metric (default "min", as `Task.mode`'s).
       flops_per_example: training FLOPs per example, for MFU.
       peak_flops: combined peak FLOP/s of the devices, for MFU.
       tensorboard: write TensorBoard logs to model_dir/tensorboard.
@@ -247,8 +249,9 @@ def make_callbacks(
     if progress_seconds is not None:  # After the meter, which it reads.
         progress_logger = progress.ProgressLogger(meter, interval=progress_seconds)
         callbacks.append(progress_logger)
+    tracker = best_tracker.BestTracker(best_metric, best_mode) if best_metric else None
     if model_dir:
-        callbacks += _file_callbacks(model_dir, strategy, best_metric, best_mode, tensorboard)
+        callbacks += _file_callbacks(model_dir, strategy, tracker, tensorboard)
     history = run_records.RunHistory()
     callbacks.append(history)
     if early_stop is not None:
@@ -277,6 +280,7 @@ def make_callbacks(
         meter=meter,
         nan_guard=guard,
         early_stop=early_stop,
+        best=tracker,
         progress=progress_logger,
         backup=backup_callback,
         history=history,
@@ -284,20 +288,15 @@ def make_callbacks(
     )
 
 
-def _file_callbacks(model_dir, strategy, best_metric, best_mode, tensorboard):
+def _file_callbacks(model_dir, strategy, tracker, tensorboard):
     """Return the callbacks that keep the best weights and write TensorBoard logs."""
     callbacks = []
-    options = io_options(strategy, model_dir)
-    if best_metric:
+    if tracker is not None:
         callbacks.append(
-            checkpointing.FiniteModelCheckpoint(
-                os.path.join(model_dir, "best", "checkpoint"),
-                monitor=best_metric,
-                mode=best_mode or ("min" if "loss" in best_metric else "max"),
-                save_best_only=True,
-                save_weights_only=True,
-                options=options,
-            )
+            best_tracker.BestWeights(
+                os.path.join(model_dir, best_tracker.BEST_DIR), tracker, strategy=strategy,
+                options=io_options(strategy, model_dir),
+            )  # fmt: skip
         )
     if tensorboard:
         callbacks.append(

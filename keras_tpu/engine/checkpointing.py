@@ -345,25 +345,6 @@ class Backup(keras.callbacks.Callback):
             self.save()
 
 
-class FiniteModelCheckpoint(keras.callbacks.ModelCheckpoint):
-    """ModelCheckpoint that never records an epoch whose loss was not finite as best.
-
-    An epoch that turned NaN can still score a val_accuracy (argmax of NaN logits is
-    class 0), which `save_best_only` would keep as the best weights.
-    """
-
-    def on_epoch_end(self, epoch, logs=None):
-        if finite_loss(logs) and math.isfinite(float((logs or {}).get(self.monitor, 0.0))):
-            super().on_epoch_end(epoch, logs)
-
-    def state_dict(self):
-        """Return the best value so far: a resumed run replaces `best/` only when beaten."""
-        return {"best": float(self.best)}
-
-    def load_state_dict(self, state):
-        self.best = state["best"]
-
-
 def checkpoint_bytes(model):
     """Return about the bytes of one backup: weights, and Adam-like slots if not built yet."""
     weights = sum(int(np.prod(v.shape)) * v.dtype.size for v in model.weights)

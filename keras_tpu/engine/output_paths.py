@@ -174,12 +174,29 @@ def write_error(path, error, *, needed_bytes, written_bytes=0):
     return OutputError(message + " Free space or fix the permissions, or choose another path.")
 
 
-def _replace(temp_dir, target):
-    """Rename `temp_dir` to `target`, removing what `target` held only once it is replaced."""
+def temp_prefix(target, kind="tmp"):
+    """Return the name prefix of a temp copy of `target` beside it: `.<name>.<kind>-<pid>-`.
+
+    The writer's PID tells `leftovers.clean` a killed writer's copy from a live one's.
+    """
+    return f".{os.path.basename(os.path.normpath(target))}.{kind}-{os.getpid()}-"
+
+
+def is_write_error(error):
+    """Return True if `error` (one of WRITE_ERRORS) is a failed write, not a bug to show whole."""
+    return not isinstance(error, OSError) or error.errno in _WRITE_ERRNOS
+
+
+def replace_directory(temp_dir, target):
+    """Rename `temp_dir` to `target`, removing what `target` held only once it is replaced.
+
+    A kill between the renames leaves `.<target>.old-*` (holding the old copy) beside
+    `target`; `leftovers.clean` removes it at the next start.
+    """
     if not os.path.exists(target):
         os.rename(temp_dir, target)
         return
-    old = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.old-", dir=os.path.dirname(target))
+    old = tempfile.mkdtemp(prefix=temp_prefix(target, "old"), dir=os.path.dirname(target))
     os.rename(target, os.path.join(old, "export"))
     try:
         os.rename(temp_dir, target)
@@ -224,12 +241,12 @@ def save_atomically(save_fn, export_dir, model, *, overwrite):
     temp_dir = None
     try:
         os.makedirs(parent, exist_ok=True)
-        temp_dir = tempfile.mkdtemp(prefix=f".{os.path.basename(export_dir)}.tmp-", dir=parent)
+        temp_dir = tempfile.mkdtemp(prefix=temp_prefix(export_dir), dir=parent)
         save_fn(temp_dir)
         _write_marker(temp_dir, model)
-        _replace(temp_dir, export_dir)
+        replace_directory(temp_dir, export_dir)
     except WRITE_ERRORS as e:
-        if isinstance(e, OSError) and e.errno not in _WRITE_ERRNOS:
+        if not is_write_error(e):
             raise
         written = _size(temp_dir) if temp_dir and os.path.isdir(temp_dir) else 0
         raise write_error(export_dir, e, needed_bytes=weights_bytes, written_bytes=written) from e

@@ -127,7 +127,8 @@ def check_identity(model_dir, identity, *, overwrite, backup_dir):
         f.write(identity.to_json())
 
 
-def _pid_alive(pid):
+def pid_alive(pid):
+    """Return True if process `pid` runs on this host (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -135,6 +136,25 @@ def _pid_alive(pid):
     except PermissionError:  # Alive, another user's.
         return True
     return True
+
+
+def stale_lock(model_dir):
+    """Return the holder {"pid", "host", ...} of model_dir's run.lock if it is dead, else None.
+
+    Dead: its PID no longer runs on this host (a lock from another host cannot be told).
+    """
+    path = os.path.join(model_dir, LOCK_FILE)
+    if "://" in path or not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            holder = json.load(f)
+    except (OSError, ValueError):
+        return None
+    pid = holder.get("pid")
+    if holder.get("host") != socket.gethostname() or not isinstance(pid, int) or pid_alive(pid):
+        return None
+    return holder
 
 
 class RunLock:
@@ -175,7 +195,7 @@ class RunLock:
         pid, host = holder.get("pid"), holder.get("host")
         if pid == os.getpid() and host == socket.gethostname():
             raise RunDirError(f"this process already trains in {os.path.dirname(self.path)}.")
-        if pid is not None and (host != socket.gethostname() or _pid_alive(pid)):
+        if pid is not None and (host != socket.gethostname() or pid_alive(pid)):
             raise RunDirError(
                 f"model_dir {os.path.dirname(self.path)} is in use by PID {pid} on host {host} "
                 f"({self.path}); use another --model_dir, or wait for that run to end (if it is "

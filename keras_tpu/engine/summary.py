@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from keras_tpu.engine import best_tracker
 from keras_tpu.engine import compiling
 from keras_tpu.engine import run_dir
 
@@ -30,15 +31,6 @@ def weights_checksum(weights):
     for weight in weights:
         digest.update(np.ascontiguousarray(weight).tobytes())
     return digest.hexdigest()[:16]
-
-
-def best_epoch(history, monitor, mode):
-    """Return {"epoch", monitor} of the best finite epoch by `monitor`, or None."""
-    values = [(i + 1, v) for i, v in enumerate(history.get(monitor, [])) if v == v]
-    if not values:
-        return None
-    epoch, value = (min if mode == "min" else max)(values, key=lambda item: item[1])
-    return {"epoch": epoch, monitor: float(value)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,14 +103,31 @@ class StoppedSummary:
 
 
 def write(summary, model_dir):
-    """Write a summary (RunSummary, StoppedSummary or dict) to model_dir/summary.json."""
+    """Write a summary (RunSummary, StoppedSummary or dict) to model_dir/summary.json, atomically.
+
+    A local file is written beside it (`.summary.json.tmp-<pid>`) and renamed over
+    it: a kill leaves the old summary or the new one, never half of one. An object store (gs://) makes an object visible whole when it is closed.
+    """
     if not model_dir:
         return None
     value = summary if isinstance(summary, dict) else summary.to_dict()
+    text = json.dumps(value, indent=2)
     tf.io.gfile.makedirs(model_dir)
     path = os.path.join(model_dir, SUMMARY_FILE)
-    with tf.io.gfile.GFile(path, "w") as f:
-        json.dump(value, f, indent=2)
+    if "://" in model_dir:
+        with tf.io.gfile.GFile(path, "w") as f:
+            f.write(text)
+        return path
+    temp = os.path.join(model_dir, f".{SUMMARY_FILE}.tmp-{os.getpid()}")  # See leftovers.py.
+    try:
+        with open(temp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())  # On disk before the rename makes it the summary.
+        os.replace(temp, path)
+    finally:
+        if os.path.exists(temp):
+            os.remove(temp)
     return path
 
 
@@ -199,7 +208,8 @@ def run_summary(run, trained, test, *, weights, checksum):
         test_weights=weights,
         monitor=run.task.monitor,
         best=(
-            best_epoch(history, run.task.monitor, run.task.mode)
+            # The definition best/ was kept by, replayed over the whole run's epochs.
+            best_tracker.BestTracker.of_history(history, run.task.monitor, run.task.mode).best()
             if config.keep_best
             else None
         ),

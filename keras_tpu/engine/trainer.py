@@ -40,6 +40,7 @@ from keras_tpu.engine import data_checks
 from keras_tpu.engine import early_stopping
 from keras_tpu.engine import saved_model_export
 from keras_tpu.engine import instances
+from keras_tpu.engine import leftovers
 from keras_tpu.engine import backend as backend_lib
 from keras_tpu.engine import output_paths
 from keras_tpu.engine import preemption as preemption_lib
@@ -128,6 +129,8 @@ def fit(task, config=None, *, strategy=None):
         backend = backend_lib.backend_for(task, config, strategy, policy)
         finished = summary_lib.finished_run(config, backend.global_batch())
         if finished is not None:
+            if StrategyInfo.of(strategy).is_chief:  # Killed after its summary: lock, backups.
+                leftovers.clean_finished(config.model_dir)
             return finished
         run = _Run(task, config, strategy, policy, backend)
         run.precision_reason = choice.reason
@@ -262,6 +265,8 @@ class _Run:
                 needed_bytes=(config.keep_backups + 1) * checkpointing.checkpoint_bytes(self.model),
             )
         try:
+            if self.info.is_chief:  # Under the lock: no live run writes these.
+                leftovers.clean(config.model_dir, config.export_dir)
             last_step = self.shape.steps_per_epoch * config.epochs
             start_step = backup.restore(self.model, last_step=last_step) if backup else 0
             if config.model_dir and self.info.is_chief:  # Even a killed run can be rerun.
