@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+import keras_tpu
 from keras_tpu import keras
 import models
 from keras_tpu.engine import run_dir
@@ -87,3 +88,16 @@ def test_unwritable_or_full_model_dir_is_named(tmp_path):
         run_dir.check_writable(str(tmp_path / "run"), 2**40)
     run_dir.check_writable(str(tmp_path / "run"), 1)
     assert (tmp_path / "run").is_dir()
+
+
+@pytest.mark.parametrize("field", ["model_dir", "export_dir"])
+def test_a_memory_filesystem_is_refused_up_front_naming_the_value_and_the_fix(field):
+    """ram:// would exit 0 and lose everything with the process; gs:// is supported."""
+    with pytest.raises(keras_tpu.ConfigError) as e:
+        keras_tpu.RunConfig(**{field: "ram://run"})
+    assert str(e.value) == (
+        f"{field}='ram://run' is TensorFlow's in-memory filesystem: what a run writes there "
+        f"(backups, summary.json, best/, the export) is gone when the process ends, so a killed "
+        f"run could not resume. Pass a local directory or an object store path (gs://bucket/dir)."
+    )
+    keras_tpu.RunConfig(model_dir="gs://bucket/run")  # An object store: checked when written.

@@ -70,8 +70,20 @@ def _existing_ancestor(path):
     return path
 
 
+# Filesystems whose files end with the process: a run there could neither resume nor keep
+# anything. Object stores (gs://) are supported: each file is an object written whole.
+MEMORY_SCHEMES = ("ram://",)
+
+
 def check_directory_path(name, path):
-    """Raise OutputError if local `path` (flag `name`) is, or lies under, an existing file."""
+    """Raise OutputError if `path` (flag `name`) is in memory, or is, or lies under, a file."""
+    if path and path.startswith(MEMORY_SCHEMES):
+        raise OutputError(
+            f"{name}={path!r} is TensorFlow's in-memory filesystem: what a run writes there "
+            f"(backups, summary.json, best/, the export) is gone when the process ends, so a "
+            f"killed run could not resume. Pass a local directory or an object store path "
+            f"(gs://bucket/dir)."
+        )
     if not path or _is_remote(path):
         return
     ancestor = _existing_ancestor(path)
