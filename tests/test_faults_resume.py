@@ -63,15 +63,27 @@ class Fault(keras.callbacks.Callback):
             with open(path, "wb") as f:
                 f.write(b"0" * max(0, free - 2048))
 
-if mode in ("SIGTERM:evaluate", "SIGTERM:export"):  # A signal in the final phases.
-    from keras_tpu.engine import backend, output_paths as outputs
+if mode.startswith("SIGTERM:"):  # A signal while writing best/, or in the final phases.
+    from keras_tpu.engine import backend, best_tracker, output_paths as outputs
     def signalled(fn):
         def call(*args, **kwargs):
-            os.kill(os.getpid(), signal.SIGTERM)
+            if not call.sent:  # Once: a second signal would kill the default way.
+                call.sent = True
+                os.kill(os.getpid(), signal.SIGTERM)
             return fn(*args, **kwargs)
+        call.sent = False
         return call
     if mode == "SIGTERM:evaluate":
         backend.KerasBackend.evaluate = signalled(backend.KerasBackend.evaluate)
+    elif mode == "SIGTERM:best":  # The first epoch's best/, while training.
+        best_tracker.BestWeights.write = signalled(best_tracker.BestWeights.write)
+    elif mode == "SIGTERM:summary":  # summary.json written to its temp file, not renamed yet.
+        replace = os.replace
+        def summary_replace(src, dst):
+            if dst.endswith("summary.json"):
+                os.kill(os.getpid(), signal.SIGTERM)
+            return replace(src, dst)
+        os.replace = summary_replace
     else:
         save_atomically = outputs.save_atomically
         outputs.save_atomically = lambda save, *a, **k: save_atomically(signalled(save), *a, **k)
@@ -463,6 +475,18 @@ def test_full_disk_is_one_line_and_keeps_the_last_backup(tiny_disk):
     assert "Traceback" not in result.stderr
     assert not [p for p in model_dir.rglob("*") if "_temp" in p.name]
     assert backup_step(str(model_dir)) == 20
+    # The disk fills before epoch 2's best/ (backed up per epoch: best/ is written first).
+    (tiny_disk / "filler").unlink()
+    model_dir = tiny_disk / "best_run"
+    result = _train(model_dir, "--steps_per_execution=1", fault=f"fill:{tiny_disk}", at=25)
+    assert result.returncode == 2, result.stderr[-3000:]
+    last = _last_line(result)
+    assert last.startswith(f"error: cannot write {model_dir / 'best'}: No space left on device. "
+                           f"It needs at least "), last  # fmt: skip
+    assert last.endswith("The last backup is kept: run the same command again to resume."), last
+    assert "Traceback" not in result.stderr
+    assert [p.name for p in model_dir.iterdir() if p.name.startswith(".")] == []
+    assert backup_step(str(model_dir)) == STEPS_PER_EPOCH
 
 
 def test_failed_export_keeps_the_backup_so_the_rerun_does_not_retrain(tmp_path, tiny_disk):
@@ -532,19 +556,35 @@ def test_sigterm_without_backups_is_one_line_and_exit_143(tmp_path):
 def test_sigterm_in_the_final_evaluation_or_export_is_one_line_and_the_rerun_concludes(
     tmp_path, user_reference
 ):
-    export_dir = f"--export_dir={tmp_path / 'export'}"
-    for fault, words in [("SIGTERM:evaluate", "during the final evaluation"),
-                         ("SIGTERM:export", "during the export")]:  # fmt: skip
-        stopped = _train_user(tmp_path / "run", export_dir, fault=fault)
+    """SIGTERM while best/ is written, in the final evaluation, the export, the summary write.
+
+    Each stop is one line and exit 143; each run resumes the one before, and the last
+    rerun concludes with the uninterrupted run's weights. Every file is whole or absent.
+    """
+    run, export_dir = tmp_path / "run", f"--export_dir={tmp_path / 'export'}"
+    backup = run / "backup"
+    final = (f"(step {USER_TOTAL}); the backup of step {USER_TOTAL} is in {backup}; run the same "
+             f"command again to evaluate and export.")  # fmt: skip
+    for fault, line in [
+        # While training the signal waits for the execution's end (step 14): best/ is whole.
+        ("SIGTERM:best", f"at step 14; the backup of step 14 is in {backup}; run the same "
+                         f"command again to resume."),
+        ("SIGTERM:evaluate", f"during the final evaluation {final}"),
+        ("SIGTERM:export", f"during the export {final}"),
+        ("SIGTERM:summary", f"while writing the summary {final}"),
+    ]:  # fmt: skip
+        stopped = _train_user(run, export_dir, fault=fault)
         assert stopped.returncode == 143, stopped.stderr[-3000:]
         assert "Traceback" not in stopped.stderr
-        assert [ln for ln in stopped.stderr.splitlines() if ln.startswith("error:")] == [
-            f"error: stopped by SIGTERM {words} (step {USER_TOTAL}); the backup of step "
-            f"{USER_TOTAL} is in {tmp_path / 'run' / 'backup'}; run the same command again to "
-            f"evaluate and export."
-        ]
-        assert not (tmp_path / "export").exists() and backup_step(str(tmp_path / "run")) == USER_TOTAL
-    concluded = _train_user(tmp_path / "run", export_dir)
+        errors = [ln for ln in stopped.stderr.splitlines() if ln.startswith("error:")]
+        assert errors == [f"error: stopped by SIGTERM {line}"], stopped.stderr[-3000:]
+        # Nothing half-written: no temp copy left, no summary, the export only once complete.
+        assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == []
+        assert not (run / "summary.json").exists()
+        assert (tmp_path / "export").exists() == (fault == "SIGTERM:summary")
+        assert backup_step(str(run)) == (14 if fault == "SIGTERM:best" else USER_TOTAL)
+    assert (run / "best" / "checkpoint.index").exists()
+    concluded = _train_user(run, export_dir)
     assert concluded.returncode == 0, concluded.stderr[-3000:]
     assert _run_line(concluded) == (USER_TOTAL, USER_TOTAL, user_reference[2])
     assert (tmp_path / "export" / "saved_model.pb").exists()

@@ -1,4 +1,4 @@
-"""Every file a run writes is whole or absent; what a killed run leaves is removed at the next start.
+"""Every file a run writes is whole or absent; a killed run's leftovers go at the next start.
 
 Tests for keras_tpu.engine.summary.write, best_tracker (one "best", best/ replaced
 atomically) and leftovers (temp copies, a finished run's stale lock and backups).
@@ -57,7 +57,8 @@ def test_one_best_counts_finite_epochs_that_beat_it_strictly():
         {"loss": 0.8, "val_loss": 0.25},
         {"loss": 0.7, "val_loss": float("inf")},
     ]
-    assert [tracker.update(i, logs) for i, logs in enumerate(epochs)] == [True, False, False, True, False]
+    counted = [tracker.update(i, logs) for i, logs in enumerate(epochs)]
+    assert counted == [True, False, False, True, False]
     assert tracker.best() == {"epoch": 4, "val_loss": 0.25}
     history = {k: [logs[k] for logs in epochs] for k in ("loss", "val_loss")}
     assert best_tracker.BestTracker.of_history(history, "val_loss", "min").best() == tracker.best()
@@ -96,8 +97,9 @@ def test_best_weights_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
         best.on_epoch_end(1, {"loss": 0.9, "val_loss": 0.4})
     assert sorted(os.listdir(tmp_path)) == ["best"]
     reader = tf.train.load_checkpoint(str(tmp_path / "best" / "checkpoint"))
-    saved = [reader.get_tensor(k) for k in sorted(reader.get_variable_to_shape_map()) if "kernel" in k]
-    np.testing.assert_array_equal(saved[0], kept[0])
+    names = reader.get_variable_to_shape_map()
+    (kernel,) = [k for k in names if k.startswith("layer_with_weights-0/kernel")]
+    np.testing.assert_array_equal(reader.get_tensor(kernel), kept[0])
     monkeypatch.undo()
     best.on_epoch_end(2, {"loss": 0.8, "val_loss": 0.3})
     assert tf.train.latest_checkpoint(str(tmp_path / "best")).endswith("best/checkpoint")
@@ -108,14 +110,16 @@ def test_a_full_disk_while_writing_best_is_one_line_with_the_fix(tmp_path, monke
     model, best = _best_weights(tmp_path)
 
     def full(path, **kwargs):
-        raise tf.errors.ResourceExhaustedError(None, None, f"{path}.tmp; No space left on device")
+        reason = f"{path}.tmp; No space left on device [Op:SaveV2]"  # As SaveV2 says it.
+        raise tf.errors.ResourceExhaustedError(None, None, reason)
 
     monkeypatch.setattr(model, "save_weights", full)
     with pytest.raises(preemption.RunStopped) as stopped:
         best.on_epoch_end(1, {"loss": 0.9, "val_loss": 0.4})
     assert stopped.value.exit_code == 2
     message = str(stopped.value)
-    assert message.startswith(f"cannot write {tmp_path / 'best'}: No space left on device. It needs")
+    best = tmp_path / "best"
+    assert message.startswith(f"cannot write {best}: No space left on device. It needs at least")
     assert message.endswith(
         "Free space or fix the permissions, or choose another path. The last backup is kept: run "
         "the same command again to resume."

@@ -126,7 +126,10 @@ class BestWeights(keras.callbacks.Callback):
             if not output_paths.is_write_error(e):
                 raise
             weights = sum(w.shape.num_elements() * w.dtype.size for w in self.model.weights)
-            error = output_paths.write_error(self.directory, e, needed_bytes=weights)
+            written = output_paths.tree_bytes(temp) if temp else 0
+            error = output_paths.write_error(
+                self.directory, e, needed_bytes=weights, written_bytes=written
+            )
             raise preemption_lib.RunStopped(
                 f"{error} The last backup is kept: run the same command again to resume.",
                 exit_code=2,

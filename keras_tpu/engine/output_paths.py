@@ -12,6 +12,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 
@@ -160,7 +161,8 @@ def check_export_dir(export_dir, *, overwrite, model=None, run=None):
     )
 
 
-def _size(path):
+def tree_bytes(path):
+    """Return the bytes of the files under `path` (0 if it is gone)."""
     total = 0
     for root, _, files in os.walk(path):
         total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
@@ -175,7 +177,9 @@ def write_error(path, error, *, needed_bytes, written_bytes=0):
     """Return an OutputError naming `path`, the reason, the space needed and the space free."""
     reason = getattr(error, "strerror", None) or getattr(error, "message", None) or str(error)
     # TensorFlow's messages are "<temp file>; <reason>": the temp file is gone.
-    message = f"cannot write {path}: {reason.rsplit('; ', 1)[-1].strip()}."
+    # ... and an eager op's ends in " [Op:SaveV2]", which says nothing to the user.
+    reason = re.sub(r"\s*\[Op:\w+\]$", "", reason.rsplit("; ", 1)[-1].strip())
+    message = f"cannot write {path}: {reason}."
     if not _is_remote(path):
         free = shutil.disk_usage(_existing_ancestor(path)).free
         message += (
@@ -260,7 +264,7 @@ def save_atomically(save_fn, export_dir, model, *, overwrite):
     except WRITE_ERRORS as e:
         if not is_write_error(e):
             raise
-        written = _size(temp_dir) if temp_dir and os.path.isdir(temp_dir) else 0
+        written = tree_bytes(temp_dir) if temp_dir and os.path.isdir(temp_dir) else 0
         raise write_error(export_dir, e, needed_bytes=weights_bytes, written_bytes=written) from e
     finally:
         if temp_dir:

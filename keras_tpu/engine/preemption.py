@@ -156,7 +156,7 @@ class Preemption:
         if backup is not None and backup.saved_step:
             # Training: the backup callback saved this step; later phases: the final step was
             # backed up when training ended; earlier: the restored backup is untouched.
-            then = {"evaluating": "evaluate and export", "exporting": "evaluate and export"}
+            then = dict.fromkeys(("evaluating", "exporting", "finishing"), "evaluate and export")
             message = (
                 f"stopped by {name} {where}; the backup of step {backup.saved_step} is in "
                 f"{backup.directory}; run {rerun} to {then.get(self.phase, 'resume')}."

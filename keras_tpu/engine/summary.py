@@ -106,7 +106,8 @@ def write(summary, model_dir):
     """Write a summary (RunSummary, StoppedSummary or dict) to model_dir/summary.json, atomically.
 
     A local file is written beside it (`.summary.json.tmp-<pid>`) and renamed over
-    it: a kill leaves the old summary or the new one, never half of one. An object store (gs://) makes an object visible whole when it is closed.
+    it: a kill leaves the old summary or the new one, never half of one. An object
+    store (gs://) makes an object visible whole when it is closed.
     """
     if not model_dir:
         return None
