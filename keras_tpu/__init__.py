@@ -46,6 +46,7 @@ from keras_tpu.runtime.replica_batch_norm import SyncBatchNormalization  # noqa:
 from keras_tpu.runtime.strategy_info import StrategyInfo  # noqa: E402
 from keras_tpu.engine.run_config import RunConfig  # noqa: E402
 from keras_tpu.engine.registry import register_task  # noqa: E402
+from keras_tpu.engine.stops import RunStopped  # noqa: E402
 from keras_tpu.engine.summary import RunSummary  # noqa: E402
 from keras_tpu.engine.task import Task  # noqa: E402
 from keras_tpu.engine.compiling import choose_precision  # noqa: E402
@@ -62,6 +63,7 @@ __all__ = [
     "CONFIG_ERRORS",
     "ConfigError",
     "RunConfig",
+    "RunStopped",
     "RunSummary",
     "Task",
     "choose_precision",

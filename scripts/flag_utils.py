@@ -34,7 +34,6 @@ os.environ["KERAS_TPU_LOG_LEVEL"] = _log_level_from_argv(
     sys.argv, os.environ.get("KERAS_TPU_LOG_LEVEL", "warning")
 ).lower()
 
-from keras_tpu.engine import checkpointing  # noqa: E402
 from keras_tpu.engine import config_yaml  # noqa: E402
 from keras_tpu.runtime import logs  # noqa: E402
 import keras_tpu  # noqa: E402
@@ -121,9 +120,8 @@ def run_or_explain(fn, config, known_errors=keras_tpu.CONFIG_ERRORS):
     """
     try:
         return fn(config)
-    except checkpointing.RunStopped as e:  # Preempted, NaN, full disk: the run's own line.
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(e.exit_code)
+    except keras_tpu.RunStopped as stop:  # Preempted, NaN, full disk: the run's own line.
+        stop.exit()
     except known_errors as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -176,7 +176,7 @@ def test_a_failed_save_removes_no_good_backup(tmp_path, monkeypatch, caplog):
 
     monkeypatch.setattr(write, "save", torn)
     backup.model.optimizer.iterations.assign(15)
-    with pytest.raises(checkpointing.RunStopped, match=r"connection reset \(the last good backup "
+    with pytest.raises(keras_tpu.RunStopped, match=r"connection reset \(the last good backup "
                        r"\(step 10\) is kept\)") as stopped:  # fmt: skip
         backup.save()
     assert stopped.value.exit_code == 2
@@ -188,7 +188,7 @@ def test_a_failed_save_removes_no_good_backup(tmp_path, monkeypatch, caplog):
 
     monkeypatch.setattr(run_records, "write", full)
     backup.model.optimizer.iterations.assign(10)  # The epoch's end rewrites step 10's records.
-    with pytest.raises(checkpointing.RunStopped):
+    with pytest.raises(keras_tpu.RunStopped):
         backup.save()
     assert sorted(os.listdir(chief)) == before
     assert _restore(tmp_path, caplog, keep=2)[0] == 10

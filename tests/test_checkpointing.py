@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import keras_tpu
 from keras_tpu.engine import best_tracker
 from keras_tpu.engine import checkpointing
 from keras_tpu import keras
@@ -109,7 +110,7 @@ def test_a_failed_save_names_the_path_and_leaves_no_litter(tmp_path, monkeypatch
     monkeypatch.setattr(
         checkpointing.shutil, "disk_usage", lambda path: types.SimpleNamespace(free=100)
     )
-    with pytest.raises(checkpointing.RunStopped) as e:
+    with pytest.raises(keras_tpu.RunStopped) as e:
         backup.save()
     message = str(e.value)
     assert f"no space left on the device of {directory}" in message
@@ -138,7 +139,7 @@ def test_a_peer_lost_during_a_cluster_save_is_the_lost_worker_not_a_write_error(
         raise lost
 
     monkeypatch.setattr(write, "save", peer_killed)
-    with pytest.raises((tf.errors.UnavailableError, checkpointing.RunStopped)) as e:
+    with pytest.raises((tf.errors.UnavailableError, keras_tpu.RunStopped)) as e:
         backup.save()
     # On a cluster the run turns it into "the cluster lost worker 1" (cluster.worker_failure).
     assert (e.value is lost) == multi_worker
@@ -236,7 +237,7 @@ def test_standalone_backup_saves_and_stops_on_sigterm_then_gives_the_handler_bac
     )
     backup = checkpointing.Backup(str(tmp_path), tf.distribute.get_strategy(), every_steps=100)
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(checkpointing.RunStopped) as stopped:
+    with pytest.raises(keras_tpu.RunStopped) as stopped:
         _fit(model, backup, epochs=3, callbacks=[kill])
     assert stopped.value.exit_code == 128 + signal.SIGTERM
     assert str(stopped.value) == (

@@ -8,11 +8,13 @@ import ast
 import functools
 import importlib
 import inspect
+import signal
 
 import pytest
 
+import keras_tpu
 from keras_tpu.engine import cluster_stop
-from keras_tpu.engine import preemption
+from keras_tpu.engine import stops
 
 
 def test_the_private_tensorflow_names_it_reads_exist_in_this_tensorflow():
@@ -41,12 +43,12 @@ def _stop_after_signal(caplog):
     stop = cluster_stop.ClusterStop(
         strategy=None,  # Not reached: the handler is never built there.
         watch=lambda: bool(signalled),
-        stopped=lambda: preemption.RunStopped("stopped", exit_code=143),
+        stopped=lambda: stops.Stop.signal(signal.SIGTERM, "stopped").error(),
     )
     assert not stop.supported
     stop.at_execution_end(lambda: saves.append(1))  # No signal: training goes on.
     signalled.append(True)
-    with pytest.raises(preemption.RunStopped) as stopped:
+    with pytest.raises(keras_tpu.RunStopped) as stopped:
         stop.at_execution_end(lambda: saves.append(1))
     stop.close()
     return saves, stopped.value, [r.getMessage() for r in caplog.records]

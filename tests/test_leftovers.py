@@ -19,7 +19,6 @@ import keras_tpu
 from keras_tpu import keras
 from keras_tpu.engine import best_tracker
 from keras_tpu.engine import leftovers
-from keras_tpu.engine import preemption
 from keras_tpu.engine import summary as summary_lib
 from tests.conftest import tiny_task
 
@@ -114,7 +113,7 @@ def test_a_full_disk_while_writing_best_is_one_line_with_the_fix(tmp_path, monke
         raise tf.errors.ResourceExhaustedError(None, None, reason)
 
     monkeypatch.setattr(model, "save_weights", full)
-    with pytest.raises(preemption.RunStopped) as stopped:
+    with pytest.raises(keras_tpu.RunStopped) as stopped:
         best.on_epoch_end(1, {"loss": 0.9, "val_loss": 0.4})
     assert stopped.value.exit_code == 2
     message = str(stopped.value)

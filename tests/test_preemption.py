@@ -7,8 +7,8 @@ import pytest
 from tensorflow.python.saved_model import save as save_lib
 
 import keras_tpu
-from keras_tpu.engine import checkpointing
 from keras_tpu.engine import preemption
+from keras_tpu.engine import stops
 from tests.conftest import tiny_task
 
 
@@ -24,7 +24,7 @@ def test_a_signal_while_training_waits_for_the_execution_end():
         handling.enter("training")
         signal.raise_signal(signal.SIGTERM)  # Deferred: no exception here.
         assert handling.signal == signal.SIGTERM
-        with pytest.raises(checkpointing.RunStopped) as stopped:
+        with pytest.raises(keras_tpu.RunStopped) as stopped:
             preemption.StopOnSignal(handling).on_train_batch_end(0)
     assert stopped.value.exit_code == 143
     assert str(stopped.value) == (
@@ -41,7 +41,7 @@ def test_a_signal_while_training_waits_for_the_execution_end():
 def test_a_signal_after_training_stops_at_once_naming_the_backup(phase, words):
     backup = types.SimpleNamespace(saved_step=12, directory="/runs/a/backup")
     handling = _preemption(backup)
-    with handling.installed(), pytest.raises(checkpointing.RunStopped) as stopped:
+    with handling.installed(), pytest.raises(keras_tpu.RunStopped) as stopped:
         handling.enter(phase)
         signal.raise_signal(signal.SIGINT)
     assert stopped.value.exit_code == 128 + signal.SIGINT
@@ -56,7 +56,7 @@ def test_a_signal_pending_when_training_ends_stops_the_next_phase():
     with handling.installed():
         handling.enter("training")
         signal.raise_signal(signal.SIGTERM)
-        with pytest.raises(checkpointing.RunStopped, match="during the export .* starts over"):
+        with pytest.raises(keras_tpu.RunStopped, match="during the export .* starts over"):
             handling.enter("exporting")
 
 
@@ -78,7 +78,7 @@ def test_a_signal_during_the_exports_model_save_names_the_final_step(tmp_path, m
         per_replica_batch_size=8, epochs=1, model_dir=str(tmp_path / "run"),
         export_dir=str(tmp_path / "export"),
     )  # fmt: skip
-    with pytest.raises(checkpointing.RunStopped) as stopped:
+    with pytest.raises(keras_tpu.RunStopped) as stopped:
         keras_tpu.fit(tiny_task(), config)
     assert stopped.value.exit_code == 143
     assert str(stopped.value) == (
@@ -86,3 +86,21 @@ def test_a_signal_during_the_exports_model_save_names_the_final_step(tmp_path, m
         f"{tmp_path / 'run' / 'backup'}; run the same command again to evaluate and export."
     )
     assert not (tmp_path / "export").exists()
+
+
+def test_one_stop_value_decides_the_exit_code_the_line_and_the_status(capsys):
+    made = [
+        stops.Stop.signal(signal.SIGINT, "stopped by SIGINT"),
+        stops.Stop.nan("loss became NaN"),
+        stops.Stop.disk("cannot write /runs/a/best"),
+        stops.Stop.lost_worker("the cluster lost worker 1"),
+    ]
+    assert [(s.kind, s.exit_code, s.status) for s in made] == [
+        ("signal", 130, None), ("nan", 3, "nan"), ("disk", 2, None), ("lost_worker", 2, None),
+    ]  # fmt: skip
+    stopped = made[1].error()
+    assert isinstance(stopped, keras_tpu.RunStopped) and stopped.stop is made[1]
+    with pytest.raises(SystemExit) as exited:
+        stopped.exit()
+    assert exited.value.code == 3
+    assert capsys.readouterr().err == "error: loss became NaN\n"

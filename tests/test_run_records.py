@@ -95,7 +95,7 @@ def test_a_run_stopped_at_each_phase_reports_the_uninterrupted_run(tmp_path, mon
     assert val_loss[3] > val_loss[2] and val_loss[4] > val_loss[2]  # Worse after the best.
 
     run = tmp_path / "resumed"
-    with pytest.raises(checkpointing.RunStopped, match="SIGTERM at step 8") as stopped:
+    with pytest.raises(keras_tpu.RunStopped, match="SIGTERM at step 8") as stopped:
         _run(run, stop=(8, "sigterm"))  # Epoch 2's last step: backed up, not evaluated.
     assert stopped.value.exit_code == 128 + signal.SIGTERM
     with pytest.raises(KeyboardInterrupt):

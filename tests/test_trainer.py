@@ -9,6 +9,7 @@ multiple of the global batch, so padding would show).
 import dataclasses
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -257,12 +258,50 @@ def _run_tagged_block(path, marker, old_dir, new_dir):
     return namespace["summary"]
 
 
+# Prepended to a README block run in a fresh interpreter: SIGTERM once step 5 is trained.
+_SIGTERM_AT_STEP_5 = """
+import dataclasses, os, signal
+from keras_tpu import keras
+from keras_tpu.engine import callbacks
+
+class SigtermAtStep5(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) >= 5 and not hasattr(self, "sent"):
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+
+make = callbacks.make_callbacks
+def with_sigterm(*args, **kwargs):
+    made = make(*args, **kwargs)
+    return dataclasses.replace(made, all=(*made.all, SigtermAtStep5()))
+callbacks.make_callbacks = with_sigterm
+"""
+
+
 @pytest.mark.slow
 def test_the_readme_example_runs_as_written(tmp_path):
-    """README "Bring your own model": the block tagged ci:own-model, run with its own paths."""
-    summary = _run_tagged_block(
-        "README.md", "ci:own-model", "/tmp/keras_tpu_own_model", tmp_path / "own"
+    """README "Bring your own model": the block tagged ci:own-model, run with its own paths.
+
+    Sent SIGTERM first (in a fresh interpreter), it exits 143 with one line, as its
+    `except keras_tpu.RunStopped` says; run again as written, it resumes and concludes.
+    """
+    from tests.conftest import run_python  # pylint: disable=g-import-not-at-top
+
+    text = open(os.path.join(REPO, "README.md")).read()
+    block = text.split("<!-- ci:own-model -->\n```python\n", 1)[1].split("```", 1)[0]
+    own = tmp_path / "own"
+    stopped = run_python(_SIGTERM_AT_STEP_5 + block.replace("/tmp/keras_tpu_own_model", str(own)))
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert "Traceback" not in stopped.stderr
+    errors = [ln for ln in stopped.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, stopped.stderr[-3000:]
+    step = int(re.match(r"error: stopped by SIGTERM at step (\d+);", errors[0])[1])
+    assert errors[0] == (
+        f"error: stopped by SIGTERM at step {step}; the backup of step {step} is in "
+        f"{own / 'backup'}; run the same command again to resume."
     )
+    summary = _run_tagged_block("README.md", "ci:own-model", "/tmp/keras_tpu_own_model", own)
+    assert summary["resumed_from_step"] == step >= 5
     assert summary["status"] == "ok" and summary["test_examples"] == 111
     assert set(summary["test"]) == {"loss", "mae"}
     assert (tmp_path / "own" / "export" / "saved_model.pb").exists()

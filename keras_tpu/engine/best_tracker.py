@@ -22,7 +22,7 @@ import tempfile
 import numpy as np
 
 from keras_tpu.engine import output_paths
-from keras_tpu.engine import preemption as preemption_lib
+from keras_tpu.engine import stops
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy_info import StrategyInfo
 
@@ -130,10 +130,8 @@ class BestWeights(keras.callbacks.Callback):
             error = output_paths.write_error(
                 self.directory, e, needed_bytes=weights, written_bytes=written
             )
-            raise preemption_lib.RunStopped(
-                f"{error} The last backup is kept: run the same command again to resume.",
-                exit_code=2,
-            ) from e  # fmt: skip
+            line = f"{error} The last backup is kept: run the same command again to resume."
+            raise stops.Stop.disk(line).error() from e
         finally:
             if temp:
                 shutil.rmtree(temp, ignore_errors=True)

@@ -37,14 +37,12 @@ from keras_tpu.engine import preemption as preemption_lib
 from keras_tpu.engine import run_dir
 from keras_tpu.engine import run_position
 from keras_tpu.engine import run_records
+from keras_tpu.engine import stops
 from keras_tpu.runtime import cluster
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy_info import StrategyInfo
 
 log = logging.getLogger(__name__)
-
-RunStopped = preemption_lib.RunStopped  # Where callers have always caught it.
-
 
 class BackupOrderError(checks.ConfigError):
     """A backup restored after the input pipeline was built: the data would not resume."""
@@ -246,7 +244,7 @@ class Backup(keras.callbacks.Callback):
             write.discard(step)  # Never a kept backup: pruning follows a successful save only.
             if self.multi_worker and cluster.lost_peer(e):
                 raise  # A worker died during the save: the run names it (cluster.worker_failure).
-            raise RunStopped(self._write_error(write.directory, e), exit_code=2) from e
+            raise stops.Stop.disk(self._write_error(write.directory, e)).error() from e
         self.saved_step = step
 
     def _write_error(self, directory, error):
@@ -320,7 +318,7 @@ class Backup(keras.callbacks.Callback):
         if self.preemption is not None:  # On a cluster, at the step the workers agree on.
             try:
                 self.preemption.at_execution_end(self.save)
-            except RunStopped:
+            except stops.RunStopped:
                 self._release_signals()  # fit raises past on_train_end.
                 raise
         if self.every_steps:

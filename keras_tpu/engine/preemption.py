@@ -2,8 +2,9 @@
 
 A spot VM or TPU is reclaimed with a SIGTERM and a short grace period; a user
 presses Ctrl-C. Whatever the run is doing — preparing, training, the final
-evaluation, the export — it stops with `RunStopped` (exit 128 + signal) whose
-message says what was saved, or that nothing could be and why:
+evaluation, the export, the summary — it stops with `stops.RunStopped` (a "signal"
+`Stop`, exit 128 + signal) whose line says what was saved, or that nothing could be
+and why:
 
   - while training, the signal is honoured at the end of the current execution
     (the weights are only consistent between executions): the backup callback
@@ -24,6 +25,7 @@ import signal
 import threading
 
 from keras_tpu.engine import cluster_stop
+from keras_tpu.engine import stops
 from keras_tpu.runtime.compat import keras
 
 log = logging.getLogger(__name__)
@@ -36,14 +38,6 @@ PHASES = {  # Phase name -> how the stop line says it.
     "exporting": "during the export",
     "finishing": "while writing the summary",
 }
-
-
-class RunStopped(Exception):
-    """The run stopped before its end; `exit_code` is what a script exits with."""
-
-    def __init__(self, message, exit_code):
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 class Preemption:
@@ -144,11 +138,11 @@ class Preemption:
         """Return the RunStopped for the received signal: one line of what was saved."""
         if self.signal is None:  # On a cluster: another worker was preempted.
             name = "another worker's preemption"
-            exit_code = 128 + signal.SIGTERM
+            signum = signal.SIGTERM
             rerun = "the same command again on every worker"
         else:
             name = signal.Signals(self.signal).name
-            exit_code = 128 + self.signal
+            signum = self.signal
             rerun = "the same command again" + (" on every worker" if self.cluster else "")
         step = self._step()
         where = f"at step {step}" if self.phase == "training" else f"{PHASES[self.phase]} (step {step})"
@@ -168,7 +162,7 @@ class Preemption:
                 f"stopped by {name} {where}; nothing was saved: {self._no_backup_reason}, "
                 f"so running {rerun} starts over."
             )
-        return RunStopped(message, exit_code=exit_code)
+        return stops.Stop.signal(signum, message).error()
 
 
 class StopOnSignal(keras.callbacks.Callback):

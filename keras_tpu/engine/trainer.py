@@ -17,7 +17,7 @@ what to train, the engine owns the sequence and each guarantee, written once:
      with the engine's callbacks (exact val_loss, throughput, NaN stop, best
      weights by the task's monitor, progress lines, TensorBoard, the run's
      history, and step-exact backups holding the run's records);
-  6. a preempted or NaN run stops with its exit code; else evaluate exactly (the
+  6. a preempted or NaN run stops with its exit code (one `stops.Stop` for every stop); else evaluate exactly (the
      final or the best weights), export atomically into this run's export dir,
      write summary.json, and only then delete the backups.
 
@@ -47,6 +47,7 @@ from keras_tpu.engine import preemption as preemption_lib
 from keras_tpu.engine import registry
 from keras_tpu.engine import run_dir
 from keras_tpu.engine import run_position
+from keras_tpu.engine import stops
 from keras_tpu.engine import summary as summary_lib
 from keras_tpu.engine import task as task_lib
 from keras_tpu.engine import compiling
@@ -98,8 +99,11 @@ def fit(task, config=None, *, strategy=None):
       weights_sha256, test (one entry per metric, exact), global_batch, replicas, ...
 
     Raises:
-      checkpointing.RunStopped: preempted (exit 128 + signal, backed up), a NaN
-        loss (exit 3, summary status "nan") or a full disk (exit 2).
+      keras_tpu.RunStopped: the run stopped early, in any phase: preempted (exit
+        128 + signal, backed up), a NaN loss (exit 3, summary status "nan"), a failed
+        write such as a full disk (exit 2) or a lost cluster worker (exit 2). Its
+        `exit_code` is what the scripts exit with; `stop.exit()` prints its one line
+        and exits so (engine/stops.py).
       ConfigError: anything wrong with the task, the config or the environment,
         before anything is written.
     """
@@ -185,9 +189,10 @@ class _Run:
             backup = self.callbacks.backup
             # The chief's own writes are the backups a restart reads; a peer's say nothing of them.
             saved = backup.saved_step if backup and self.info.is_chief else None
-            raise cluster.worker_failure(
+            failure = cluster.worker_failure(
                 e, self.info, self.config.model_dir, self.config.backup, saved_step=saved
-            ) from e
+            )
+            raise stops.Stop.lost_worker(str(failure)).error() from e
         finally:
             self.preemption.close()
             if self.callbacks.backup:
@@ -292,7 +297,7 @@ class _Run:
                     self.callbacks.backup.expect_partial()
             else:
                 self.backend.train(self.callbacks.all, position)
-        except checkpointing.RunStopped:
+        except stops.RunStopped:
             _close_tensorboard(self.callbacks.all)  # Its last epochs reach the disk.
             raise
         finally:
@@ -335,10 +340,11 @@ class _Run:
             + "Lower --learning_rate, or use fp32, then run again (with --overwrite to start over)."
             + data_checks.nan_hint(self.task)
         )
+        stop = stops.Stop.nan(message)
         if self.info.is_chief:
             summary_lib.write(
                 summary_lib.StoppedSummary(
-                    status="nan",
+                    status=stop.status,
                     nan_step=guard.step,
                     final_step=int(self.model.optimizer.iterations.numpy()),
                     message=message,
@@ -347,7 +353,7 @@ class _Run:
                 ),
                 self.config.model_dir,
             )
-        raise checkpointing.RunStopped(message, exit_code=3)
+        raise stop.error()
 
     def _conclude(self, trained):
         """Evaluate, export, write the summary, then delete the backups; return the summary."""

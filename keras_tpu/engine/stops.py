@@ -1,0 +1,96 @@
+"""One stop value: why a run ended before its end decides its exit code, its line and its status.
+
+A run stops early for one of four reasons, in any phase (training, the final
+evaluation, `best/`, the export, the summary); each is a `Stop`:
+
+  kind          exit code              summary.json             the one line says
+  "signal"      128 + signal (143)     not written: resumable   the phase, what was saved, the rerun
+  "nan"         3                      status "nan", the step   the step, the finite backup, the fix
+  "disk"        2                      not written: resumable   the path, the space, the fix
+  "lost_worker" 2                      not written: resumable   the worker lost, where it resumes
+
+`keras_tpu.fit` raises `RunStopped`, which carries the Stop; the scripts, and a
+program of your own, print its one line and exit with its code:
+
+    try:
+        summary = keras_tpu.fit(task, config)
+    except keras_tpu.RunStopped as stop:
+        stop.exit()  # "error: <line>" on stderr, exit 143 / 3 / 2
+"""
+
+import dataclasses
+import sys
+
+KINDS = ("signal", "nan", "disk", "lost_worker")
+NAN_EXIT = 3
+WRITE_EXIT = 2  # As a configuration error: the fix is on the user's side (space, rights).
+
+
+@dataclasses.dataclass(frozen=True)
+class Stop:
+    """Why a run stopped early: its kind, the one line, the exit code, the summary's status.
+
+    Attributes:
+      kind: one of KINDS.
+      line: the one line saying what happened, what was saved and what to run next.
+      exit_code: what a script exits with.
+      status: summary.json's "status" when the stop writes a summary ("nan"), else None:
+        the others leave a backup to resume from, and no summary (the rerun writes it).
+    """
+
+    kind: str
+    line: str
+    exit_code: int
+    status: str | None = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"Stop kind {self.kind!r}: must be one of {KINDS}.")
+
+    @classmethod
+    def signal(cls, signum, line):
+        """A SIGTERM/SIGINT (or another worker's), honoured in any phase: exit 128 + signal."""
+        return cls("signal", line, 128 + int(signum))
+
+    @classmethod
+    def nan(cls, line):
+        """A non-finite loss: exit 3 and summary.json's status "nan"."""
+        return cls("nan", line, NAN_EXIT, status="nan")
+
+    @classmethod
+    def disk(cls, line):
+        """A write that failed (a full disk, no permission, a store error): exit 2."""
+        return cls("disk", line, WRITE_EXIT)
+
+    @classmethod
+    def lost_worker(cls, line):
+        """A cluster worker died or stuck during training: exit 2, every worker restarts."""
+        return cls("lost_worker", line, WRITE_EXIT)
+
+    def error(self):
+        """Return the RunStopped to raise for this stop."""
+        return RunStopped(self)
+
+
+class RunStopped(Exception):
+    """The run stopped early (preempted, NaN, a failed write, a lost worker): exit with `exit_code`.
+
+    Attributes:
+      stop: the `Stop`: its kind, line, exit code and summary status.
+      exit_code: the stop's exit code: 128 + signal (preempted, backed up), 3 (a NaN
+        loss), 2 (a write failed, or a cluster worker was lost).
+    """
+
+    def __init__(self, stop):
+        super().__init__(stop.line)
+        self.stop = stop
+
+    @property
+    def exit_code(self):
+        return self.stop.exit_code
+
+    def exit(self):
+        """Print the stop's one line to stderr as `error: <line>` and exit with its code."""
+        print(f"error: {self}", file=sys.stderr)
+        sys.exit(self.exit_code)
+
