@@ -17,9 +17,9 @@ what to train, the engine owns the sequence and each guarantee, written once:
      with the engine's callbacks (exact val_loss, throughput, NaN stop, best
      weights by the task's monitor, progress lines, TensorBoard, the run's
      history, and step-exact backups holding the run's records);
-  6. a preempted or NaN run stops with its exit code (one `stops.Stop` for every stop); else evaluate exactly (the
-     final or the best weights), export atomically into this run's export dir,
-     write summary.json, and only then delete the backups.
+  6. a preempted or NaN run stops with its exit code (one `stops.Stop` for every
+     stop); else evaluate exactly (the final or the best weights), export atomically
+     into this run's export dir, write summary.json, and only then delete the backups.
 
 SIGTERM/SIGINT are handled in every phase, from start to exit (preemption.py).
 """
