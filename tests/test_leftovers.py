@@ -4,6 +4,7 @@ Tests for keras_tpu.engine.summary.write, best_tracker (one "best", best/ replac
 atomically) and leftovers (temp copies, a finished run's stale lock and backups).
 """
 
+import errno
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ import keras_tpu
 from keras_tpu import keras
 from keras_tpu.engine import best_tracker
 from keras_tpu.engine import leftovers
+from keras_tpu.engine import output_paths
 from keras_tpu.engine import summary as summary_lib
 from tests.conftest import tiny_task
 
@@ -169,3 +171,30 @@ def test_a_run_killed_after_its_summary_is_cleaned_by_the_no_op_rerun(tmp_path, 
     (tmp_path / "backup").mkdir()
     keras_tpu.fit(tiny_task(), config)  # A live holder: finishing right now; nothing touched.
     assert (tmp_path / "run.lock").exists() and (tmp_path / "backup").exists()
+
+
+def test_a_full_disk_during_the_runs_export_is_the_run_stopped_of_every_stop(
+    tmp_path, monkeypatch
+):
+    """`except keras_tpu.RunStopped` (the README's) catches it too: exit 2, the backup kept."""
+
+    replace = output_paths.replace_directory
+
+    def full(temp_dir, target):
+        if os.path.basename(target) == "export":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        replace(temp_dir, target)  # best/
+
+    monkeypatch.setattr(output_paths, "replace_directory", full)
+    export = tmp_path / "export"
+    config = keras_tpu.RunConfig(
+        per_replica_batch_size=8, epochs=1, model_dir=str(tmp_path / "run"), export_dir=str(export)
+    )
+    with pytest.raises(keras_tpu.RunStopped) as stopped:
+        keras_tpu.fit(tiny_task(), config)
+    assert stopped.value.exit_code == 2 and stopped.value.stop.kind == "disk"
+    assert isinstance(stopped.value, keras_tpu.ConfigError)  # As save_atomically's callers had it.
+    assert str(stopped.value).startswith(f"cannot write {export}: No space left on device.")
+    assert not export.exists() and [p.name for p in tmp_path.iterdir()] == ["run"]
+    run = tmp_path / "run"
+    assert (run / "backup").exists() and not (run / "summary.json").exists()

@@ -19,6 +19,7 @@ import tempfile
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.engine import stops
 
 # Kept inside the SavedModel: assets.extra/ is the SavedModel directory for files
 # the graph does not use (TF Serving keeps its warm-up requests there).
@@ -57,6 +58,18 @@ WRITE_ERRORS = (
 
 class OutputError(checks.ConfigError):
     """An output path cannot be used or written (a file, another model's export, a full disk)."""
+
+
+class WriteFailed(OutputError, stops.RunStopped):
+    """A write failed (a full disk, no permission): one line, and a "disk" stop (exit 2).
+
+    Both kinds: a caller of `save_atomically` catches a ConfigError (a ValueError), and
+    `fit`'s caller, whose export failed after training, the `keras_tpu.RunStopped` of
+    every other stop.
+    """
+
+    def __init__(self, message):
+        stops.RunStopped.__init__(self, stops.Stop.disk(message))
 
 
 def _is_remote(path):
@@ -174,7 +187,7 @@ def _size_text(n):
 
 
 def write_error(path, error, *, needed_bytes, written_bytes=0):
-    """Return an OutputError naming `path`, the reason, the space needed and the space free."""
+    """Return the WriteFailed naming `path`, the reason, the space needed and the space free."""
     reason = getattr(error, "strerror", None) or getattr(error, "message", None) or str(error)
     # TensorFlow's messages are "<temp file>; <reason>": the temp file is gone.
     # ... and an eager op's ends in " [Op:SaveV2]", which says nothing to the user.
@@ -187,7 +200,7 @@ def write_error(path, error, *, needed_bytes, written_bytes=0):
             f"weights; {_size_text(written_bytes)} were written before the failure) and "
             f"{_size_text(free)} are free there."
         )
-    return OutputError(message + " Free space or fix the permissions, or choose another path.")
+    return WriteFailed(message + " Free space or fix the permissions, or choose another path.")
 
 
 def temp_prefix(target, kind="tmp"):

@@ -59,7 +59,7 @@ class Stop:
 
     @classmethod
     def disk(cls, line):
-        """A write that failed (a full disk, no permission, a store error): exit 2."""
+        """A write that failed (a backup, best/, the export: a full disk, no permission): exit 2."""
         return cls("disk", line, WRITE_EXIT)
 
     @classmethod
