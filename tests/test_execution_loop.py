@@ -54,7 +54,8 @@ def _setup(model=None, start_step=0, poison_at=None):
 def _callbacks(model_dir, lines=None):
     made = callbacks.make_callbacks(
         str(model_dir), tf.distribute.get_strategy(), 8, backup_every_steps=5,
-        steps_per_execution=4, best_metric="val_loss", tensorboard=False, progress_seconds=1e-6,
+        steps_per_execution=4, best_metric="val_loss", best_mode="min", tensorboard=False,
+        progress_seconds=1e-6,
     )  # fmt: skip
     if lines is not None:
         made.progress.print_fn = lines.append

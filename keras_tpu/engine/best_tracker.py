@@ -27,6 +27,7 @@ from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy_info import StrategyInfo
 
 BEST_DIR = "best"
+MODES = ("min", "max")
 WEIGHTS = "checkpoint"  # best/checkpoint.index, .data-*: `model.load_weights(best/checkpoint)`.
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from keras_tpu import checks
 from keras_tpu.engine import best_tracker
 from keras_tpu.engine import checkpointing
 from keras_tpu.engine import compiling
@@ -202,7 +203,7 @@ def make_callbacks(
     backup_every_steps=None,
     keep_backups=2,
     best_metric=None,
-    best_mode="min",
+    best_mode=None,
     flops_per_example=None,
     peak_flops=None,
     tensorboard=True,
@@ -222,7 +223,8 @@ def make_callbacks(
       backup_every_steps: backup frequency in optimizer steps; None backs up per epoch.
       keep_backups: how many backups to keep (the newest): a damaged one falls back.
       best_metric: e.g. "val_accuracy": keep the best weights in model_dir/best.
-      best_mode: "min" or "max" for best_metric (default "min", as `Task.mode`'s).
+      best_mode: "min" or "max" for best_metric, required with it (a run passes
+        `Task.mode`: one default, the Task's, for `best/`, the summary and the export).
       flops_per_example: training FLOPs per example, for MFU.
       peak_flops: combined peak FLOP/s of the devices, for MFU.
       tensorboard: write TensorBoard logs to model_dir/tensorboard.
@@ -249,7 +251,10 @@ def make_callbacks(
     if progress_seconds is not None:  # After the meter, which it reads.
         progress_logger = progress.ProgressLogger(meter, interval=progress_seconds)
         callbacks.append(progress_logger)
-    tracker = best_tracker.BestTracker(best_metric, best_mode) if best_metric else None
+    tracker = None
+    if best_metric:
+        checks.one_of("best_mode", best_mode, best_tracker.MODES)
+        tracker = best_tracker.BestTracker(best_metric, best_mode)
     if model_dir:
         callbacks += _file_callbacks(model_dir, strategy, tracker, tensorboard)
     history = run_records.RunHistory()

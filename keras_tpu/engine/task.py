@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 from keras_tpu import checks
 from keras_tpu.data import sources
+from keras_tpu.engine import best_tracker
 from keras_tpu.engine import class_weights
 from keras_tpu.engine import early_stopping
 from keras_tpu.engine import saved_model_export as export_lib
@@ -30,7 +31,7 @@ from keras_tpu.engine import instances
 from keras_tpu.runtime import compat
 from keras_tpu.runtime.compat import keras
 
-MODES = ("min", "max")
+MODES = best_tracker.MODES  # What "best" means is best_tracker's, for best/ and the summary.
 
 
 @dataclasses.dataclass(frozen=True)
