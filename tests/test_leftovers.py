@@ -136,11 +136,12 @@ def test_the_next_start_removes_what_killed_writers_left_and_names_it(tmp_path, 
                  exports / f".model.old-{dead}-ij" / "export"):  # fmt: skip
         path.mkdir(parents=True)
     (run / f".summary.json.tmp-{dead}").write_text("{")
+    (run / f".run.json.tmp-{dead}").write_text("{")
     with caplog.at_level(logging.WARNING):
         removed = leftovers.clean(str(run), str(exports / "model"))
     assert removed == [
-        f".best.tmp-{dead}-ab", f".summary.json.tmp-{dead}", f".model.old-{dead}-ij (renamed back "
-        f"to model)", f".model.tmp-{dead}-ef",
+        f".best.tmp-{dead}-ab", f".run.json.tmp-{dead}", f".summary.json.tmp-{dead}",
+        f".model.old-{dead}-ij (renamed back to model)", f".model.tmp-{dead}-ef",
     ]  # fmt: skip
     assert [r.getMessage() for r in caplog.records] == [
         "keras_tpu: removed what a killed run left: " + ", ".join(removed)

@@ -5,7 +5,8 @@ export: a temp copy beside the target, then a rename; backups: verified before
 use), so a kill can leave only these, each named with its writer's PID
 (`output_paths.temp_prefix`) and removed once that PID no longer runs on this host:
 
-  - `.summary.json.tmp-<pid>` and `.best.tmp-<pid>-*` in model_dir, and
+  - `.summary.json.tmp-<pid>` (and run.json's, config.yaml's) and `.best.tmp-<pid>-*`
+    in model_dir, and
     `.<export>.tmp-<pid>-*` beside export_dir: a write that never reached its rename;
   - `.<target>.old-<pid>-*`: the previous copy, held while the new one was renamed in;
     if the kill came between the two renames, it is renamed back instead.
@@ -28,7 +29,7 @@ from keras_tpu.engine import run_dir
 log = logging.getLogger(__name__)
 
 _TEMP = re.compile(r"^\.(?P<target>.+?)\.(?P<kind>tmp|old)-(?P<pid>\d+)(?:-|$)")
-MODEL_DIR_TARGETS = ("summary.json", "best")
+MODEL_DIR_TARGETS = ("summary.json", "best", "run.json", "config.yaml")
 
 
 def clean(model_dir=None, export_dir=None):

@@ -203,6 +203,31 @@ def write_error(path, error, *, needed_bytes, written_bytes=0):
     return WriteFailed(message + " Free space or fix the permissions, or choose another path.")
 
 
+def write_file(path, text):
+    """Write `text` to `path` whole or not at all; return `path`.
+
+    A local file is written beside it (`.<name>.tmp-<pid>`), flushed to disk and
+    renamed over it: a kill leaves the old file or the new one, never half of one
+    (`leftovers.clean` removes a killed writer's temp file). An object store
+    (gs://) makes an object visible whole when it is closed.
+    """
+    if _is_remote(path):
+        with tf.io.gfile.GFile(path, "w") as f:
+            f.write(text)
+        return path
+    temp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    try:
+        with open(temp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())  # On disk before the rename makes it the file.
+        os.replace(temp, path)
+    finally:
+        if os.path.exists(temp):
+            os.remove(temp)
+    return path
+
+
 def temp_prefix(target, kind="tmp"):
     """Return the name prefix of a temp copy of `target` beside it: `.<name>.<kind>-<pid>-`.
 

@@ -19,6 +19,7 @@ import time
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.engine import output_paths
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +124,7 @@ def check_identity(model_dir, identity, *, overwrite, backup_dir):
     if overwrite and tf.io.gfile.exists(backup_dir):
         log.warning("keras_tpu: --overwrite: deleting the backups in %s", backup_dir)
         tf.io.gfile.rmtree(backup_dir)
-    with tf.io.gfile.GFile(path, "w") as f:
-        f.write(identity.to_json())
+    output_paths.write_file(path, identity.to_json())  # Torn, it would refuse every rerun.
 
 
 def pid_alive(pid):

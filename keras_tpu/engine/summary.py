@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from keras_tpu.engine import best_tracker
 from keras_tpu.engine import compiling
+from keras_tpu.engine import output_paths
 from keras_tpu.engine import run_dir
 
 log = logging.getLogger(__name__)
@@ -103,33 +104,18 @@ class StoppedSummary:
 
 
 def write(summary, model_dir):
-    """Write a summary (RunSummary, StoppedSummary or dict) to model_dir/summary.json, atomically.
+    """Write a summary (RunSummary, StoppedSummary or dict) to model_dir/summary.json.
 
-    A local file is written beside it (`.summary.json.tmp-<pid>`) and renamed over
-    it: a kill leaves the old summary or the new one, never half of one. An object
-    store (gs://) makes an object visible whole when it is closed.
+    Whole or not at all (`output_paths.write_file`): a kill leaves the old summary or
+    the new one, never half of one.
     """
     if not model_dir:
         return None
     value = summary if isinstance(summary, dict) else summary.to_dict()
-    text = json.dumps(value, indent=2)
     tf.io.gfile.makedirs(model_dir)
-    path = os.path.join(model_dir, SUMMARY_FILE)
-    if "://" in model_dir:
-        with tf.io.gfile.GFile(path, "w") as f:
-            f.write(text)
-        return path
-    temp = os.path.join(model_dir, f".{SUMMARY_FILE}.tmp-{os.getpid()}")  # See leftovers.py.
-    try:
-        with open(temp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())  # On disk before the rename makes it the summary.
-        os.replace(temp, path)
-    finally:
-        if os.path.exists(temp):
-            os.remove(temp)
-    return path
+    return output_paths.write_file(
+        os.path.join(model_dir, SUMMARY_FILE), json.dumps(value, indent=2)
+    )
 
 
 def read(model_dir) -> dict[str, Any] | None:
