@@ -42,6 +42,23 @@ def load_image_data(name, data_dir=None, seed=0):
     return train, test, preprocess, image_shape, train.num_classes
 
 
+def check_image_folder_fields(config):
+    """Raise ConfigError unless a CNNConfig's image-folder fields make one run."""
+    if config.image_dir is None:
+        for field in ("validation_dir", "validation_split"):
+            if getattr(config, field) is not None:
+                raise checks.ConfigError(
+                    f"{field} is for an image folder; give --image_dir too, or drop --{field}."
+                )
+        return
+    if (config.validation_dir is None) == (config.validation_split is None):
+        raise checks.ConfigError(
+            f"image_dir={config.image_dir!r} needs exactly one of --validation_dir (a folder of "
+            f"the same classes) or --validation_split (e.g. 0.2 of each class)."
+        )
+    checks.integer("image_size", config.image_size, minimum=4)
+
+
 def in_memory_images(train, test):
     """Return (train, test, None, image_shape, num_classes) for caller-supplied splits."""
     if train is None or test is None:

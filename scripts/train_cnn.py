@@ -2,6 +2,8 @@
 
 Offline quickstart (real data bundled with scikit-learn, about a minute on CPU):
   python scripts/train_cnn.py --dataset=digits --model_dir=/tmp/cnn
+Your own images, one folder per class (photos/cat/*.jpg, photos/dog/*.jpg):
+  python scripts/train_cnn.py --image_dir=photos --validation_split=0.2 --image_size=64
 Rehearse an 8-replica TPU run on the CPU:
   python scripts/train_cnn.py --dataset=digits --cpu_replicas=8 --per_replica_batch_size=16
 On a TPU (Colab/Kaggle/Cloud TPU VM, detected automatically):
@@ -27,6 +29,12 @@ flag_utils.define_flags(
         "dataset": "'digits' (offline), 'synthetic', or a tfds image dataset (fashion_mnist, mnist).",
         "class_weight": "Each class's weight in the training loss, as class:weight pairs "
         "(e.g. 0:1,1:3); evaluation stays unweighted.",
+        "image_dir": "Your images instead of --dataset: a folder with one folder of images "
+        "(.jpg .jpeg .png .bmp .gif) per class, named after it.",
+        "validation_dir": "With --image_dir: a validation folder of the same class folders.",
+        "validation_split": "With --image_dir: validate on this fraction of each class (e.g. "
+        "0.2), chosen by --seed.",
+        "image_size": "With --image_dir: images are resized to this height and width.",
         "variant": "CNN variant: 'default' or 'seed' (the reference notebook's model).",
     },
 )
@@ -43,6 +51,8 @@ def main(argv):
         f"{summary['global_batch']} ({summary['per_replica_batch']} per replica); "
         f"{summary['train_examples_per_second']:.0f} train examples/s"
     )
+    if summary.get("class_names"):
+        print(f"classes: {', '.join(summary['class_names'])} (labels 0..{len(summary['class_names']) - 1})")
     flag_utils.print_run(summary)
 
 

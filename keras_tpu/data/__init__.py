@@ -5,8 +5,9 @@
 
 `training_stream` builds the training stream (an epoch per pass, started at any step,
 cached or streamed by `cache_policy`); `pipelines` the batch arithmetic and exact
-evaluation; `sources` reads examples (arrays, TSV, TFRecord, tfds, digits) and `text_sources`
-text columns. Tokenising is the model's (e.g. models/bert/bert_text.py), passed as `preprocess`.
+evaluation; `sources` reads examples (arrays, TSV, TFRecord, tfds, digits), `text_sources`
+text columns and `image_folders` class folders of images. Tokenising is the model's (e.g.
+models/bert/bert_text.py), passed as `preprocess`.
 """
 
 from keras_tpu.data.sources import ArraySplit  # noqa: F401
@@ -19,6 +20,7 @@ from keras_tpu.data.sources import load_tsv  # noqa: F401
 from keras_tpu.data.sources import synthetic_images  # noqa: F401
 from keras_tpu.data.file_sources import tfds_source  # noqa: F401
 from keras_tpu.data.file_sources import tfrecord_source  # noqa: F401
+from keras_tpu.data.image_folders import image_folder_sources  # noqa: F401
 from keras_tpu.data.pipelines import Batching  # noqa: F401
 from keras_tpu.data.pipelines import to_device_dtypes  # noqa: F401
 from keras_tpu.data.pipelines import check_readable_by_tpu_host  # noqa: F401

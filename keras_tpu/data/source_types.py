@@ -77,6 +77,11 @@ class Source:
         parses whole batches: its shuffle buffer holds records, not decoded tensors (an
         encoded image is several times smaller than its pixels), and no example is
         unbatched and batched again (benchmarks/bench_scale.py measures it).
+      class_names: the name of each label class, in label order, when the source knows
+        them (image class folders, named text labels): the run's summary and export keep them.
+      shuffle_buffer: a cap on the training stream's example shuffle when it reads
+        `open_files` in a shuffled order (a source of one large example per file, whose
+        file order is a full shuffle already), or None for the stream's own buffer.
     """
 
     name: str
@@ -89,6 +94,8 @@ class Source:
     open_files: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
     open_records: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
     parse_batch: Callable[..., Any] | None = None
+    class_names: tuple | None = None
+    shuffle_buffer: int | None = None
 
     def __post_init__(self):
         if (self.open_records is None) != (self.parse_batch is None):

@@ -142,6 +142,8 @@ def train_dataset_fn(
         per_step = batch * (input_context.num_replicas_in_sync // pipelines)
         open_pass, parse = _pass_opener(source, plan.cache, pipelines, pipeline_id, shuffle)
         buffer = max(1, min(shuffle_buffer, math.ceil(n / pipelines)))
+        if source.shuffle_buffer and _streams_files(source, plan.cache, pipelines):
+            buffer = min(buffer, source.shuffle_buffer)  # Its file order is the shuffle.
 
         def one_pass(epoch, pass_index):
             # Traced by flat_map in a graph of its own: fixing that graph's seed makes each
@@ -182,6 +184,11 @@ def _filled_first(cached, stream):
     return cached.filter(lambda *element: False).concatenate(stream)
 
 
+def _streams_files(source, cache, pipelines):
+    """True when each pass reads the source's files afresh, in an order it shuffles."""
+    return source.open_files is not None and len(source.paths) >= pipelines and cache is None
+
+
 def _pass_opener(source, cache, pipelines, pipeline_id, shuffle):
     """Return (seed -> this pipeline's elements for one pass, batch parser or None).
 
@@ -192,8 +199,7 @@ def _pass_opener(source, cache, pipelines, pipeline_id, shuffle):
     alone), with records instead of decoded tensors in the shuffle buffer.
     """
     files = source.paths
-    by_file = source.open_files is not None and len(files) >= pipelines
-    if by_file and cache is None and shuffle:
+    if _streams_files(source, cache, pipelines) and shuffle:
         names = tf.data.Dataset.from_tensor_slices(list(files)).shard(pipelines, pipeline_id)
         size = math.ceil(len(files) / pipelines)
         late = source.parse_batch is not None

@@ -18,6 +18,7 @@ import dataclasses
 from keras_tpu import checks
 from keras_tpu.engine import run_inputs
 from keras_tpu.engine import run_position
+from keras_tpu.engine import saved_model_export as export_lib
 from keras_tpu.engine import summary as summary_lib
 from keras_tpu.engine import task as task_lib
 from keras_tpu.engine import compiling
@@ -176,7 +177,8 @@ class KerasBackend(Backend):
     def export(self, export_dir, *, overwrite):
         if self.task.export is None:
             raise checks.ConfigError("this task has no export; drop --export_dir.")
-        return self.task.export(self.model, export_dir, self.strategy, overwrite=overwrite)
+        with export_lib.class_names_function(self.model, self.task.class_names):
+            return self.task.export(self.model, export_dir, self.strategy, overwrite=overwrite)
 
 
 def backend_class(task):

@@ -42,6 +42,25 @@ def serving_only(model):
         model._is_compiled = compiled  # pylint: disable=protected-access
 
 
+@contextlib.contextmanager
+def class_names_function(model, class_names):
+    """Give `model` a `class_names()` function (the label names, in class order) while saved.
+
+    A tracked tf.function with no inputs: `tf.saved_model.load(export).class_names()`
+    returns the names as a string tensor, and `tf_keras.models.load_model` keeps it,
+    with nothing of keras_tpu needed. No-op when `class_names` is None.
+    """
+    if class_names is None:
+        yield model
+        return
+    names = [str(name) for name in class_names]
+    model.class_names = tf.function(lambda: tf.constant(names), input_signature=[])
+    try:
+        yield model
+    finally:
+        del model.class_names
+
+
 def export_model(model, export_dir, strategy, *, overwrite=False, serving=None, signatures=None):
     """Write `model` as a SavedModel (Keras format inside, loadable by TF Serving).
 

@@ -77,14 +77,16 @@ class RunSummary:
     precision_reason: str | None = None  # Why this policy, e.g. "fp32: this CPU has no native bf16".
     train_data: str | None = None  # Cached in memory or streamed, and why (data.cache_policy).
     stopped_early: dict | None = None  # early_stopping.StoppedEarly, when the run stopped early.
+    class_names: list | None = None  # Task.class_names: the name of each label, in order.
     extra: dict = dataclasses.field(default_factory=dict)  # Backend-specific (e.g. the mesh).
 
     def to_dict(self):
         """Return the summary.json mapping (extra's keys at the top level)."""
         value = dataclasses.asdict(self)
         value.update(value.pop("extra"))
-        if value["dataset"] is None:
-            del value["dataset"]
+        for key in ("dataset", "class_names"):
+            if value[key] is None:
+                del value[key]
         return value
 
 
@@ -213,6 +215,7 @@ def run_summary(run, trained, test, *, weights, checksum):
         strategy=run.info.to_dict(),
         config=dataclasses.asdict(config),
         dataset=run.task.name,
+        class_names=list(run.task.class_names) if run.task.class_names else None,
         extra=run.backend.summary_extra(),
     )
 

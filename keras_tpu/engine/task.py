@@ -91,6 +91,10 @@ class Task:
         training example's loss is weighted by its class's weight, as with Keras's
         `fit(class_weight=...)` (evaluation stays unweighted). Every class from 0 to
         the largest named must have a weight.
+      class_names: the name of each class, in label order (label i is class_names[i]);
+        default: the training Source's own (`data.image_folders`, named text labels).
+        The summary lists them and the export returns them:
+        `tf.saved_model.load(export_dir).class_names()`.
       name: the data's name in the summary ("dataset").
       task_name: the registered name (set by the registry; written to config.yaml).
       backend: a `engine.backend.Backend` subclass that builds and steps the model
@@ -113,6 +117,7 @@ class Task:
     check_model: Callable | None = None
     callbacks: Sequence[Any] | Callable[[], Sequence[Any]] = ()
     class_weight: Any = None
+    class_names: Sequence[str] | None = None
     name: str | None = None
     task_name: str | None = None
     backend: Any = None
@@ -137,6 +142,11 @@ class Task:
         if self.class_weight is not None:
             class_weights.class_weights(self.class_weight)  # Checked now; used by the data.
         sources.refuse_dataset(self.eval_data, "Task.eval_data")
+        names = self.class_names
+        if names is None and isinstance(self.train_data, sources.Source):
+            names = self.train_data.class_names
+        if names is not None:  # Frozen: set once, here, as a plain tuple of str.
+            object.__setattr__(self, "class_names", tuple(str(name) for name in names))
         if self.monitor.startswith("val_") and self.eval_data is None:
             raise checks.ConfigError(
                 f"monitor={self.monitor!r} needs eval_data; give eval_data or monitor 'loss'."

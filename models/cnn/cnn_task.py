@@ -2,12 +2,14 @@
 
     python scripts/train_cnn.py --dataset=digits          # or scripts/train.py --task=cnn
     models.train_cnn(models.CNNConfig(dataset="digits", epochs=2))
+    python scripts/train_cnn.py --image_dir=photos/ --validation_split=0.2 --image_size=64
 """
 
 import dataclasses
 import functools
 
 import keras_tpu
+from keras_tpu import data
 from keras_tpu import keras
 from models import cnn
 from models import datasets
@@ -20,6 +22,14 @@ class CNNConfig(keras_tpu.RunConfig):
     dataset: str = "digits"  # "digits", "synthetic", or a tfds image dataset name.
     variant: str = "default"  # models.cnn variant: "default" or "seed".
     class_weight: str | None = None  # "0:1,1:3": each class's weight in the training loss.
+    image_dir: str | None = None  # Instead of dataset: image_dir/<class name>/<image>.png|jpg.
+    validation_dir: str | None = None  # With image_dir: a validation folder of the same classes,
+    validation_split: float | None = None  # or this fraction of each class of image_dir (by seed).
+    image_size: int = 64  # With image_dir: images are resized to image_size x image_size.
+
+    def __post_init__(self):
+        super().__post_init__()
+        datasets.check_image_folder_fields(self)
 
 
 @keras_tpu.register_task("cnn")
@@ -33,7 +43,14 @@ def cnn_task(config: CNNConfig, train=None, test=None) -> keras_tpu.Task:
         0..K-1) or a Source; with `test`.
       test: the matching evaluation split.
     """
-    if train is None and test is None:
+    if train is None and test is None and config.image_dir:
+        train, test = data.image_folder_sources(
+            config.image_dir, config.image_size, validation_dir=config.validation_dir,
+            validation_split=config.validation_split, seed=config.seed,
+        )  # fmt: skip
+        preprocess, num_classes = None, train.num_classes
+        image_shape, name = (config.image_size, config.image_size, 3), config.image_dir
+    elif train is None and test is None:
         train, test, preprocess, image_shape, num_classes = datasets.load_image_data(
             config.dataset, config.data_dir, config.seed
         )

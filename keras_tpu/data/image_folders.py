@@ -1,0 +1,205 @@
+"""Images in class folders (`root/<class name>/*.png`) as Sources, decoded in the pipeline.
+
+    train, validation = image_folders.image_folder_sources(
+        "photos/", image_size=(64, 64), validation_split=0.2, seed=0)
+    train.class_names  # ('cat', 'dog'): sorted folder names; label i is class_names[i]
+
+The commonest form of a user's image data, read the way Keras's
+`image_dataset_from_directory` reads it (sorted class folders, files of the known
+image extensions), but as a file list with labels rather than a built dataset: each
+pipeline reads its own files, the training stream reorders them every epoch with
+that epoch's seed (so a resumed run reads what an uninterrupted one does) and
+evaluation reads every file exactly once. Files are decoded and resized inside
+tf.data, never all in host memory at once unless the cache policy decides so.
+"""
+
+import dataclasses
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from keras_tpu import checks
+from keras_tpu.data.source_types import Source
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+# Examples held by the example shuffle when the files themselves are streamed in a
+# shuffled order: each file is one example, so the file order is already a full shuffle;
+# 100,000 decoded images (the stream's default buffer) would not fit in host memory.
+STREAMED_SHUFFLE_BUFFER = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageFiles:
+    """Image files and their labels: `labels[i]` indexes `class_names` for `paths[i]`."""
+
+    paths: tuple
+    labels: tuple
+    class_names: tuple
+
+    def take(self, indices):
+        """Return the files at `indices` (in that order), with the same class names."""
+        return ImageFiles(
+            tuple(self.paths[i] for i in indices),
+            tuple(self.labels[i] for i in indices),
+            self.class_names,
+        )
+
+
+def list_image_files(root, class_names=None):
+    """Return the ImageFiles of `root/<class>/<file>`, classes and files in sorted order.
+
+    Args:
+      root: a folder (local or gs://) with one subfolder per class.
+      class_names: the classes to label by (a validation folder uses its training
+        folder's); default: the subfolders' sorted names.
+
+    Raises:
+      MissingFileError: `root` is not a folder.
+      ConfigError: no class folders, a class with no images, or (with `class_names`)
+        a folder that is not one of them.
+    """
+    if not tf.io.gfile.isdir(root):
+        raise checks.MissingFileError(f"image folder {root} does not exist.")
+    folders = sorted(
+        name.rstrip("/") for name in tf.io.gfile.listdir(root)
+        if tf.io.gfile.isdir(os.path.join(root, name))
+    )  # fmt: skip
+    if not folders:
+        raise checks.ConfigError(
+            f"image folder {root} has no class folders; put each class's images in a folder "
+            f"named after it: {root}/<class name>/<image>.png."
+        )
+    if class_names is not None:
+        unknown = [f for f in folders if f not in class_names]
+        if unknown:
+            raise checks.ConfigError(
+                f"{root} has class folder(s) {unknown} that the training folder does not have "
+                f"(its classes: {list(class_names)}); rename or remove them."
+            )
+    class_names = tuple(class_names or folders)
+    paths, labels = [], []
+    for folder in folders:
+        files = sorted(
+            name for name in tf.io.gfile.listdir(os.path.join(root, folder))
+            if name.lower().endswith(IMAGE_EXTENSIONS)
+        )  # fmt: skip
+        if not files:
+            raise checks.ConfigError(
+                f"class folder {os.path.join(root, folder)} holds no images "
+                f"({', '.join(IMAGE_EXTENSIONS)}); add some or remove the folder."
+            )
+        paths += [os.path.join(root, folder, name) for name in files]
+        labels += [class_names.index(folder)] * len(files)
+    return ImageFiles(tuple(paths), tuple(labels), class_names)
+
+
+def split_files(files, validation_split, seed=0):
+    """Return (train, validation) ImageFiles: `validation_split` of each class, by `seed`.
+
+    Per class, so every class is in both parts; the same files, seed and fraction
+    give the same split on every machine (NumPy's seeded permutation).
+    """
+    checks.fraction("validation_split", validation_split, low=0.0, example=" e.g. 0.2")
+    rng = np.random.default_rng(seed)
+    labels = np.asarray(files.labels)
+    train, validation = [], []
+    for label in range(len(files.class_names)):
+        members = np.flatnonzero(labels == label)
+        members = members[rng.permutation(len(members))]
+        count = int(round(len(members) * validation_split))
+        if validation_split and (count == 0 or count == len(members)):
+            raise checks.ConfigError(
+                f"validation_split={validation_split} of the {len(members)} images of class "
+                f"{files.class_names[label]!r} leaves "
+                f"{'none for validation' if count == 0 else 'none for training'}; add images "
+                f"or pick a validation_split between {1 / len(members):.2f} and "
+                f"{1 - 1 / len(members):.2f}."
+            )
+        validation += sorted(members[:count].tolist())
+        train += sorted(members[count:].tolist())
+    return files.take(sorted(train)), files.take(sorted(validation))
+
+
+def image_files_source(files, image_size, *, channels=3, name=None):
+    """Return a Source of (float32 image in [0, 1] of `image_size` x channels, int32 label).
+
+    Args:
+      files: the ImageFiles to read.
+      image_size: (height, width) every image is resized to (bilinear, as Keras does).
+      channels: 3 (RGB) or 1 (grayscale); images are converted to it.
+      name: a label for messages and the summary.
+    """
+    height, width = (int(v) for v in image_size)
+    checks.one_of("channels", channels, (1, 3))
+    paths = tf.constant(list(files.paths))
+    labels = tf.constant(list(files.labels), tf.int32)
+
+    def decode(path, label):
+        image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
+        image = tf.image.resize(tf.cast(image, tf.float32) / 255.0, (height, width))
+        return tf.ensure_shape(image, (height, width, channels)), label
+
+    def read(ds):
+        return ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+    class_names = tf.constant(list(files.class_names))
+
+    def label_of(path):  # The class folder's index (list_image_files checked them all).
+        folder = tf.strings.split(path, "/")[-2]
+        return tf.argmax(tf.cast(tf.equal(class_names, folder), tf.int32), output_type=tf.int32)
+
+    def open_files(names):  # The training stream's shuffled file order: labels by folder.
+        return read(names.map(lambda path: (path, label_of(path))))
+
+    def open_shard(num_pipelines, pipeline_id, by_file):
+        del by_file  # One example per file: sharding files is sharding examples.
+        return read(tf.data.Dataset.from_tensor_slices((paths, labels)).shard(num_pipelines, pipeline_id))
+
+    return Source(
+        name or os.path.dirname(os.path.dirname(files.paths[0])),
+        len(files.paths),
+        open_shard,
+        files.paths,
+        num_classes=len(files.class_names),
+        # The cache holds decoded float32 images, not the (compressed) files.
+        size_bytes=len(files.paths) * height * width * channels * 4,
+        open_files=open_files,
+        class_names=files.class_names,
+        shuffle_buffer=STREAMED_SHUFFLE_BUFFER,
+    )
+
+
+def image_folder_sources(
+    root, image_size, *, validation_dir=None, validation_split=None, seed=0, channels=3
+):
+    """Return (train, validation) Sources of a class-folder tree (validation None if neither).
+
+    Args:
+      root: the training folder, `root/<class name>/<image>`.
+      image_size: (height, width), or one int for a square.
+      validation_dir: a separate validation folder of the same classes (a subset).
+      validation_split: or this fraction of each class of `root`, chosen by `seed`.
+      seed: the split's seed.
+      channels: 3 (RGB) or 1 (grayscale).
+
+    Raises:
+      ConfigError: both validation forms, a bad fraction, a folder problem (one line each).
+    """
+    if validation_dir and validation_split:
+        raise checks.ConfigError(
+            f"pass validation_dir={validation_dir!r} or validation_split={validation_split}, "
+            f"not both."
+        )
+    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    files = list_image_files(root)
+    validation = None
+    if validation_dir:
+        validation = list_image_files(validation_dir, class_names=files.class_names)
+    elif validation_split:
+        files, validation = split_files(files, validation_split, seed)
+    train = image_files_source(files, size, channels=channels, name=root)
+    if validation is None:
+        return train, None
+    where = validation_dir or f"{root} (validation_split={validation_split}, seed={seed})"
+    return train, image_files_source(validation, size, channels=channels, name=where)

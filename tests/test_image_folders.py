@@ -1,0 +1,198 @@
+"""Images in class folders: file lists, labels, the seeded split, decoding, a run and its export.
+
+The images are scikit-learn's 8x8 digits written as PNG files (tf.io.encode_png), one
+folder per class, so nothing is downloaded. The slow test trains train_cnn.py on such a
+folder on 4 logical replicas, SIGKILLs it mid-run and resumes it to the uninterrupted
+run's weights (the fault injection of test_faults_resume.py).
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_tpu
+from keras_tpu import checks
+from keras_tpu import data
+from keras_tpu import keras
+from keras_tpu.data import image_folders
+from tests.conftest import CPU_REPLICAS
+
+CLASSES = ("eight", "one", "zero")  # Folder names, sorted: labels 0, 1, 2.
+DIGIT_OF = {"zero": 0, "one": 1, "eight": 8}
+
+
+def write_image_folder(root, per_class, offset=0):
+    """Write `per_class` PNGs of each digit class under root/<class>/; return their pixels.
+
+    Returns {path: uint8 array [8, 8, 1]} of every image written.
+    """
+    from sklearn import datasets as sk_datasets  # pylint: disable=g-import-not-at-top
+
+    digits = sk_datasets.load_digits()
+    written = {}
+    for name in CLASSES:
+        folder = os.path.join(root, name)
+        os.makedirs(folder, exist_ok=True)
+        images = digits.images[digits.target == DIGIT_OF[name]][offset:offset + per_class]
+        for i, image in enumerate(images):
+            pixels = (image * 255 / 16).round().astype(np.uint8)[..., None]
+            path = os.path.join(folder, f"{i:03d}.png")
+            tf.io.write_file(path, tf.io.encode_png(pixels))
+            written[path] = pixels
+    return written
+
+
+@pytest.fixture(name="folder")
+def _folder(tmp_path):
+    root = str(tmp_path / "digits")
+    pixels = write_image_folder(root, per_class=10)
+    (tmp_path / "digits" / "one" / "notes.txt").write_text("not an image")
+    return root, pixels
+
+
+def test_class_names_are_sorted_folders_and_labels_index_them(folder):
+    root, pixels = folder
+    files = image_folders.list_image_files(root)
+    assert files.class_names == ("eight", "one", "zero")
+    assert len(files.paths) == 30 and set(files.paths) == set(pixels)  # notes.txt left out.
+    for path, label in zip(files.paths, files.labels):
+        assert os.path.basename(os.path.dirname(path)) == files.class_names[label]
+    assert files.labels == (0,) * 10 + (1,) * 10 + (2,) * 10
+
+
+def test_the_split_is_per_class_seeded_and_disjoint(folder):
+    root, _ = folder
+    files = image_folders.list_image_files(root)
+    train, validation = image_folders.split_files(files, 0.2, seed=0)
+    again_train, again_validation = image_folders.split_files(files, 0.2, seed=0)
+    _, other_validation = image_folders.split_files(files, 0.2, seed=1)
+    assert (train, validation) == (again_train, again_validation)
+    assert validation.paths != other_validation.paths
+    assert len(train.paths) == 24 and len(validation.paths) == 6
+    assert sorted(validation.labels) == [0, 0, 1, 1, 2, 2]  # 2 of each class's 10.
+    assert not set(train.paths) & set(validation.paths)
+    assert set(train.paths) | set(validation.paths) == set(files.paths)
+
+
+def test_decoded_images_are_the_files_pixels_with_their_labels(folder):
+    root, pixels = folder
+    train, validation = data.image_folder_sources(root, 8, validation_split=0.2, channels=1)
+    assert (train.num_examples, validation.num_examples) == (24, 6)
+    assert train.class_names == validation.class_names == CLASSES
+    examples = list(validation.open_shard(1, 0, False).as_numpy_iterator())
+    assert len(examples) == 6
+    for (image, label), path in zip(examples, image_folders.split_files(
+            image_folders.list_image_files(root), 0.2, 0)[1].paths):  # fmt: skip
+        assert image.shape == (8, 8, 1) and image.dtype == np.float32
+        np.testing.assert_allclose(image, pixels[path] / 255.0, atol=1e-6)
+        assert CLASSES[label] == os.path.basename(os.path.dirname(path))
+    rgb, _ = data.image_folder_sources(root, (16, 12), validation_split=0.2)
+    assert rgb.open_shard(1, 0, False).element_spec[0].shape == (16, 12, 3)
+
+
+def test_the_streamed_training_order_labels_by_folder_and_reads_each_file_once(folder):
+    root, _ = folder
+    train, _ = data.image_folder_sources(root, 8, validation_split=0.2, channels=1)
+    names = tf.data.Dataset.from_tensor_slices(list(train.paths)).shuffle(24, seed=3)
+    read = list(train.open_files(names).as_numpy_iterator())
+    by_image = {image.tobytes(): label for image, label in train.open_shard(1, 0, False).as_numpy_iterator()}
+    assert len(read) == 24 and len({image.tobytes() for image, _ in read}) == len(by_image)
+    assert all(by_image[image.tobytes()] == label for image, label in read)
+
+
+def test_shards_cover_every_file_once_for_exact_evaluation(folder):
+    root, _ = folder
+    train, _ = data.image_folder_sources(root, 8, validation_split=0.2, channels=1)
+    labels = [
+        [int(label) for _, label in train.open_shard(3, i, False).as_numpy_iterator()]
+        for i in range(3)
+    ]
+    assert [len(shard) for shard in labels] == [8, 8, 8]
+    assert sorted(sum(labels, [])) == sorted(image_folders.split_files(
+        image_folders.list_image_files(root), 0.2, 0)[0].labels)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda root, tmp: data.image_folder_sources(str(tmp / "none"), 8),
+         "image folder .*none does not exist"),
+        (lambda root, tmp: data.image_folder_sources(root, 8, validation_split=0.01),
+         "validation_split=0.01 of the 10 images of class 'eight' leaves none for validation"),
+        (lambda root, tmp: data.image_folder_sources(
+            root, 8, validation_split=0.2, validation_dir=root), "not both"),
+        (lambda root, tmp: data.image_folder_sources(str(tmp), 8),
+         "has no class folders|holds no images"),
+    ],
+)  # fmt: skip
+def test_folder_mistakes_are_one_line(folder, tmp_path, make, message):
+    root, _ = folder
+    with pytest.raises(checks.ConfigError, match=message):
+        make(root, tmp_path)
+
+
+def test_a_validation_folder_with_a_class_training_lacks_is_refused(folder, tmp_path):
+    root, _ = folder
+    validation = str(tmp_path / "validation")
+    write_image_folder(validation, per_class=2, offset=10)
+    os.makedirs(os.path.join(validation, "seven"))
+    with pytest.raises(checks.ConfigError, match=r"class folder\(s\) \['seven'\]"):
+        data.image_folder_sources(root, 8, validation_dir=validation)
+
+
+def test_a_run_on_an_image_folder_keeps_the_class_names_in_summary_and_export(folder, tmp_path):
+    root, _ = folder
+    train, validation = data.image_folder_sources(root, 8, validation_split=0.2, channels=1)
+    task = keras_tpu.Task(
+        build_model=lambda: keras.Sequential(
+            [keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(3, "softmax")]
+        ),
+        loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+        train_data=train, eval_data=validation,
+    )  # fmt: skip
+    assert task.class_names == CLASSES
+    export_dir = str(tmp_path / "export")
+    summary = keras_tpu.fit(task, keras_tpu.RunConfig(
+        cpu_replicas=CPU_REPLICAS, per_replica_batch_size=2, epochs=1, mixed_precision="fp32",
+        verbose=0, model_dir=str(tmp_path / "run"), export_dir=export_dir,
+    ))  # fmt: skip
+    assert summary["class_names"] == list(CLASSES) and summary["test_examples"] == 6
+    with open(tmp_path / "run" / "summary.json", encoding="utf-8") as f:
+        assert json.load(f)["class_names"] == list(CLASSES)
+    loaded = tf.saved_model.load(export_dir)
+    assert [n.decode() for n in loaded.class_names().numpy()] == list(CLASSES)
+    revived = keras.models.load_model(export_dir)
+    assert [n.decode() for n in revived.class_names().numpy()] == list(CLASSES)
+
+
+@pytest.mark.slow
+def test_train_cnn_on_an_image_folder_on_4_replicas_resumes_exactly_after_sigkill(tmp_path):
+    from tests.test_faults_resume import _run_line  # pylint: disable=g-import-not-at-top
+    from tests.test_faults_resume import _script  # pylint: disable=g-import-not-at-top
+
+    root = str(tmp_path / "digits")
+    write_image_folder(root, per_class=40)  # 120 images: 90 train, 30 validation.
+    # Global batch 16: 5 steps an epoch, 15 in all; the files are streamed (cache=none),
+    # reordered every epoch, and 30 validation images are 2 steps, the second mostly padding.
+    flags = (f"--image_dir={root}", "--validation_split=0.25", "--image_size=8",
+             "--cpu_replicas=4", "--per_replica_batch_size=4", "--epochs=3", "--cache=none",
+             "--variant=seed")  # fmt: skip
+    whole = _script("train_cnn.py", str(tmp_path / "whole"), *flags)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    assert "on 30 examples; 4 replica(s)" in whole.stdout  # Every validation image once.
+    assert "classes: eight, one, zero (labels 0..2)" in whole.stdout
+    final_step, _, checksum = _run_line(whole)
+    assert final_step == 15
+
+    killed_dir = str(tmp_path / "killed")
+    killed = _script("train_cnn.py", killed_dir, *flags, fault="SIGKILL", at=7)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    resumed = _script("train_cnn.py", killed_dir, *flags)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _run_line(resumed) == (15, 5, checksum)  # Resumed from the epoch-1 backup.
+    with open(os.path.join(killed_dir, "summary.json"), encoding="utf-8") as f:
+        summary = json.load(f)
+    assert summary["class_names"] == list(CLASSES) and summary["test_examples"] == 30
