@@ -5,6 +5,7 @@ a config's data fields into `keras_tpu.data.sources` Sources and host-side prepr
 """
 
 import dataclasses
+import logging
 import os
 
 import tensorflow as tf
@@ -15,6 +16,7 @@ from models.bert import bert_text as text
 from keras_tpu.data import text_sources
 
 IMAGE_DATASETS = ("digits", "synthetic")
+log = logging.getLogger(__name__)
 
 
 def load_image_data(name, data_dir=None, seed=0):
@@ -86,12 +88,15 @@ class TextSplits:
       extra_eval: (name, Source) of more dev splits reported beside `eval`
         (glue/mnli: ("mismatched", validation_mismatched)).
       pair: examples are sentence pairs ([2] strings), not single sentences.
+      label_names: the name of each class, in label order, when known (--label_names,
+        a file's named labels, a tfds dataset's class names).
     """
 
     train: object
     eval: object
     extra_eval: tuple = ()
     pair: bool = False
+    label_names: tuple | None = None
 
 
 def text_splits(config):
@@ -126,17 +131,38 @@ def text_splits(config):
             (_split_name(split, eval_splits[0]), source)
             for split, source in zip(eval_splits[1:], split_sources[2:])
         )
-        return TextSplits(split_sources[0], split_sources[1], extra, pair)
+        names = tuple(config.label_names.split(",")) if config.label_names else None
+        names = names or getattr(split_sources[0], "class_names", None)
+        return TextSplits(split_sources[0], split_sources[1], extra, pair, names)
     if not (config.train_file and config.eval_file):
         raise checks.ConfigError("BERT needs --train_file and --eval_file (TSV) or --tfds_name.")
-    columns = columns or text_sources.TextColumns(("sentence",), config.label_key)
-    train, test = (
-        text_sources.load_text_tsv(
-            f, columns, regression=config.regression, num_classes=config.num_classes
-        )
-        for f in (config.train_file, config.eval_file)
+    columns = columns or text_sources.TextColumns.parse(
+        None, config.label_key, no_header=config.no_header, column_names=config.column_names
     )
-    return TextSplits(train, test, (), pair)
+    rows = [text_sources.read_text_rows(f, columns) for f in (config.train_file, config.eval_file)]
+    names = tuple(config.label_names.split(",")) if config.label_names else None
+    if names is None and not config.regression:
+        names = text_sources.infer_label_names(rows[0][1])  # The training file's, for both.
+        if names is not None:
+            log.warning(
+                "keras_tpu: the labels of %s are names: %s (sorted; --label_names=... sets "
+                "another order)", config.train_file,
+                ", ".join(f"{name}={i}" for i, name in enumerate(names)),
+            )  # fmt: skip
+            if len(names) != config.num_classes:
+                raise checks.ConfigError(
+                    f"{config.train_file} has {len(names)} label names ({','.join(names)}), "
+                    f"num_classes={config.num_classes}; pass --num_classes={len(names)} or "
+                    f"--label_names naming each class in order."
+                )
+    train, test = (
+        text_sources.text_split(
+            texts, raw, columns, regression=config.regression,
+            num_classes=None if config.regression else config.num_classes, label_names=names,
+        )  # fmt: skip
+        for texts, raw in rows
+    )
+    return TextSplits(train, test, (), pair, names)
 
 
 def _columns(config):
@@ -144,7 +170,10 @@ def _columns(config):
         return None
     if config.tfds_keys:
         raise checks.ConfigError("pass --text_keys (and --label_key) or --tfds_keys, not both.")
-    return text_sources.TextColumns.parse(config.text_keys, config.label_key)
+    return text_sources.TextColumns.parse(
+        config.text_keys, config.label_key, no_header=config.no_header,
+        column_names=config.column_names,
+    )  # fmt: skip
 
 
 def _split_name(split, first):

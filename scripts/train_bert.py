@@ -38,7 +38,8 @@ flag_utils.define_flags(
         "preprocess_handle": "TF Hub BERT preprocessing handle (or give --vocab_file).",
         "vocab_file": "WordPiece vocab.txt, tokenised with tensorflow_text (or --preprocess_handle).",
         "lower_case": "Lower-case and strip accents (uncased checkpoints); with --vocab_file.",
-        "train_file": "Training TSV: sentence<TAB>label with a header row.",
+        "train_file": "Training TSV (sentence<TAB>label with a header row, quotes kept as text, "
+        "GLUE's layout) or .csv (standard CSV quoting).",
         "eval_file": "Evaluation TSV (every example is evaluated exactly once).",
         "tfds_name": "Or a tfds text classification dataset (imdb_reviews, glue/sst2, ...).",
         "tfds_eval_split": "tfds split(s) to evaluate on, comma-separated: the first is the "
@@ -47,6 +48,13 @@ flag_utils.define_flags(
         "text_keys": "Text columns or tfds features: 'sentence', or a pair 'sentence1,sentence2' "
         "(packed [CLS] a [SEP] b [SEP]; glue/* default to theirs).",
         "label_key": "Label column or tfds feature.",
+        "label_names": "Each class's name in label order, e.g. negative,positive: labels in the "
+        "files are then names or class ids, and the export returns names. Default: the training "
+        "file's sorted distinct labels when they are names.",
+        "no_header": "The TSV/CSV files have no header row: their columns are --text_keys, then "
+        "--label_key.",
+        "column_names": "The columns of header-less TSV/CSV files, in order (e.g. "
+        "id,sentence,label); --text_keys and --label_key pick among them.",
         "task_type": "classification or regression (a 1-unit head with MSE; glue/stsb's default).",
         "metrics": "Comma-separated: accuracy, f1, matthews_correlation, pearson, spearman "
         "(default: GLUE's for glue/*, else accuracy; regression: pearson,spearman).",

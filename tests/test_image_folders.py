@@ -143,6 +143,23 @@ def test_a_validation_folder_with_a_class_training_lacks_is_refused(folder, tmp_
         data.image_folder_sources(root, 8, validation_dir=validation)
 
 
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(validation_split=0.2), "validation_split is for an image folder; give --image_dir"),
+        (dict(image_dir="photos"), "needs exactly one of --validation_dir"),
+        (dict(image_dir="photos", validation_dir="v", validation_split=0.2),
+         "needs exactly one of --validation_dir"),
+        (dict(image_dir="photos", validation_split=0.2, image_size=2), "image_size=2 must be"),
+    ],
+)  # fmt: skip
+def test_cnn_image_folder_flags_are_checked_when_the_config_is_made(fields, message):
+    from keras_tpu.tasks import CNNConfig  # pylint: disable=g-import-not-at-top
+
+    with pytest.raises(checks.ConfigError, match=message):
+        CNNConfig(**fields)
+
+
 def test_a_run_on_an_image_folder_keeps_the_class_names_in_summary_and_export(folder, tmp_path):
     root, _ = folder
     train, validation = data.image_folder_sources(root, 8, validation_split=0.2, channels=1)

@@ -165,4 +165,5 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
         (builder.data_dir,),
         num_classes=getattr(label, "num_classes", None),
         size_bytes=size_bytes,
+        class_names=tuple(getattr(label, "names", None) or ()) or None,  # A ClassLabel's.
     )

@@ -28,10 +28,13 @@ class TextColumns:
     Attributes:
       text: one name (a sentence) or two (a pair, in packing order).
       label: the label's name.
+      file_columns: the column names of a TSV/CSV file without a header row, in order
+        (its first row is then an example); None for a file whose first row names them.
     """
 
     text: tuple
     label: str = "label"
+    file_columns: tuple | None = None
 
     def __post_init__(self):
         if len(self.text) not in (1, 2) or not all(self.text):
@@ -40,14 +43,30 @@ class TextColumns:
                 f"one (a sentence) or two (a pair), e.g. --text_keys=sentence1,sentence2."
             )
 
+        if self.file_columns is not None:
+            missing = [c for c in (*self.text, self.label) if c not in self.file_columns]
+            if missing:
+                raise checks.ConfigError(
+                    f"column_names={','.join(self.file_columns)!r} has no column {missing[0]!r}; "
+                    f"name every column of the file in order, the text and label ones included."
+                )
+
     @classmethod
-    def parse(cls, text_keys, label_key="label"):
-        """Return the columns of a "sentence1,sentence2" flag value."""
-        return cls(tuple(k.strip() for k in text_keys.split(",")), label_key)
+    def parse(cls, text_keys, label_key="label", *, no_header=False, column_names=None):
+        """Return the columns of flag values: text_keys "sentence1,sentence2", and for a
+        header-less file its column names ("id,sentence,label"; default: the text keys, then
+        the label key)."""
+        text = tuple(k.strip() for k in (text_keys or "sentence").split(","))
+        if column_names:
+            return cls(text, label_key, tuple(k.strip() for k in column_names.split(",")))
+        return cls(text, label_key, (*text, label_key) if no_header else None)
 
 
-def _label(value, where, regression, num_classes):
-    """Return the label of one TSV field, or raise a one-line ConfigError naming it."""
+def _label(value, where, regression, num_classes, label_names=None):
+    """Return the label of one field, or raise a one-line ConfigError naming it.
+
+    With `label_names`, a field is one of the names (its index) or a class id.
+    """
     if regression:
         try:
             label = float(value)
@@ -59,9 +78,16 @@ def _label(value, where, regression, num_classes):
         if not np.isfinite(label):
             raise checks.ConfigError(f"{where}: label {value!r} is not finite.")
         return label
+    if label_names is not None and value in label_names:
+        return label_names.index(value)
     try:
         label = int(value)
     except ValueError:
+        if label_names is not None:
+            raise checks.ConfigError(
+                f"{where}: label {value!r} is not one of the label names "
+                f"{','.join(label_names)!r}; fix the label or add it to --label_names."
+            ) from None
         raise checks.ConfigError(
             f"{where}: label {value!r} is not an integer class; for real-valued labels use "
             f"--task_type=regression."
@@ -74,65 +100,127 @@ def _label(value, where, regression, num_classes):
     return label
 
 
-def load_text_tsv(path, columns, *, regression=False, num_classes=None):
-    """Read a TSV file with a header row into an ArraySplit of sentences or sentence pairs.
+def _is_number(value):
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+def infer_label_names(raw_labels):
+    """Return the sorted distinct labels if any is a name (not a number), else None."""
+    if all(_is_number(value) for value, _ in raw_labels):
+        return None
+    return tuple(sorted({value for value, _ in raw_labels}))
+
+
+def load_text_tsv(path, columns, *, regression=False, num_classes=None, label_names=None):
+    """Read a TSV or CSV file into an ArraySplit of sentences or sentence pairs.
 
     Args:
-      path: the TSV file (GLUE layout: quotes are plain text).
-      columns: the TextColumns to read.
+      path: the file. A `.csv` file is read with standard CSV quoting (a field in
+        quotes, a quote inside doubled, as csv.writer writes it); any other (TSV,
+        GLUE's layout) keeps quote characters as plain text.
+      columns: the TextColumns to read (`file_columns` for a file without a header row).
       regression: float32 labels (e.g. STS-B's 0-5 similarity) instead of int32 classes.
       num_classes: for classification, every label must be in [0, num_classes).
+      label_names: the class names in label order; a label is then a name or a class id.
+        Default: the file's own sorted distinct labels when they are names (not numbers).
 
     Returns:
       ArraySplit: x of shape [n] (one column) or [n, 2] (a pair) of str, y the labels.
 
     Raises:
       ConfigError: a missing column, a row with the wrong number of fields, a label
-        that is not a number or outside the classes, bytes that are not UTF-8, an
-        empty file; each one line naming the file and line.
+        that is not a number (or a name) or outside the classes, bytes that are not
+        UTF-8, an empty file; each one line naming the file and line.
     """
-    if not os.path.isfile(path):
-        raise checks.MissingFileError(f"TSV file {path} does not exist.")
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        # The messages of sources.load_tsv, whose reader this one extends to pairs.
-        # pylint: disable=protected-access
-        try:
-            texts, labels = _read(path, reader, columns, regression, num_classes)
-        except UnicodeDecodeError as e:
-            raise checks.ConfigError(sources._not_utf8(path, e)) from None
-        except csv.Error as e:
-            message = sources._csv_error(path, reader.line_num, e, "\t")
-            raise checks.ConfigError(message) from None
-    if not texts:
-        raise checks.ConfigError(f"{path} has a header but no examples.")
+    texts, raw = read_text_rows(path, columns)
+    if label_names is None and not regression:
+        label_names = infer_label_names(raw)
+    return text_split(texts, raw, columns, regression=regression, num_classes=num_classes,
+                      label_names=label_names)  # fmt: skip
+
+
+def text_split(texts, raw_labels, columns, *, regression, num_classes, label_names):
+    """Return the ArraySplit of rows `read_text_rows` gave, labels converted (see load_text_tsv)."""
+    names = None if label_names is None else tuple(label_names)
+    if names is not None and num_classes is not None and len(names) != num_classes:
+        raise checks.ConfigError(
+            f"{len(names)} label names {','.join(names)!r} for num_classes={num_classes}; "
+            f"give one name per class (--label_names) or --num_classes={len(names)}."
+        )
+    labels = [_label(value, where, regression, num_classes or (names and len(names)), names)
+              for value, where in raw_labels]  # fmt: skip
     x = np.array(texts, dtype=object)
     x = x[:, 0] if len(columns.text) == 1 else x
     return sources.ArraySplit(x, np.array(labels, dtype=np.float32 if regression else np.int32))
 
 
-def _read(path, reader, columns, regression, num_classes):
-    header = next(reader, None)
+def read_text_rows(path, columns):
+    """Return (texts, [(label field, "path:line")]) of a TSV or CSV file (see load_text_tsv)."""
+    if not os.path.isfile(path):
+        raise checks.MissingFileError(f"text file {path} does not exist.")
+    delimiter = "," if path.lower().endswith(".csv") else "\t"
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        # GLUE's TSVs keep quotes as text (QUOTE_NONE); CSV has standard quoting.
+        quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+        reader = csv.reader(f, delimiter=delimiter, quoting=quoting)
+        # The messages of sources.load_tsv, whose reader this one extends to pairs.
+        # pylint: disable=protected-access
+        try:
+            texts, labels = _read(path, reader, columns)
+        except UnicodeDecodeError as e:
+            raise checks.ConfigError(sources._not_utf8(path, e)) from None
+        except csv.Error as e:
+            message = sources._csv_error(path, reader.line_num, e, delimiter)
+            raise checks.ConfigError(message) from None
+    if not texts:
+        what = "no rows" if columns.file_columns else "a header but no examples"
+        raise checks.ConfigError(f"{path} has {what}.")
+    return texts, labels
+
+
+def _read(path, reader, columns):
+    header = columns.file_columns
     if header is None:
-        raise checks.ConfigError(f"{path} is empty; expected a header row and examples.")
-    for column in (*columns.text, columns.label):
-        if column not in header:
-            raise checks.ConfigError(
-                f"{path}:1: header {header} has no column {column!r}; name the text columns "
-                f"with --text_keys (e.g. sentence1,sentence2) and the label with --label_key."
-            )
+        header = next(reader, None)
+        if header is None:
+            raise checks.ConfigError(f"{path} is empty; expected a header row and examples.")
+        for column in (*columns.text, columns.label):
+            if column not in header:
+                raise checks.ConfigError(_missing_column(path, header, column, columns))
     text_at = [header.index(c) for c in columns.text]
     label_at = header.index(columns.label)
+    what = "the header has" if columns.file_columns is None else "--column_names names"
     texts, labels = [], []
     for row in reader:
         where = f"{path}:{reader.line_num}"
         if len(row) != len(header):
             raise checks.ConfigError(
-                f"{where}: {len(row)} fields separated by tabs, the header has {len(header)}."
+                f"{where}: {len(row)} fields separated by {reader.dialect.delimiter!r}, {what} "
+                f"{len(header)}."
             )
-        labels.append(_label(row[label_at], where, regression, num_classes))
+        labels.append((row[label_at], where))
         texts.append([row[i] for i in text_at])
     return texts, labels
+
+
+def _missing_column(path, header, column, columns):
+    """Return the message for a header without `column`: a header-less file, or a wrong name."""
+    if any(_is_number(field) for field in header):
+        # A first row holding a number (a label) is an example: the file has no header row.
+        order = ",".join((*columns.text, columns.label))
+        return (
+            f"{path}:1: {header} looks like an example, not a header naming the columns; for "
+            f"a file without a header row pass --no_header (columns {order} in that order) or "
+            f"--column_names=... naming each column."
+        )
+    return (
+        f"{path}:1: header {header} has no column {column!r}; name the text columns "
+        f"with --text_keys (e.g. sentence1,sentence2) and the label with --label_key."
+    )
 
 
 def tfds_text_source(name, split, columns, *, data_dir=None, regression=False):
@@ -179,5 +267,6 @@ def tfds_text_source(name, split, columns, *, data_dir=None, regression=False):
         return ds.map(example).shard(num_pipelines, pipeline_id)
 
     return dataclasses.replace(
-        base, open_shard=open_shard, num_classes=None if regression else base.num_classes
-    )
+        base, open_shard=open_shard, num_classes=None if regression else base.num_classes,
+        class_names=None if regression else base.class_names,
+    )  # fmt: skip

@@ -61,7 +61,10 @@ def class_names_function(model, class_names):
         del model.class_names
 
 
-def export_model(model, export_dir, strategy, *, overwrite=False, serving=None, signatures=None):
+def export_model(
+    model, export_dir, strategy, *, overwrite=False, serving=None, signatures=None,
+    class_names=None,
+):  # fmt: skip
     """Write `model` as a SavedModel (Keras format inside, loadable by TF Serving).
 
     For a remote TPU node the files are written by this host, so a local
@@ -77,12 +80,14 @@ def export_model(model, export_dir, strategy, *, overwrite=False, serving=None, 
       serving: a Keras model that wraps `model` (e.g. with its preprocessing, as
         models/bert/bert_export.py does) to save instead of `model` itself.
       signatures: the saved model's serving signatures (default: Keras's own).
+      class_names: each class's name, in label order: the export gets `class_names()`
+        (see `class_names_function`).
     """
     compat.ensure_tf_keras(model)
     saved = model if serving is None else serving
 
     def save(directory):
-        with serving_only(model):
+        with serving_only(model), class_names_function(saved, class_names):
             saved.save(
                 directory,
                 include_optimizer=False,

@@ -3,7 +3,8 @@
     served = tf.saved_model.load(export_dir).signatures["serving_default"]
     served(text=tf.constant(["a great film"]))                        # one sentence
     served(text_a=tf.constant(["A man plays."]), text_b=tf.constant(["Someone plays."]))
-    # -> {"probabilities", "class_ids"}; a regression: {"score"}
+    # -> {"probabilities", "class_ids"} (and "class_names" when the run knew them); a
+    # regression: {"score"}
 
 The preprocessing (vocabulary included) travels in the SavedModel, so serving
 needs TensorFlow and tensorflow_text only, not keras_tpu. The export is a tf_keras
@@ -17,12 +18,15 @@ import keras_tpu
 from keras_tpu import keras
 
 
-def _outputs(model, inputs, regression):
+def _outputs(model, inputs, regression, class_names=None):
     values = tf.cast(model(inputs, training=False), tf.float32)
     if regression:
         return {"score": values[:, 0]}
     probabilities = tf.nn.softmax(values, axis=-1)
-    return {"probabilities": probabilities, "class_ids": tf.argmax(probabilities, axis=-1)}
+    outputs = {"probabilities": probabilities, "class_ids": tf.argmax(probabilities, axis=-1)}
+    if class_names is not None:
+        outputs["class_names"] = tf.gather(tf.constant(class_names), outputs["class_ids"])
+    return outputs
 
 
 class _Serving(keras.Model):
@@ -31,17 +35,18 @@ class _Serving(keras.Model):
     Its call takes the sentences (one string tensor) or, for a pair, {"text_a", "text_b"}.
     """
 
-    def __init__(self, model, preprocess, *, pair, regression):
+    def __init__(self, model, preprocess, *, pair, regression, class_names=None):
         super().__init__(name="bert_pair" if pair else "bert_sentence")
         self.classifier, self.preprocess = model, preprocess
         self._pair, self._regression = pair, regression
+        self._class_names = None if class_names is None else [str(n) for n in class_names]
 
     def call(self, inputs):
         if self._pair:
             packed = self.preprocess.pack_pair(inputs["text_a"], inputs["text_b"])
         else:
             packed = self.preprocess(inputs)
-        return _outputs(self.classifier, packed, self._regression)
+        return _outputs(self.classifier, packed, self._regression, self._class_names)
 
     def signature(self):
         """Return the serving signature's concrete function (keyword arguments, named tensors)."""
@@ -64,7 +69,10 @@ def _string(name):
     return tf.TensorSpec([None], tf.string, name=name)
 
 
-def export_bert(model, preprocessor, export_dir, strategy, *, pair, regression, overwrite=False):
+def export_bert(
+    model, preprocessor, export_dir, strategy, *, pair, regression, overwrite=False,
+    class_names=None,
+):  # fmt: skip
     """Export a BERT classifier or regressor whose serving signature takes raw strings.
 
     Args:
@@ -75,13 +83,18 @@ def export_bert(model, preprocessor, export_dir, strategy, *, pair, regression, 
       pair: serve `text_a` and `text_b` (a sentence pair) instead of `text`.
       regression: return {"score"} instead of {"probabilities", "class_ids"}.
       overwrite: replace an export_dir holding something else.
+      class_names: each class's name, in label order: the signature also returns
+        {"class_names"} (the predicted class's name) and the export has `class_names()`.
 
     Returns:
       export_dir.
     """
-    serving = _Serving(model, preprocessor, pair=pair, regression=regression)
+    serving = _Serving(
+        model, preprocessor, pair=pair, regression=regression, class_names=class_names
+    )
     serving(serving.sample())  # Built: Keras saves the traced call for load_model.
     return keras_tpu.export_model(
         model, export_dir, strategy, overwrite=overwrite, serving=serving,
         signatures={"serving_default": serving.signature()},
+        class_names=None if regression else class_names,
     )  # fmt: skip

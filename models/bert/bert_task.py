@@ -45,6 +45,10 @@ class BertRunConfig(keras_tpu.RunConfig):
     # "sentence,label" for glue/sst2; for pairs use text_keys.
     text_keys: str | None = None  # The text columns/features: "sentence" or "sentence1,sentence2".
     label_key: str = "label"
+    label_names: str | None = None  # "negative,positive": class i's name (labels are names or
+    # ids); default: a file's sorted distinct labels when they are names.
+    no_header: bool = False  # The files have no header row: columns text_keys, then label_key.
+    column_names: str | None = None  # Or name a header-less file's columns: "id,sentence,label".
     task_type: str | None = None  # "classification" or "regression"; default: glue's, else
     # classification.
     metrics: str | None = None  # e.g. "accuracy,f1"; default: glue's, else accuracy (regression:
@@ -85,9 +89,28 @@ class BertRunConfig(keras_tpu.RunConfig):
                 f"num_classes={self.num_classes} with task_type=regression; a regression has a "
                 f"1-unit head: drop --num_classes."
             )
+        names = self.label_names.split(",") if self.label_names else None
+        if names and regression:
+            raise checks.ConfigError(
+                "--label_names names classes; a regression (task_type=regression) has none: "
+                "drop --label_names."
+            )
+        if names and (len(set(names)) != len(names) or not all(n.strip() for n in names)):
+            raise checks.ConfigError(
+                f"label_names={self.label_names!r} must be distinct, non-empty names, one per "
+                f"class in label order, e.g. negative,positive."
+            )
         if not regression:
+            if self.num_classes is None and names:
+                self.num_classes = len(names)
             if self.num_classes is None:
                 self.num_classes = known.num_classes if known and known.num_classes else 2
+            if names and len(names) != self.num_classes:
+                raise checks.ConfigError(
+                    f"label_names={self.label_names!r} names {len(names)} classes, "
+                    f"num_classes={self.num_classes}; give one name per class or drop "
+                    f"--num_classes."
+                )
             checks.integer("num_classes", self.num_classes, minimum=2)
         if self.text_keys is None and known and not self.tfds_keys:
             self.text_keys = ",".join(known.text_keys)
@@ -97,8 +120,11 @@ class BertRunConfig(keras_tpu.RunConfig):
             default = known.metrics if known else glue.DEFAULT_METRICS[self.task_type]
             self.metrics = ",".join(default)
         glue.parse_metrics(self.metrics, self.task_type)
-        if self.text_keys is not None:
-            text_sources.TextColumns.parse(self.text_keys, self.label_key)
+        if self.text_keys is not None or self.no_header or self.column_names:
+            text_sources.TextColumns.parse(
+                self.text_keys, self.label_key, no_header=self.no_header,
+                column_names=self.column_names,
+            )  # fmt: skip
 
     @property
     def regression(self):
@@ -185,6 +211,7 @@ def bert_task(config: BertRunConfig) -> keras_tpu.Task:
             config.learning_rate, total_steps, config.warmup_fraction
         ),
         train_data=splits.train,
+        class_names=splits.label_names,
         eval_data=splits.eval,
         preprocess=preprocessor.preprocess,
         monitor=monitor,
@@ -195,7 +222,7 @@ def bert_task(config: BertRunConfig) -> keras_tpu.Task:
         check_model=lambda model: bert_vocab.check_vocabulary(model, preprocessor, config),
         export=lambda model, export_dir, strategy, overwrite: bert_export.export_bert(
             model, preprocessor, export_dir, strategy, pair=splits.pair,
-            regression=config.regression, overwrite=overwrite,
+            regression=config.regression, overwrite=overwrite, class_names=splits.label_names,
         ),  # fmt: skip
     )
     return keras_tpu.Task(**{**fields, **sharded})

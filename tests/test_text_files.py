@@ -1,0 +1,154 @@
+"""Text files as users have them: named labels, no header row, CSV quoting (data.text_sources).
+
+The BERT task reads its TSV/CSV files here (tasks.datasets.text_splits); the slow test
+trains the tiny BERT on a TSV whose labels are names and serves the names from its export.
+"""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+import keras_tpu
+from keras_tpu import checks
+from keras_tpu.data import text_sources
+from keras_tpu.tasks import datasets
+from keras_tpu.tasks.bert import BertRunConfig
+from tests.conftest import CPU_REPLICAS
+
+SENTENCE = text_sources.TextColumns(("sentence",))
+QUOTED = 'he said "great" and meant it'
+
+
+def _write(path, rows, delimiter="\t"):
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+        writer = csv.writer(f, delimiter=delimiter, quoting=quoting, escapechar="\\")
+        writer.writerows(rows)
+    return str(path)
+
+
+NAMED = [("sentence", "label"), ("a fine film", "positive"), ("dull", "negative"),
+         ("great fun", "positive"), ("it was ok", "neutral")]  # fmt: skip
+
+
+def test_named_labels_are_inferred_sorted_and_kept_in_order_given(tmp_path):
+    path = _write(tmp_path / "train.tsv", NAMED)
+    split = text_sources.load_text_tsv(path, SENTENCE)
+    # Sorted: negative=0, neutral=1, positive=2.
+    assert split.y.tolist() == [2, 0, 2, 1] and split.y.dtype == np.int32
+    given = text_sources.load_text_tsv(path, SENTENCE, label_names=("positive", "negative", "neutral"))
+    assert given.y.tolist() == [0, 1, 0, 2]
+
+
+def test_given_names_also_take_class_ids_and_refuse_other_labels_in_one_line(tmp_path):
+    path = _write(tmp_path / "ids.tsv", [("sentence", "label"), ("a", "1"), ("b", "negative")])
+    names = ("negative", "positive")
+    assert text_sources.load_text_tsv(path, SENTENCE, label_names=names).y.tolist() == [1, 0]
+    bad = _write(tmp_path / "bad.tsv", [("sentence", "label"), ("a", "positive"), ("b", "meh")])
+    with pytest.raises(checks.ConfigError) as error:
+        text_sources.load_text_tsv(bad, SENTENCE, label_names=names)
+    assert str(error.value) == (
+        f"{bad}:3: label 'meh' is not one of the label names 'negative,positive'; fix the "
+        f"label or add it to --label_names."
+    )
+    # A real number is still a regression's label, not a name.
+    floats = _write(tmp_path / "floats.tsv", [("sentence", "label"), ("a", "4.5")])
+    with pytest.raises(checks.ConfigError, match="use --task_type=regression"):
+        text_sources.load_text_tsv(floats, SENTENCE)
+
+
+def test_a_file_without_a_header_row(tmp_path):
+    path = _write(tmp_path / "bare.tsv", [("a fine film", "1"), ("dull", "0")])
+    with pytest.raises(checks.ConfigError) as error:  # As before: the first row as a header.
+        text_sources.load_text_tsv(path, SENTENCE)
+    assert "looks like an example, not a header" in str(error.value)
+    assert "pass --no_header (columns sentence,label in that order)" in str(error.value)
+    bare = text_sources.TextColumns.parse("sentence", "label", no_header=True)
+    split = text_sources.load_text_tsv(path, bare)
+    assert split.x.tolist() == ["a fine film", "dull"] and split.y.tolist() == [1, 0]
+    three = _write(tmp_path / "three.tsv", [("7", "1", "a fine film"), ("8", "0", "dull")])
+    named = text_sources.TextColumns.parse("text", "label", column_names="id,label,text")
+    assert text_sources.load_text_tsv(three, named).x.tolist() == ["a fine film", "dull"]
+    with pytest.raises(checks.ConfigError, match="column_names='id,label' has no column 'text'"):
+        text_sources.TextColumns.parse("text", "label", column_names="id,label")
+
+
+def test_csv_quoting_is_read_as_csv_writer_wrote_it_and_tsv_keeps_glue_quotes(tmp_path):
+    path = _write(tmp_path / "quoted.csv", [("sentence", "label"), (QUOTED, "1"), ("a, b", "0")],
+                  delimiter=",")  # fmt: skip
+    with open(path, encoding="utf-8") as f:
+        assert '"he said ""great"" and meant it",1' in f.read()
+    assert text_sources.load_text_tsv(path, SENTENCE).x.tolist() == [QUOTED, "a, b"]
+    glue = tmp_path / "glue.tsv"  # GLUE's TSVs: quote characters are text.
+    glue.write_text('sentence\tlabel\n"quoted" start\t1\n', encoding="utf-8")
+    assert text_sources.load_text_tsv(str(glue), SENTENCE).x.tolist() == ['"quoted" start']
+
+
+def _config(tmp_path, train, dev, **fields):
+    return BertRunConfig(train_file=train, eval_file=dev, **fields)
+
+
+def test_bert_text_splits_infer_names_from_the_training_file_for_both(tmp_path, caplog):
+    rows = [("sentence", "label"), ("a", "positive"), ("b", "negative")]
+    train, dev = _write(tmp_path / "t.tsv", rows), _write(tmp_path / "d.tsv", rows[:1] + rows[2:])
+    splits = datasets.text_splits(_config(tmp_path, train, dev))
+    assert splits.label_names == ("negative", "positive")
+    assert splits.train.y.tolist() == [1, 0] and splits.eval.y.tolist() == [0]
+    assert f"the labels of {train} are names: negative=0, positive=1" in caplog.text
+    unseen = _write(tmp_path / "u.tsv", [("sentence", "label"), ("c", "mixed")])
+    with pytest.raises(checks.ConfigError, match=r"u.tsv:2: label 'mixed' is not one of"):
+        datasets.text_splits(_config(tmp_path, train, unseen))
+    three = _write(tmp_path / "three.tsv", NAMED)
+    with pytest.raises(checks.ConfigError) as error:
+        datasets.text_splits(_config(tmp_path, three, dev))
+    assert str(error.value) == (
+        f"{three} has 3 label names (negative,neutral,positive), num_classes=2; pass "
+        f"--num_classes=3 or --label_names naming each class in order."
+    )
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(label_names="neg,pos", num_classes=3),
+         "label_names='neg,pos' names 2 classes, num_classes=3; give one name per class"),
+        (dict(label_names="neg,pos", task_type="regression"),
+         r"--label_names names classes; a regression \(task_type=regression\) has none"),
+        (dict(label_names="neg,neg"), "label_names='neg,neg' must be distinct"),
+    ],
+)
+def test_bad_label_names_are_one_line(fields, message):
+    with pytest.raises(checks.ConfigError, match=message):
+        BertRunConfig(**fields)
+
+
+def test_label_names_set_the_number_of_classes():
+    assert BertRunConfig(label_names="negative,neutral,positive").num_classes == 3
+
+
+@pytest.mark.slow
+def test_bert_trains_on_named_labels_and_its_export_returns_the_names(tmp_path, tiny_hub):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    rows = [("sentence", "label")] + [
+        (f"{word} film {i}", "positive" if word == "great" else "negative")
+        for i in range(16) for word in ("great", "dull")
+    ]  # fmt: skip
+    train = _write(tmp_path / "train.tsv", rows)
+    summary = keras_tpu.fit("bert", BertRunConfig(
+        encoder_handle=tiny_hub["encoder"], vocab_file=tiny_hub["vocab"], train_file=train,
+        eval_file=train, seq_length=16, per_replica_batch_size=4, epochs=1, verbose=0,
+        learning_rate=1e-3, mixed_precision="fp32", cpu_replicas=CPU_REPLICAS,
+        model_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "export"),
+    ))  # fmt: skip
+    assert summary["class_names"] == ["negative", "positive"] and summary["test_examples"] == 32
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["class_names"] == [
+        "negative", "positive"
+    ]
+    loaded = tf.saved_model.load(str(tmp_path / "export"))
+    assert loaded.class_names().numpy().tolist() == [b"negative", b"positive"]
+    served = loaded.signatures["serving_default"](text=tf.constant(["great film", "dull film"]))
+    names = [("negative", "positive")[i] for i in served["class_ids"].numpy()]
+    assert [n.decode() for n in served["class_names"].numpy()] == names
