@@ -266,6 +266,7 @@ def test_train_bert_model_parallel_trains_and_exports_under_the_engine(tiny_expo
     config = _sharded_config(
         root, vocab, model_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "export"),
         eval_file=str(tmp_path / "dev.tsv"), metrics="accuracy,f1,matthews_correlation",
+        label_names="bad,good",  # The 0/1 labels named: the export returns the names too.
     )  # fmt: skip
     summary, backend = _fit_capturing_backend(config)
     assert isinstance(backend, mesh_backend.ShardedBackend)
@@ -298,7 +299,12 @@ def test_train_bert_model_parallel_trains_and_exports_under_the_engine(tiny_expo
         mesh_layout.to_numpy(model(mesh_loop.on_mesh(features, model_mesh(model))))
     ).numpy()
     serve = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"]
-    served = serve(text=texts)["probabilities"].numpy()
+    outputs = serve(text=texts)
+    served = outputs["probabilities"].numpy()
+    assert summary["class_names"] == ["bad", "good"]
+    assert outputs["class_names"].numpy().tolist() == [
+        [b"bad", b"good"][i] for i in outputs["class_ids"].numpy()
+    ]
     # The unsharded model: the gathered weights in models/bert's ordinary encoder.
     weights = mesh_layout.gather_weights(model)
     encoder_config, _ = mesh_export.load_native_encoder(str(tmp_path / "export" / "encoder"))

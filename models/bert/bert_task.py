@@ -143,14 +143,16 @@ def _check_memory(model_or_config, info, policy, config):
     )  # fmt: skip
 
 
-def _sharded(config, preprocessor, pair):
+def _sharded(config, preprocessor, pair, class_names=None):
     """Return the Task fields that split the weights over a mesh (model_parallel > 1)."""
     from keras_tpu.parallel import mesh  # pylint: disable=g-import-not-at-top
     from models.bert import mesh_classifier  # pylint: disable=g-import-not-at-top
     from models.bert import mesh_export  # pylint: disable=g-import-not-at-top
 
     encoder_config, encoder_weights = mesh_export.load_native_encoder(config.encoder_handle)
-    bert_spec = mesh_classifier.ShardedBert(encoder_config, encoder_weights, preprocessor, pair)
+    bert_spec = mesh_classifier.ShardedBert(
+        encoder_config, encoder_weights, preprocessor, pair, class_names
+    )
     return dict(
         backend=functools.partial(mesh.ShardedBackend, model=bert_spec),
         # The planner on the encoder's config: the mesh model's weights are DTensors.
@@ -184,7 +186,10 @@ def bert_task(config: BertRunConfig) -> keras_tpu.Task:
     splits = datasets.text_splits(config)
     preprocessor = datasets.bert_preprocessor(config)
     # model_parallel > 1: the weights split over a DTensor mesh (parallel.mesh.backend).
-    sharded = _sharded(config, preprocessor, splits.pair) if config.model_parallel > 1 else {}
+    sharded = (
+        _sharded(config, preprocessor, splits.pair, splits.label_names)
+        if config.model_parallel > 1 else {}
+    )  # fmt: skip
     metrics, monitor = _metrics(config, data.count_examples(splits.eval))
     if config.regression:
         build_model = lambda: bert.build_bert_regressor(  # noqa: E731

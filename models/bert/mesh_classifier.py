@@ -111,12 +111,14 @@ class ShardedBert:
       encoder_weights: {variable name: array} of the exported encoder.
       preprocessor: the text preprocessor (for the raw-string export).
       pair: the examples are sentence pairs (the export serves two strings).
+      class_names: each class's name, in label order (the export returns them too).
     """
 
     encoder_config: Any
     encoder_weights: dict
     preprocessor: Any
     pair: bool = False
+    class_names: tuple | None = None
 
     def build(self, layout_mesh, config):
         """Return the sharded classifier holding the encoder's weights (a fresh head)."""
@@ -136,4 +138,7 @@ class ShardedBert:
 
     def write_export(self, weights, directory):
         """Write the gathered `weights` as the TF Hub encoder and raw-string classifier."""
-        mesh_export.write_export(directory, weights, self.encoder_config, self.preprocessor, self.pair)
+        mesh_export.write_export(
+            directory, weights, self.encoder_config, self.preprocessor, self.pair,
+            self.class_names,
+        )  # fmt: skip

@@ -59,11 +59,12 @@ def load_native_encoder(handle):
     return config, {v.name: v.numpy() for v in loaded.variables}
 
 
-def write_export(directory, weights, encoder_config, preprocessor, pair=False):
+def write_export(directory, weights, encoder_config, preprocessor, pair=False, class_names=None):
     """Write the encoder at directory/encoder and the raw-string classifier at directory.
 
     `weights` are the mesh model's, gathered (`mesh.gather_weights`); the mesh backend
-    calls this inside its atomic save, so `directory` is a fresh temp directory.
+    calls this inside its atomic save, so `directory` is a fresh temp directory. With
+    `class_names`, the classifier returns them beside the class ids (as `export_bert`).
     """
     encoder_dir = os.path.join(directory, ENCODER_SUBDIR)
     encoder = bert.build_bert_encoder(encoder_config)
@@ -80,8 +81,9 @@ def write_export(directory, weights, encoder_config, preprocessor, pair=False):
     # subdirectory (the encoder beside it survives) whose entries then move up.
     scratch = os.path.join(directory, _CLASSIFIER_SCRATCH)
     bert.export_bert(
-        classifier, preprocessor, scratch, None, pair=pair, regression=False, overwrite=True
-    )
+        classifier, preprocessor, scratch, None, pair=pair, regression=False, overwrite=True,
+        class_names=class_names,
+    )  # fmt: skip
     for entry in os.listdir(scratch):
         os.rename(os.path.join(scratch, entry), os.path.join(directory, entry))
     os.rmdir(scratch)
