@@ -134,10 +134,15 @@ def test_folder_mistakes_are_one_line(folder, tmp_path, make, message):
         make(root, tmp_path)
 
 
-def test_a_validation_folder_with_a_class_training_lacks_is_refused(folder, tmp_path):
+def test_a_validation_folder_is_labelled_by_the_training_classes_and_a_new_class_refused(folder, tmp_path):
     root, _ = folder
     validation = str(tmp_path / "validation")
     write_image_folder(validation, per_class=2, offset=10)
+    import shutil  # pylint: disable=g-import-not-at-top
+    shutil.rmtree(os.path.join(validation, "eight"))  # Some of the classes: labelled as trained.
+    _, held_out = data.image_folder_sources(root, 8, validation_dir=validation, channels=1)
+    assert held_out.class_names == CLASSES and held_out.num_examples == 4
+    assert [int(y) for _, y in held_out.open_shard(1, 0, False).as_numpy_iterator()] == [1, 1, 2, 2]
     os.makedirs(os.path.join(validation, "seven"))
     with pytest.raises(checks.ConfigError, match=r"class folder\(s\) \['seven'\]"):
         data.image_folder_sources(root, 8, validation_dir=validation)
