@@ -93,6 +93,24 @@ def test_decoded_images_are_the_files_pixels_with_their_labels(folder):
     assert rgb.open_shard(1, 0, False).element_spec[0].shape == (16, 12, 3)
 
 
+def test_every_image_format_decodes_to_the_asked_channels(tmp_path):
+    from PIL import Image  # pylint: disable=g-import-not-at-top
+
+    pixels = np.random.default_rng(0).integers(0, 256, (5, 6, 3)).astype(np.uint8)
+    for folder, formats in (("a", ("BMP", "GIF")), ("b", ("JPEG", "PNG"))):
+        os.makedirs(tmp_path / folder)
+        for fmt in formats:
+            Image.fromarray(pixels).save(tmp_path / folder / f"x.{fmt.lower()}", format=fmt)
+    (tmp_path / "b" / "gray.png").write_bytes(tf.io.encode_png(pixels[..., :1]).numpy())
+    for channels in (1, 3):
+        source, _ = data.image_folder_sources(str(tmp_path), (5, 6), channels=channels)
+        images = [x for x, _ in source.open_shard(1, 0, False).as_numpy_iterator()]
+        assert len(images) == 5 and {x.shape for x in images} == {(5, 6, channels)}
+    gray, _ = data.image_folder_sources(str(tmp_path), (5, 6), channels=1)
+    third = list(gray.open_shard(1, 0, False).as_numpy_iterator())[2][0]  # b/gray.png, sorted.
+    np.testing.assert_allclose(third, pixels[..., :1] / 255.0, atol=1e-6)  # Kept as it is.
+
+
 def test_the_streamed_training_order_labels_by_folder_and_reads_each_file_once(folder):
     root, _ = folder
     train, _ = data.image_folder_sources(root, 8, validation_split=0.2, channels=1)

@@ -136,7 +136,15 @@ def image_files_source(files, image_size, *, channels=3, name=None):
     labels = tf.constant(list(files.labels), tf.int32)
 
     def decode(path, label):
-        image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
+        # BMP and GIF decode to 3 or 4 channels only: gray images are converted after.
+        raw = tf.io.read_file(path)
+        image = tf.io.decode_image(raw, channels=3 if channels == 3 else 0, expand_animations=False)
+        if channels == 1:
+            image = tf.cond(
+                tf.shape(image)[-1] >= 3,
+                lambda: tf.image.rgb_to_grayscale(image[..., :3]),
+                lambda: image[..., :1],  # Gray, or gray and alpha.
+            )  # fmt: skip
         image = tf.image.resize(tf.cast(image, tf.float32) / 255.0, (height, width))
         return tf.ensure_shape(image, (height, width, channels)), label
 
