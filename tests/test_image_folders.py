@@ -177,7 +177,7 @@ def test_a_validation_folder_is_labelled_by_the_training_classes_and_a_new_class
     ],
 )  # fmt: skip
 def test_cnn_image_folder_flags_are_checked_when_the_config_is_made(fields, message):
-    from keras_tpu.tasks import CNNConfig  # pylint: disable=g-import-not-at-top
+    from models import CNNConfig  # pylint: disable=g-import-not-at-top
 
     with pytest.raises(checks.ConfigError, match=message):
         CNNConfig(**fields)

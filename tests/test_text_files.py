@@ -13,8 +13,8 @@ import pytest
 import keras_tpu
 from keras_tpu import checks
 from keras_tpu.data import text_sources
-from keras_tpu.tasks import datasets
-from keras_tpu.tasks.bert import BertRunConfig
+from models import datasets
+from models import BertRunConfig
 from tests.conftest import CPU_REPLICAS
 
 SENTENCE = text_sources.TextColumns(("sentence",))
