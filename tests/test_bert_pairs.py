@@ -45,7 +45,7 @@ def test_flags_win_over_glue_defaults():
         (dict(metrics="accuracy,pearson"), "metric 'pearson' needs a real-valued score"),
         (dict(task_type="regression", metrics="f1"), "metric 'f1' needs classes"),
         (dict(task_type="regression", model_parallel=2), "model_parallel=2 trains classifiers on"),
-        (dict(text_keys="a,b,c"), "BERT takes one (a sentence) or two (a pair)"),
+        (dict(text_keys="a,b,c"), "a text example takes one (a sentence) or two (a pair)"),
     ],
 )
 def test_bad_shapes_are_one_line(fields, message):

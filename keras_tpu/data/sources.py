@@ -199,8 +199,8 @@ def _csv_error(path, line_num, error, delimiter):
         return (
             f"{path}:{line_num}: a field is longer than {csv.field_size_limit():,} characters, "
             f"the csv module's limit. The file is probably damaged there (a missing line "
-            f"break{quote}); fix or drop that line, or shorten the text: BERT reads only "
-            f"seq_length tokens of it."
+            f"break{quote}); fix or drop that line, or shorten the text (a text model "
+            f"reads only its sequence length of it)."
         )
     return f"{path}:{line_num}: {error}."
 

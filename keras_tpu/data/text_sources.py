@@ -1,7 +1,7 @@
 """Text examples of one sentence or a sentence pair, with class or real-valued labels.
 
 A pair is one string feature of shape [2] per example (a batch is [batch, 2]),
-which `text.BertPreprocessor.preprocess` packs as `[CLS] a [SEP] b [SEP]`; a
+which a text model's preprocessing packs (BERT's: `[CLS] a [SEP] b [SEP]`); a
 single sentence is a scalar string, as `sources.load_tsv` gives.
 
     pairs = text_sources.load_text_tsv("dev.tsv", TextColumns(("sentence1", "sentence2")))
@@ -39,8 +39,8 @@ class TextColumns:
     def __post_init__(self):
         if len(self.text) not in (1, 2) or not all(self.text):
             raise checks.ConfigError(
-                f"text_keys={','.join(self.text)!r} names {len(self.text)} columns; BERT takes "
-                f"one (a sentence) or two (a pair), e.g. --text_keys=sentence1,sentence2."
+                f"text_keys={','.join(self.text)!r} names {len(self.text)} columns; a text example "
+                f"takes one (a sentence) or two (a pair), e.g. --text_keys=sentence1,sentence2."
             )
 
         if self.file_columns is not None:
