@@ -38,6 +38,7 @@ from keras_tpu.engine import class_weights
 from keras_tpu.engine import config_yaml
 from keras_tpu.engine import data_checks
 from keras_tpu.engine import early_stopping
+from keras_tpu.engine import final_evaluation
 from keras_tpu.engine import saved_model_export
 from keras_tpu.engine import instances
 from keras_tpu.engine import leftovers
@@ -361,7 +362,7 @@ class _Run:
         self.preemption.enter("evaluating")
         checksum = self.backend.weights_checksum()  # Of the final weights, whatever is exported.
         weights = self._load_exported_weights()
-        test = self._final_evaluation(trained, weights, checksum)
+        test = final_evaluation.evaluate(self, trained, weights, checksum)
         if config.export_dir:
             self.preemption.enter("exporting")
             with output_paths.exporting_run(config.model_dir):
@@ -377,34 +378,6 @@ class _Run:
         if self.callbacks.backup:  # Only now: a failed export leaves the backup for the rerun.
             self.callbacks.backup.finish()
         return summary.to_dict()
-
-    def _final_evaluation(self, trained, weights, checksum):
-        """Return the exact evaluation of the weights exported: the last epoch's, if the same.
-
-        The last epoch's evaluation already covered every example once with the final
-        weights when training ended at that epoch's end (its history holds it, restored
-        from the backup on a resume); a second full pass would give the same numbers.
-        A callback with `final_results(model, last_logs)` adds its own splits' results
-        (`last_logs`: that epoch's val_ logs when they are of these weights, else None).
-        """
-        if not self.shape.has_eval:
-            return {}
-        history = trained.history
-        epochs = len(history.get("val_loss", ()))
-        same_weights = weights == "final" or self.backend.weights_checksum() == checksum
-        last = None  # The last epoch's val_ logs, when they are of these weights.
-        if same_weights and epochs and trained.final_step == epochs * self.shape.steps_per_epoch:
-            last = {k: v[-1] for k, v in history.items() if k.startswith("val_")}
-        test = self.backend.evaluation_from_logs(last) if last else None
-        if test is not None:
-            log.info("keras_tpu: the final evaluation is epoch %d's (the same weights)", epochs)
-        else:
-            test = self.backend.evaluate()
-        # More evaluation splits (a callback's `final_results`, e.g. MNLI's mismatched dev set).
-        for callback in self.callbacks.all:
-            if hasattr(callback, "final_results"):
-                test.update(callback.final_results(self.model, last))
-        return test
 
     def _load_exported_weights(self):
         """Load the best weights if the config exports them; return "final" or "best"."""
