@@ -103,7 +103,7 @@ def test_a_run_killed_before_its_final_evaluation_concludes_identically(tmp_path
 
 def test_more_evaluation_splits_reach_the_summarys_test(tmp_path):
     """MNLI's mismatched dev set, as tasks/bert.py reports it: in summary["test"], exact."""
-    from keras_tpu.tasks import extra_eval  # pylint: disable=g-import-not-at-top
+    from models.bert import extra_eval  # pylint: disable=g-import-not-at-top
 
     other = (X[29:], Y[29:])  # 19 examples: padded too.
     built = []
