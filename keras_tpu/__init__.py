@@ -51,7 +51,10 @@ from keras_tpu.engine.summary import RunSummary  # noqa: E402
 from keras_tpu.engine.task import Task  # noqa: E402
 from keras_tpu.engine.compiling import choose_precision  # noqa: E402
 from keras_tpu.engine.compiling import compile_model  # noqa: E402
-from keras_tpu.engine.compiling import evaluate  # noqa: E402
+from keras_tpu.engine.inference import Evaluation  # noqa: E402
+from keras_tpu.engine.inference import Predictions  # noqa: E402
+from keras_tpu.engine.inference import evaluate  # noqa: E402
+from keras_tpu.engine.inference import predict  # noqa: E402
 from keras_tpu.engine.compiling import set_precision  # noqa: E402
 from keras_tpu.engine.saved_model_export import export_model  # noqa: E402
 from keras_tpu.engine.trainer import CONFIG_ERRORS  # noqa: E402
@@ -62,6 +65,8 @@ __version__ = "0.1.0"
 __all__ = [
     "CONFIG_ERRORS",
     "ConfigError",
+    "Evaluation",
+    "Predictions",
     "RunConfig",
     "RunStopped",
     "RunSummary",
@@ -71,6 +76,7 @@ __all__ = [
     "evaluate",
     "export_model",
     "fit",
+    "predict",
     "set_precision",
     "register_task",
     "strategy_for",

@@ -13,8 +13,8 @@ import pytest
 import keras_tpu
 from keras_tpu import checks
 from keras_tpu import keras
-from keras_tpu.engine import backend
 from keras_tpu.engine import early_stopping
+from keras_tpu.engine import final_evaluation
 from tests.conftest import without_timing
 from tests.test_run_records import _killed
 from tests.test_run_records import _run
@@ -65,7 +65,8 @@ def test_a_run_stopped_early_and_killed_resumes_to_the_same_stop(tmp_path, monke
     with pytest.raises(KeyboardInterrupt):
         _run(run, stop=(15, "kill"), early_stopping_patience=1)  # Backed up at 14: wait 0.
     with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
-        patch.setattr(backend.KerasBackend, "evaluate", _killed)  # After the stop.
+        # After the stop, in the final evaluation (the last epoch's: nothing is evaluated again).
+        patch.setattr(final_evaluation, "evaluate", _killed)
         _run(run, early_stopping_patience=1)
     caplog.clear()
     resumed, seen = _run(run, early_stopping_patience=1)

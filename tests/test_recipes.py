@@ -348,10 +348,13 @@ def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
     # 37 examples over a global batch of 16: the last batch is padded, every example counted.
     assert {r["test_examples"] for r in runs.values()} == {37}
     assert set(mrpc["test"]) == {"loss", "accuracy", "f1"} and mrpc["monitor"] == "val_f1"
-    assert mnli["config"]["num_classes"] == 3 and set(mnli["test"]) == {"loss", "accuracy"}
-    # Both MNLI dev sets: matched is the run's evaluation, mismatched is reported beside it.
+    assert mnli["config"]["num_classes"] == 3
+    # Both MNLI dev sets: matched is the run's evaluation, mismatched is reported beside it,
+    # in the history and in summary["test"] (the last epoch's: the same weights).
+    assert set(mnli["test"]) == {"loss", "accuracy", "mismatched_loss", "mismatched_accuracy"}
     reported = {"val_accuracy", "val_mismatched_accuracy", "val_mismatched_loss"}
     assert reported <= set(mnli["history"])
+    assert mnli["test"]["mismatched_accuracy"] == mnli["history"]["val_mismatched_accuracy"][-1]
     assert set(stsb["test"]) == {"loss", "pearson", "spearman"}
     assert stsb["monitor"] == "val_spearman"
     assert stsb["parameters"] == mrpc["parameters"] - 128 - 1  # A 1-unit head instead of 2.

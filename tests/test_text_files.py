@@ -152,3 +152,14 @@ def test_bert_trains_on_named_labels_and_its_export_returns_the_names(tmp_path, 
     served = loaded.signatures["serving_default"](text=tf.constant(["great film", "dull film"]))
     names = [("negative", "positive")[i] for i in served["class_ids"].numpy()]
     assert [n.decode() for n in served["class_names"].numpy()] == names
+
+
+def test_inputs_to_evaluate_take_the_runs_label_names(tmp_path):
+    """predict.py --mode=evaluate reads a labelled file whose labels are the run's names."""
+    path = _write(tmp_path / "dev.tsv", NAMED)
+    split = text_sources.load_text_inputs(path, ("sentence",), label_key="label",
+                                          label_names=("negative", "neutral", "positive"))  # fmt: skip
+    assert split.x.tolist() == [row[0] for row in NAMED[1:]]
+    assert split.y.tolist() == [2, 0, 2, 1]
+    with pytest.raises(checks.ConfigError, match=r"dev.tsv:2: label 'positive' is not an integer"):
+        text_sources.load_text_inputs(path, ("sentence",), label_key="label")

@@ -270,3 +270,51 @@ def tfds_text_source(name, split, columns, *, data_dir=None, regression=False):
         base, open_shard=open_shard, num_classes=None if regression else base.num_classes,
         class_names=None if regression else base.class_names,
     )  # fmt: skip
+
+
+def load_text_inputs(path, text_keys, *, label_key=None, regression=False, label_names=None):
+    """Read sentences or pairs to predict or evaluate on: a .tsv (as training reads it) or .csv.
+
+    Args:
+      path: a file with a header row. A .tsv is read as `load_text_tsv` reads it (quotes
+        are plain text, GLUE's layout); a .csv with standard CSV quoting.
+      text_keys: the text column names (one, or two for a pair).
+      label_key: the label column, read as the labels; None: the file needs none
+        (labels 0, for predicting).
+      regression: float32 labels instead of int32 classes.
+      label_names: the classes' names: a label may be a name (its index) or a class id.
+
+    Returns:
+      ArraySplit: x [n] or [n, 2] strings, y the labels (zeros without `label_key`).
+    """
+    if not os.path.isfile(path):
+        raise checks.MissingFileError(f"input file {path} does not exist.")
+    csv_file = path.endswith(".csv")
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = (csv.reader(f) if csv_file
+                  else csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))  # fmt: skip
+        header = next(reader, None) or []
+        for column in (*text_keys, *([label_key] if label_key else [])):
+            if column not in header:
+                raise checks.ConfigError(
+                    f"{path}:1: header {header} has no column {column!r}; name the text "
+                    f"columns with --text_keys and the label with --label_key."
+                )
+        at = [header.index(c) for c in text_keys]
+        texts, labels = [], []
+        for row in reader:
+            if len(row) != len(header):
+                raise checks.ConfigError(
+                    f"{path}:{reader.line_num}: {len(row)} fields, the header has {len(header)}."
+                )
+            texts.append([row[i] for i in at])
+            if label_key:
+                labels.append(_label(row[header.index(label_key)], f"{path}:{reader.line_num}",
+                                     regression, None, label_names))  # fmt: skip
+    if not texts:
+        raise checks.ConfigError(f"{path} has a header but no examples.")
+    x = np.array(texts, dtype=object)
+    y = np.array(labels, np.float32 if regression else np.int32) if label_key else np.zeros(
+        len(texts), np.int32
+    )
+    return sources.ArraySplit(x[:, 0] if len(text_keys) == 1 else x, y)

@@ -87,6 +87,13 @@ class Backend:
         """Return {"loss", metric..., "examples"} over every evaluation example once."""
         raise NotImplementedError
 
+    def evaluation_from_logs(self, logs):
+        """Return what `evaluate` would from an epoch's val_ logs on the same weights, or None.
+
+        None (the default) when the backend cannot say; the trainer then evaluates again.
+        """
+        return None
+
     def validation_logs(self):
         """Return the val_ logs of an epoch's end, as the training loop computes them.
 
@@ -166,6 +173,15 @@ class KerasBackend(Backend):
 
     def evaluate(self):
         return compiling.evaluate(self.model, self.inputs.eval)
+
+    def evaluation_from_logs(self, logs):
+        # fit validates with model.evaluate on the same data, steps and compiled metrics as
+        # compiling.evaluate, and ExactValidationLoss puts the same exact loss in val_loss;
+        # only the compiled metrics' names are read (not extra ones, e.g. MNLI's mismatched).
+        names = compiling.evaluation_names(self.model)
+        if not names or any(f"val_{n}" not in logs for n in names):
+            return None
+        return {**{n: float(logs[f"val_{n}"]) for n in names}, "examples": self.inputs.eval.examples}
 
     def validation_logs(self):
         eval_data = self.inputs.eval  # As model.fit validates: the same data, steps and metrics.

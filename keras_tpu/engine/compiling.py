@@ -267,6 +267,18 @@ def evaluate(model, eval_data):
     return results
 
 
+def evaluation_names(model):
+    """Return the keys `evaluate` gives for a model compiled by compile_model (not "examples").
+
+    Read from what compile was given, so also before any step has built the metrics
+    (a resumed run that trains no more). None for several outputs (per-output names).
+    """
+    if len(getattr(model, "output_names", None) or ()) > 1:
+        return None
+    names = [str(n) for n in _compiled_metric_names(model) if str(n) != WEIGHTED_LOSS]
+    return ["loss", *names]
+
+
 def _compiled_metric_names(model):
     container = getattr(model, "compiled_metrics", None)
     if container is None:

@@ -119,12 +119,32 @@ def check_identity(model_dir, identity, *, overwrite, backup_dir):
             )
             raise RunDirError(
                 f"model_dir {model_dir} holds another run ({shown}); resuming it would mix "
-                f"the two. Use another --model_dir, or pass --overwrite to start over there."
+                f"the two. " + (_FINISHED_FIX.format(model_dir=model_dir) if _finished(model_dir)
+                                else "") + "Use another --model_dir, or pass --overwrite "
+                f"to start over there."
             )
     if overwrite and tf.io.gfile.exists(backup_dir):
         log.warning("keras_tpu: --overwrite: deleting the backups in %s", backup_dir)
         tf.io.gfile.rmtree(backup_dir)
     output_paths.write_file(path, identity.to_json())  # Torn, it would refuse every rerun.
+
+
+# A finished run asked to evaluate on other data: scoring it needs no training.
+_FINISHED_FIX = (
+    "That run finished: to score it on other data without training again, run "
+    "scripts/predict.py --model_dir={model_dir} --mode=evaluate --input_file=FILE (or "
+    "keras_tpu.evaluate(data, model_dir=...)). To train again: "
+)
+
+
+def _finished(model_dir):
+    """True if model_dir's summary.json says the run finished (status "ok")."""
+    path = os.path.join(model_dir, "summary.json")  # summary.py's SUMMARY_FILE (it imports us).
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            return json.load(f).get("status") == "ok"
+    except (tf.errors.OpError, ValueError):
+        return False
 
 
 def pid_alive(pid):

@@ -38,6 +38,7 @@ from keras_tpu.engine import class_weights
 from keras_tpu.engine import config_yaml
 from keras_tpu.engine import data_checks
 from keras_tpu.engine import early_stopping
+from keras_tpu.engine import final_evaluation
 from keras_tpu.engine import saved_model_export
 from keras_tpu.engine import instances
 from keras_tpu.engine import leftovers
@@ -361,7 +362,7 @@ class _Run:
         self.preemption.enter("evaluating")
         checksum = self.backend.weights_checksum()  # Of the final weights, whatever is exported.
         weights = self._load_exported_weights()
-        test = self.backend.evaluate() if self.shape.has_eval else {}
+        test = final_evaluation.evaluate(self, trained, weights, checksum)
         if config.export_dir:
             self.preemption.enter("exporting")
             with output_paths.exporting_run(config.model_dir):

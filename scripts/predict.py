@@ -1,0 +1,206 @@
+"""Predict with, or evaluate, a finished run or an export on new sentences (or pairs).
+
+One row per input, in input order, batched per replica under the run's strategy:
+  python scripts/predict.py --model_dir=/tmp/bert_run --input_file=new.tsv \
+    --output_file=/tmp/predictions.tsv          # or .jsonl
+Exact metrics on a labelled file, with the run's own metrics (GLUE's included); the report
+goes to <model_dir>/evaluations/<name>.json, the run's own records are not touched:
+  python scripts/predict.py --model_dir=/tmp/bert_run --mode=evaluate --input_file=dev2.tsv
+An export alone (its serving signature: one text column, or a pair as text_a/text_b):
+  python scripts/predict.py --export_dir=/tmp/bert_run/export --input_file=new.csv \
+    --text_keys=sentence1,sentence2 --output_file=/tmp/p.jsonl
+A tfds split, with the run's text features: --tfds_split=glue/mrpc:validation.
+The text columns, label column and task type default to the run's.
+"""
+
+import dataclasses
+import json
+import os
+import re
+import time
+
+from absl import app
+
+# flag_utils first: it sets how loud TensorFlow is before TensorFlow loads.
+if __package__:  # python -m scripts.predict
+    from scripts import flag_utils
+else:  # python scripts/predict.py
+    import flag_utils
+import keras_tpu  # noqa: E402
+from keras_tpu import checks  # noqa: E402
+from keras_tpu.data import text_sources  # noqa: E402
+from keras_tpu.engine import inference  # noqa: E402
+from keras_tpu.engine import summary as summary_lib  # noqa: E402
+
+MODES = ("predict", "evaluate")
+
+
+@dataclasses.dataclass
+class PredictConfig:
+    """What to load, what to run it on and where the rows or the report go."""
+
+    model_dir: str | None = None
+    export_dir: str | None = None
+    mode: str = "predict"
+    input_file: str | None = None
+    tfds_split: str | None = None
+    text_keys: str | None = None
+    label_key: str | None = None
+    output_file: str | None = None
+    report_file: str | None = None
+    class_names: str | None = None
+    weights: str = "auto"
+    per_replica_batch_size: int | None = None
+    tpu: str | None = None
+    strategy: str | None = None
+    cpu_replicas: int | None = None
+    progress_seconds: float = 30.0
+
+    def __post_init__(self):
+        checks.one_of("mode", self.mode, MODES)
+        if bool(self.model_dir) == bool(self.export_dir):
+            raise checks.ConfigError("pass --model_dir (a finished run) or --export_dir, one.")
+        if bool(self.input_file) == bool(self.tfds_split):
+            raise checks.ConfigError("pass --input_file (.tsv or .csv) or --tfds_split, one.")
+        if self.output_file and not self.output_file.endswith((".tsv", ".jsonl")):
+            raise checks.ConfigError(f"--output_file={self.output_file}: end it .tsv or .jsonl.")
+        if self.tfds_split and not self.model_dir:
+            raise checks.ConfigError("--tfds_split reads the run's text features: add --model_dir.")
+
+
+flag_utils.define_flags(PredictConfig, {
+    "model_dir": "A finished run: its export, else its best weights, on its strategy.",
+    "export_dir": "Or an export alone (run on the inputs its serving signature takes).",
+    "mode": "predict: one row per input; evaluate: exact metrics on labelled inputs.",
+    "input_file": "TSV (as training reads it) or CSV (standard quoting) with a header row.",
+    "tfds_split": "Or a tfds split, 'name:split' (e.g. glue/mrpc:validation); with --model_dir.",
+    "text_keys": "Text columns: 'sentence' or a pair 'sentence1,sentence2' (default: the run's).",
+    "label_key": "Label column (default: the run's); --mode=evaluate needs it.",
+    "output_file": "Write one row per input: .tsv or .jsonl (id, class, name, probabilities; "
+    "or score).",
+    "report_file": "--mode=evaluate: the JSON report (default: <model_dir>/evaluations/"
+    "<input name>.json).",
+    "class_names": "Names of the classes, comma-separated, in class order (tfds: its own).",
+    "weights": "auto (the run's export, else best/), export or best.",
+    "per_replica_batch_size": "Batch per replica (default: the run's, else 32).",
+    "tpu": flag_utils.RUN_HELP["tpu"] + " Default: the run's.",
+    "strategy": flag_utils.RUN_HELP["strategy"] + " Default: the run's.",
+    "cpu_replicas": flag_utils.RUN_HELP["cpu_replicas"] + " Default: the run's.",
+    "progress_seconds": "A progress line at most this often (seconds).",
+})
+
+
+def _strategy(config):
+    """Return the strategy the flags ask for, or None to use the run's (or the default)."""
+    if config.tpu is None and config.strategy is None and config.cpu_replicas is None:
+        return None
+    return keras_tpu.resolve_strategy(tpu=config.tpu, strategy=config.strategy or "auto",
+                                      cpu_replicas=config.cpu_replicas or 0)  # fmt: skip
+
+
+def _inputs(config, run):
+    """Return (data, name, class_names) for the flags, in the form the model takes."""
+    text_keys = tuple((config.text_keys or run.get("text_keys") or "sentence").split(","))
+    label_key = config.label_key or run.get("label_key", "label")
+    regression = run.get("task_type") == "regression"
+    names = tuple(config.class_names.split(",")) if config.class_names else None
+    names = names or (tuple(run["class_names"]) if run.get("class_names") else None)
+    if config.tfds_split:
+        name, _, split = config.tfds_split.partition(":")
+        columns = text_sources.TextColumns(text_keys, label_key)
+        source = text_sources.tfds_text_source(name, split, columns, data_dir=run.get("data_dir"),
+                                               regression=regression)  # fmt: skip
+        return source, re.sub(r"\W+", "_", config.tfds_split), names or _tfds_names(name, label_key)
+    labelled = config.mode == "evaluate"
+    split = text_sources.load_text_inputs(config.input_file, text_keys,
+                                          label_key=label_key if labelled else None,
+                                          regression=regression, label_names=names)  # fmt: skip
+    x = split.x
+    if config.export_dir and len(text_keys) == 2:  # The pair export's inputs (text_export.py).
+        x = {"text_a": x[:, 0], "text_b": x[:, 1]}
+    name = os.path.splitext(os.path.basename(config.input_file))[0]
+    return (x, split.y), name, names
+
+
+def _tfds_names(name, label_key):
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+    feature = tfds.builder(name).info.features[label_key]
+    return tuple(getattr(feature, "names", None) or ()) or None
+
+
+class _Progress:
+    """Print a progress line at most every `seconds`, and the last one."""
+
+    def __init__(self, verb, seconds):
+        self.verb, self.seconds = verb, seconds
+        self.start = self.last = time.perf_counter()
+
+    def __call__(self, done, total):
+        now = time.perf_counter()
+        if done < total and now - self.last < self.seconds:
+            return
+        self.last = now
+        rate = done / (now - self.start) if now > self.start else 0.0
+        print(f"{self.verb}: {done:,}/{total:,} examples, {rate:,.1f} examples/s", flush=True)
+
+
+def _write_rows(path, predictions):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    rows = predictions.rows()
+    with open(path, "w", encoding="utf-8") as f:
+        if path.endswith(".jsonl"):
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+            return
+        columns = [k for k in rows[0] if k != "probabilities"]
+        classes = len(rows[0].get("probabilities", ()))
+        f.write("\t".join(columns + [f"probability_{c}" for c in range(classes)]) + "\n")
+        for row in rows:
+            values = [str(row[k]) for k in columns] + [repr(p) for p in row.get("probabilities", ())]
+            f.write("\t".join(values) + "\n")
+
+
+def _report_path(config, name):
+    if config.report_file:
+        return config.report_file
+    beside = config.model_dir or os.path.dirname(os.path.abspath(config.export_dir))
+    return os.path.join(beside, "evaluations", f"{name}.json")
+
+
+def run(config):
+    """Predict or evaluate as the flags say; print progress, throughput and where rows went."""
+    summary = (summary_lib.read(config.model_dir) or {}) if config.model_dir else {}
+    run_config = dict(summary.get("config", {}))
+    # The run's class names (given, or a training file's sorted label names): the rows name
+    # the classes, and a labelled file may hold names instead of ids.
+    run_config.setdefault("class_names", summary.get("class_names"))
+    loaded = inference.load(
+        config.model_dir, config.export_dir, strategy=_strategy(config),
+        per_replica_batch=config.per_replica_batch_size, weights=config.weights,
+    )  # fmt: skip
+    data, name, class_names = _inputs(config, run_config)
+    progress = _Progress(config.mode, config.progress_seconds)
+    if config.mode == "evaluate":
+        report = keras_tpu.evaluate(data, loaded=loaded, name=name, on_batch=progress)
+        predictions = report.predictions
+        path = report.write(_report_path(config, name))
+        scores = ", ".join(f"{k} {v:.4f}" for k, v in report.metrics.items())
+        print(f"eval {scores} on {report.examples} examples ({predictions.model}); report: {path}")
+    else:
+        predictions = keras_tpu.predict(data, loaded=loaded, class_names=class_names,
+                                        on_batch=progress)  # fmt: skip
+    if config.output_file:
+        _write_rows(config.output_file, dataclasses.replace(predictions, class_names=class_names))
+    print(f"{config.mode}: {predictions.examples} examples in {predictions.seconds:.2f} s, "
+          f"{predictions.examples_per_second:.1f} examples/s"
+          + (f"; rows: {config.output_file}" if config.output_file else ""))  # fmt: skip
+
+
+def main(argv):
+    del argv
+    config = flag_utils.config_from_flags(PredictConfig)
+    flag_utils.run_or_explain(run, config)
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=flag_utils.parse_flags)

@@ -1,0 +1,213 @@
+"""After training: keras_tpu.predict and keras_tpu.evaluate on a finished run or its export.
+
+Runs on the session's 4 logical CPU replicas with splits that do not fill the last
+global batch, so the padding, the order of the replicas' rows and the metrics' exactness
+(against NumPy and scikit-learn) are all exercised.
+"""
+
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+from sklearn import metrics as sk_metrics
+
+import keras_tpu
+from keras_tpu import keras
+from keras_tpu.engine import batched_outputs
+from tests.conftest import CPU_REPLICAS
+
+RNG = np.random.default_rng(7)
+X = RNG.random((40, 3), dtype=np.float32)
+Y = (X @ np.array([1.0, -2.0, 1.5]) > 0.2).astype(np.int32) + (X[:, 0] > 0.7)  # 3 classes.
+DEV_X, DEV_Y = X[:37], Y[:37]  # 37 = 4 global batches of 8, the last with 3 real examples.
+BUILT = []  # The in-memory models the runs trained, to compare with.
+
+
+def _classifier():
+    BUILT.append(keras.Sequential([keras.layers.Dense(8, activation="relu", input_shape=(3,)),
+                                   keras.layers.Dense(3)]))  # fmt: skip
+    return BUILT[-1]
+
+
+@keras_tpu.register_task("inference_test_classifier")
+def _classifier_task(config: keras_tpu.RunConfig) -> keras_tpu.Task:
+    return keras_tpu.Task(
+        build_model=_classifier, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"], train_data=(X, Y), eval_data=(DEV_X, DEV_Y), monitor="val_accuracy",
+        mode="max",
+    )  # fmt: skip
+
+
+@keras_tpu.register_task("inference_test_regressor")
+def _regressor_task(config: keras_tpu.RunConfig) -> keras_tpu.Task:
+    return keras_tpu.Task(
+        build_model=lambda: keras.Sequential([keras.layers.Dense(1, input_shape=(3,))]),
+        loss="mse", metrics=["mae"], train_data=(X, X.sum(1)), eval_data=(DEV_X, DEV_X.sum(1)),
+    )  # fmt: skip
+
+
+def _config(tmp_path, **fields):
+    return keras_tpu.RunConfig(**{**dict(
+        model_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "run" / "export"), epochs=2,
+        cpu_replicas=CPU_REPLICAS, per_replica_batch_size=2, mixed_precision="fp32", verbose=0,
+        tensorboard=False, learning_rate=0.05,
+    ), **fields})  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def classifier_run(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("classifier")
+    summary = keras_tpu.fit("inference_test_classifier", _config(tmp_path))
+    return summary, BUILT[-1], str(tmp_path / "run")
+
+
+def test_outputs_come_back_once_each_in_input_order(mirrored):
+    """37 examples on 4 replicas at 2 each: 5 steps, 3 padded rows dropped, order restored."""
+    features = {"a": np.arange(37, dtype=np.float32), "b": np.arange(37, dtype=np.float32) * 10}
+    out = batched_outputs.run(mirrored, lambda x: x["a"] + x["b"], (features, np.arange(37)), 2)
+    np.testing.assert_array_equal(out.outputs, np.arange(37) * 11)
+    np.testing.assert_array_equal(out.labels, np.arange(37))
+    assert out.examples == 37 and out.weights.tolist() == [1.0] * 37
+
+
+def test_evaluate_a_run_equals_its_summary_and_scikit_learn(classifier_run):
+    summary, model, model_dir = classifier_run
+    report = keras_tpu.evaluate((DEV_X, DEV_Y), model_dir=model_dir, name="dev")
+    p = report.predictions
+    # The export's (final) weights: the same as the in-memory model's outputs.
+    want = keras.activations.softmax(model(DEV_X)).numpy()
+    np.testing.assert_allclose(p.probabilities, want, rtol=1e-6, atol=1e-6)
+    assert p.class_ids.tolist() == want.argmax(1).tolist() and p.model.startswith("export ")
+    assert report.metrics["accuracy"] == pytest.approx(sk_metrics.accuracy_score(DEV_Y, p.class_ids), rel=1e-7)
+    assert report.metrics["accuracy"] == summary["test"]["accuracy"]
+    loss = sk_metrics.log_loss(DEV_Y, p.probabilities, labels=[0, 1, 2])
+    assert report.metrics["loss"] == pytest.approx(loss, rel=1e-5)
+    assert report.metrics["loss"] == pytest.approx(summary["test"]["loss"], rel=1e-5)
+    assert report.examples == 37 and report.to_dict()["data"] == "dev"
+
+
+def test_predict_by_export_alone_and_by_best_weights(classifier_run):
+    summary, _, model_dir = classifier_run
+    by_run = keras_tpu.predict(DEV_X, model_dir=model_dir, class_names=["lo", "mid", "hi"])
+    by_export = keras_tpu.predict(DEV_X, export_dir=f"{model_dir}/export")
+    np.testing.assert_allclose(by_export.probabilities, by_run.probabilities, rtol=1e-6, atol=1e-6)
+    rows = by_run.rows()
+    assert len(rows) == 37 and rows[5]["id"] == 5
+    assert rows[5]["class_name"] == ["lo", "mid", "hi"][rows[5]["class_id"]]
+    best = keras_tpu.evaluate((DEV_X, DEV_Y), model_dir=model_dir, weights="best")
+    assert best.predictions.model.startswith("best weights")
+    assert best.metrics["accuracy"] == summary["best"]["val_accuracy"]
+
+
+def test_evaluate_a_regression_run(tmp_path):
+    keras_tpu.fit("inference_test_regressor", _config(tmp_path))
+    report = keras_tpu.evaluate((DEV_X, DEV_X.sum(1)), model_dir=str(tmp_path / "run"))
+    scores = report.predictions.scores
+    assert scores.shape == (37,) and report.predictions.class_ids is None
+    assert report.metrics["mae"] == pytest.approx(np.abs(scores - DEV_X.sum(1)).mean(), rel=1e-6)
+    assert report.metrics["loss"] == pytest.approx(((scores - DEV_X.sum(1)) ** 2).mean(), rel=1e-6)
+    assert keras_tpu.predict(DEV_X, model_dir=str(tmp_path / "run")).rows()[0].keys() == {"id", "score"}
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(), "pass model_dir"),
+        (dict(model_dir="/nonexistent/run"), "holds no finished run"),
+        (dict(export_dir="/nonexistent/export"), "holds no SavedModel"),
+    ],
+)
+def test_what_to_load_is_one_line(kwargs, message):
+    with pytest.raises(keras_tpu.ConfigError, match=message):
+        keras_tpu.predict(DEV_X, **kwargs)
+
+
+def test_the_in_memory_form_is_unchanged(mirrored):
+    with mirrored.scope():
+        model = keras.Sequential([keras.layers.Dense(1, input_shape=(3,))])
+    keras_tpu.compile_model(model, mirrored, optimizer="sgd", loss="mse")
+    from keras_tpu import data  # pylint: disable=g-import-not-at-top
+
+    results = keras_tpu.evaluate(model, data.eval_dataset(mirrored, (DEV_X, DEV_X.sum(1)), 2))
+    assert isinstance(results, dict) and results["examples"] == 37
+    assert dataclasses.is_dataclass(keras_tpu.Evaluation)
+
+
+def test_a_finished_run_asked_for_other_data_points_to_evaluate(classifier_run):
+    _, _, model_dir = classifier_run
+    config = keras_tpu.RunConfig(model_dir=model_dir, cpu_replicas=CPU_REPLICAS,
+                                 per_replica_batch_size=2, learning_rate=0.01, verbose=0)
+    with pytest.raises(keras_tpu.ConfigError, match=r"That run finished: .*predict\.py "
+                       rf"--model_dir={model_dir} --mode=evaluate"):  # fmt: skip
+        keras_tpu.fit("inference_test_classifier", config)
+
+
+def _rows(path):
+    with open(path, encoding="utf-8") as f:
+        header, *rows = [line.rstrip("\n").split("\t") for line in f]
+    return [dict(zip(header, row)) for row in rows]
+
+
+@pytest.mark.slow  # ~2 min: a tiny BERT pair run, then predict.py twice and a refused rerun.
+def test_predict_script_on_a_bert_pair_run_equals_its_export_and_scikit_learn(tmp_path, tiny_hub):
+    import json  # pylint: disable=g-import-not-at-top
+    import os  # pylint: disable=g-import-not-at-top
+
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow_text  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+
+    from tests import sst2_pairs  # pylint: disable=g-import-not-at-top
+    from tests.conftest import SST2, run_script  # pylint: disable=g-import-not-at-top
+
+    rows = sst2_pairs.write_pairs(f"{SST2}/dev.tsv", str(tmp_path / "pairs.tsv"))
+    dev, new = tmp_path / "dev.tsv", tmp_path / "new.tsv"
+    dev.write_text("sentence1\tsentence2\tlabel\n" + "".join(f"{a}\t{b}\t{y}\n" for a, b, y in rows[:45]))
+    new.write_text("sentence1\tsentence2\n" + "".join(f"{a}\t{b}\n" for a, b, _ in rows[100:137]))
+    run_dir = tmp_path / "run"
+    trained = run_script(
+        "train_bert.py", f"--encoder_handle={tiny_hub['encoder']}",
+        f"--preprocess_handle={tiny_hub['preprocess']}", f"--train_file={tmp_path / 'pairs.tsv'}",
+        f"--eval_file={dev}", "--text_keys=sentence1,sentence2", "--seq_length=16",
+        "--per_replica_batch_size=4", "--epochs=1", "--steps_per_epoch=3", "--cpu_replicas=2",
+        f"--model_dir={run_dir}", f"--export_dir={run_dir / 'export'}", "--notensorboard",
+    )  # fmt: skip
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    records = {name: (run_dir / name).read_text() for name in ("summary.json", "run.json")}
+
+    predicted = run_script("predict.py", f"--model_dir={run_dir}", f"--input_file={new}",
+                           f"--output_file={tmp_path / 'p.tsv'}", "--class_names=neg,pos")  # fmt: skip
+    assert predicted.returncode == 0, predicted.stderr[-3000:]
+    assert re.search(r"predict: 37 examples in [\d.]+ s, [\d.]+ examples/s", predicted.stdout)
+    got = _rows(tmp_path / "p.tsv")
+    served = tf.saved_model.load(str(run_dir / "export")).signatures["serving_default"]
+    pairs = np.array([[a, b] for a, b, _ in rows[100:137]], dtype=object)
+    want = served(text_a=tf.constant(pairs[:, 0]), text_b=tf.constant(pairs[:, 1]))
+    assert [int(r["id"]) for r in got] == list(range(37))
+    assert [int(r["class_id"]) for r in got] == want["class_ids"].numpy().tolist()
+    assert [r["class_name"] for r in got] == [["neg", "pos"][c] for c in want["class_ids"].numpy()]
+    probabilities = np.array([[float(r["probability_0"]), float(r["probability_1"])] for r in got])
+    np.testing.assert_allclose(probabilities, want["probabilities"].numpy(), rtol=1e-5, atol=1e-6)
+
+    evaluated = run_script("predict.py", f"--model_dir={run_dir}", "--mode=evaluate",
+                           f"--input_file={dev}")  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    report = json.loads((run_dir / "evaluations" / "dev.json").read_text())
+    labels = np.array([y for _, _, y in rows[:45]])
+    dev_pairs = np.array([[a, b] for a, b, _ in rows[:45]], dtype=object)
+    p = served(text_a=tf.constant(dev_pairs[:, 0]), text_b=tf.constant(dev_pairs[:, 1]))
+    p = p["probabilities"].numpy()
+    assert report["examples"] == 45
+    assert report["metrics"]["accuracy"] == pytest.approx(
+        sk_metrics.accuracy_score(labels, p.argmax(1)), rel=1e-7)  # fmt: skip
+    assert report["metrics"]["loss"] == pytest.approx(sk_metrics.log_loss(labels, p), rel=1e-5)
+    summary = json.loads(records["summary.json"])  # The same dev file: the run's own figures.
+    assert report["metrics"]["accuracy"] == summary["test"]["accuracy"]
+    assert {name: (run_dir / name).read_text() for name in records} == records  # Untouched.
+
+    other = run_script(
+        "train_bert.py", f"--config_file={run_dir / 'config.yaml'}",
+        f"--eval_file={tmp_path / 'pairs.tsv'}",
+    )  # A new --eval_file on the finished run: refused, pointing to predict.py --mode=evaluate.
+    assert other.returncode == 2 and "predict.py" in other.stderr, other.stderr[-2000:]
+    assert os.listdir(run_dir / "evaluations") == ["dev.json"]
