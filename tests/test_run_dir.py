@@ -57,6 +57,26 @@ def test_another_run_in_the_directory_is_refused_until_overwrite(tmp_path):
     assert recorded["fields"]["dataset"] == "synthetic"
 
 
+def test_a_field_added_by_a_newer_keras_tpu_at_its_default_is_the_same_run(tmp_path):
+    """A run recorded before `image_size` existed resumes; one asking another size does not."""
+    base = models.CNNConfig()
+    recorded = json.loads(_identity(base).to_json())
+    del recorded["fields"]["image_size"]  # What an older keras_tpu wrote.
+    (tmp_path / run_dir.IDENTITY_FILE).write_text(json.dumps(recorded))
+    older = run_dir.RunIdentity.from_json(json.dumps(recorded))
+    assert _identity(base).differences(older) == []
+    assert run_dir.same_fields(str(tmp_path), base, global_batch=64)
+    run_dir.check_identity(str(tmp_path), _identity(base), overwrite=False,
+                           backup_dir=str(tmp_path / "backup"))  # fmt: skip
+    (tmp_path / run_dir.IDENTITY_FILE).write_text(json.dumps(recorded))
+    bigger = dataclasses.replace(base, image_size=96)
+    assert _identity(bigger).differences(older) == ["image_size"]
+    assert not run_dir.same_fields(str(tmp_path), bigger, global_batch=64)
+    with pytest.raises(run_dir.RunDirError, match=r"image_size None -> 96"):
+        run_dir.check_identity(str(tmp_path), _identity(bigger), overwrite=False,
+                               backup_dir=str(tmp_path / "backup"))  # fmt: skip
+
+
 def test_lock_refuses_a_live_holder_and_takes_over_a_dead_one(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     lock_path = tmp_path / run_dir.LOCK_FILE

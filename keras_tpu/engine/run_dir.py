@@ -49,12 +49,15 @@ class RunIdentity:
     fields: tuple  # ((name, value), ...), sorted by name.
     variables: tuple  # ((dtype, shape list), ...) in model order. Not names: Keras
     # numbers layer names per process (dense_1, dense_2), so a notebook's second run differs.
+    # The config's defaults ((name, value), ...), not recorded: a field a newer keras_tpu
+    # added is the same run when it holds its default (what the older run trained with).
+    defaults: tuple = dataclasses.field(default=(), compare=False)
 
     @classmethod
     def of(cls, config, *, global_batch, model):
         """Return the identity of `config` training `model` at `global_batch`."""
         variables = tuple((v.dtype.name, list(v.shape)) for v in model.weights)
-        return cls(identity_fields(config, global_batch), variables)
+        return cls(identity_fields(config, global_batch), variables, field_defaults(config))
 
     def to_json(self):
         return json.dumps(
@@ -71,8 +74,7 @@ class RunIdentity:
     def differences(self, other):
         """Return the names of what differs from `other`: fields, then "model variables"."""
         # A field recorded by an older keras_tpu that is no longer identity does not count.
-        mine, theirs = _identity_only(self.fields), _identity_only(other.fields)
-        names = [k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
+        names = _differing(self.fields, other.fields, dict(self.defaults))
         if [list(v) for v in self.variables] != [list(v) for v in other.variables]:
             names.append("model variables")
         return names
@@ -94,7 +96,35 @@ def same_fields(model_dir, config, *, global_batch):
         return False
     with tf.io.gfile.GFile(path) as f:
         recorded = RunIdentity.from_json(f.read())
-    return _identity_only(recorded.fields) == _identity_only(identity_fields(config, global_batch))
+    fields = identity_fields(config, global_batch)
+    return not _differing(fields, recorded.fields, dict(field_defaults(config)))
+
+
+def field_defaults(config):
+    """Return ((name, default), ...) of the config dataclass's fields that have one."""
+    defaults = {}
+    for f in dataclasses.fields(config):
+        if f.default is not dataclasses.MISSING:
+            defaults[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            defaults[f.name] = f.default_factory()
+    return tuple(sorted(defaults.items()))
+
+
+def _differing(fields, recorded, defaults):
+    """Return the sorted names whose values differ between `fields` and `recorded`.
+
+    A field recorded by an older keras_tpu that is no longer identity does not count,
+    nor one that a newer keras_tpu added and `fields` holds at its default.
+    """
+    mine, theirs = _identity_only(fields), _identity_only(recorded)
+    names = []
+    for k in sorted(set(mine) | set(theirs)):
+        if k in mine and k not in theirs and k in defaults and mine[k] == defaults[k]:
+            continue
+        if mine.get(k) != theirs.get(k):
+            names.append(k)
+    return names
 
 
 def _identity_only(fields):
