@@ -43,11 +43,9 @@ def tfrecord_source(pattern, parse_fn, num_examples=None, name=None, *, parses_b
         # Deterministic whatever the op-determinism setting: the same files in the same
         # order give the same examples in the same order, on every build of the pipeline
         # (an exact resume and a rerun need it). Both forms give the one order.
+        parallel = {"num_parallel_calls": tf.data.AUTOTUNE, "deterministic": True}
         return names.interleave(
-            tf.data.TFRecordDataset,
-            cycle_length=min(len(files), 8),
-            num_parallel_calls=tf.data.AUTOTUNE if remote else None,
-            deterministic=True,
+            tf.data.TFRecordDataset, cycle_length=min(len(files), 8), **(parallel if remote else {})
         )
 
     def open_files(names):
