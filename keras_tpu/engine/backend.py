@@ -19,6 +19,7 @@ from keras_tpu import checks
 from keras_tpu.engine import run_inputs
 from keras_tpu.engine import run_position
 from keras_tpu.engine import saved_model_export as export_lib
+from keras_tpu.engine import single_trace
 from keras_tpu.engine import summary as summary_lib
 from keras_tpu.engine import task as task_lib
 from keras_tpu.engine import compiling
@@ -159,9 +160,11 @@ class KerasBackend(Backend):
 
     def train(self, callbacks, position):
         eval_data = self.inputs.eval
+        train_data = self.inputs.train(position.step)  # Only now: it starts at the restored step.
+        single_trace.build_ahead(self.model, self.strategy, train_data.element_spec)
         with run_position.fit_starts_at(self.model, position):
             history = self.model.fit(
-                self.inputs.train(position.step),  # Only now: it starts at the restored step.
+                train_data,
                 epochs=self.config.epochs,
                 steps_per_epoch=self.shape.steps_per_epoch,
                 validation_data=eval_data.dataset if eval_data else None,
