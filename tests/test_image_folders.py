@@ -3,7 +3,8 @@
 The images are scikit-learn's 8x8 digits written as PNG files (tf.io.encode_png), one
 folder per class, so nothing is downloaded. The slow test trains train_cnn.py on such a
 folder on 4 logical replicas, SIGKILLs it mid-run and resumes it to the uninterrupted
-run's weights (the fault injection of test_faults_resume.py).
+run's weights (the fault injection of test_faults_resume.py); then one predict.py call scores
+the folder: its rows and report equal the export's own predictions and scikit-learn.
 """
 
 import dataclasses
@@ -201,7 +202,7 @@ def test_images_to_predict_on_are_read_as_trained_with_their_paths_as_ids(folder
     assert unlabelled.open_shard(1, 0, False).element_spec[0].shape == (16, 12, 3)
     os.makedirs(os.path.join(root, "seven"))
     with pytest.raises(checks.ConfigError, match=r"class folder\(s\) \['seven'\] that are not "
-                       r"classes of the training \(its classes: \['eight', 'one', 'zero'\]\)"):
+                       r"among the classes trained on \(\['eight', 'one', 'zero'\]\)"):
         data.image_inputs(root, 8, class_names=CLASSES, labelled=True)  # fmt: skip
     with pytest.raises(checks.ConfigError, match="has no class folders"):
         data.image_inputs(str(flat), 8, labelled=True)
@@ -248,6 +249,9 @@ def test_a_cnn_run_on_an_image_folder_keeps_its_class_names_and_predicts_as_its_
 
 @pytest.mark.slow
 def test_train_cnn_on_an_image_folder_on_4_replicas_resumes_exactly_after_sigkill(tmp_path):
+    from sklearn import metrics as sk_metrics  # pylint: disable=g-import-not-at-top
+
+    from tests.conftest import run_script  # pylint: disable=g-import-not-at-top
     from tests.test_faults_resume import _run_line  # pylint: disable=g-import-not-at-top
     from tests.test_faults_resume import _script  # pylint: disable=g-import-not-at-top
 
@@ -266,11 +270,38 @@ def test_train_cnn_on_an_image_folder_on_4_replicas_resumes_exactly_after_sigkil
     assert final_step == 15
 
     killed_dir = str(tmp_path / "killed")
-    killed = _script("train_cnn.py", killed_dir, *flags, fault="SIGKILL", at=7)
+    export_dir = os.path.join(killed_dir, "export")
+    killed = _script("train_cnn.py", killed_dir, *flags, f"--export_dir={export_dir}",
+                     fault="SIGKILL", at=7)  # fmt: skip
     assert killed.returncode == -9, killed.stderr[-3000:]
-    resumed = _script("train_cnn.py", killed_dir, *flags)
+    resumed = _script("train_cnn.py", killed_dir, *flags, f"--export_dir={export_dir}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _run_line(resumed) == (15, 5, checksum)  # Resumed from the epoch-1 backup.
     with open(os.path.join(killed_dir, "summary.json"), encoding="utf-8") as f:
         summary = json.load(f)
     assert summary["class_names"] == list(CLASSES) and summary["test_examples"] == 30
+
+    # After training, one predict.py call: --mode=evaluate writes the rows too (--output_file).
+    # All 120 images, labelled by folder, on the run's 4 replicas: 8 steps, the last half padding.
+    rows_file = tmp_path / "rows.tsv"
+    scored = run_script("predict.py", f"--model_dir={killed_dir}", "--mode=evaluate",
+                        f"--image_dir={root}", f"--output_file={rows_file}")  # fmt: skip
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    inputs = data.image_inputs(root, 8)  # As predict.py reads them: the model's size, RGB.
+    images = np.stack([x for x, _ in inputs.open_shard(1, 0, False).as_numpy_iterator()])
+    want = tf.saved_model.load(export_dir).signatures["serving_default"](image=tf.constant(images))
+    with open(rows_file, encoding="utf-8") as f:
+        header, *rows = [line.rstrip("\n").split("\t") for line in f]
+    assert header == ["id", "class_id", "class_name", "probability_0", "probability_1", "probability_2"]
+    assert [r[0] for r in rows] == [f"{name}/{i:03d}.png" for name in CLASSES for i in range(40)]
+    assert [int(r[1]) for r in rows] == want["class_ids"].numpy().tolist()
+    assert [r[2] for r in rows] == [n.decode() for n in want["class_names"].numpy()]
+    probabilities = want["probabilities"].numpy()
+    np.testing.assert_allclose(np.array([r[3:] for r in rows], float), probabilities, atol=1e-5)
+    with open(os.path.join(killed_dir, "evaluations", "digits.json"), encoding="utf-8") as f:
+        report = json.load(f)
+    labels = np.repeat([0, 1, 2], 40)
+    assert report["examples"] == 120 and report["model"] == f"export {export_dir}"
+    assert report["metrics"]["accuracy"] == pytest.approx(
+        sk_metrics.accuracy_score(labels, probabilities.argmax(1)), rel=1e-7)  # fmt: skip
+    assert report["metrics"]["loss"] == pytest.approx(sk_metrics.log_loss(labels, probabilities), abs=1e-5)

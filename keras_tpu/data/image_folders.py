@@ -75,8 +75,8 @@ def list_image_files(root, class_names=None):
         unknown = [f for f in folders if f not in class_names]
         if unknown:
             raise checks.ConfigError(
-                f"{root} has class folder(s) {unknown} that are not classes of the training "
-                f"(its classes: {list(class_names)}); rename or remove them."
+                f"{root} has class folder(s) {unknown} that are not among the classes trained "
+                f"on ({list(class_names)}); rename or remove them."
             )
     class_names = tuple(class_names or folders)
     paths, labels = [], []
