@@ -123,7 +123,6 @@ def test_cnn_export_loads_by_every_route_and_serves_ids_and_names(tmp_path, mirr
     got = tf.saved_model.load(named).signatures["serving_default"](image=tf.constant(images[:4]))
     assert [n.decode() for n in got["class_names"].numpy()] == [("dim", "lit")[c] for c in want["class_ids"]]
     _assert_same({k: got[k] for k in want}, want)
-    _assert_same(tf_keras.models.load_model(named)(images[:4]), probabilities)
 
 
 @pytest.fixture(scope="module")

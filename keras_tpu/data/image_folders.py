@@ -81,10 +81,7 @@ def list_image_files(root, class_names=None):
     class_names = tuple(class_names or folders)
     paths, labels = [], []
     for folder in folders:
-        files = sorted(
-            name for name in tf.io.gfile.listdir(os.path.join(root, folder))
-            if name.lower().endswith(IMAGE_EXTENSIONS)
-        )  # fmt: skip
+        files = _image_names(os.path.join(root, folder))
         if not files:
             raise checks.ConfigError(
                 f"class folder {os.path.join(root, folder)} holds no images "
@@ -93,6 +90,11 @@ def list_image_files(root, class_names=None):
         paths += [os.path.join(root, folder, name) for name in files]
         labels += [class_names.index(folder)] * len(files)
     return ImageFiles(tuple(paths), tuple(labels), class_names)
+
+
+def _image_names(folder):
+    """Return the sorted names of the image files (IMAGE_EXTENSIONS) directly in `folder`."""
+    return sorted(n for n in tf.io.gfile.listdir(folder) if n.lower().endswith(IMAGE_EXTENSIONS))
 
 
 def split_files(files, validation_split, seed=0):
@@ -243,10 +245,7 @@ def image_inputs(root, image_size, *, channels=3, class_names=None, labelled=Fal
     if labelled or any(tf.io.gfile.isdir(os.path.join(root, n)) for n in tf.io.gfile.listdir(root)):
         files = list_image_files(root, class_names if labelled else None)
     else:
-        paths = tuple(
-            os.path.join(root, name) for name in sorted(tf.io.gfile.listdir(root))
-            if name.lower().endswith(IMAGE_EXTENSIONS)
-        )  # fmt: skip
+        paths = tuple(os.path.join(root, name) for name in _image_names(root))
         if not paths:
             raise checks.ConfigError(
                 f"image folder {root} holds no images ({', '.join(IMAGE_EXTENSIONS)}) and no "
