@@ -123,6 +123,8 @@ def test_cnn_export_loads_by_every_route_and_serves_ids_and_names(tmp_path, mirr
     got = tf.saved_model.load(named).signatures["serving_default"](image=tf.constant(images[:4]))
     assert [n.decode() for n in got["class_names"].numpy()] == [("dim", "lit")[c] for c in want["class_ids"]]
     _assert_same({k: got[k] for k in want}, want)
+    by_keras3 = _keras3_layer(named, "serving_default")(images[:4])
+    assert [n.decode() for n in by_keras3["class_names"].numpy()] == [n.decode() for n in got["class_names"].numpy()]
 
 
 @pytest.fixture(scope="module")
