@@ -1,4 +1,4 @@
-"""Predict with, or evaluate, a finished run or an export on new sentences (or pairs).
+"""Predict with, or evaluate, a finished run or an export on new sentences, pairs or images.
 
 One row per input, in input order, batched per replica under the run's strategy:
   python scripts/predict.py --model_dir=/tmp/bert_run --input_file=new.tsv \
@@ -11,6 +11,14 @@ An export alone (its serving signature: one text column, or a pair as text_a/tex
     --text_keys=sentence1,sentence2 --output_file=/tmp/p.jsonl
 A tfds split, with the run's text features: --tfds_split=glue/mrpc:validation.
 The text columns, label column and task type default to the run's.
+Images (an image classifier's run or export): a folder of class folders (photos/cat/*.jpg;
+labelled by folder name through the run's class names, for --mode=evaluate too) or a flat
+folder of images; each is read as training read an image folder, at the model's input
+size and channels; a row's id is the image's path relative to --image_dir:
+  python scripts/predict.py --model_dir=/tmp/cnn --image_dir=new_photos --output_file=p.tsv
+  python scripts/predict.py --model_dir=/tmp/cnn --mode=evaluate --image_dir=photos_test
+TFRecord files need the parse function that training used (code, not a recorded config):
+keras_tpu.predict(keras_tpu.data.tfrecord_source(pattern, parse_fn), model_dir=...).
 """
 
 import dataclasses
@@ -28,6 +36,7 @@ else:  # python scripts/predict.py
     import flag_utils
 import keras_tpu  # noqa: E402
 from keras_tpu import checks  # noqa: E402
+from keras_tpu.data import image_folders  # noqa: E402
 from keras_tpu.data import text_sources  # noqa: E402
 from keras_tpu.engine import inference  # noqa: E402
 from keras_tpu.engine import summary as summary_lib  # noqa: E402
@@ -44,6 +53,7 @@ class PredictConfig:
     mode: str = "predict"
     input_file: str | None = None
     tfds_split: str | None = None
+    image_dir: str | None = None
     text_keys: str | None = None
     label_key: str | None = None
     output_file: str | None = None
@@ -60,8 +70,10 @@ class PredictConfig:
         checks.one_of("mode", self.mode, MODES)
         if bool(self.model_dir) == bool(self.export_dir):
             raise checks.ConfigError("pass --model_dir (a finished run) or --export_dir, one.")
-        if bool(self.input_file) == bool(self.tfds_split):
-            raise checks.ConfigError("pass --input_file (.tsv or .csv) or --tfds_split, one.")
+        if sum(bool(v) for v in (self.input_file, self.tfds_split, self.image_dir)) != 1:
+            raise checks.ConfigError(
+                "pass one of --input_file (.tsv or .csv), --tfds_split or --image_dir."
+            )
         if self.output_file and not self.output_file.endswith((".tsv", ".jsonl")):
             raise checks.ConfigError(f"--output_file={self.output_file}: end it .tsv or .jsonl.")
         if self.tfds_split and not self.model_dir:
@@ -74,6 +86,7 @@ flag_utils.define_flags(PredictConfig, {
     "mode": "predict: one row per input; evaluate: exact metrics on labelled inputs.",
     "input_file": "TSV (as training reads it) or CSV (standard quoting) with a header row.",
     "tfds_split": "Or a tfds split, 'name:split' (e.g. glue/mrpc:validation); with --model_dir.",
+    "image_dir": "Or images: a folder of class folders (labelled by their names) or of images.",
     "text_keys": "Text columns: 'sentence' or a pair 'sentence1,sentence2' (default: the run's).",
     "label_key": "Label column (default: the run's); --mode=evaluate needs it.",
     "output_file": "Write one row per input: .tsv or .jsonl (id, class, name, probabilities; "
@@ -98,13 +111,14 @@ def _strategy(config):
                                       cpu_replicas=config.cpu_replicas or 0)  # fmt: skip
 
 
-def _inputs(config, run):
+def _inputs(config, run, model):
     """Return (data, name, class_names) for the flags, in the form the model takes."""
+    if config.image_dir:
+        return _images(config, run, model)
     text_keys = tuple((config.text_keys or run.get("text_keys") or "sentence").split(","))
     label_key = config.label_key or run.get("label_key", "label")
     regression = run.get("task_type") == "regression"
-    names = tuple(config.class_names.split(",")) if config.class_names else None
-    names = names or (tuple(run["class_names"]) if run.get("class_names") else None)
+    names = _class_names(config, run)
     if config.tfds_split:
         name, _, split = config.tfds_split.partition(":")
         columns = text_sources.TextColumns(text_keys, label_key)
@@ -120,6 +134,29 @@ def _inputs(config, run):
         x = {"text_a": x[:, 0], "text_b": x[:, 1]}
     name = os.path.splitext(os.path.basename(config.input_file))[0]
     return (x, split.y), name, names
+
+
+def _class_names(config, run):
+    """Return the --class_names, else the run's class names, else None."""
+    if config.class_names:
+        return tuple(config.class_names.split(","))
+    return tuple(run["class_names"]) if run.get("class_names") else None
+
+
+def _images(config, run, model):
+    """Return (Source, name, class_names) of --image_dir, at the model's input size."""
+    shape = getattr(model, "input_shape", None)
+    if not (isinstance(shape, tuple) and len(shape) == 4 and shape[-1] in (1, 3)):
+        raise checks.ConfigError(
+            f"--image_dir={config.image_dir}: the model takes inputs of shape {shape}, not "
+            f"images [batch, height, width, 1 or 3]; pass --input_file or --tfds_split."
+        )
+    names = _class_names(config, run)
+    source = image_folders.image_inputs(config.image_dir, shape[1:3], channels=shape[3],
+                                        class_names=names,
+                                        labelled=config.mode == "evaluate")  # fmt: skip
+    name = os.path.basename(os.path.normpath(config.image_dir))
+    return source, name, names or (source.class_names if config.mode == "evaluate" else None)
 
 
 def _tfds_names(name, label_key):
@@ -178,7 +215,10 @@ def run(config):
         config.model_dir, config.export_dir, strategy=_strategy(config),
         per_replica_batch=config.per_replica_batch_size, weights=config.weights,
     )  # fmt: skip
-    data, name, class_names = _inputs(config, run_config)
+    if not run_config["class_names"] and callable(getattr(loaded.call, "class_names", None)):
+        # An export alone names its classes itself (saved_model_export.class_names_function).
+        run_config["class_names"] = [n.decode() for n in loaded.call.class_names().numpy()]
+    data, name, class_names = _inputs(config, run_config, loaded.call)
     progress = _Progress(config.mode, config.progress_seconds)
     if config.mode == "evaluate":
         report = keras_tpu.evaluate(data, loaded=loaded, name=name, on_batch=progress)

@@ -101,23 +101,30 @@ def test_dict_features_and_a_loss_instance_load_by_every_route(tmp_path, loss):
     assert model.compiled_metrics is not None and len(model.metrics) > 1
 
 
-def test_cnn_export_loads_by_every_route(tmp_path):
+def test_cnn_export_loads_by_every_route_and_serves_ids_and_names(tmp_path, mirrored):
     images = RNG.random((24, 8, 8, 1), dtype=np.float32)
     classes = (images.mean((1, 2, 3)) > 0.5).astype(np.int32)
     task = cnn_task_lib.cnn_task(
         cnn_task_lib.CNNConfig(variant="seed"), train=(images, classes), test=(images, classes)
     )
     model, export_dir = _fit_and_keep_model(task, tmp_path)
-    want = model(images[:4]).numpy()
+    probabilities = model(images[:4]).numpy()
+    want = {"probabilities": probabilities, "class_ids": probabilities.argmax(-1)}
     _holds_nothing_of_keras_tpu(export_dir)
 
-    (output,) = tf.saved_model.load(export_dir).signatures["serving_default"](
-        tf.constant(images[:4])
-    ).values()
-    _assert_same(output, want)
-    _assert_same(tf_keras.models.load_model(export_dir)(images[:4]), want)
-    (output,) = _keras3_layer(export_dir, "serving_default")(images[:4]).values()
-    _assert_same(output, want)
+    served = tf.saved_model.load(export_dir).signatures["serving_default"]
+    _assert_same(served(tf.constant(images[:4])), want)  # No names: the arrays have none.
+    _assert_same(tf_keras.models.load_model(export_dir)(images[:4]), probabilities)
+    _assert_same(_keras3_layer(export_dir, "serving_default")(images[:4]), want)
+
+    from models import cnn  # pylint: disable=g-import-not-at-top
+
+    named = cnn.export_cnn(model, str(tmp_path / "named"), mirrored, class_names=("dim", "lit"))
+    got = tf.saved_model.load(named).signatures["serving_default"](image=tf.constant(images[:4]))
+    assert [n.decode() for n in got["class_names"].numpy()] == [("dim", "lit")[c] for c in want["class_ids"]]
+    _assert_same({k: got[k] for k in want}, want)
+    by_keras3 = _keras3_layer(named, "serving_default")(images[:4])
+    assert [n.decode() for n in by_keras3["class_names"].numpy()] == [n.decode() for n in got["class_names"].numpy()]
 
 
 @pytest.fixture(scope="module")

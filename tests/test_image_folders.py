@@ -3,9 +3,11 @@
 The images are scikit-learn's 8x8 digits written as PNG files (tf.io.encode_png), one
 folder per class, so nothing is downloaded. The slow test trains train_cnn.py on such a
 folder on 4 logical replicas, SIGKILLs it mid-run and resumes it to the uninterrupted
-run's weights (the fault injection of test_faults_resume.py).
+run's weights (the fault injection of test_faults_resume.py); then one predict.py call scores
+the folder: its rows and report equal the export's own predictions and scikit-learn.
 """
 
+import dataclasses
 import json
 import os
 
@@ -183,33 +185,73 @@ def test_cnn_image_folder_flags_are_checked_when_the_config_is_made(fields, mess
         CNNConfig(**fields)
 
 
-def test_a_run_on_an_image_folder_keeps_the_class_names_in_summary_and_export(folder, tmp_path):
+def test_images_to_predict_on_are_read_as_trained_with_their_paths_as_ids(folder, tmp_path):
+    root, pixels = folder
+    labelled = data.image_inputs(root, 8, channels=1, class_names=CLASSES, labelled=True)
+    assert labelled.example_ids[:2] == ("eight/000.png", "eight/001.png") and labelled.num_examples == 30
+    examples = list(labelled.open_shard(1, 0, False).as_numpy_iterator())
+    for (image, label), name in zip(examples, labelled.example_ids):
+        np.testing.assert_allclose(image, pixels[os.path.join(root, name)] / 255.0, atol=1e-6)
+        assert CLASSES[label] == name.split("/")[0]
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    for name in ("b.png", "a.png"):
+        (flat / name).write_bytes(open(os.path.join(root, "zero", "000.png"), "rb").read())
+    unlabelled = data.image_inputs(str(flat) + "/", (16, 12))
+    assert unlabelled.example_ids == ("a.png", "b.png")
+    assert unlabelled.open_shard(1, 0, False).element_spec[0].shape == (16, 12, 3)
+    os.makedirs(os.path.join(root, "seven"))
+    with pytest.raises(checks.ConfigError, match=r"class folder\(s\) \['seven'\] that are not "
+                       r"among the classes trained on \(\['eight', 'one', 'zero'\]\)"):
+        data.image_inputs(root, 8, class_names=CLASSES, labelled=True)  # fmt: skip
+    with pytest.raises(checks.ConfigError, match="has no class folders"):
+        data.image_inputs(str(flat), 8, labelled=True)
+
+
+def test_a_cnn_run_on_an_image_folder_keeps_its_class_names_and_predicts_as_its_export(folder, tmp_path):
+    from sklearn import metrics as sk_metrics  # pylint: disable=g-import-not-at-top
+
+    import models  # pylint: disable=g-import-not-at-top
+
     root, _ = folder
-    train, validation = data.image_folder_sources(root, 8, validation_split=0.2, channels=1)
-    task = keras_tpu.Task(
-        build_model=lambda: keras.Sequential(
-            [keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(3, "softmax")]
-        ),
-        loss="sparse_categorical_crossentropy", metrics=["accuracy"],
-        train_data=train, eval_data=validation,
-    )  # fmt: skip
-    assert task.class_names == CLASSES
-    export_dir = str(tmp_path / "export")
-    summary = keras_tpu.fit(task, keras_tpu.RunConfig(
-        cpu_replicas=CPU_REPLICAS, per_replica_batch_size=2, epochs=1, mixed_precision="fp32",
-        verbose=0, model_dir=str(tmp_path / "run"), export_dir=export_dir,
+    train, _ = data.image_folder_sources(root, 8, validation_split=0.2, channels=1)
+    task = keras_tpu.Task(build_model=lambda: None, loss="mse", train_data=train, monitor="loss")
+    assert task.class_names == CLASSES  # Any Task takes its training Source's class names.
+    run_dir, export_dir = str(tmp_path / "run"), str(tmp_path / "run" / "export")
+    summary = keras_tpu.fit("cnn", models.CNNConfig(
+        image_dir=root, validation_split=0.2, image_size=8, variant="seed", epochs=1,
+        cpu_replicas=CPU_REPLICAS, per_replica_batch_size=2, mixed_precision="fp32", verbose=0,
+        model_dir=run_dir, export_dir=export_dir, tensorboard=False, backup=False,
     ))  # fmt: skip
     assert summary["class_names"] == list(CLASSES) and summary["test_examples"] == 6
     with open(tmp_path / "run" / "summary.json", encoding="utf-8") as f:
         assert json.load(f)["class_names"] == list(CLASSES)
     loaded = tf.saved_model.load(export_dir)
     assert [n.decode() for n in loaded.class_names().numpy()] == list(CLASSES)
-    revived = keras.models.load_model(export_dir)
-    assert [n.decode() for n in revived.class_names().numpy()] == list(CLASSES)
+    assert [n.decode() for n in keras.models.load_model(export_dir).class_names().numpy()] == list(CLASSES)
+
+    # After training: every image of the folder, labelled by its class folder's name.
+    inputs = data.image_inputs(root, 8, class_names=summary["class_names"], labelled=True)
+    report = keras_tpu.evaluate(inputs, model_dir=run_dir)
+    p = report.predictions
+    images = np.stack([x for x, _ in inputs.open_shard(1, 0, False).as_numpy_iterator()])
+    want = loaded.signatures["serving_default"](image=tf.constant(images))
+    np.testing.assert_allclose(p.probabilities, want["probabilities"].numpy(), rtol=1e-6, atol=1e-6)
+    labels = [CLASSES.index(name.split("/")[0]) for name in p.ids]
+    assert report.examples == 30 and labels == [0] * 10 + [1] * 10 + [2] * 10
+    assert report.metrics["accuracy"] == pytest.approx(sk_metrics.accuracy_score(labels, p.class_ids), rel=1e-7)
+    loss = sk_metrics.log_loss(labels, p.probabilities, labels=[0, 1, 2])
+    assert report.metrics["loss"] == pytest.approx(loss, rel=1e-5)
+    rows = dataclasses.replace(p, class_names=CLASSES).rows()
+    assert [r["id"] for r in rows] == list(inputs.example_ids) and rows[12]["id"] == "one/002.png"
+    assert [r["class_name"] for r in rows] == [n.decode() for n in want["class_names"].numpy()]
 
 
 @pytest.mark.slow
 def test_train_cnn_on_an_image_folder_on_4_replicas_resumes_exactly_after_sigkill(tmp_path):
+    from sklearn import metrics as sk_metrics  # pylint: disable=g-import-not-at-top
+
+    from tests.conftest import run_script  # pylint: disable=g-import-not-at-top
     from tests.test_faults_resume import _run_line  # pylint: disable=g-import-not-at-top
     from tests.test_faults_resume import _script  # pylint: disable=g-import-not-at-top
 
@@ -228,11 +270,38 @@ def test_train_cnn_on_an_image_folder_on_4_replicas_resumes_exactly_after_sigkil
     assert final_step == 15
 
     killed_dir = str(tmp_path / "killed")
-    killed = _script("train_cnn.py", killed_dir, *flags, fault="SIGKILL", at=7)
+    export_dir = os.path.join(killed_dir, "export")
+    killed = _script("train_cnn.py", killed_dir, *flags, f"--export_dir={export_dir}",
+                     fault="SIGKILL", at=7)  # fmt: skip
     assert killed.returncode == -9, killed.stderr[-3000:]
-    resumed = _script("train_cnn.py", killed_dir, *flags)
+    resumed = _script("train_cnn.py", killed_dir, *flags, f"--export_dir={export_dir}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _run_line(resumed) == (15, 5, checksum)  # Resumed from the epoch-1 backup.
     with open(os.path.join(killed_dir, "summary.json"), encoding="utf-8") as f:
         summary = json.load(f)
     assert summary["class_names"] == list(CLASSES) and summary["test_examples"] == 30
+
+    # After training, one predict.py call: --mode=evaluate writes the rows too (--output_file).
+    # All 120 images, labelled by folder, on the run's 4 replicas: 8 steps, the last half padding.
+    rows_file = tmp_path / "rows.tsv"
+    scored = run_script("predict.py", f"--model_dir={killed_dir}", "--mode=evaluate",
+                        f"--image_dir={root}", f"--output_file={rows_file}")  # fmt: skip
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    inputs = data.image_inputs(root, 8)  # As predict.py reads them: the model's size, RGB.
+    images = np.stack([x for x, _ in inputs.open_shard(1, 0, False).as_numpy_iterator()])
+    want = tf.saved_model.load(export_dir).signatures["serving_default"](image=tf.constant(images))
+    with open(rows_file, encoding="utf-8") as f:
+        header, *rows = [line.rstrip("\n").split("\t") for line in f]
+    assert header == ["id", "class_id", "class_name", "probability_0", "probability_1", "probability_2"]
+    assert [r[0] for r in rows] == [f"{name}/{i:03d}.png" for name in CLASSES for i in range(40)]
+    assert [int(r[1]) for r in rows] == want["class_ids"].numpy().tolist()
+    assert [r[2] for r in rows] == [n.decode() for n in want["class_names"].numpy()]
+    probabilities = want["probabilities"].numpy()
+    np.testing.assert_allclose(np.array([r[3:] for r in rows], float), probabilities, atol=1e-5)
+    with open(os.path.join(killed_dir, "evaluations", "digits.json"), encoding="utf-8") as f:
+        report = json.load(f)
+    labels = np.repeat([0, 1, 2], 40)
+    assert report["examples"] == 120 and report["model"] == f"export {export_dir}"
+    assert report["metrics"]["accuracy"] == pytest.approx(
+        sk_metrics.accuracy_score(labels, probabilities.argmax(1)), rel=1e-7)  # fmt: skip
+    assert report["metrics"]["loss"] == pytest.approx(sk_metrics.log_loss(labels, probabilities), abs=1e-5)

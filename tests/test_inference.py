@@ -110,6 +110,29 @@ def test_evaluate_a_regression_run(tmp_path):
     assert keras_tpu.predict(DEV_X, model_dir=str(tmp_path / "run")).rows()[0].keys() == {"id", "score"}
 
 
+def test_tfrecord_files_are_predicted_and_evaluated_with_the_parse_training_used(classifier_run, tmp_path):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    summary, _, model_dir = classifier_run
+    for part, rows in enumerate((range(0, 20), range(20, 37))):  # Two files: read in order.
+        with tf.io.TFRecordWriter(str(tmp_path / f"dev-{part}.tfrecord")) as writer:
+            for i in rows:
+                feature = {"x": tf.train.Feature(float_list=tf.train.FloatList(value=DEV_X[i])),
+                           "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[DEV_Y[i]]))}
+                writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    spec = {"x": tf.io.FixedLenFeature([3], tf.float32), "y": tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(records):  # The user's own parse, as the run's Source had it: code, not config.
+        example = tf.io.parse_example(records, spec)
+        return example["x"], tf.cast(example["y"], tf.int32)
+
+    records = keras_tpu.data.tfrecord_source(str(tmp_path / "dev-*.tfrecord"), parse, parses_batches=True)
+    report = keras_tpu.evaluate(records, model_dir=model_dir)
+    by_arrays = keras_tpu.predict(DEV_X, model_dir=model_dir)
+    np.testing.assert_allclose(report.predictions.probabilities, by_arrays.probabilities, rtol=1e-6, atol=1e-6)
+    assert report.examples == 37 and report.metrics["accuracy"] == summary["test"]["accuracy"]
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [

@@ -21,6 +21,7 @@ from keras_tpu.data.sources import synthetic_images  # noqa: F401
 from keras_tpu.data.file_sources import tfds_source  # noqa: F401
 from keras_tpu.data.file_sources import tfrecord_source  # noqa: F401
 from keras_tpu.data.image_folders import image_folder_sources  # noqa: F401
+from keras_tpu.data.image_folders import image_inputs  # noqa: F401
 from keras_tpu.data.pipelines import Batching  # noqa: F401
 from keras_tpu.data.pipelines import to_device_dtypes  # noqa: F401
 from keras_tpu.data.pipelines import check_readable_by_tpu_host  # noqa: F401

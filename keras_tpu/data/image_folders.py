@@ -3,6 +3,7 @@
     train, validation = image_folders.image_folder_sources(
         "photos/", image_size=(64, 64), validation_split=0.2, seed=0)
     train.class_names  # ('cat', 'dog'): sorted folder names; label i is class_names[i]
+    new = image_folders.image_inputs("new_photos/", (64, 64))  # to predict on: ids are paths
 
 The commonest form of a user's image data, read the way Keras's
 `image_dataset_from_directory` reads it (sorted class folders, files of the known
@@ -74,16 +75,13 @@ def list_image_files(root, class_names=None):
         unknown = [f for f in folders if f not in class_names]
         if unknown:
             raise checks.ConfigError(
-                f"{root} has class folder(s) {unknown} that the training folder does not have "
-                f"(its classes: {list(class_names)}); rename or remove them."
+                f"{root} has class folder(s) {unknown} that are not among the classes trained "
+                f"on ({list(class_names)}); rename or remove them."
             )
     class_names = tuple(class_names or folders)
     paths, labels = [], []
     for folder in folders:
-        files = sorted(
-            name for name in tf.io.gfile.listdir(os.path.join(root, folder))
-            if name.lower().endswith(IMAGE_EXTENSIONS)
-        )  # fmt: skip
+        files = _image_names(os.path.join(root, folder))
         if not files:
             raise checks.ConfigError(
                 f"class folder {os.path.join(root, folder)} holds no images "
@@ -92,6 +90,11 @@ def list_image_files(root, class_names=None):
         paths += [os.path.join(root, folder, name) for name in files]
         labels += [class_names.index(folder)] * len(files)
     return ImageFiles(tuple(paths), tuple(labels), class_names)
+
+
+def _image_names(folder):
+    """Return the sorted names of the image files (IMAGE_EXTENSIONS) directly in `folder`."""
+    return sorted(n for n in tf.io.gfile.listdir(folder) if n.lower().endswith(IMAGE_EXTENSIONS))
 
 
 def split_files(files, validation_split, seed=0):
@@ -121,7 +124,7 @@ def split_files(files, validation_split, seed=0):
     return files.take(sorted(train)), files.take(sorted(validation))
 
 
-def image_files_source(files, image_size, *, channels=3, name=None):
+def image_files_source(files, image_size, *, channels=3, name=None, example_ids=None):
     """Return a Source of (float32 image in [0, 1] of `image_size` x channels, int32 label).
 
     Args:
@@ -129,6 +132,7 @@ def image_files_source(files, image_size, *, channels=3, name=None):
       image_size: (height, width) every image is resized to (bilinear, as Keras does).
       channels: 3 (RGB) or 1 (grayscale); images are converted to it.
       name: a label for messages and the summary.
+      example_ids: one id per file, for prediction rows (Source.example_ids).
     """
     height, width = (int(v) for v in image_size)
     checks.one_of("channels", channels, (1, 3))
@@ -175,6 +179,7 @@ def image_files_source(files, image_size, *, channels=3, name=None):
         open_files=open_files,
         class_names=files.class_names,
         shuffle_buffer=STREAMED_SHUFFLE_BUFFER,
+        example_ids=example_ids,
     )
 
 
@@ -211,3 +216,44 @@ def image_folder_sources(
         return train, None
     where = validation_dir or f"{root} (validation_split={validation_split}, seed={seed})"
     return train, image_files_source(validation, size, channels=channels, name=where)
+
+
+def image_inputs(root, image_size, *, channels=3, class_names=None, labelled=False):
+    """Return a Source of the images under `root` to predict or evaluate on, read as training read.
+
+    Each image is decoded and resized as `image_folder_sources` does it (bilinear, [0, 1]),
+    and its id (`Source.example_ids`, the prediction rows' id) is its path relative to
+    `root`. Class folders (`root/<class name>/<image>`) are read in sorted order; without
+    `labelled`, a flat folder of images (`root/<image>`) is read too, in sorted order.
+
+    Args:
+      root: a folder of class folders, or of images.
+      image_size: (height, width), or one int for a square: the run's input size.
+      channels: 3 (RGB) or 1 (grayscale): the run's input channels.
+      class_names: the run's classes; with `labelled`, each folder's name is its label's
+        name (default: the folders' sorted names, as training names them).
+      labelled: the labels are the class folders' (for evaluation); else every label is 0.
+
+    Raises:
+      MissingFileError: `root` is not a folder.
+      ConfigError: with `labelled`, no class folders or a folder that is not a class; no
+        images.
+    """
+    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    if not tf.io.gfile.isdir(root):
+        raise checks.MissingFileError(f"image folder {root} does not exist.")
+    if labelled or any(tf.io.gfile.isdir(os.path.join(root, n)) for n in tf.io.gfile.listdir(root)):
+        files = list_image_files(root, class_names if labelled else None)
+    else:
+        paths = tuple(os.path.join(root, name) for name in _image_names(root))
+        if not paths:
+            raise checks.ConfigError(
+                f"image folder {root} holds no images ({', '.join(IMAGE_EXTENSIONS)}) and no "
+                f"class folders; pass a folder of images, or of class folders of images."
+            )
+        files = ImageFiles(paths, (0,) * len(paths), tuple(class_names or ("",)))
+    if not labelled:  # Labels the model's outputs are not compared with: 0, as bare features get.
+        files = ImageFiles(files.paths, (0,) * len(files.paths), files.class_names)
+    start = len(root.rstrip("/")) + 1
+    ids = tuple(path[start:] for path in files.paths)
+    return image_files_source(files, size, channels=channels, name=root, example_ids=ids)

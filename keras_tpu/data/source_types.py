@@ -82,6 +82,8 @@ class Source:
       shuffle_buffer: a cap on the training stream's example shuffle when it reads
         `open_files` in a shuffled order (a source of one large example per file, whose
         file order is a full shuffle already), or None for the stream's own buffer.
+      example_ids: one id per example, in the source's order, for prediction rows (image
+        files: their paths relative to the folder), or None (rows are numbered).
     """
 
     name: str
@@ -96,6 +98,7 @@ class Source:
     parse_batch: Callable[..., Any] | None = None
     class_names: tuple | None = None
     shuffle_buffer: int | None = None
+    example_ids: tuple | None = None
 
     def __post_init__(self):
         if (self.open_records is None) != (self.parse_batch is None):

@@ -38,6 +38,8 @@ class Predictions:
       examples: n.
       seconds: the pass's wall time.
       model: which weights predicted, e.g. "export /tmp/run/export".
+      ids: each input's id for `rows` (the source's `example_ids`, e.g. an image's
+        relative path), or None: rows are numbered from 0.
     """
 
     class_ids: np.ndarray | None
@@ -47,6 +49,7 @@ class Predictions:
     examples: int
     seconds: float
     model: str
+    ids: tuple | None = None
 
     @property
     def examples_per_second(self):
@@ -54,10 +57,11 @@ class Predictions:
 
     def rows(self):
         """Return one dict per input: id, class_id (+ class_name), probabilities; or id, score."""
+        ids = self.ids or range(self.examples)
         if self.scores is not None:
-            return [{"id": i, "score": float(s)} for i, s in enumerate(self.scores)]
+            return [{"id": i, "score": float(s)} for i, s in zip(ids, self.scores)]
         rows = []
-        for i, (c, p) in enumerate(zip(self.class_ids, self.probabilities)):
+        for i, c, p in zip(ids, self.class_ids, self.probabilities):
             row = {"id": i, "class_id": int(c)}
             if self.class_names:
                 row["class_name"] = self.class_names[int(c)]
@@ -165,14 +169,15 @@ def evaluate(data, eval_data=None, *, model_dir=None, export_dir=None, loaded=No
 
 def _run(data, model_dir, export_dir, loaded, class_names, on_batch, load_args):
     loaded = loaded or load(model_dir, export_dir, **load_args)
+    source = batched_outputs.as_input_source(data)
     outputs = batched_outputs.run(
-        loaded.strategy, loaded.call, data, loaded.per_replica_batch,
+        loaded.strategy, loaded.call, source, loaded.per_replica_batch,
         preprocess=loaded.preprocess, on_batch=on_batch,
     )  # fmt: skip
     class_ids, probabilities, scores = _read_outputs(outputs.outputs, loaded.from_logits)
     predictions = Predictions(class_ids, probabilities, scores,
                               tuple(class_names) if class_names else None, outputs.examples,
-                              outputs.seconds, loaded.description)  # fmt: skip
+                              outputs.seconds, loaded.description, source.example_ids)  # fmt: skip
     return predictions, outputs, loaded
 
 

@@ -1,8 +1,10 @@
 """The image CNN: the public names, one import away (`from models import cnn`).
 
   cnn_builder.py   build_cnn and its VARIANTS
+  cnn_export.py    export_cnn: the serving signature (probabilities, class ids and names)
 """
 
 from models.cnn.cnn_builder import BATCHNORM_MOMENTUM  # noqa: F401
 from models.cnn.cnn_builder import VARIANTS  # noqa: F401
 from models.cnn.cnn_builder import build_cnn  # noqa: F401
+from models.cnn.cnn_export import export_cnn  # noqa: F401

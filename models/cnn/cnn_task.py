@@ -13,6 +13,7 @@ from keras_tpu import data
 from keras_tpu import keras
 from models import cnn
 from models import datasets
+from models.cnn import cnn_export
 
 
 @dataclasses.dataclass
@@ -58,6 +59,7 @@ def cnn_task(config: CNNConfig, train=None, test=None) -> keras_tpu.Task:
     else:
         train, test, preprocess, image_shape, num_classes = datasets.in_memory_images(train, test)
         name = "in-memory arrays"
+    class_names = getattr(train, "class_names", None)  # An image folder's (a Source's).
     return keras_tpu.Task(
         build_model=lambda: cnn.build_cnn(image_shape, num_classes, variant=config.variant),
         loss="sparse_categorical_crossentropy",
@@ -70,6 +72,7 @@ def cnn_task(config: CNNConfig, train=None, test=None) -> keras_tpu.Task:
         mode="max",
         name=name,
         class_weight=config.class_weight,
+        export=functools.partial(cnn_export.export_cnn, class_names=class_names),
     )
 
 
