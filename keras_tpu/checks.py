@@ -8,6 +8,19 @@ traceback, because it is a bug to report rather than a setting to change.
 
 import numbers
 
+__all__ = [
+    "PRECISION_POLICIES",
+    "ConfigError",
+    "MissingFileError",
+    "SettingError",
+    "fraction",
+    "integer",
+    "one_of",
+    "optional_integer",
+    "positive",
+    "precision",
+]
+
 # Precision names users pass -> the Keras mixed-precision policy. The one table:
 # training sets the policy from it and the memory planner sizes activations by it.
 PRECISION_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}

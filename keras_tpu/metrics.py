@@ -28,6 +28,8 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu.runtime.compat import keras
 
+__all__ = ["BinaryF1", "MatthewsCorrelation", "PearsonCorrelation", "SpearmanCorrelation"]
+
 
 def _class_ids(y_pred):
     """Return the predicted class of each row: argmax of logits/probabilities, or p > 0.5."""

@@ -35,6 +35,7 @@ os.environ["KERAS_TPU_LOG_LEVEL"] = _log_level_from_argv(
 ).lower()
 
 from keras_tpu.engine import config_yaml  # noqa: E402
+from keras_tpu.engine import run_config  # noqa: E402
 from keras_tpu.runtime import logs  # noqa: E402
 import keras_tpu  # noqa: E402
 
@@ -48,18 +49,24 @@ flags.DEFINE_enum(
 )
 
 
-def define_flags(config_cls, helps):
+def define_flags(config_cls, helps=None):
     """Define one flag per field of `config_cls`, named after it, with its default.
 
     Args:
       config_cls: a dataclass whose fields are the flags.
-      helps: field name -> help text; a field without one (a user task's own
-        fields) is described by its config class.
+      helps: field name -> help text, over the field's own (`run_config.setting`, as every
+        RunConfig field has); a field with neither (a user task's own) is described by its
+        config class.
     """
+    helps = helps or {}
     hints = typing.get_type_hints(config_cls)
     for field in dataclasses.fields(config_cls):
         default, hint = field.default, hints[field.name]
-        help_text = helps.get(field.name) or f"{config_cls.__name__}.{field.name}."
+        help_text = (
+            helps.get(field.name)
+            or run_config.help_text(config_cls, field.name)
+            or f"{config_cls.__name__}.{field.name}."
+        )
         args = (field.name, default, help_text)
         if hint is bool:
             flags.DEFINE_bool(*args)
@@ -171,52 +178,7 @@ FILE_HELP = {
     "params_override": "'name=value,name=value' applied last, as in tensorflow/models.",
 }
 
-RUN_HELP = {
-    "tpu": "TPU address: 'local', 'grpc://host:port' or a Cloud TPU name (default: detect).",
-    "strategy": "auto|tpu|multi_worker|mirrored|one_device|cpu; only 'auto' falls back.",
-    "cpu_replicas": "Rehearse N replicas on the host CPU (logical devices).",
-    "connect_timeout": "Seconds to wait for a TPU address to answer or every worker to start.",
-    "worker_hosts": "Multi-worker: every worker's host:port, comma-separated, the same on all.",
-    "task_index": "Multi-worker: this worker's index in --worker_hosts (0 is the chief).",
-    "collective_timeout": "Multi-worker: seconds one all-reduce may wait for a stuck peer.",
-    "per_replica_batch_size": "Batch per replica; global batch = this x replicas.",
-    "epochs": "Training epochs.",
-    "steps_per_epoch": "Steps per epoch (default: one pass over the training data).",
-    "steps_per_execution": "Steps per host round trip: an integer or 'auto'.",
-    "mixed_precision": "auto|bf16|fp16|fp32 ('auto': bf16 on TPU, fp16 on recent GPUs).",
-    "learning_rate": "Peak learning rate.",
-    "model_dir": "Run directory: summary.json, backups (resume), best weights, TensorBoard.",
-    "data_dir": "tfds data_dir.",
-    "export_dir": "Write a SavedModel for serving here (written beside it, renamed into place).",
-    "overwrite": "Start over in a --model_dir holding another run, and replace an --export_dir "
-    "holding something else (another model, other files).",
-    "seed": "Random seed.",
-    "deterministic": "Bit-identical reruns and resumes: TensorFlow's op determinism and dropout "
-    "seeded by its input and --seed, also inside TF Hub encoders.",
-    "backup_every_steps": "Back up every N steps for resuming (default: every epoch).",
-    "backup": "Back up under model_dir/backup so a killed run resumes when restarted.",
-    "cache": "Training data after the first pass: 'auto' (file sources cached in host memory "
-    "when about 3x their size fits --cache_budget_mb, else streamed; arrays are in memory "
-    "already), 'memory' or 'none' (stream every epoch).",
-    "cache_budget_mb": "Host memory --cache=auto may fill with training data (default: 1/8 of "
-    "this host's memory).",
-    "keep_backups": "Keep the newest N backups: a damaged newest one (torn by a preempted writer "
-    "or an object store) falls back to the one before.",
-    "keep_best": "Keep the weights with the best value of the task's monitor (Task.monitor: "
-    "val_loss by default, val_accuracy for cnn and bert) under model_dir/best.",
-    "early_stopping_patience": "Stop after N epochs in which the task's monitor did not improve "
-    "by more than --early_stopping_min_delta (resumes exactly; the summary says when). "
-    "Default: train every epoch.",
-    "early_stopping_min_delta": "The smallest change of the task's monitor that counts as an "
-    "improvement for --early_stopping_patience.",
-    "export_weights": "Which weights the final evaluation and the export use: 'final' (the last "
-    "step's) or 'best' (those kept under model_dir/best by the task's monitor).",
-    "tensorboard": "Write TensorBoard logs under model_dir/tensorboard.",
-    "peak_tflops": "Combined peak TFLOP/s of the devices, to report MFU.",
-    "verbose": "2: progress lines (every --progress_seconds and per epoch); 1: Keras's "
-    "progress bar; 0: only the final lines.",
-    "progress_seconds": "With --verbose=2, print a progress line at most this often (seconds).",
-    "model_parallel": "Split BERT's weights across K devices (DTensor); 1 = data parallel only.",
-    "rehearse_tpu": "Before training, compile one train and eval step for the TPU with XLA on "
-    "the CPU; print what the TPU would refuse and exit 2.",
-}
+
+def run_help(name):
+    """Return the help of RunConfig's field `name`, for a flag of another config meaning it."""
+    return run_config.help_text(keras_tpu.RunConfig, name)

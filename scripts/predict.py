@@ -96,9 +96,9 @@ flag_utils.define_flags(PredictConfig, {
     "class_names": "Names of the classes, comma-separated, in class order (tfds: its own).",
     "weights": "auto (the run's export, else best/), export or best.",
     "per_replica_batch_size": "Batch per replica (default: the run's, else 32).",
-    "tpu": flag_utils.RUN_HELP["tpu"] + " Default: the run's.",
-    "strategy": flag_utils.RUN_HELP["strategy"] + " Default: the run's.",
-    "cpu_replicas": flag_utils.RUN_HELP["cpu_replicas"] + " Default: the run's.",
+    "tpu": flag_utils.run_help("tpu") + " Default: the run's.",
+    "strategy": flag_utils.run_help("strategy") + " Default: the run's.",
+    "cpu_replicas": flag_utils.run_help("cpu_replicas") + " Default: the run's.",
     "progress_seconds": "A progress line at most this often (seconds).",
 })
 

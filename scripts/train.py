@@ -62,7 +62,7 @@ __doc__ += (
     f"\nRegistered tasks: {', '.join(registry.registered())} (with --import=... and "
     f"--config_file's import:, yours). --task=NAME --help lists that task's own flags too.\n"
 )
-flag_utils.define_flags(ENTRY.config_cls, flag_utils.RUN_HELP)
+flag_utils.define_flags(ENTRY.config_cls)
 flags.DEFINE_string("task", None, "Registered task name, or package.module:function.")
 flags.DEFINE_multi_string("import", [], "Module (or .py file) to import first: it registers tasks.")
 

@@ -31,7 +31,8 @@ import models  # noqa: E402
 flag_utils.define_flags(
     models.BertRunConfig,
     {
-        **flag_utils.RUN_HELP,
+        "model_parallel": "Split BERT's weights across K devices (DTensor); 1 = data parallel "
+        "only.",
         "class_weight": "Each class's weight in the training loss, as class:weight pairs "
         "(e.g. 0:1,1:3); evaluation stays unweighted.",
         "encoder_handle": "TF Hub BERT encoder: https URL, Kaggle model URL or local directory.",

@@ -25,7 +25,6 @@ import models  # noqa: E402
 flag_utils.define_flags(
     models.CNNConfig,
     {
-        **flag_utils.RUN_HELP,
         "dataset": "'digits' (offline), 'synthetic', or a tfds image dataset (fashion_mnist, mnist).",
         "class_weight": "Each class's weight in the training loss, as class:weight pairs "
         "(e.g. 0:1,1:3); evaluation stays unweighted.",

@@ -11,6 +11,8 @@ import tensorflow as tf
 import keras_tpu
 from keras_tpu.engine import best_tracker
 from keras_tpu.engine import checkpointing
+from keras_tpu.engine import preemption as preemption_lib
+from keras_tpu.engine import run_position
 from keras_tpu import keras
 
 STEPS_PER_EPOCH = 10
@@ -39,6 +41,13 @@ def _fit(model, backup, epochs, callbacks=()):
                      callbacks=[backup, *callbacks])  # fmt: skip
 
 
+def _resume(model, backup, step):
+    """What keras_tpu.fit does after the restore: the data and model.fit start at `step`."""
+    stream = tf.data.Dataset.from_tensor_slices((X, Y)).batch(8).repeat().skip(step)
+    with run_position.fit_starts_at(model, run_position.RunPosition(step, STEPS_PER_EPOCH)):
+        model.fit(stream, epochs=3, steps_per_epoch=STEPS_PER_EPOCH, verbose=0, callbacks=[backup])
+
+
 def test_backups_land_on_the_first_execution_boundary_after_each_multiple(tmp_path):
     model = _model(spe=4)  # Executions end at steps 4, 8, 10, 14, 18, 20, ...
     backup = _Recording(str(tmp_path), tf.distribute.get_strategy(), every_steps=5,
@@ -65,7 +74,8 @@ def test_restore_starts_fit_mid_epoch_at_the_restored_step(tmp_path):
     np.testing.assert_array_equal(resumed.get_weights()[0], model.get_weights()[0])
     seen = []
     counter = keras.callbacks.LambdaCallback(on_epoch_begin=lambda e, logs: seen.append(e))
-    _fit(resumed, backup, epochs=3, callbacks=[counter])
+    with run_position.fit_starts_at(resumed, run_position.RunPosition(14, STEPS_PER_EPOCH)):
+        _fit(resumed, backup, epochs=3, callbacks=[counter])
     assert int(resumed.optimizer.iterations.numpy()) == 30  # 6 + 10 steps, not 30 more.
     assert seen == [1, 2]
     assert resumed._training_state is None  # pylint: disable=protected-access
@@ -176,8 +186,7 @@ def test_restore_then_data_at_the_step_resumes_to_the_uninterrupted_weights(tmp_
     resumed = _model(spe=1)
     backup = checkpointing.Backup(str(tmp_path / "b"), strategy, every_steps=1)
     step = backup.restore(resumed)
-    stream = tf.data.Dataset.from_tensor_slices((X, Y)).batch(8).repeat().skip(step)
-    resumed.fit(stream, epochs=3, steps_per_epoch=STEPS_PER_EPOCH, verbose=0, callbacks=[backup])
+    _resume(resumed, backup, step)
     assert step == 14 and int(resumed.optimizer.iterations.numpy()) == 30
     for got, want in zip(resumed.get_weights(), uninterrupted.get_weights()):
         np.testing.assert_array_equal(got, want)
@@ -218,15 +227,14 @@ def test_dropout_generators_resume_with_the_uninterrupted_masks(tmp_path):
     resumed = _dropout_model()
     backup = checkpointing.Backup(str(tmp_path / "b"), strategy, every_steps=1)
     step = backup.restore(resumed)
-    stream = tf.data.Dataset.from_tensor_slices((X, Y)).batch(8).repeat().skip(step)
-    resumed.fit(stream, epochs=3, steps_per_epoch=STEPS_PER_EPOCH, verbose=0, callbacks=[backup])
+    _resume(resumed, backup, step)
     assert step == 14
     for got, want in zip(resumed.get_weights(), uninterrupted.get_weights()):
         np.testing.assert_array_equal(got, want)
 
 
-def test_standalone_backup_saves_and_stops_on_sigterm_then_gives_the_handler_back(tmp_path):
-    """model.fit with a Backup of its own: the signal waits for the execution's end."""
+def test_the_runs_preemption_makes_the_backup_save_and_stop_at_the_execution_end(tmp_path):
+    """Signals are the run's (keras_tpu.fit installs its Preemption); the backup saves and stops."""
     import signal  # pylint: disable=g-import-not-at-top
 
     model = _model(spe=4)  # Executions end at steps 4, 8, 10, 14, ...
@@ -235,9 +243,13 @@ def test_standalone_backup_saves_and_stops_on_sigterm_then_gives_the_handler_bac
             int(model.optimizer.iterations.numpy()) == 4 and signal.raise_signal(signal.SIGTERM)
         )
     )
-    backup = checkpointing.Backup(str(tmp_path), tf.distribute.get_strategy(), every_steps=100)
+    preemption = preemption_lib.Preemption(step=lambda: int(model.optimizer.iterations.numpy()))
+    backup = checkpointing.Backup(str(tmp_path), tf.distribute.get_strategy(), every_steps=100,
+                                  preemption=preemption)  # fmt: skip
+    preemption.backup = backup
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(keras_tpu.RunStopped) as stopped:
+    with preemption.installed(), pytest.raises(keras_tpu.RunStopped) as stopped:
+        preemption.enter("training")
         _fit(model, backup, epochs=3, callbacks=[kill])
     assert stopped.value.exit_code == 128 + signal.SIGTERM
     assert str(stopped.value) == (
@@ -246,6 +258,27 @@ def test_standalone_backup_saves_and_stops_on_sigterm_then_gives_the_handler_bac
     )
     assert backup.saved_step == 8
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_backup_has_no_standalone_mode(tmp_path):
+    """No signal handlers of its own, no positioning of fit: the run does both."""
+    import signal  # pylint: disable=g-import-not-at-top
+
+    model = _model(spe=1)
+    backup = checkpointing.Backup(str(tmp_path), tf.distribute.get_strategy(), every_steps=5)
+    before = signal.getsignal(signal.SIGTERM)
+    seen = []
+    position = lambda: model._training_state  # pylint: disable=protected-access
+    watch = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda b, logs: seen.append(
+            (signal.getsignal(signal.SIGTERM) is before, position())
+        )
+    )
+    _fit(model, backup, epochs=1, callbacks=[watch])
+    assert backup.preemption is None and backup.signal is None and backup.saved_step == 10
+    assert seen == [(True, None)] * 10
+    with pytest.raises(TypeError, match="handle_signals"):
+        checkpointing.Backup(str(tmp_path), tf.distribute.get_strategy(), handle_signals=True)
 
 
 @pytest.mark.usefixtures("generator_dropout")

@@ -464,11 +464,24 @@ def test_readme_stays_short():
         assert len(f.read().splitlines()) <= 265
 
 
-def test_api_page_is_current():
-    from keras_tpu import api_docs  # pylint: disable=g-import-not-at-top
+def _api_docs():
+    """Return tools/api_docs.py, the generator of docs/api.md (a developer's tool, not shipped)."""
+    spec = importlib.util.spec_from_file_location("api_docs", os.path.join(REPO, "tools", "api_docs.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
+
+def test_api_page_is_current():
+    api_docs = _api_docs()
     with open(api_docs.PAGE, encoding="utf-8") as f:
-        assert f.read() == api_docs.render(), "docs/api.md is stale: run python -m keras_tpu.api_docs"
+        assert f.read() == api_docs.render(), "docs/api.md is stale: run python tools/api_docs.py"
+
+
+def test_api_docs_tool_is_not_shipped():
+    # The tool lives outside both packages that setup.cfg ships (tests/test_layering.py).
+    assert not os.path.exists(os.path.join(REPO, "keras_tpu", "api_docs.py"))
+    assert os.path.isfile(os.path.join(REPO, "tools", "api_docs.py"))
 
 
 # --- The README's BERT block, as written --------------------------------------------------

@@ -16,7 +16,7 @@ Layers, lowest first (a module may import its own layer and the ones below):
 
 Imports inside functions count. Within one layer, groups do not import each other.
 Two packages: keras_tpu (the toolkit) never imports models, and models uses only
-keras_tpu's public API (PUBLIC_MODULES and the names in their __all__).
+keras_tpu's public API (keras_tpu/public_api.py: its names and modules, each module's __all__).
 """
 
 import ast
@@ -42,18 +42,26 @@ RANK = {
 }
 SAME_RANK_ALLOWED = set()
 
-# What the model garden may import from keras_tpu: its public names (keras_tpu.__all__)
-# and its public submodules (named in keras_tpu/__init__.py's docstring). No engine module.
-PUBLIC_MODULES = (
-    "keras_tpu",
-    "keras_tpu.checks",
-    "keras_tpu.data",
-    "keras_tpu.data.text_sources",
-    "keras_tpu.layers",
-    "keras_tpu.metrics",
-    "keras_tpu.runtime.accelerators",
-    "keras_tpu.parallel.mesh",
-)
+# What the model garden may import from keras_tpu is what keras_tpu/public_api.py declares:
+# the names at keras_tpu (TOP_LEVEL) and the public modules (MODULES), each with its __all__.
+PUBLIC_API = "keras_tpu/public_api.py"
+
+
+def declared(name):
+    """Return the literal `name` (TOP_LEVEL or MODULES) of keras_tpu/public_api.py, read unrun."""
+    path = os.path.join(REPO, PUBLIC_API)
+    for node in ast.parse(open(path).read()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{PUBLIC_API} declares no {name}")
+
+
+def public_modules():
+    """Return keras_tpu and its public modules."""
+    return ("keras_tpu",) + tuple(declared("MODULES"))
+
 
 # Imports across the two packages that are still to be cut (issue 40), each with why.
 # The tests below fail when one goes away without being removed here.
@@ -62,7 +70,7 @@ MODELS_IMPORTS_OF_PRIVATE = {}
 
 MAX_LINES = 400
 LONG_MODULES = {}  # path -> why it may stay longer; none needs it now.
-CHECKED_FOLDERS = ("keras_tpu", "models", "scripts", "benchmarks", "examples")
+CHECKED_FOLDERS = ("keras_tpu", "models", "scripts", "benchmarks", "examples", "tools")
 
 
 def _python_files(*folders):
@@ -141,7 +149,10 @@ def violations(path):
 
 
 def _declared_all(module):
-    """Return the names in `module`'s literal `__all__`, or None if it declares none."""
+    """Return the names in `module`'s literal `__all__` (keras_tpu's: public_api.TOP_LEVEL)."""
+    if module == "keras_tpu":
+        # As public_api.split names each entry: its attribute, else the module's last part.
+        return {e.partition(":")[2] or e.rsplit(".", 1)[-1] for e in declared("TOP_LEVEL")}
     path = _module_file(module)
     for node in ast.parse(open(path).read()).body if path else ():
         if isinstance(node, ast.Assign) and any(
@@ -153,7 +164,7 @@ def _declared_all(module):
 
 def _public_name(module, name):
     """Whether `module.name` is keras_tpu's public API: a public module or an exported name."""
-    if f"{module}.{name}" in PUBLIC_MODULES:
+    if f"{module}.{name}" in public_modules():
         return True
     exported = _declared_all(module)
     return name in exported if exported is not None else not name.startswith("_")
@@ -174,13 +185,14 @@ def private_uses(path):
     Counts imports of non-public modules, `from <public module> import name` of a name
     outside that module's __all__, and `keras_tpu.<attribute>` outside keras_tpu.__all__.
     """
+    public = public_modules()
     bad = []
     for node in ast.walk(_parse(path)):
         if isinstance(node, ast.Import):
             bad += [
                 f"{path}:{node.lineno}: import {alias.name}"
                 for alias in node.names
-                if alias.name.startswith("keras_tpu.") and alias.name not in PUBLIC_MODULES
+                if alias.name.startswith("keras_tpu.") and alias.name not in public
             ]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             module = node.module
@@ -189,8 +201,8 @@ def private_uses(path):
             bad += [
                 f"{path}:{node.lineno}: from {module} import {alias.name}"
                 for alias in node.names
-                if f"{module}.{alias.name}" not in PUBLIC_MODULES
-                and (module not in PUBLIC_MODULES or not _public_name(module, alias.name))
+                if f"{module}.{alias.name}" not in public
+                and (module not in public or not _public_name(module, alias.name))
             ]
         elif (
             isinstance(node, ast.Attribute)
@@ -246,8 +258,8 @@ def test_models_use_only_the_public_api():
         found.update({path: bad for bad in [private_uses(path)] if bad})
     unexpected = {p: b for p, b in found.items() if p not in MODELS_IMPORTS_OF_PRIVATE}
     assert not unexpected, (
-        "models use keras_tpu's public API only (keras_tpu.__all__, PUBLIC_MODULES); make "
-        f"the name public deliberately or keep it in models: {unexpected}"
+        "models use keras_tpu's public API only (keras_tpu/public_api.py); make the name "
+        f"public deliberately there or keep it in models: {unexpected}"
     )
     cut = [p for p in MODELS_IMPORTS_OF_PRIVATE if p not in found]
     assert not cut, f"remove these from MODELS_IMPORTS_OF_PRIVATE (public API only now): {cut}"
@@ -257,7 +269,9 @@ def test_the_two_package_checks_see_violations(tmp_path, monkeypatch):
     monkeypatch.setattr("tests.test_layering.REPO", str(tmp_path))
     for folder in ("keras_tpu/engine", "models/bert"):
         (tmp_path / folder).mkdir(parents=True)
-    (tmp_path / "keras_tpu" / "__init__.py").write_text('__all__ = ["fit"]\n')
+    (tmp_path / "keras_tpu" / "public_api.py").write_text(
+        'TOP_LEVEL = ("keras_tpu.engine.trainer:fit",)\nMODULES = ("keras_tpu.data",)\n'
+    )
     (tmp_path / "keras_tpu" / "engine" / "trainer.py").write_text(
         "def f():\n    from models.bert import bert_task\n    return bert_task\n"
     )
@@ -275,11 +289,32 @@ def test_the_two_package_checks_see_violations(tmp_path, monkeypatch):
     ]
 
 
-def test_public_modules_are_named_in_the_package_docstring():
-    import keras_tpu  # pylint: disable=g-import-not-at-top
+def test_keras_tpu_exports_exactly_its_one_declaration():
+    import importlib  # pylint: disable=g-import-not-at-top
 
-    missing = [m for m in PUBLIC_MODULES[1:] if m not in keras_tpu.__doc__]
-    assert not missing, f"keras_tpu/__init__.py's docstring should name {missing}"
+    import keras_tpu  # pylint: disable=g-import-not-at-top
+    from keras_tpu import public_api  # pylint: disable=g-import-not-at-top
+
+    names = public_api.top_level_names()
+    assert keras_tpu.__all__ == names and len(set(names)) == len(names) == 29
+    for entry in public_api.TOP_LEVEL:
+        name, module, attribute = public_api.split(entry)
+        value = importlib.import_module(module)
+        assert getattr(keras_tpu, name) is (getattr(value, attribute) if attribute else value)
+    # Model-agnostic and small: the toolkit's own modules, no model family's names.
+    assert all(e.startswith("keras_tpu.") for e in public_api.TOP_LEVEL + public_api.MODULES)
+    assert not hasattr(keras_tpu, "SyncBatchNormalization")  # keras_tpu.layers' own name.
+
+
+def test_every_public_module_declares_its_names():
+    import importlib  # pylint: disable=g-import-not-at-top
+
+    for path in declared("MODULES"):
+        exported = _declared_all(path)
+        assert exported, f"{path} is public (keras_tpu/public_api.py): give it a literal __all__"
+        module = importlib.import_module(path)
+        missing = [name for name in exported if not hasattr(module, name)]
+        assert not missing, f"{path}.__all__ names what it does not have: {missing}"
 
 
 def test_no_module_is_over_400_lines_without_a_reason():

@@ -85,7 +85,7 @@ def test_a_run_says_once_when_a_resume_cannot_continue_per_replica_statistics(
     assert lines == [
         "keras_tpu: 2 variable(s) (e.g. norm/moving_mean:0) are kept per replica "
         "and backed up as their mean across the 4 replicas, so a resumed run continues from "
-        "other values than an uninterrupted one; use keras_tpu.SyncBatchNormalization (the "
+        "other values than an uninterrupted one; use keras_tpu.layers.SyncBatchNormalization (the "
         "same values on every replica) for an exact resume."
     ]
 

@@ -12,6 +12,7 @@ import pytest
 import keras_tpu
 from keras_tpu import keras
 import models
+from keras_tpu.engine import run_config
 from keras_tpu.engine import run_dir
 
 
@@ -36,6 +37,36 @@ def test_identity_names_what_differs_and_ignores_how_it_runs():
     assert _identity(base).differences(_identity(base, units=5)) == ["model variables"]
     roundtrip = run_dir.RunIdentity.from_json(_identity(base).to_json())
     assert roundtrip.differences(_identity(base)) == []
+
+
+def test_identity_and_help_are_said_on_each_runconfig_field():
+    fields = dataclasses.fields(keras_tpu.RunConfig)
+    assert len(fields) == 33 and all(run_config.IDENTITY in f.metadata for f in fields)
+    assert all(run_config.help_text(keras_tpu.RunConfig, f.name) for f in fields)
+    assert run_config.identity_names(keras_tpu.RunConfig) == {
+        "early_stopping_min_delta", "early_stopping_patience", "learning_rate",
+        "mixed_precision", "per_replica_batch_size", "seed",
+    }  # fmt: skip
+    assert not hasattr(run_dir, "NOT_IDENTITY")  # No list beside the fields.
+
+
+def test_a_subclass_keeps_the_settings_of_fields_it_redefines_and_says_its_own():
+    @dataclasses.dataclass
+    class Mine(models.BertRunConfig):
+        log_every: int = run_config.setting(5, "Log every N steps.", identity=False)
+        epochs: int = 4  # BERT's 3, RunConfig's 30: still not identity, still its help.
+
+    names = run_config.identity_names(Mine)
+    assert "epochs" not in names and "log_every" not in names and "seq_length" in names
+    assert run_config.help_text(Mine, "epochs") == "Training epochs."
+    assert run_config.help_text(Mine, "log_every") == "Log every N steps."
+    assert run_config.help_text(Mine, "seq_length") is None  # The script's help dict says it.
+    base = Mine()
+    longer = dataclasses.replace(base, epochs=9, log_every=1)
+    assert _identity(base).differences(_identity(longer)) == []
+    assert _identity(base).differences(_identity(dataclasses.replace(base, seq_length=64))) == [
+        "seq_length"
+    ]
 
 
 def test_another_run_in_the_directory_is_refused_until_overwrite(tmp_path):

@@ -98,7 +98,9 @@ def test_summary_keys_and_best_weights_by_val_loss(regression):
     assert summary["best"] == {"epoch": best_epoch, "val_loss": min(val_losses)}
     assert tf.train.latest_checkpoint(os.path.join(config.model_dir, "best")) is not None
     on_disk = json.loads(open(os.path.join(config.model_dir, "summary.json")).read())
-    assert on_disk == json.loads(json.dumps(summary))
+    # fit returns a RunSummary: its attributes, and summary.json's keys as a mapping.
+    assert isinstance(summary, keras_tpu.RunSummary) and summary.test == summary["test"]
+    assert on_disk == json.loads(json.dumps(summary.to_dict())) == summary
 
 
 def test_progress_lines_and_tensorboard_carry_the_task_metrics(regression):
@@ -202,7 +204,9 @@ def test_config_yaml_names_the_task_and_its_module(regression):
 def test_rerunning_a_finished_run_is_a_no_op(regression, caplog):
     summary, config, _ = regression
     again = keras_tpu.fit("diabetes_mlp", config)
-    assert again == json.loads(json.dumps(summary))
+    # The summary it wrote, read back as a RunSummary (JSON has lists where it had tuples).
+    assert isinstance(again, keras_tpu.RunSummary)
+    assert again == json.loads(json.dumps(summary.to_dict()))
     assert "finished at step" in caplog.text and "--overwrite" in caplog.text
 
 

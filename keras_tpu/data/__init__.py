@@ -34,3 +34,30 @@ from keras_tpu.data.training_stream import train_dataset  # noqa: F401
 from keras_tpu.data.training_stream import train_dataset_fn  # noqa: F401
 from keras_tpu.data.cache_policy import CachePlan  # noqa: F401
 from keras_tpu.data.autotune import without_autotune_thread  # noqa: F401
+
+# keras_tpu.data's public names (keras_tpu/public_api.py names the public modules).
+__all__ = [
+    "ArraySplit",
+    "Batching",
+    "CachePlan",
+    "DEFAULT_SHUFFLE_BUFFER",
+    "DatasetUnavailableError",
+    "EvalData",
+    "Source",
+    "as_source",
+    "check_readable_by_tpu_host",
+    "count_examples",
+    "eval_dataset",
+    "eval_dataset_fn",
+    "image_folder_sources",
+    "load_csv",
+    "load_digits",
+    "load_tsv",
+    "synthetic_images",
+    "tfds_source",
+    "tfrecord_source",
+    "to_device_dtypes",
+    "train_dataset",
+    "train_dataset_fn",
+    "without_autotune_thread",
+]

@@ -20,6 +20,16 @@ from keras_tpu import checks
 from keras_tpu.data import file_sources
 from keras_tpu.data import sources
 
+__all__ = [
+    "TextColumns",
+    "infer_label_names",
+    "load_text_inputs",
+    "load_text_tsv",
+    "read_text_rows",
+    "text_split",
+    "tfds_text_source",
+]
+
 
 @dataclasses.dataclass(frozen=True)
 class TextColumns:

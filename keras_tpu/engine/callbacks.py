@@ -239,7 +239,7 @@ def make_callbacks(
         backup (which holds its state at each epoch's end), or None.
       preemption: the run's `preemption.Preemption` (it owns SIGTERM/SIGINT): the
         backup saves and stops on its signal, or, without backups, `StopOnSignal`
-        stops. None: the backup handles the signals itself.
+        stops. None: no signal handling (nothing installed it).
 
     Returns:
       A RunCallbacks; pass `list(result.all)` to model.fit.

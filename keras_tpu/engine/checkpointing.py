@@ -20,6 +20,10 @@ so dropout resumes with the masks an uninterrupted run would draw.
 Beside each checkpoint, written before it, are the run's records
 (`run_records.Records`: history, best value, throughput, callback state), so a
 resumed run reports what an uninterrupted one does.
+
+`Backup` is the store plus when to save, nothing more: the run positions `model.fit` at the
+restored step (`run_position.fit_starts_at`) and owns SIGTERM/SIGINT (`preemption.Preemption`,
+given as `preemption`); keras_tpu.fit does both, and so must a hand-written loop.
 """
 
 import logging
@@ -33,9 +37,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.engine import backup_store
-from keras_tpu.engine import preemption as preemption_lib
 from keras_tpu.engine import run_dir
-from keras_tpu.engine import run_position
 from keras_tpu.engine import run_records
 from keras_tpu.engine import stops
 from keras_tpu.runtime import cluster
@@ -82,7 +84,7 @@ def random_generators(model):
 
 
 class Backup(keras.callbacks.Callback):
-    """Back up at step boundaries and on SIGTERM/SIGINT; restore before training.
+    """Back up at step boundaries and on the run's SIGTERM/SIGINT; restore before training.
 
     Backups are written at the first execution boundary at or after each multiple
     of `every_steps` (the host only sees the weights between executions), or at
@@ -93,8 +95,8 @@ class Backup(keras.callbacks.Callback):
     """
 
     def __init__(self, model_dir, strategy, *, every_steps=None, steps_per_execution=1,
-                 options=None, handle_signals=True, state_callbacks=(), history=None,
-                 preemption=None, keep=2):  # fmt: skip
+                 options=None, state_callbacks=(), history=None, preemption=None,
+                 keep=2):  # fmt: skip
         """Create the backup callback.
 
         Args:
@@ -103,14 +105,12 @@ class Backup(keras.callbacks.Callback):
           every_steps: back up every this many optimizer steps; None: every epoch.
           steps_per_execution: the model's, to say where step backups can land.
           options: tf.train.CheckpointOptions (a remote TPU's I/O device).
-          handle_signals: back up and stop on SIGTERM/SIGINT during `fit`, with a
-            Preemption of its own (standalone use with model.fit; ignored with
-            `preemption`).
           state_callbacks: callbacks whose `state_dict()` is saved with each backup
             and given back by `load_state_dict` on restore (run_records).
           history: the run's `run_records.RunHistory` (epochs done, training time).
           preemption: the run's `preemption.Preemption`, which owns the signals:
-            this backs up and stops when it has received one.
+            this backs up and stops when it has received one. None: signals are not
+            this callback's concern (nothing installed them).
           keep: how many backups to keep (the newest; >= 1).
         """
         super().__init__()
@@ -125,14 +125,6 @@ class Backup(keras.callbacks.Callback):
         self.every_steps = every_steps
         self.keep = keep
         self.options = options
-        # Standalone (model.fit): this callback positions fit and, with handle_signals,
-        # owns the signals while fit runs; under the engine the run does both.
-        self._standalone = preemption is None
-        if self._standalone and handle_signals:
-            preemption = preemption_lib.Preemption(
-                step=lambda: int(self.model.optimizer.iterations.numpy())
-            )
-            preemption.backup = self
         self.preemption = preemption
         if every_steps and every_steps % steps_per_execution:
             log.warning(
@@ -278,15 +270,10 @@ class Backup(keras.callbacks.Callback):
                 f"when fit started, after the input pipeline was built: the data would restart "
                 f"from the first example and the resumed run would end with other weights. "
                 f"Restore first and start the data there: `step = backup.restore(model)`, then "
-                f"`data.train_dataset(..., start_step=step)`, then model.fit; or train with "
+                f"`data.train_dataset(..., start_step=step)`, then model.fit within "
+                f"`run_position.fit_starts_at(model, RunPosition(step, steps))`; or train with "
                 f"keras_tpu.fit, which does this."
             )
-        if self._standalone:
-            position = run_position.RunPosition(self.start_step, self.params["steps"])
-            run_position.start_fit_at(self.model, position)
-            if self.preemption is not None:
-                self.preemption.enter("training")
-                self.preemption.install()
 
     @property
     def signal(self):
@@ -294,14 +281,9 @@ class Backup(keras.callbacks.Callback):
         return self.preemption.signal if self.preemption is not None else None
 
     def close(self):
-        """Give SIGTERM/SIGINT back their handlers, drop a worker's scratch; idempotent."""
-        self._release_signals()
+        """Drop a worker's scratch directory; idempotent."""
         if getattr(self, "_scratch", None):
             shutil.rmtree(self._scratch, ignore_errors=True)
-
-    def _release_signals(self):
-        if self._standalone and self.preemption is not None:
-            self.preemption.uninstall()
 
     def on_train_batch_end(self, batch, logs=None):
         if self._add_metrics:  # The first execution of a resumed run: see add_metric_sums.
@@ -316,11 +298,7 @@ class Backup(keras.callbacks.Callback):
         # Stops by raising, not `stop_training`: fit would still evaluate the partial epoch
         # and end it (best weights, history, TensorBoard) in the signal's grace period.
         if self.preemption is not None:  # On a cluster, at the step the workers agree on.
-            try:
-                self.preemption.at_execution_end(self.save)
-            except stops.RunStopped:
-                self._release_signals()  # fit raises past on_train_end.
-                raise
+            self.preemption.at_execution_end(self.save)
         if self.every_steps:
             step = int(self.model.optimizer.iterations.numpy())
             if step // self.every_steps > (self.saved_step or 0) // self.every_steps:
@@ -334,9 +312,6 @@ class Backup(keras.callbacks.Callback):
             self.save()  # At a backed-up step: its records now hold this epoch's end.
 
     def on_train_end(self, logs=None):
-        self._release_signals()
-        if self._standalone:
-            run_position.clear_fit_start(self.model)
         if self.nan_step is None:
             # A failed export then finds the trained weights, not an older step; a signal
             # that came after the last execution (during its evaluation) loses nothing.

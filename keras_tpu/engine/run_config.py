@@ -3,6 +3,12 @@
 A plain dataclass whose field names are the scripts' flag names and the keys of
 config files (scripts/flag_utils.py defines one flag per field). Each checks its values when
 it is made, before TensorFlow starts, so a bad flag costs nothing.
+
+What is said of a field is said on it (`setting`): its flag's help, and whether it is part of
+the run's identity (run.json: a restart in the same model_dir that changes it is refused).
+A task's subclass may do the same (`setting`); a field it adds without one is identity, so a
+field added later is protected by default, and one it redefines with a plain default (BERT's
+`epochs: int = 3`) keeps RunConfig's help and identity (`field_settings`).
 """
 
 import dataclasses
@@ -15,47 +21,207 @@ from keras_tpu.runtime import tpu_connect
 
 
 EXPORT_WEIGHTS = ("final", "best")
+HELP = "help"  # dataclasses.field metadata keys (setting).
+IDENTITY = "identity"
+
+
+def setting(default, help_text, *, identity=True):
+    """Return a config field: its default, its flag's help and whether it is the run's identity.
+
+    Args:
+      default: the field's default (immutable: a str, number, bool or None).
+      help_text: the scripts' --help line for it.
+      identity: False when the field says how or where a run trains, not what it learns
+        (devices, paths, epochs, logging): it may change between a run and its resumption.
+        True: run.json records it and a restart that changes it is refused.
+    """
+    return dataclasses.field(default=default, metadata={HELP: help_text, IDENTITY: identity})
+
+
+def field_settings(config):
+    """Return {field name: its `setting` metadata} of a config dataclass (class or instance).
+
+    A field a subclass redefines with a plain default (`epochs: int = 3`) keeps its base
+    class's help and identity: only metadata given again replaces them.
+    """
+    cls = config if isinstance(config, type) else type(config)
+    settings = {}
+    for klass in reversed(cls.__mro__):
+        for field in dataclasses.fields(klass) if dataclasses.is_dataclass(klass) else ():
+            if field.metadata or field.name not in settings:
+                settings[field.name] = field.metadata
+    return settings
+
+
+def identity_names(config):
+    """Return the names of `config`'s fields that are its run's identity (unless said not)."""
+    return frozenset(n for n, meta in field_settings(config).items() if meta.get(IDENTITY, True))
+
+
+def help_text(config, name):
+    """Return the help of `config`'s field `name`, or None if it has none."""
+    return field_settings(config)[name].get(HELP)
 
 
 @dataclasses.dataclass
 class RunConfig:
     """What every run shares; field names are the scripts' flag names."""
 
-    tpu: str | None = None
-    strategy: str = "auto"
-    cpu_replicas: int = 0
-    connect_timeout: float = tpu_connect.DEFAULT_CONNECT_TIMEOUT
-    worker_hosts: str | None = None  # "host:port,..." of every worker (writes TF_CONFIG).
-    task_index: int | None = None  # This worker's position in worker_hosts; 0 is the chief.
-    collective_timeout: float = cluster.DEFAULT_COLLECTIVE_TIMEOUT
-    per_replica_batch_size: int = 64
-    epochs: int = 30
-    steps_per_epoch: int | None = None  # None: one pass over the training data.
-    steps_per_execution: int | str = "auto"
-    mixed_precision: str = "auto"  # "auto", "bf16", "fp16" or "fp32".
-    learning_rate: float = 1e-3
-    model_dir: str | None = None  # summary.json, backups, best weights, TensorBoard.
-    data_dir: str | None = None  # tfds data_dir.
-    export_dir: str | None = None  # SavedModel for serving.
-    seed: int = 0
-    deterministic: bool = True  # Bit-identical reruns and resumes (keras_tpu.runtime.determinism).
-    backup_every_steps: int | None = None  # None: back up every epoch.
-    backup: bool = True  # Backups under model_dir/backup: a killed or preempted run resumes.
-    cache: str = "auto"  # Training data in host memory: "auto", "memory" or "none" (cache_policy).
-    cache_budget_mb: float | None = None  # "auto" caches within this; None: 1/8 of host memory.
-    keep_backups: int = 2  # The newest N backups: a damaged newest one falls back to an older.
-    overwrite: bool = (
-        False  # Start over in a model_dir, or replace an export_dir, holding another run.
+    tpu: str | None = setting(
+        None,
+        "TPU address: 'local', 'grpc://host:port' or a Cloud TPU name (default: detect).",
+        identity=False,
     )
-    keep_best: bool = True  # Keep the best weights (by the task's monitor) under model_dir/best.
-    early_stopping_patience: int | None = None  # Stop after N epochs without improvement.
-    early_stopping_min_delta: float = 0.0  # The smallest change of the monitor that counts.
-    export_weights: str = "final"  # Evaluate and export "final" weights or the "best" kept ones.
-    tensorboard: bool = True  # TensorBoard logs under model_dir/tensorboard.
-    peak_tflops: float | None = None  # Devices' combined peak, for MFU (e.g. bench_peak.py).
-    rehearse_tpu: bool = False  # Compile the steps for the TPU on the CPU first; stop on a finding.
-    verbose: int = 2  # 2: progress lines; 1: Keras's progress bar; 0: silent.
-    progress_seconds: float = 30.0  # verbose=2: a progress line at most this often.
+    strategy: str = setting(
+        "auto",
+        "auto|tpu|multi_worker|mirrored|one_device|cpu; only 'auto' falls back.",
+        identity=False,
+    )
+    cpu_replicas: int = setting(
+        0,
+        "Rehearse N replicas on the host CPU (logical devices).",
+        identity=False,
+    )
+    connect_timeout: float = setting(
+        tpu_connect.DEFAULT_CONNECT_TIMEOUT,
+        "Seconds to wait for a TPU address to answer or every worker to start.",
+        identity=False,
+    )
+    worker_hosts: str | None = setting(
+        None,
+        "Multi-worker: every worker's host:port, comma-separated, the same on all.",
+        identity=False,
+    )
+    task_index: int | None = setting(
+        None,
+        "Multi-worker: this worker's index in --worker_hosts (0 is the chief).",
+        identity=False,
+    )
+    collective_timeout: float = setting(
+        cluster.DEFAULT_COLLECTIVE_TIMEOUT,
+        "Multi-worker: seconds one all-reduce may wait for a stuck peer.",
+        identity=False,
+    )
+    per_replica_batch_size: int = setting(64, "Batch per replica; global batch = this x replicas.")
+    epochs: int = setting(30, "Training epochs.", identity=False)
+    steps_per_epoch: int | None = setting(
+        None,
+        "Steps per epoch (default: one pass over the training data).",
+        identity=False,
+    )
+    steps_per_execution: int | str = setting(
+        "auto",
+        "Steps per host round trip: an integer or 'auto'.",
+        identity=False,
+    )
+    mixed_precision: str = setting(
+        "auto",
+        "auto|bf16|fp16|fp32 ('auto': bf16 on TPU, fp16 on recent GPUs).",
+    )
+    learning_rate: float = setting(1e-3, "Peak learning rate.")
+    model_dir: str | None = setting(
+        None,
+        "Run directory: summary.json, backups (resume), best weights, TensorBoard.",
+        identity=False,
+    )
+    data_dir: str | None = setting(None, "tfds data_dir.", identity=False)
+    export_dir: str | None = setting(
+        None,
+        "Write a SavedModel for serving here (written beside it, renamed into place).",
+        identity=False,
+    )
+    seed: int = setting(0, "Random seed.")
+    deterministic: bool = setting(
+        True,
+        "Bit-identical reruns and resumes: TensorFlow's op determinism and dropout seeded by "
+        "its input and --seed, also inside TF Hub encoders.",
+        identity=False,
+    )
+    backup_every_steps: int | None = setting(
+        None,
+        "Back up every N steps for resuming (default: every epoch).",
+        identity=False,
+    )
+    backup: bool = setting(
+        True,
+        "Back up under model_dir/backup so a killed run resumes when restarted.",
+        identity=False,
+    )
+    cache: str = setting(
+        "auto",
+        "Training data after the first pass: 'auto' (file sources cached in host memory when "
+        "about 3x their size fits --cache_budget_mb, else streamed; arrays are in memory "
+        "already), 'memory' or 'none' (stream every epoch).",
+        identity=False,
+    )
+    cache_budget_mb: float | None = setting(
+        None,
+        "Host memory --cache=auto may fill with training data (default: 1/8 of this host's "
+        "memory).",
+        identity=False,
+    )
+    keep_backups: int = setting(
+        2,
+        "Keep the newest N backups: a damaged newest one (torn by a preempted writer or an "
+        "object store) falls back to the one before.",
+        identity=False,
+    )
+    overwrite: bool = setting(
+        False,
+        "Start over in a --model_dir holding another run, and replace an --export_dir holding "
+        "something else (another model, other files).",
+        identity=False,
+    )
+    keep_best: bool = setting(
+        True,
+        "Keep the weights with the best value of the task's monitor (Task.monitor: val_loss by "
+        "default, val_accuracy for cnn and bert) under model_dir/best.",
+        identity=False,
+    )
+    early_stopping_patience: int | None = setting(
+        None,
+        "Stop after N epochs in which the task's monitor did not improve by more than "
+        "--early_stopping_min_delta (resumes exactly; the summary says when). Default: train "
+        "every epoch.",
+    )
+    early_stopping_min_delta: float = setting(
+        0.0,
+        "The smallest change of the task's monitor that counts as an improvement for "
+        "--early_stopping_patience.",
+    )
+    export_weights: str = setting(
+        "final",
+        "Which weights the final evaluation and the export use: 'final' (the last step's) or "
+        "'best' (those kept under model_dir/best by the task's monitor).",
+        identity=False,
+    )
+    tensorboard: bool = setting(
+        True,
+        "Write TensorBoard logs under model_dir/tensorboard.",
+        identity=False,
+    )
+    peak_tflops: float | None = setting(
+        None,
+        "Combined peak TFLOP/s of the devices, to report MFU.",
+        identity=False,
+    )
+    rehearse_tpu: bool = setting(
+        False,
+        "Before training, compile one train and eval step for the TPU with XLA on the CPU; "
+        "print what the TPU would refuse and exit 2.",
+        identity=False,
+    )
+    verbose: int = setting(
+        2,
+        "2: progress lines (every --progress_seconds and per epoch); 1: Keras's progress bar; "
+        "0: only the final lines.",
+        identity=False,
+    )
+    progress_seconds: float = setting(
+        30.0,
+        "With --verbose=2, print a progress line at most this often (seconds).",
+        identity=False,
+    )
 
     def __post_init__(self):
         # Checked here, before TensorFlow starts, so a bad flag costs nothing.

@@ -20,24 +20,12 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.engine import output_paths
+from keras_tpu.engine import run_config
 
 log = logging.getLogger(__name__)
 
 IDENTITY_FILE = "run.json"
 LOCK_FILE = "run.lock"
-# Config fields that say how or where a run trains, not what it learns: they may
-# change between a run and its resumption. Every other field is part of the identity,
-# so a field added later is protected by default.
-NOT_IDENTITY = frozenset({
-    "tpu", "strategy", "cpu_replicas", "connect_timeout", "worker_hosts", "task_index",
-    "collective_timeout", "epochs", "steps_per_epoch", "steps_per_execution", "model_dir",
-    "data_dir", "export_dir", "backup_every_steps", "backup", "cache", "cache_budget_mb",
-    "keep_best", "tensorboard",
-    "peak_tflops", "verbose", "overwrite", "progress_seconds", "rehearse_tpu", "deterministic",
-    "export_weights", "keep_backups",
-})  # fmt: skip
-
-
 class RunDirError(checks.ConfigError):
     """The run directory belongs to another run, is in use, or cannot be written."""
 
@@ -52,12 +40,16 @@ class RunIdentity:
     # The config's defaults ((name, value), ...), not recorded: a field a newer keras_tpu
     # added is the same run when it holds its default (what the older run trained with).
     defaults: tuple = dataclasses.field(default=(), compare=False)
+    # The config's fields that are not identity (RunConfig's `setting(identity=False)`), not
+    # recorded: one an older keras_tpu recorded as identity does not count.
+    not_identity: frozenset = dataclasses.field(default=frozenset(), compare=False)
 
     @classmethod
     def of(cls, config, *, global_batch, model):
         """Return the identity of `config` training `model` at `global_batch`."""
         variables = tuple((v.dtype.name, list(v.shape)) for v in model.weights)
-        return cls(identity_fields(config, global_batch), variables, field_defaults(config))
+        return cls(identity_fields(config, global_batch), variables, field_defaults(config),
+                   not_identity(config))  # fmt: skip
 
     def to_json(self):
         return json.dumps(
@@ -74,17 +66,20 @@ class RunIdentity:
     def differences(self, other):
         """Return the names of what differs from `other`: fields, then "model variables"."""
         # A field recorded by an older keras_tpu that is no longer identity does not count.
-        names = _differing(self.fields, other.fields, dict(self.defaults))
+        names = _differing(self.fields, other.fields, dict(self.defaults), self.not_identity)
         if [list(v) for v in self.variables] != [list(v) for v in other.variables]:
             names.append("model variables")
         return names
 
 
+def not_identity(config):
+    """Return the names of `config`'s fields that say how or where it trains, not what."""
+    return frozenset(f.name for f in dataclasses.fields(config)) - run_config.identity_names(config)
+
+
 def identity_fields(config, global_batch):
     """Return the ((name, value), ...) of `config` that say what a run learns."""
-    fields = {
-        f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in NOT_IDENTITY
-    }
+    fields = {name: getattr(config, name) for name in run_config.identity_names(config)}
     fields["global_batch"] = int(global_batch)
     return tuple(sorted(fields.items()))
 
@@ -96,8 +91,8 @@ def same_fields(model_dir, config, *, global_batch):
         return False
     with tf.io.gfile.GFile(path) as f:
         recorded = RunIdentity.from_json(f.read())
-    fields = identity_fields(config, global_batch)
-    return not _differing(fields, recorded.fields, dict(field_defaults(config)))
+    fields, defaults = identity_fields(config, global_batch), dict(field_defaults(config))
+    return not _differing(fields, recorded.fields, defaults, not_identity(config))
 
 
 def field_defaults(config):
@@ -111,13 +106,15 @@ def field_defaults(config):
     return tuple(sorted(defaults.items()))
 
 
-def _differing(fields, recorded, defaults):
+def _differing(fields, recorded, defaults, transient):
     """Return the sorted names whose values differ between `fields` and `recorded`.
 
-    A field recorded by an older keras_tpu that is no longer identity does not count,
-    nor one that a newer keras_tpu added and `fields` holds at its default.
+    A field recorded by an older keras_tpu that is no longer identity (in `transient`) does
+    not count, nor one that a newer keras_tpu added and `fields` holds at its default.
     """
-    mine, theirs = _identity_only(fields), _identity_only(recorded)
+    mine, theirs = (
+        {k: v for k, v in dict(f).items() if k not in transient} for f in (fields, recorded)
+    )
     names = []
     for k in sorted(set(mine) | set(theirs)):
         if k in mine and k not in theirs and k in defaults and mine[k] == defaults[k]:
@@ -125,10 +122,6 @@ def _differing(fields, recorded, defaults):
         if mine.get(k) != theirs.get(k):
             names.append(k)
     return names
-
-
-def _identity_only(fields):
-    return {k: v for k, v in dict(fields).items() if k not in NOT_IDENTITY}
 
 
 def check_identity(model_dir, identity, *, overwrite, backup_dir):

@@ -1,9 +1,12 @@
 """What a run reports: `RunSummary`, written as model_dir/summary.json and returned by `fit`.
 
-One typed value for every path (built-in tasks, user tasks, the sharded loop), so
-a key cannot be spelled two ways; `to_dict()` is the JSON the scripts print from.
+One typed value for every path (built-in tasks, user tasks, the sharded loop, a rerun of a
+finished run), so a key cannot be spelled two ways; `to_dict()` is the JSON the scripts print
+from. It is also a read-only mapping over those same keys (`summary["test"]["accuracy"]`,
+as summary.json reads), so code written against summary.json reads a returned summary too.
 """
 
+import collections.abc
 import dataclasses
 import hashlib
 import json
@@ -34,13 +37,17 @@ def weights_checksum(weights):
     return digest.hexdigest()[:16]
 
 
-@dataclasses.dataclass(frozen=True)
-class RunSummary:
+# eq=False: equality is the Mapping's, by summary.json's keys, so a summary equals the
+# summary.json it was written as (and a dict of the same keys).
+@dataclasses.dataclass(frozen=True, eq=False)
+class RunSummary(collections.abc.Mapping):
     """A finished run: what it trained, how fast, where it ended, and its exact evaluation.
 
-    Attributes mirror the keys of summary.json. `test` has one entry per metric
-    ("loss" is the exact mean per-example loss over the whole split). `history`
-    holds one value per epoch for every logged key; its val_ values are exact too.
+    Attributes mirror the keys of summary.json (`summary.test["accuracy"]`), and the summary
+    is a read-only mapping over those keys (`summary["test"]["accuracy"]`, the keys of a
+    backend's `extra` included); `to_dict()` returns that mapping as a dict for JSON. `test`
+    has one entry per metric ("loss" is the exact mean per-example loss over the whole split).
+    `history` holds one value per epoch for every logged key; its val_ values are exact too.
     """
 
     status: str  # "ok"
@@ -88,6 +95,32 @@ class RunSummary:
             if value[key] is None:
                 del value[key]
         return value
+
+    @classmethod
+    def from_dict(cls, value):
+        """Return the RunSummary a summary.json mapping was written from (`to_dict` undone).
+
+        Keys that are no field go back to `extra`; a field an older keras_tpu did not write
+        is None (or its default).
+        """
+        fields = [f for f in dataclasses.fields(cls) if f.name != "extra"]
+        names = {f.name for f in fields}
+        required = [f.name for f in fields
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        given = {name: None for name in required}
+        given.update((k, v) for k, v in value.items() if k in names)
+        return cls(**given, extra={k: v for k, v in value.items() if k not in names})
+
+    # The read-only mapping: summary.json's keys. A fresh copy each time, as the fields are
+    # the truth (a frozen summary cannot be changed through it).
+    def __getitem__(self, key):
+        return self.to_dict()[key]
+
+    def __iter__(self):
+        return iter(self.to_dict())
+
+    def __len__(self):
+        return len(self.to_dict())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,4 +266,4 @@ def finished_run(config, global_batch):
         "keras_tpu: this run finished at step %d, summary in %s; nothing to do (--overwrite "
         "to train again).", previous["final_step"], os.path.join(config.model_dir, "summary.json"),
     )  # fmt: skip
-    return previous
+    return RunSummary.from_dict(previous)

@@ -85,7 +85,7 @@ def strategy_for(config):
 
 
 def fit(task, config=None, *, strategy=None):
-    """Train, evaluate and export `task` with every run guarantee; return the summary dict.
+    """Train, evaluate and export `task` with every run guarantee; return its RunSummary.
 
     Args:
       task: a `keras_tpu.Task`; a registered task name ("cnn", or one of yours) or an
@@ -96,8 +96,9 @@ def fit(task, config=None, *, strategy=None):
       strategy: run under this strategy instead of resolving `config`'s.
 
     Returns:
-      The summary (summary.json): status, final_step, resumed_from_step,
-      weights_sha256, test (one entry per metric, exact), global_batch, replicas, ...
+      A `keras_tpu.RunSummary` (summary.json: `status`, `final_step`, `test`, one entry per
+      metric, exact, ...): `summary.test["accuracy"]` or `summary["test"]["accuracy"]`;
+      `to_dict()` is the JSON. A finished run run again returns the summary it wrote.
 
     Raises:
       keras_tpu.RunStopped: the run stopped early, in any phase: preempted (exit
@@ -377,7 +378,7 @@ class _Run:
             summary_lib.write(summary, config.model_dir)
         if self.callbacks.backup:  # Only now: a failed export leaves the backup for the rerun.
             self.callbacks.backup.finish()
-        return summary.to_dict()
+        return summary
 
     def _load_exported_weights(self):
         """Load the best weights if the config exports them; return "final" or "best"."""

@@ -118,7 +118,7 @@ def warn_of_per_replica_statistics(model, replicas):
         log.warning(
             "keras_tpu: %s (e.g. %s) are kept per replica and backed up as their mean "
             "across the %d replicas, so a resumed run continues from other values than an "
-            "uninterrupted one; use keras_tpu.SyncBatchNormalization (the same "
+            "uninterrupted one; use keras_tpu.layers.SyncBatchNormalization (the same "
             "values on every replica) for an exact resume.",
             f"{len(names)} variable(s)", names[0], replicas,
         )  # fmt: skip
