@@ -248,6 +248,8 @@ def test_a_task_given_as_an_object_and_errors_before_anything_is_written(tmp_pat
                              eval_data=task.eval_data,
                              optimizer=keras.optimizers.Adam())  # fmt: skip
         keras_tpu.fit(bad, keras_tpu.RunConfig(cpu_replicas=CPU_REPLICAS, per_replica_batch_size=2))
+    import models  # noqa: F401  (registers the model garden's tasks; also when this file runs alone)
+
     with pytest.raises(keras_tpu.ConfigError, match="unknown task 'nope'; registered: .*cnn"):
         keras_tpu.fit("nope", keras_tpu.RunConfig(cpu_replicas=CPU_REPLICAS))
 
