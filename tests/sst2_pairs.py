@@ -14,8 +14,12 @@ import numpy as np
 from keras_tpu import data
 
 
-def write_pairs(sst2_tsv, out_tsv, seed=0):
-    """Write the pair TSV (sentence1, sentence2, label) of one SST-2 file; return its rows."""
+def write_pairs(sst2_tsv, out_tsv, seed=0, label_names=None):
+    """Write the pair TSV (sentence1, sentence2, label) of one SST-2 file; return its rows.
+
+    The rows returned carry the integer label; the file the label's name if `label_names`
+    (for 0 and 1) is given.
+    """
     split = data.load_tsv(sst2_tsv)
     rng = np.random.default_rng(seed)
     negative = rng.permutation(split.x[split.y == 0])
@@ -29,5 +33,5 @@ def write_pairs(sst2_tsv, out_tsv, seed=0):
         writer = csv.writer(f, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar=None,
                             lineterminator="\n")  # fmt: skip
         writer.writerow(["sentence1", "sentence2", "label"])
-        writer.writerows(rows)
+        writer.writerows((a, b, label_names[y] if label_names else y) for a, b, y in rows)
     return rows

@@ -6,7 +6,6 @@ global batch, so the padding, the order of the replicas' rows and the metrics' e
 """
 
 import dataclasses
-import re
 
 import numpy as np
 import pytest
@@ -164,73 +163,3 @@ def test_a_finished_run_asked_for_other_data_points_to_evaluate(classifier_run):
     with pytest.raises(keras_tpu.ConfigError, match=r"That run finished: .*predict\.py "
                        rf"--model_dir={model_dir} --mode=evaluate"):  # fmt: skip
         keras_tpu.fit("inference_test_classifier", config)
-
-
-def _rows(path):
-    with open(path, encoding="utf-8") as f:
-        header, *rows = [line.rstrip("\n").split("\t") for line in f]
-    return [dict(zip(header, row)) for row in rows]
-
-
-@pytest.mark.slow  # ~2 min: a tiny BERT pair run, then predict.py twice and a refused rerun.
-def test_predict_script_on_a_bert_pair_run_equals_its_export_and_scikit_learn(tmp_path, tiny_hub):
-    import json  # pylint: disable=g-import-not-at-top
-    import os  # pylint: disable=g-import-not-at-top
-
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    import tensorflow_text  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-
-    from tests import sst2_pairs  # pylint: disable=g-import-not-at-top
-    from tests.conftest import SST2, run_script  # pylint: disable=g-import-not-at-top
-
-    rows = sst2_pairs.write_pairs(f"{SST2}/dev.tsv", str(tmp_path / "pairs.tsv"))
-    dev, new = tmp_path / "dev.tsv", tmp_path / "new.tsv"
-    dev.write_text("sentence1\tsentence2\tlabel\n" + "".join(f"{a}\t{b}\t{y}\n" for a, b, y in rows[:45]))
-    new.write_text("sentence1\tsentence2\n" + "".join(f"{a}\t{b}\n" for a, b, _ in rows[100:137]))
-    run_dir = tmp_path / "run"
-    trained = run_script(
-        "train_bert.py", f"--encoder_handle={tiny_hub['encoder']}",
-        f"--preprocess_handle={tiny_hub['preprocess']}", f"--train_file={tmp_path / 'pairs.tsv'}",
-        f"--eval_file={dev}", "--text_keys=sentence1,sentence2", "--seq_length=16",
-        "--per_replica_batch_size=4", "--epochs=1", "--steps_per_epoch=3", "--cpu_replicas=2",
-        f"--model_dir={run_dir}", f"--export_dir={run_dir / 'export'}", "--notensorboard",
-    )  # fmt: skip
-    assert trained.returncode == 0, trained.stderr[-3000:]
-    records = {name: (run_dir / name).read_text() for name in ("summary.json", "run.json")}
-
-    predicted = run_script("predict.py", f"--model_dir={run_dir}", f"--input_file={new}",
-                           f"--output_file={tmp_path / 'p.tsv'}", "--class_names=neg,pos")  # fmt: skip
-    assert predicted.returncode == 0, predicted.stderr[-3000:]
-    assert re.search(r"predict: 37 examples in [\d.]+ s, [\d.]+ examples/s", predicted.stdout)
-    got = _rows(tmp_path / "p.tsv")
-    served = tf.saved_model.load(str(run_dir / "export")).signatures["serving_default"]
-    pairs = np.array([[a, b] for a, b, _ in rows[100:137]], dtype=object)
-    want = served(text_a=tf.constant(pairs[:, 0]), text_b=tf.constant(pairs[:, 1]))
-    assert [int(r["id"]) for r in got] == list(range(37))
-    assert [int(r["class_id"]) for r in got] == want["class_ids"].numpy().tolist()
-    assert [r["class_name"] for r in got] == [["neg", "pos"][c] for c in want["class_ids"].numpy()]
-    probabilities = np.array([[float(r["probability_0"]), float(r["probability_1"])] for r in got])
-    np.testing.assert_allclose(probabilities, want["probabilities"].numpy(), rtol=1e-5, atol=1e-6)
-
-    evaluated = run_script("predict.py", f"--model_dir={run_dir}", "--mode=evaluate",
-                           f"--input_file={dev}")  # fmt: skip
-    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    report = json.loads((run_dir / "evaluations" / "dev.json").read_text())
-    labels = np.array([y for _, _, y in rows[:45]])
-    dev_pairs = np.array([[a, b] for a, b, _ in rows[:45]], dtype=object)
-    p = served(text_a=tf.constant(dev_pairs[:, 0]), text_b=tf.constant(dev_pairs[:, 1]))
-    p = p["probabilities"].numpy()
-    assert report["examples"] == 45
-    assert report["metrics"]["accuracy"] == pytest.approx(
-        sk_metrics.accuracy_score(labels, p.argmax(1)), rel=1e-7)  # fmt: skip
-    assert report["metrics"]["loss"] == pytest.approx(sk_metrics.log_loss(labels, p), rel=1e-5)
-    summary = json.loads(records["summary.json"])  # The same dev file: the run's own figures.
-    assert report["metrics"]["accuracy"] == summary["test"]["accuracy"]
-    assert {name: (run_dir / name).read_text() for name in records} == records  # Untouched.
-
-    other = run_script(
-        "train_bert.py", f"--config_file={run_dir / 'config.yaml'}",
-        f"--eval_file={tmp_path / 'pairs.tsv'}",
-    )  # A new --eval_file on the finished run: refused, pointing to predict.py --mode=evaluate.
-    assert other.returncode == 2 and "predict.py" in other.stderr, other.stderr[-2000:]
-    assert os.listdir(run_dir / "evaluations") == ["dev.json"]

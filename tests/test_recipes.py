@@ -271,13 +271,33 @@ def test_train_cnn_in_process_on_four_replicas(tmp_path):
     assert summary["status"] == "ok" and summary["resumed_from_step"] == 0
 
 
+def _rows(path):
+    with open(path, encoding="utf-8") as f:
+        header, *rows = [line.rstrip("\n").split("\t") for line in f]
+    return [dict(zip(header, row)) for row in rows]
+
+
+# Label names for the pairs: sorted, so "first" is class 0 (the positive sentence first).
+PAIR_NAMES = ("first", "second")
+
+
 @pytest.mark.slow
-def test_train_bert_sentence_pairs_on_sst2_pairs_and_serves_two_strings(tmp_path, tiny_hub):
-    """A real-text pair task ("is the second sentence the positive one?") beats chance (0.5)."""
+def test_train_bert_sentence_pairs_on_sst2_pairs_serves_two_strings_and_predicts(tmp_path, tiny_hub):
+    """A real-text pair task ("which sentence is the positive one?") beats chance (0.5).
+
+    The labels are names in the files: the run keeps them, its export returns them. Then
+    the run is used after training: predict.py writes one row per new pair equal to the
+    export's own predictions, and scores a labelled file as scikit-learn does.
+    """
+    from sklearn import metrics as sk_metrics  # pylint: disable=g-import-not-at-top
+
     from tests import sst2_pairs  # pylint: disable=g-import-not-at-top
 
-    sst2_pairs.write_pairs(os.path.join(SST2, "train.tsv"), str(tmp_path / "train.tsv"))
-    dev = sst2_pairs.write_pairs(os.path.join(SST2, "dev.tsv"), str(tmp_path / "dev.tsv"), seed=1)
+    sst2_pairs.write_pairs(os.path.join(SST2, "train.tsv"), str(tmp_path / "train.tsv"),
+                           label_names=PAIR_NAMES)  # fmt: skip
+    dev = sst2_pairs.write_pairs(os.path.join(SST2, "dev.tsv"), str(tmp_path / "dev.tsv"), seed=1,
+                                 label_names=PAIR_NAMES)  # fmt: skip
+    run_dir = tmp_path / "run"
     handles = tiny_hub
     result = run_script(
         "train_bert.py",
@@ -291,40 +311,82 @@ def test_train_bert_sentence_pairs_on_sst2_pairs_and_serves_two_strings(tmp_path
         "--epochs=3", "--steps_per_epoch=100", "--learning_rate=1e-3",
         "--mixed_precision=fp32",  # The served predictions are compared exactly.
         "--nokeep_best",  # The summary's metrics are the exported (last) weights'.
-        f"--model_dir={tmp_path / 'run'}",
-        f"--export_dir={tmp_path / 'export'}",
+        "--notensorboard",
+        f"--model_dir={run_dir}",
+        f"--export_dir={run_dir / 'export'}",
         timeout=1200,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    records = {name: (run_dir / name).read_text() for name in ("summary.json", "run.json")}
+    summary = json.loads(records["summary.json"])
     assert summary["test_examples"] == len(dev) == 428
+    assert summary["class_names"] == list(PAIR_NAMES)
     # Measured 0.80 (f1 0.81) on this host; chance is 0.5 (labels drawn 50/50).
     assert summary["test"]["accuracy"] >= 0.7, summary["test"]
-    # The export serves two string tensors, preprocessing inside, without keras_tpu: its
-    # predictions over the dev pairs give the run's exact accuracy and F1.
+    # Pairs the run has not seen, without labels: predict.py writes one row each.
+    new = tmp_path / "new.tsv"
+    new.write_text("sentence1\tsentence2\n" + "".join(f"{a}\t{b}\n" for a, b, _ in dev[:37]))
+    predicted = run_script("predict.py", f"--model_dir={run_dir}", f"--input_file={new}",
+                           f"--output_file={tmp_path / 'p.tsv'}")  # fmt: skip
+    assert predicted.returncode == 0, predicted.stderr[-3000:]
+    assert re.search(r"predict: 37 examples in [\d.]+ s, [\d.]+ examples/s", predicted.stdout)
+    evaluated = run_script("predict.py", f"--model_dir={run_dir}", "--mode=evaluate",
+                           f"--input_file={tmp_path / 'dev.tsv'}")  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    # The export serves two string tensors, preprocessing inside, without keras_tpu.
     probe = run_python(
         "import csv, json, sys, tensorflow as tf, tensorflow_text\n"
         "sys.modules['keras_tpu'] = None  # Serving must not need it.\n"
-        f"serve = tf.saved_model.load({str(tmp_path / 'export')!r}).signatures['serving_default']\n"
+        f"loaded = tf.saved_model.load({str(run_dir / 'export')!r})\n"
+        "serve = loaded.signatures['serving_default']\n"
         f"rows = list(csv.reader(open({str(tmp_path / 'dev.tsv')!r}), delimiter='\\t',"
         " quoting=csv.QUOTE_NONE))[1:]\n"
         "out = serve(text_a=tf.constant([r[0] for r in rows]),\n"
         "            text_b=tf.constant([r[1] for r in rows]))\n"
-        "print(json.dumps(out['class_ids'].numpy().tolist()))\n",
+        "print(json.dumps({'ids': out['class_ids'].numpy().tolist(),\n"
+        "                  'names': [n.decode() for n in out['class_names'].numpy()],\n"
+        "                  'p': out['probabilities'].numpy().tolist(),\n"
+        "                  'class_names': [n.decode() for n in loaded.class_names().numpy()]}))\n",
         timeout=300,
     )
     assert probe.returncode == 0, probe.stderr[-2000:]
-    served = np.array(json.loads(probe.stdout.strip().splitlines()[-1]))
+    served = json.loads(probe.stdout.strip().splitlines()[-1])
+    ids, p = np.array(served["ids"]), np.array(served["p"])
+    assert served["class_names"] == list(PAIR_NAMES)
+    assert served["names"] == [PAIR_NAMES[i] for i in ids]
     labels = np.array([label for _, _, label in dev])
-    assert np.mean(served == labels) == pytest.approx(summary["test"]["accuracy"], abs=1e-6)
-    true_positive = np.sum((served == 1) & (labels == 1))
-    f1 = 2 * true_positive / (np.sum(served == 1) + np.sum(labels == 1))
+    assert np.mean(ids == labels) == pytest.approx(summary["test"]["accuracy"], abs=1e-6)
+    true_positive = np.sum((ids == 1) & (labels == 1))
+    f1 = 2 * true_positive / (np.sum(ids == 1) + np.sum(labels == 1))
     assert f1 == pytest.approx(summary["test"]["f1"], abs=1e-5)
+    # predict.py's rows are the export's own predictions, in input order, with the names.
+    got = _rows(tmp_path / "p.tsv")
+    assert [int(r["id"]) for r in got] == list(range(37))
+    assert [int(r["class_id"]) for r in got] == ids[:37].tolist()
+    assert [r["class_name"] for r in got] == served["names"][:37]
+    probabilities = np.array([[float(r["probability_0"]), float(r["probability_1"])] for r in got])
+    np.testing.assert_allclose(probabilities, p[:37], rtol=1e-5, atol=1e-6)
+    # Its evaluation of the labelled file (names) equals scikit-learn on the export's
+    # predictions and the run's own, and leaves the run's records untouched.
+    report = json.loads((run_dir / "evaluations" / "dev.json").read_text())
+    assert report["examples"] == 428
+    assert report["metrics"]["accuracy"] == pytest.approx(
+        sk_metrics.accuracy_score(labels, ids), rel=1e-7)  # fmt: skip
+    assert report["metrics"]["f1"] == pytest.approx(sk_metrics.f1_score(labels, ids), rel=1e-6)
+    assert report["metrics"]["loss"] == pytest.approx(sk_metrics.log_loss(labels, p), rel=1e-5)
+    assert report["metrics"]["accuracy"] == summary["test"]["accuracy"]
+    assert {name: (run_dir / name).read_text() for name in records} == records
+    other = run_script(
+        "train_bert.py", f"--config_file={run_dir / 'config.yaml'}",
+        f"--eval_file={tmp_path / 'train.tsv'}",
+    )  # A new --eval_file on the finished run: refused, pointing to predict.py --mode=evaluate.
+    assert other.returncode == 2 and "predict.py" in other.stderr, other.stderr[-2000:]
+    assert os.listdir(run_dir / "evaluations") == ["dev.json"]
 
 
 @pytest.mark.slow
 def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
-    """GLUE's three shapes by name alone, on 4 replicas, each reporting GLUE's metrics."""
+    """GLUE's three shapes by name alone, on 2 replicas, each reporting GLUE's metrics."""
     handles = tiny_hub
     code = (
         "import json, tensorflow_datasets as tfds\n"
@@ -335,10 +397,10 @@ def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
         "        run = ROOT + '/' + name.replace('/', '_')\n"
         "        out[name] = models.train_bert(models.BertRunConfig(\n"
         "            encoder_handle=HANDLES['encoder'], preprocess_handle=HANDLES['preprocess'],\n"
-        "            tfds_name=name, cpu_replicas=4, seq_length=32, per_replica_batch_size=4,\n"
+        "            tfds_name=name, cpu_replicas=2, seq_length=32, per_replica_batch_size=8,\n"
         "            epochs=1, steps_per_epoch=3, learning_rate=1e-3, verbose=0,\n"
         "            model_dir=run,\n"
-        "            export_dir=run + '/export' if name == 'glue/stsb' else None))\n"
+        "            export_dir=run + '/export' if name == 'glue/stsb' else None)).to_dict()\n"
         "print(json.dumps(out))\n"
     ).replace("ROOT", repr(str(tmp_path))).replace("HANDLES", repr(handles))
     result = run_python(code, timeout=1200)

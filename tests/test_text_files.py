@@ -1,21 +1,19 @@
 """Text files as users have them: named labels, no header row, CSV quoting (data.text_sources).
 
-The BERT task reads its TSV/CSV files here (tasks.datasets.text_splits); the slow test
-trains the tiny BERT on a TSV whose labels are names and serves the names from its export.
+The BERT task reads its TSV/CSV files here (models.datasets.text_splits); a run on a TSV
+whose labels are names, and its export serving the names, is the slow pair recipe
+(tests/test_recipes.py::test_train_bert_sentence_pairs_on_sst2_pairs_serves_two_strings_and_predicts).
 """
 
 import csv
-import json
 
 import numpy as np
 import pytest
 
-import keras_tpu
 from keras_tpu import checks
 from keras_tpu.data import text_sources
 from models import datasets
 from models import BertRunConfig
-from tests.conftest import CPU_REPLICAS
 
 SENTENCE = text_sources.TextColumns(("sentence",))
 QUOTED = 'he said "great" and meant it'
@@ -126,32 +124,6 @@ def test_bad_label_names_are_one_line(fields, message):
 
 def test_label_names_set_the_number_of_classes():
     assert BertRunConfig(label_names="negative,neutral,positive").num_classes == 3
-
-
-@pytest.mark.slow
-def test_bert_trains_on_named_labels_and_its_export_returns_the_names(tmp_path, tiny_hub):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-    rows = [("sentence", "label")] + [
-        (f"{word} film {i}", "positive" if word == "great" else "negative")
-        for i in range(16) for word in ("great", "dull")
-    ]  # fmt: skip
-    train = _write(tmp_path / "train.tsv", rows)
-    summary = keras_tpu.fit("bert", BertRunConfig(
-        encoder_handle=tiny_hub["encoder"], vocab_file=tiny_hub["vocab"], train_file=train,
-        eval_file=train, seq_length=16, per_replica_batch_size=4, epochs=1, verbose=0,
-        learning_rate=1e-3, mixed_precision="fp32", cpu_replicas=CPU_REPLICAS,
-        model_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "export"),
-    ))  # fmt: skip
-    assert summary["class_names"] == ["negative", "positive"] and summary["test_examples"] == 32
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["class_names"] == [
-        "negative", "positive"
-    ]
-    loaded = tf.saved_model.load(str(tmp_path / "export"))
-    assert loaded.class_names().numpy().tolist() == [b"negative", b"positive"]
-    served = loaded.signatures["serving_default"](text=tf.constant(["great film", "dull film"]))
-    names = [("negative", "positive")[i] for i in served["class_ids"].numpy()]
-    assert [n.decode() for n in served["class_names"].numpy()] == names
 
 
 def test_inputs_to_evaluate_take_the_runs_label_names(tmp_path):
