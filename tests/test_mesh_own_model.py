@@ -87,9 +87,9 @@ def _task(callbacks=()):
     return task, built
 
 
-def _config(model_dir, verbose=0):
+def _config(model_dir, verbose=0, export_dir=None):
     return keras_tpu.RunConfig(
-        model_dir=str(model_dir), epochs=2, per_replica_batch_size=4, cpu_replicas=4,
+        model_dir=str(model_dir), export_dir=export_dir and str(export_dir), epochs=2, per_replica_batch_size=4, cpu_replicas=4,
         steps_per_execution=2, backup_every_steps=3, tensorboard=False, verbose=verbose,
         progress_seconds=1e-6,
     )  # fmt: skip
@@ -129,7 +129,7 @@ def _replay(batches, steps_per_epoch):
 @pytest.mark.slow  # Three fit runs on the 2x2 mesh (~25 s on the shared CPUs).
 def test_own_model_at_k2_logs_the_tasks_metrics_and_resumes_exactly(tmp_path, capsys):
     task, built = _task()
-    summary = keras_tpu.fit(task, _config(tmp_path / "whole"))
+    summary = keras_tpu.fit(task, _config(tmp_path / "whole", export_dir=tmp_path / "export"))
     backend = built[-1]
     assert summary["mesh"] == {"batch": 2, "model": 2} and summary["final_step"] == 16
     assert isinstance(backend.model.optimizer, keras.optimizers.SGD)  # The Task's optimizer.
@@ -162,6 +162,10 @@ def test_own_model_at_k2_logs_the_tasks_metrics_and_resumes_exactly(tmp_path, ca
     for got, want in zip(final, replay[-1][1]):
         np.testing.assert_allclose(got, want, atol=2e-5, rtol=0)
     assert history["loss"][1] < history["loss"][0]  # It trained.
+    # The export is the Task's (a Keras SavedModel) of an unsharded copy of these weights.
+    exported = keras.models.load_model(str(tmp_path / "export"))
+    logits = np.maximum(X_EVAL @ final[0] + final[1], 0) @ final[2] + final[3]
+    np.testing.assert_allclose(exported.predict(X_EVAL, verbose=0), logits, atol=1e-5, rtol=0)
 
     # Killed at step 14, after the backup at step 12 (mid-epoch 2): resumed, the same run.
     run_dir = tmp_path / "killed"
