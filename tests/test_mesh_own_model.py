@@ -186,3 +186,34 @@ def test_own_model_at_k2_logs_the_tasks_metrics_and_resumes_exactly(tmp_path, ca
         k: v for k, v in history.items() if k not in timings
     }
     assert resumed["test"] == summary["test"]
+
+
+def test_the_tasks_optimizer_is_built_on_the_mesh_or_refused():
+    from keras_tpu.engine import task as task_lib  # pylint: disable=g-import-not-at-top
+    from keras_tpu.parallel.mesh import laid_out  # pylint: disable=g-import-not-at-top
+
+    mesh = mesh_lib.make_mesh(2)
+
+    def build(spec):
+        return task_lib.build_optimizer(spec, total_steps=10, learning_rate=0.5, mesh=mesh)
+
+    for spec in ("sgd", keras.optimizers.SGD, lambda total_steps, mesh=None: keras.optimizers.SGD(
+            0.5, mesh=mesh)):  # fmt: skip
+        optimizer = build(spec)
+        laid_out.check_on_mesh(optimizer, mesh)  # Its step variable is on the mesh.
+        assert isinstance(optimizer, keras.optimizers.SGD)
+        assert float(mesh_layout.to_numpy(optimizer.learning_rate)) == 0.5
+    with pytest.raises(ValueError, match=r"Task.optimizer '<lambda>' takes no `mesh` argument.*"
+                       r"lambda total_steps, mesh=None"):  # fmt: skip
+        build(lambda: keras.optimizers.SGD(0.5))
+    ignored = build(lambda mesh=None: keras.optimizers.SGD(0.5))  # Takes mesh, drops it.
+    with pytest.raises(ValueError, match="Task.optimizer built a SGD off the model's mesh"):
+        laid_out.check_on_mesh(ignored, mesh)
+
+
+def test_sharded_backend_needs_k_and_one_model():
+    config = _config("/tmp/unused")  # A plain RunConfig: no model_parallel field.
+    with pytest.raises(ValueError, match="RunConfig has no model_parallel field; pass it"):
+        mesh_lib.ShardedBackend(None, config, None, "float32", layout_map=_layouts)
+    with pytest.raises(ValueError, match="takes one of model= .* or layout_map="):
+        mesh_lib.ShardedBackend(None, config, None, "float32", model_parallel=2)
