@@ -7,6 +7,8 @@ same SGD steps on the same batches, and a run killed mid-epoch resumes to the
 uninterrupted run's weights and history exactly.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 from tensorflow.experimental import dtensor
@@ -211,9 +213,17 @@ def test_the_tasks_optimizer_is_built_on_the_mesh_or_refused():
         laid_out.check_on_mesh(ignored, mesh)
 
 
-def test_sharded_backend_needs_k_and_one_model():
+def test_sharded_backend_needs_k_one_model_and_a_logged_monitor():
     config = _config("/tmp/unused")  # A plain RunConfig: no model_parallel field.
     with pytest.raises(ValueError, match="RunConfig has no model_parallel field; pass it"):
         mesh_lib.ShardedBackend(None, config, None, "float32", layout_map=_layouts)
     with pytest.raises(ValueError, match="takes one of model= .* or layout_map="):
         mesh_lib.ShardedBackend(None, config, None, "float32", model_parallel=2)
+    task = dataclasses.replace(_task()[0], monitor="val_auc")
+    backend = mesh_lib.ShardedBackend(
+        task, config, None, "float32", layout_map=_layouts, model_parallel=2
+    )
+    with pytest.raises(ValueError, match="monitor='val_auc' is not logged by this task; it logs "
+                       "loss, accuracy, top2, val_loss, val_accuracy, val_top2"):  # fmt: skip
+        backend.build()  # Before the mesh or the model is built.
+    assert backend.mesh is None

@@ -119,6 +119,9 @@ class ShardedBackend(backend_lib.Backend):
 
     def build(self):
         config, task = self.config, self.task
+        task_lib.check_monitor(  # Before anything is built: a value the run never logs.
+            task.monitor, task_lib.build_metrics(task.metrics), has_eval=task.eval_data is not None
+        )
         self.mesh = layout.make_mesh(self.model_parallel)
         rows = self.mesh.dim_size(layout.BATCH)
         train_examples = data.count_examples(task.train_data)
@@ -137,9 +140,6 @@ class ShardedBackend(backend_lib.Backend):
             mesh=self.mesh,
         )
         laid_out.check_on_mesh(optimizer, self.mesh)
-        task_lib.check_monitor(
-            task.monitor, task_lib.build_metrics(task.metrics), has_eval=task.eval_data is not None
-        )
         self.loop = sharded_training.build_loop(
             config,
             self.mesh,

@@ -118,6 +118,7 @@ class ShardedLoop:
             model, optimizer, loss, outputs=self.train_metrics is not None
         )
         self._batches = None  # The training stream, from `start`.
+        self._forward = None  # The evaluation's forward pass, from the first `evaluate`.
 
     @property
     def step(self):
@@ -180,7 +181,9 @@ class ShardedLoop:
         """
         batching = data.Batching(self.global_batch, 1)
         dataset_fn, steps, examples = data.eval_dataset_fn(test, batching, preprocess=preprocess)
-        forward = tf.function(lambda features: self.model(features, training=False))
+        if self._forward is None:  # One function for every evaluation: traced once, not each time.
+            self._forward = tf.function(lambda features: self.model(features, training=False))
+        forward = self._forward
         built = mesh_metrics.container(metrics)
         total_loss = 0.0
         for features, labels, weights in dataset_fn(_INPUT_PIPELINE).take(steps):
