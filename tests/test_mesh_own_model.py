@@ -128,7 +128,7 @@ def _replay(batches, steps_per_epoch):
     return epochs
 
 
-@pytest.mark.slow  # Three fit runs on the 2x2 mesh (~25 s on the shared CPUs).
+@pytest.mark.slow  # Three fit runs on the 2x2 mesh (13-25 s on the shared CPUs).
 def test_own_model_at_k2_logs_the_tasks_metrics_and_resumes_exactly(tmp_path, capsys):
     task, built = _task()
     summary = keras_tpu.fit(task, _config(tmp_path / "whole", export_dir=tmp_path / "export"))
