@@ -392,7 +392,9 @@ def test_auto_precision_picks_float32_on_the_mesh(tiny_export, mirrored, monkeyp
         "fp32: this backend builds float32 weights only (the device's rule chose mixed_bfloat16)"
     )
     config = _sharded_config(*tiny_export, mixed_precision="bf16")
-    backend = mesh_backend.ShardedBackend(None, config, None, "mixed_bfloat16", model=None)
+    backend = mesh_backend.ShardedBackend(
+        None, config, None, "mixed_bfloat16", layout_map=lambda mesh: None
+    )
     with pytest.raises(ValueError, match=r"--mixed_precision=bf16 cannot run with "
                        "--model_parallel=2"):  # fmt: skip
         backend.check_config()
@@ -408,12 +410,15 @@ def _loop(root, vocab, **overrides):
     preprocessor = recipe_inputs.bert_preprocessor(config)
     encoder_config, weights = mesh_export.load_native_encoder(config.encoder_handle)
     keras.utils.set_random_seed(config.seed)
+    mesh = mesh_layout.make_mesh(config.model_parallel)
+    spec = mesh_classifier.ShardedBert(encoder_config, weights, preprocessor)
     loop = mesh_run_setup.build_loop(
         config,
-        mesh_layout.make_mesh(config.model_parallel),
-        mesh_classifier.ShardedBert(encoder_config, weights, preprocessor),
+        mesh,
+        spec.build(mesh, config),
+        bert.bert_adamw(config.learning_rate, 12, config.warmup_fraction, mesh=mesh),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        total_steps=12,
+        metrics=(),
         train_data=train,
         preprocess=preprocessor.preprocess,
     )

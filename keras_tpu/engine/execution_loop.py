@@ -21,7 +21,7 @@ counters; the data stream the train function reads must already start at S.
 """
 
 import dataclasses
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -38,10 +38,16 @@ class StepFunctions:
         floats), after running n optimizer steps on the next n batches.
       evaluate: () -> {"loss": ..., metric: ...} over the whole evaluation split
         (exact), or None for no validation.
+      epoch_metrics: the training metrics `train` updates, or None: an object
+        with `reset()` (at each epoch's start, as fit resets its compiled metrics),
+        `value()` -> {name: value over the epoch's steps so far} and the state
+        protocol (`state_dict`, `load_state_dict`: backed up, so an epoch resumed
+        in its middle ends with the uninterrupted run's values).
     """
 
     train: Callable[[int], dict]
     evaluate: Callable[[], dict] | None = None
+    epoch_metrics: Any = None
 
 
 class _EpochMeans:
@@ -74,6 +80,14 @@ class _EpochMeans:
         return {key: total / self._steps for key, total in self._sums.items()}
 
 
+def _epoch_logs(means, steps):
+    """Return the epoch's training logs so far: the means, then the epoch metrics' values."""
+    logs = means.value()
+    if steps.epoch_metrics is not None:
+        logs.update(steps.epoch_metrics.value())
+    return logs
+
+
 def run(model, steps, callbacks, *, epochs, steps_per_execution, position):
     """Train from `position` to its epochs x steps_per_epoch; return the History's history.
 
@@ -94,9 +108,11 @@ def run(model, steps, callbacks, *, epochs, steps_per_execution, position):
     )
     model.stop_training = False
     means = _EpochMeans()
+    tracked = [means] if steps.epoch_metrics is None else [means, steps.epoch_metrics]
     for callback in callbacks:
         if isinstance(callback, checkpointing.Backup):
-            callback.track(means)  # Saved with each backup; restored if this run resumed.
+            for holder in tracked:  # Saved with each backup; restored if this run resumed.
+                callback.track(holder)
     callback_list.on_train_begin()
     try:
         _epochs(model, steps, callback_list, means, epochs, steps_per_execution, position)
@@ -119,14 +135,16 @@ def _epochs(model, steps, callback_list, means, epochs, steps_per_execution, pos
         callback_list.on_epoch_begin(epoch)
         if not (epoch == first_epoch and first_step):  # Else the restored epoch's sums go on.
             means.reset()
+            if steps.epoch_metrics is not None:
+                steps.epoch_metrics.reset()
         step = first_step if epoch == first_epoch else 0
         while step < steps_per_epoch and not model.stop_training:
             n = min(steps_per_execution, steps_per_epoch - step)
             callback_list.on_train_batch_begin(step)
             means.add(steps.train(n), n)
             step += n
-            callback_list.on_train_batch_end(step - 1, means.value())
-        logs = means.value()
+            callback_list.on_train_batch_end(step - 1, _epoch_logs(means, steps))
+        logs = _epoch_logs(means, steps)
         if steps.evaluate is not None and checkpointing.finite_loss(logs):
             logs.update({f"val_{k}": v for k, v in steps.evaluate().items() if k != "examples"})
         callback_list.on_epoch_end(epoch, logs)

@@ -67,6 +67,8 @@ class Task:
         (e.g. for a schedule). Built inside the scope; an instance is refused
         when the Task is created (its config may not carry all of it, e.g.
         AdamW's excluded variables): pass `lambda: keras.optimizers.Adam(1e-3)`.
+        A model-parallel run (keras_tpu.parallel.mesh) passes a factory `mesh=`
+        too: write `lambda total_steps, mesh=None: ...Adam(..., mesh=mesh)`.
       preprocess: (features, labels) -> (features, labels) on host batches.
       monitor: the value that chooses the best weights ("val_loss", "val_auc", ...).
       mode: "min" or "max" for `monitor`.
@@ -259,25 +261,45 @@ def check_monitor(monitor, metrics, *, has_eval, outputs=()):
         )
 
 
-def build_optimizer(spec, *, total_steps, learning_rate):
-    """Return the optimizer `spec` describes; call inside the strategy scope."""
+def build_optimizer(spec, *, total_steps, learning_rate, mesh=None):
+    """Return the optimizer `spec` describes; call inside the strategy scope.
+
+    Args:
+      spec: Task.optimizer.
+      total_steps: optimizer steps in the whole run (for a function of them).
+      learning_rate: the rate of an optimizer given by name or class.
+      mesh: a DTensor mesh the model's weights are laid out on (keras_tpu.parallel),
+        or None. tf_keras lays an optimizer's variables out on it only when built
+        with `mesh=`, so a factory must accept a `mesh` argument and pass it on.
+    """
+    on_mesh = {} if mesh is None else {"mesh": mesh}
     if spec is None or isinstance(spec, str):
         # By name, not a config dict: tf_keras deserialises {"class_name": "adam"} to the
         # legacy optimizer, whose step variable ("iter") differs from the built-ins'.
         optimizer = keras.optimizers.get(spec or "adam")
+        if mesh is not None:  # Its variables are made in __init__: built again, on the mesh.
+            return type(optimizer)(learning_rate=learning_rate, mesh=mesh)
         optimizer.learning_rate = learning_rate
         return optimizer
     instances.refuse_optimizer_instance(spec)
     if isinstance(spec, type):
-        return spec(learning_rate=learning_rate)
+        return spec(learning_rate=learning_rate, **on_mesh)
     if not callable(spec):
         raise checks.ConfigError(
             f"Task.optimizer must be a name, a factory or a function of the total steps, "
             f"got {spec!r}."
         )
+    parameters = inspect.signature(spec).parameters
     required = [
         p
-        for p in inspect.signature(spec).parameters.values()
+        for p in parameters.values()
         if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
     ]
-    return spec(total_steps) if required else spec()
+    if mesh is not None and "mesh" not in parameters:
+        raise checks.ConfigError(
+            f"Task.optimizer {getattr(spec, '__name__', spec)!r} takes no `mesh` argument, and a "
+            f"model-parallel run lays the optimizer's variables out on the weights' mesh; accept "
+            f"it and pass it on: `lambda total_steps, mesh=None: keras.optimizers.AdamW(..., "
+            f"mesh=mesh)`."
+        )
+    return spec(total_steps, **on_mesh) if required else spec(**on_mesh)

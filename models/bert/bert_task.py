@@ -212,8 +212,9 @@ def bert_task(config: BertRunConfig) -> keras_tpu.Task:
         build_model=build_model,
         loss=loss,
         metrics=metrics,
-        optimizer=lambda total_steps: bert_optimizer.bert_adamw(
-            config.learning_rate, total_steps, config.warmup_fraction
+        # `mesh`: a model-parallel run lays the optimizer's slots out like the weights.
+        optimizer=lambda total_steps, mesh=None: bert_optimizer.bert_adamw(
+            config.learning_rate, total_steps, config.warmup_fraction, mesh=mesh
         ),
         train_data=splits.train,
         class_names=splits.label_names,

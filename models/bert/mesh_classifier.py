@@ -10,7 +10,8 @@ value and the FFN intermediate split by columns, i.e. by whole attention heads a
 FFN units; the attention output and FFN output split by rows) and a full copy of the
 rest (embeddings, layer norms, pooler, classifier head). keras_tpu.parallel.mesh owns
 the mesh, the step, the loop and the run; this module hands it BERT's layout map and
-model (`ShardedBert`, the backend's `model=`).
+model (`ShardedBert`, the backend's `model=`); the loss, metrics and optimizer are the
+Task's (models/bert/bert_task.py), the same on the mesh as data parallel.
 
 tf_keras's DTensor path needs three changes to BERT (each is applied here):
   - `enable_tf_random_generator()`: LayoutMap needs dropout's RNG state to be a
@@ -36,7 +37,6 @@ from keras_tpu.parallel import mesh as mesh_lib
 from models.bert import bert_classifier
 from models.bert.bert_config import INPUT_NAMES
 from models.bert import bert_encoder
-from models.bert import bert_optimizer
 from models.bert import mesh_export
 
 # tf_keras picks the fused batch-norm kernel for a LayerNormalization with epsilon >=
@@ -129,12 +129,6 @@ class ShardedBert:
         if any(not name.startswith("logits/") for name in unset):
             raise checks.ConfigError(f"the exported encoder has no value for {unset[:3]}.")
         return model
-
-    def optimizer(self, layout_mesh, config, total_steps):
-        """Return BERT's AdamW (warm-up, linear decay) with its slots on `layout_mesh`."""
-        return bert_optimizer.bert_adamw(
-            config.learning_rate, total_steps, config.warmup_fraction, mesh=layout_mesh
-        )
 
     def write_export(self, weights, directory):
         """Write the gathered `weights` as the TF Hub encoder and raw-string classifier."""

@@ -4,10 +4,15 @@
   dropout.py    dropout whose mask is drawn split over "batch" only
   run_setup.py  build the mesh model's loop and size its run
   loop.py       the sharded training loop: N steps per host call
+  metrics.py    the Task's metrics, updated on the host from each step's outputs
+  laid_out.py   the Task's own model built under a user's LayoutMap, and its export
   backend.py    the engine's model-parallel backend (ShardedBackend), run by `fit`
 
-Which weight is split how is the model family's: it hands the backend a MeshModel
-that builds its model under its own LayoutMap (BERT's: models/bert/mesh_classifier.py):
+Which weight is split how is the model's: pass a LayoutMap of the mesh for the
+Task's own `build_model`, or a MeshModel that builds its model under its own
+(BERT's: models/bert/mesh_classifier.py); loss, metrics and optimizer are the Task's:
+    task = keras_tpu.Task(..., backend=functools.partial(mesh.ShardedBackend,
+                                                         layout_map=my_layouts))
     task = keras_tpu.Task(..., backend=functools.partial(mesh.ShardedBackend, model=spec))
 """
 

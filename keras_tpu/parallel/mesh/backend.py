@@ -1,11 +1,17 @@
 """The engine's model-parallel backend: a model's weights split on a DTensor mesh, run by `fit`.
 
+    # The Task's own model, each weight laid out as a LayoutMap of the mesh says:
+    task = keras_tpu.Task(..., backend=functools.partial(ShardedBackend, layout_map=my_layouts))
+    # Or a model family's MeshModel (below; BERT's: models/bert/mesh_classifier.ShardedBert):
     task = keras_tpu.Task(..., backend=functools.partial(ShardedBackend, model=my_mesh_model))
-    keras_tpu.fit(task, config)            # config.model_parallel = K > 1
+    keras_tpu.fit(task, config)            # config.model_parallel = K > 1, or model_parallel=K
+                                           # in the partial for a RunConfig without the field
 
-`model` is the model family's MeshModel (below; BERT's is
-models/bert/mesh_classifier.ShardedBert): it builds the model under its own
-layout map, its optimizer, and writes its export from the gathered weights.
+`layout_map` is mesh -> keras.dtensor.experimental.LayoutMap: the Task's `build_model`
+is called under it, and the export is the Task's, of an unsharded copy holding the
+gathered weights. A MeshModel builds the model itself and writes its own export.
+Either way the loss, metrics and optimizer are the Task's (the optimizer built with
+`mesh=`, Task.optimizer), as the data-parallel backend compiles them.
 
 `keras_tpu.fit` owns every run guarantee (run directory, lock and identity,
 backups and exact resume, SIGTERM, NaN stop, progress, TensorBoard, summary);
@@ -34,6 +40,8 @@ from keras_tpu import data
 from keras_tpu.engine import backend as backend_lib
 from keras_tpu.engine import execution_loop
 from keras_tpu.engine import output_paths
+from keras_tpu.engine import task as task_lib
+from keras_tpu.parallel.mesh import laid_out
 from keras_tpu.parallel.mesh import run_setup as sharded_training
 from keras_tpu.parallel.mesh import layout
 
@@ -46,21 +54,38 @@ class MeshModel(Protocol):
     def build(self, mesh, config):
         """Return the model with its weights laid out on `mesh` (under its LayoutMap)."""
 
-    def optimizer(self, mesh, config, total_steps):
-        """Return the optimizer, built with `mesh=mesh` (its slots laid out like the weights)."""
-
     def write_export(self, weights, directory):
         """Write the export into `directory` from {variable name: full array}."""
 
 
 class ShardedBackend(backend_lib.Backend):
-    """Train a model whose weights are split across `config.model_parallel` devices."""
+    """Train a model whose weights are split across `config.model_parallel` devices.
+
+    Args:
+      task, config, strategy, policy: as every Backend's.
+      model: a MeshModel; or
+      layout_map: mesh -> LayoutMap, to lay out the Task's own `build_model`.
+      model_parallel: K, the devices each split weight is split across; default
+        `config.model_parallel` (a RunConfig subclass's field, e.g. BERT's).
+    """
 
     supported_policies = MESH_POLICIES
 
-    def __init__(self, task, config, strategy, policy, *, model):
+    def __init__(self, task, config, strategy, policy, *, model=None, layout_map=None,
+                 model_parallel=None):  # fmt: skip
         super().__init__(task, config, strategy, policy)
-        self.model_spec = model
+        self.model_parallel = model_parallel or getattr(config, "model_parallel", None)
+        if self.model_parallel is None:
+            raise checks.ConfigError(
+                f"ShardedBackend needs K: {type(config).__name__} has no model_parallel field; "
+                f"pass it, functools.partial(ShardedBackend, ..., model_parallel=2)."
+            )
+        if (model is None) == (layout_map is None):
+            raise checks.ConfigError(
+                "ShardedBackend takes one of model= (a MeshModel) or layout_map= (mesh -> "
+                "LayoutMap for the Task's build_model); pass exactly one."
+            )
+        self.model_spec = model if model is not None else laid_out.LaidOutModel(task, layout_map)
         self.mesh = self.loop = None
 
     def check_config(self):
@@ -69,19 +94,19 @@ class ShardedBackend(backend_lib.Backend):
             chose = "" if config.mixed_precision != "auto" else f" (auto chose {self.policy})"
             raise checks.ConfigError(
                 f"--mixed_precision={config.mixed_precision}{chose} cannot run with "
-                f"--model_parallel={config.model_parallel}: tf_keras's DTensor LayoutMap does not "
+                f"--model_parallel={self.model_parallel}: tf_keras's DTensor LayoutMap does not "
                 f"lay out weights wrapped for mixed precision (they stay off the mesh); use "
                 f"--mixed_precision=fp32, or --model_parallel=1 for mixed precision."
             )
         if self.task.class_weight is not None:
             raise checks.ConfigError(
-                f"Task.class_weight cannot run with --model_parallel={config.model_parallel}: the "
+                f"Task.class_weight cannot run with --model_parallel={self.model_parallel}: the "
                 f"mesh's training step has no sample weights; use --model_parallel=1."
             )
         if config.rehearse_tpu:
             raise checks.ConfigError(
                 f"--rehearse_tpu cannot compile the sharded step (--model_parallel="
-                f"{config.model_parallel}): the rehearsal traces model.fit's per-replica step, "
+                f"{self.model_parallel}): the rehearsal traces model.fit's per-replica step, "
                 f"and a DTensor mesh's step has none; rehearse the same encoder with "
                 f"--model_parallel=1 (the same ops, unsharded), then run without --rehearse_tpu."
             )
@@ -89,12 +114,15 @@ class ShardedBackend(backend_lib.Backend):
     def global_batch(self):
         """Return the global batch before building: per-replica x the mesh's batch rows."""
         devices = len(layout.mesh_devices()[1])
-        shape = layout.mesh_shape(self.config.model_parallel, devices)
+        shape = layout.mesh_shape(self.model_parallel, devices)
         return self.config.per_replica_batch_size * shape.data_parallel
 
     def build(self):
         config, task = self.config, self.task
-        self.mesh = layout.make_mesh(config.model_parallel)
+        task_lib.check_monitor(  # Before anything is built: a value the run never logs.
+            task.monitor, task_lib.build_metrics(task.metrics), has_eval=task.eval_data is not None
+        )
+        self.mesh = layout.make_mesh(self.model_parallel)
         rows = self.mesh.dim_size(layout.BATCH)
         train_examples = data.count_examples(task.train_data)
         full_pass = sharded_training.epoch_steps(
@@ -104,12 +132,21 @@ class ShardedBackend(backend_lib.Backend):
         steps_per_execution = sharded_training.resolve_steps_per_execution(
             config.steps_per_execution, self.mesh, steps_per_epoch
         )
+        model = self.model_spec.build(self.mesh, config)
+        optimizer = task_lib.build_optimizer(
+            task.optimizer,
+            total_steps=steps_per_epoch * config.epochs,
+            learning_rate=config.learning_rate,
+            mesh=self.mesh,
+        )
+        laid_out.check_on_mesh(optimizer, self.mesh)
         self.loop = sharded_training.build_loop(
             config,
             self.mesh,
-            self.model_spec,
+            model,
+            optimizer,
             loss=task.loss,
-            total_steps=steps_per_epoch * config.epochs,
+            metrics=task.metrics,
             train_data=task.train_data,
             preprocess=task.preprocess,
         )
@@ -137,7 +174,9 @@ class ShardedBackend(backend_lib.Backend):
             return {"loss": sum(loop.run_execution(n).losses) / n}
 
         steps = execution_loop.StepFunctions(
-            train=train_steps, evaluate=self.evaluate if self.shape.has_eval else None
+            train=train_steps,
+            evaluate=self.evaluate if self.shape.has_eval else None,
+            epoch_metrics=loop.train_metrics,  # The Task's, over each epoch's steps.
         )
         return execution_loop.run(
             self.model,
@@ -149,13 +188,8 @@ class ShardedBackend(backend_lib.Backend):
         )
 
     def evaluate(self):
-        # Fresh objects each evaluation, as compile() would reset them; "accuracy" is built in.
-        metrics = [
-            type(metric).from_config(metric.get_config())
-            for metric in self.task.metrics
-            if not isinstance(metric, str)
-        ]
-        evaluation = self.loop.evaluate(self.task.eval_data, self.task.preprocess, metrics)
+        # Fresh metric objects each evaluation, as model.evaluate resets compiled ones.
+        evaluation = self.loop.evaluate(self.task.eval_data, self.task.preprocess, self.task.metrics)
         return evaluation.to_dict()
 
     def export(self, export_dir, *, overwrite):
@@ -166,6 +200,8 @@ class ShardedBackend(backend_lib.Backend):
         and renamed into place once: an interrupted export leaves export_dir as it was.
         """
         weights = layout.gather_weights(self.model)
+        if isinstance(self.model_spec, laid_out.LaidOutModel):  # The Task's export writes it.
+            return self.model_spec.export(weights, export_dir, overwrite=overwrite)
 
         def save(directory):
             with tf.device("/CPU:0"):
@@ -178,7 +214,7 @@ class ShardedBackend(backend_lib.Backend):
 
     def summary_extra(self):
         return {
-            "model_parallel": self.config.model_parallel,
+            "model_parallel": self.model_parallel,
             "mesh": {name: self.mesh.dim_size(name) for name in (layout.BATCH, layout.MODEL)},
             "per_device_weight_bytes": layout.per_device_weight_bytes(self.model),
         }

@@ -162,8 +162,10 @@ def distribute_dataset(dataset, *, mesh, global_batch):
     )
 
 
-def make_train_step(model, optimizer, loss):
+def make_train_step(model, optimizer, loss, *, outputs=False):
     """Return step(features, labels) -> loss: one optimizer step on the mesh.
+
+    With `outputs`, step returns (loss, the model's training outputs), for metrics.
 
     Gradients and the update run as two tf.functions: in a single tf.function the
     DTensor expansion silently drops the optimizer's variable updates (iterations
@@ -174,17 +176,18 @@ def make_train_step(model, optimizer, loss):
     @tf.function
     def gradients(features, labels):
         with tf.GradientTape() as tape:
-            value = loss(labels, model(features, training=True))
-        return value, tape.gradient(value, model.trainable_variables)
+            predictions = model(features, training=True)
+            value = loss(labels, predictions)
+        return value, predictions, tape.gradient(value, model.trainable_variables)
 
     @tf.function
     def apply(grads):
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
 
     def step(features, labels):
-        value, grads = gradients(features, labels)
+        value, predictions, grads = gradients(features, labels)
         apply(grads)
-        return value
+        return (value, predictions) if outputs else value
 
     return step
 

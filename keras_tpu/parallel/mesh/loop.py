@@ -1,9 +1,10 @@
 """The sharded training loop: N steps per host call on a DTensor mesh, acted on between calls.
 
-    loop = mesh.loop.ShardedLoop(mesh, model, optimizer, loss=task.loss, global_batch=16, ...)
+    loop = mesh.loop.ShardedLoop(mesh, model, optimizer, loss=task.loss, metrics=task.metrics,
+                                 global_batch=16, ...)
     loop.start(step)                         # the data from this step on (a restored run's)
-    result = loop.run_execution(16)          # ExecutionResult(step, losses)
-    metrics = loop.evaluate(test, preprocess)
+    result = loop.run_execution(16)          # ExecutionResult(step, losses); train_metrics updated
+    evaluation = loop.evaluate(test, preprocess, task.metrics)
 
 An execution of N steps is N dispatches of layout.make_train_step from the host
 with no read back in between (the losses stay on the mesh until the end), not one
@@ -21,7 +22,9 @@ from tensorflow.experimental import dtensor
 
 from keras_tpu import data
 from keras_tpu.engine import summary as summary_lib
+from keras_tpu.engine import task as task_lib
 from keras_tpu.parallel.mesh import layout
+from keras_tpu.parallel.mesh import metrics as mesh_metrics
 from keras_tpu.runtime.compat import keras
 
 _INPUT_PIPELINE = tf.distribute.InputContext()  # one host pipeline feeds the whole mesh
@@ -68,20 +71,18 @@ class Evaluation:
     """Exact metrics over every example of a split (padding weighted out).
 
     Attributes:
-      loss, accuracy: means over the split's examples.
+      loss: the mean per-example loss over the split's examples.
       examples: how many (padding excluded).
-      metrics: the other metrics asked for, by name (e.g. {"f1": ...}).
+      metrics: the Task's metrics by the names compile gives them (e.g. {"accuracy": ...}).
     """
 
     loss: float
-    accuracy: float
     examples: int
     metrics: dict = dataclasses.field(default_factory=dict)
 
     def to_dict(self):
-        """Return {"loss", "accuracy", "examples", and each metric's name}: one flat dict."""
-        return {"loss": self.loss, "accuracy": self.accuracy, "examples": self.examples,
-                **self.metrics}  # fmt: skip
+        """Return {"loss", each metric's name, "examples"}: one flat dict."""
+        return {"loss": self.loss, **self.metrics, "examples": self.examples}
 
 
 class ShardedLoop:
@@ -91,13 +92,15 @@ class ShardedLoop:
       mesh, model, optimizer: what the loop trains (the engine's backups hold
         them, with the dropout generators, in their one layout: checkpointing.Backup).
       global_batch: examples per step across the mesh.
+      train_metrics: the Task's training metrics over the epoch (metrics.EpochMetrics),
+        updated by each execution; None when the Task has none.
 
     `start(step)` positions the training stream, at the step the run's position
     says (run_position.RunPosition); the loop does not derive it itself.
     """
 
     def __init__(self, mesh, model, optimizer, *, loss, global_batch, train_data, preprocess,
-                 seed=0, steps_per_epoch=None, cache="auto"):  # fmt: skip
+                 metrics=(), seed=0, steps_per_epoch=None, cache="auto"):  # fmt: skip
         self.mesh, self.model, self.optimizer = mesh, model, optimizer
         self.global_batch = global_batch
         self._train, self._preprocess, self._seed = train_data, preprocess, seed
@@ -107,8 +110,15 @@ class ShardedLoop:
         self._per_example = loss.call if isinstance(loss, keras.losses.Loss) else loss
         if not isinstance(loss, keras.losses.Loss):  # A function: the batch mean.
             loss = lambda labels, outputs, fn=loss: tf.reduce_mean(fn(labels, outputs))  # noqa: E731
-        self._step_fn = layout.make_train_step(model, optimizer, loss)
+        self.train_metrics = (
+            mesh_metrics.EpochMetrics(metrics) if task_lib.build_metrics(metrics) else None
+        )
+        # With metrics, each step also gives its outputs, read back with the losses.
+        self._step_fn = layout.make_train_step(
+            model, optimizer, loss, outputs=self.train_metrics is not None
+        )
         self._batches = None  # The training stream, from `start`.
+        self._forward = None  # The evaluation's forward pass, from the first `evaluate`.
 
     @property
     def step(self):
@@ -138,11 +148,25 @@ class ShardedLoop:
         self._batches = self.batches(step)
 
     def run_execution(self, steps):
-        """Train `steps` steps with one read back to the host at the end; return the result."""
+        """Train `steps` steps, reading back to the host only at the end; return the result.
+
+        With training metrics, each step's labels and outputs are read back after the
+        last step is dispatched, and update `train_metrics` step by step, in order.
+        """
         if self._batches is None:
             raise RuntimeError("ShardedLoop.start(step) comes before the first execution")
-        losses = [self._step_fn(*next(self._batches)) for _ in range(steps)]
-        values = layout.to_numpy(tf.stack(losses))  # The execution's only host read.
+        losses, batches = [], []
+        for _ in range(steps):
+            features, labels = next(self._batches)
+            if self.train_metrics is None:
+                losses.append(self._step_fn(features, labels))
+                continue
+            value, outputs = self._step_fn(features, labels)
+            losses.append(value)
+            batches.append((labels, outputs))
+        values = layout.to_numpy(tf.stack(losses))  # Waits for the execution's last step.
+        for labels, outputs in batches:
+            self.train_metrics.update(*tf.nest.map_structure(layout.to_numpy, (labels, outputs)))
         return ExecutionResult(step=self.step, losses=tuple(float(v) for v in values))
 
     def evaluate(self, test, preprocess, metrics=()):
@@ -151,23 +175,24 @@ class ShardedLoop:
         Args:
           test: the evaluation Source.
           preprocess: its text preprocessing.
-          metrics: fresh Keras metric objects (e.g. keras_tpu.metrics.BinaryF1()),
-            updated on the host with each batch's logits and its padding weights,
-            the same objects the data-parallel path compiles into the model.
+          metrics: the Task's metrics (names or instances, as Task.metrics): fresh
+            copies are updated on the host with each batch's outputs and its padding
+            weights, resolved and weighted as the data-parallel path compiles them.
         """
         batching = data.Batching(self.global_batch, 1)
         dataset_fn, steps, examples = data.eval_dataset_fn(test, batching, preprocess=preprocess)
-        forward = tf.function(lambda features: self.model(features, training=False))
-        correct = total_loss = 0.0
+        if self._forward is None:  # One function for every evaluation: traced once, not each time.
+            self._forward = tf.function(lambda features: self.model(features, training=False))
+        forward = self._forward
+        built = mesh_metrics.container(metrics)
+        total_loss = 0.0
         for features, labels, weights in dataset_fn(_INPUT_PIPELINE).take(steps):
-            logits = layout.to_numpy(forward(on_mesh(features, self.mesh)))
-            labels, weights = labels.numpy(), weights.numpy()
-            correct += float(np.sum((logits.argmax(-1) == labels) * weights))
-            total_loss += float(np.sum(self._per_example(labels, logits).numpy() * weights))
-            for metric in metrics:
-                metric.update_state(labels, logits, sample_weight=weights)
-        results = {metric.name: float(metric.result()) for metric in metrics}
-        return Evaluation(total_loss / examples, correct / examples, examples, results)
+            outputs = tf.constant(layout.to_numpy(forward(on_mesh(features, self.mesh))))
+            # Tensors: a Keras loss then matches the labels' rank to the outputs' (e.g. mse).
+            per_example = self._per_example(labels, outputs).numpy()
+            total_loss += float(np.sum(per_example * weights.numpy()))
+            built.update_state(labels, outputs, sample_weight=weights)
+        return Evaluation(total_loss / examples, examples, mesh_metrics.results(built))
 
     def weights_checksum(self):
         """Return `weights_checksum` of the model."""

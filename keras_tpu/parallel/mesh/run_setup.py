@@ -1,13 +1,14 @@
 """Build the mesh model's loop and size its run (the pieces parallel.mesh.backend uses).
 
     steps = mesh_run_setup.epoch_steps(examples, per_replica_batch, mesh)
-    loop = mesh_run_setup.build_loop(config, mesh, model_spec, total_steps=..., ...)
+    loop = mesh_run_setup.build_loop(config, mesh, model, optimizer, loss=..., metrics=..., ...)
 
 The run itself (backups, exact resume, NaN stop, summary, export) is the engine's:
 `keras_tpu.fit` with parallel.mesh.backend.ShardedBackend. The DTensor-specific
 pieces live in mesh/layout.py (mesh, layouts, step) and mesh/loop.py (executions of N
-steps, evaluation); the model, its layouts, optimizer and export are the model
-family's (`model_spec`, e.g. models/bert/mesh_classifier.ShardedBert).
+steps, evaluation); the model and its layouts are the model family's (a MeshModel,
+e.g. models/bert/mesh_classifier.ShardedBert, or the Task's model under a layout
+map), its loss, metrics and optimizer the Task's.
 """
 
 from keras_tpu import checks
@@ -54,26 +55,25 @@ def resolve_steps_per_execution(steps_per_execution, mesh, steps_per_epoch):
     return min(steps_per_execution, steps_per_epoch)
 
 
-def build_loop(config, mesh, model_spec, *, loss, total_steps, train_data, preprocess):
-    """Build `model_spec`'s model and optimizer on `mesh`, and their ShardedLoop.
+def build_loop(config, mesh, model, optimizer, *, loss, metrics, train_data, preprocess):
+    """Return the ShardedLoop training `model` with `optimizer` on `mesh`.
 
     Args:
-      config: the run's RunConfig (the spec reads its own fields from it).
+      config: the run's RunConfig (batch, seed, steps per epoch, cache).
       mesh: the dtensor.Mesh.
-      model_spec: the model family's mesh model (backend.MeshModel): `build(mesh,
-        config)` returns the laid-out model, `optimizer(mesh, config, total_steps)`.
+      model: the model, its weights laid out on `mesh`.
+      optimizer: its optimizer, built with `mesh=mesh` (slots laid out like the weights).
       loss: the Task's loss (a Keras loss name or instance).
-      total_steps: optimizer steps in the whole run (for schedules).
+      metrics: the Task's metrics (names, instances or a factory).
       train_data: the training Source.
       preprocess: its host-side preprocessing, or None.
     """
-    model = model_spec.build(mesh, config)
-    optimizer = model_spec.optimizer(mesh, config, total_steps)
     return ShardedLoop(
         mesh,
         model,
         optimizer,
         loss=loss,
+        metrics=metrics,
         global_batch=config.per_replica_batch_size * mesh.dim_size(mesh_layout.BATCH),
         train_data=train_data,
         preprocess=preprocess,
