@@ -52,7 +52,7 @@ class EpochMetrics:
         """Add one step's batch: `labels` and the model's training `outputs` (arrays)."""
         # Tensors: compile's resolution of "accuracy" reads their static shapes.
         labels, outputs = tf.nest.map_structure(tf.convert_to_tensor, (labels, outputs))
-        if not self._container._built:  # pylint: disable=protected-access
+        if not self._container.built:
             self._container.build(outputs, labels)
             if self._pending is not None:
                 self._assign(self._pending)
@@ -78,7 +78,7 @@ class EpochMetrics:
 
     def state_dict(self):
         """Return the metric variables' values (JSON: float32 values are exact as floats)."""
-        if not self._container._built:  # pylint: disable=protected-access
+        if not self._container.built:
             return {"variables": self._pending}
         return {"variables": [np.asarray(v.numpy()).tolist() for v in self._variables()]}
 
