@@ -10,7 +10,8 @@ with strategy.scope():
 task = keras_tpu.Task(build_model=..., loss="mse", metrics=["mae"], train_data=(x, y))
 summary = keras_tpu.fit(task, keras_tpu.RunConfig(model_dir="/tmp/run"))
 
-The public API is declared once, in keras_tpu/public_api.py: the names here (the engine,
+The public API is declared once, in keras_tpu/public_api.py (tools/api_docs.py writes the
+import block below from it): the names here (the engine,
 the devices, data, metrics) and the public modules (keras_tpu.data, keras_tpu.checks,
 keras_tpu.layers, keras_tpu.parallel.mesh, ...), each with its own `__all__`. docs/api.md
 lists them. The model garden (the top-level `models` package: BERT, the CNN and their
@@ -28,21 +29,71 @@ _logs.quiet_startup()
 # Sets TF_USE_LEGACY_KERAS and (off TPU hosts) TPU_LOAD_LIBRARY=0 before TensorFlow is
 # imported, where they act (compat.py says why each); nothing else is changed at import.
 from keras_tpu.runtime import compat  # noqa: E402
-from keras_tpu import public_api as _public_api  # noqa: E402
+# The public names, as keras_tpu/public_api.py declares them (tests/test_docs.py checks it).
+# <public names: written by tools/api_docs.py from keras_tpu/public_api.py; do not edit>
+from keras_tpu.engine.task import Task  # noqa: E402
+from keras_tpu.engine.run_config import RunConfig  # noqa: E402
+from keras_tpu.engine.trainer import fit  # noqa: E402
+from keras_tpu.engine.summary import RunSummary  # noqa: E402
+from keras_tpu.engine.stops import RunStopped  # noqa: E402
+from keras_tpu.engine.registry import register_task  # noqa: E402
+from keras_tpu.engine.trainer import strategy_for  # noqa: E402
+from keras_tpu.engine.trainer import CONFIG_ERRORS  # noqa: E402
+from keras_tpu.checks import ConfigError  # noqa: E402
+from keras_tpu.engine.compiling import compile_model  # noqa: E402
+from keras_tpu.engine.compiling import choose_precision  # noqa: E402
+from keras_tpu.engine.compiling import set_precision  # noqa: E402
+from keras_tpu.engine.inference import evaluate  # noqa: E402
+from keras_tpu.engine.inference import Evaluation  # noqa: E402
+from keras_tpu.engine.inference import predict  # noqa: E402
+from keras_tpu.engine.inference import Predictions  # noqa: E402
+from keras_tpu.engine.saved_model_export import export_model  # noqa: E402
+from keras_tpu.runtime.resolver import resolve_strategy  # noqa: E402
+from keras_tpu.runtime.resolver import describe  # noqa: E402
+from keras_tpu.runtime.strategy_info import StrategyInfo  # noqa: E402
+from keras_tpu.readiness.doctor import doctor  # noqa: E402
+from keras_tpu.runtime.resolver import StrategyError  # noqa: E402
+from keras_tpu.runtime.resolver import DeviceConfigError  # noqa: E402
+from keras_tpu.runtime.resolver import TPUConnectionError  # noqa: E402
+from keras_tpu.runtime.resolver import TPUUnusableError  # noqa: E402
+from keras_tpu.runtime.compat import keras  # noqa: E402
+from keras_tpu import data  # noqa: E402
+from keras_tpu import metrics  # noqa: E402
+from keras_tpu import layers  # noqa: E402
 
+__all__ = [
+    "Task",
+    "RunConfig",
+    "fit",
+    "RunSummary",
+    "RunStopped",
+    "register_task",
+    "strategy_for",
+    "CONFIG_ERRORS",
+    "ConfigError",
+    "compile_model",
+    "choose_precision",
+    "set_precision",
+    "evaluate",
+    "Evaluation",
+    "predict",
+    "Predictions",
+    "export_model",
+    "resolve_strategy",
+    "describe",
+    "StrategyInfo",
+    "doctor",
+    "StrategyError",
+    "DeviceConfigError",
+    "TPUConnectionError",
+    "TPUUnusableError",
+    "keras",
+    "data",
+    "metrics",
+    "layers",
+]
+# </public names>
 
-def _export_public_api():
-    """Bind each public_api.TOP_LEVEL name here; return them, in order, for `__all__`."""
-    import importlib  # pylint: disable=g-import-not-at-top
-
-    for entry in _public_api.TOP_LEVEL:
-        name, module, attribute = _public_api.split(entry)
-        value = importlib.import_module(module)
-        globals()[name] = getattr(value, attribute) if attribute else value
-    return _public_api.top_level_names()
-
-
-__all__ = _export_public_api()
 __version__ = "0.1.0"
 
 for _warning in compat.check_versions():

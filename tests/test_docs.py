@@ -472,10 +472,19 @@ def _api_docs():
     return module
 
 
-def test_api_page_is_current():
+def test_api_page_and_the_import_block_are_current():
+    """docs/api.md and keras_tpu/__init__.py's imports are what public_api.py declares."""
     api_docs = _api_docs()
     with open(api_docs.PAGE, encoding="utf-8") as f:
         assert f.read() == api_docs.render(), "docs/api.md is stale: run python tools/api_docs.py"
+    with open(api_docs.INIT, encoding="utf-8") as f:
+        assert f.read() == api_docs.render_init(), "keras_tpu/__init__.py's public names are stale"
+    # Plain imports, so IDEs and type checkers see every name; each one is bound.
+    import keras_tpu  # pylint: disable=g-import-not-at-top
+
+    block = api_docs.render_init_block()
+    assert block.count("\nfrom keras_tpu") == len(keras_tpu.__all__)
+    assert all(hasattr(keras_tpu, name) for name in keras_tpu.__all__)
 
 
 def test_api_docs_tool_is_not_shipped():

@@ -1,7 +1,12 @@
-"""Write docs/api.md, the public API, from its one declaration: keras_tpu/public_api.py.
+"""Write docs/api.md and keras_tpu's import block from the one declaration: keras_tpu/public_api.py.
 
-  python tools/api_docs.py            # rewrite docs/api.md
-  python tools/api_docs.py --check    # exit 1 if docs/api.md is not current
+  python tools/api_docs.py            # rewrite docs/api.md and keras_tpu/__init__.py's block
+  python tools/api_docs.py --check    # exit 1 if either is not current
+
+`keras_tpu/__init__.py` imports its public names in plain `from ... import ...` lines
+(so IDEs, type checkers and `help()` see them) between two marker comments; this tool
+writes those lines and `__all__` from public_api.TOP_LEVEL, as keras-hub generates its
+API files from its export decorators.
 
 A developer's tool, not part of the installed package (setup.cfg ships keras_tpu and models
 only). tests/test_docs.py regenerates the page and compares, so a renamed or moved public
@@ -15,6 +20,47 @@ import types
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = os.path.join(REPO, "docs", "api.md")
+INIT = os.path.join(REPO, "keras_tpu", "__init__.py")
+BEGIN = "# <public names: written by tools/api_docs.py from keras_tpu/public_api.py; do not edit>"
+END = "# </public names>"
+
+
+def _public_api():
+    """Return keras_tpu/public_api.py, read without importing keras_tpu (it imports nothing)."""
+    import importlib.util  # pylint: disable=g-import-not-at-top
+
+    path = os.path.join(REPO, "keras_tpu", "public_api.py")
+    spec = importlib.util.spec_from_file_location("keras_tpu_public_api", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def render_init_block():
+    """Return the marker-delimited import block of keras_tpu/__init__.py."""
+    public_api = _public_api()
+    lines = [BEGIN]
+    for entry in public_api.TOP_LEVEL:
+        name, module, attribute = public_api.split(entry)
+        if attribute is None:
+            parent, _, child = module.rpartition(".")
+            lines.append(f"from {parent} import {child}  # noqa: E402")
+        else:
+            lines.append(f"from {module} import {attribute}  # noqa: E402")
+    lines.append("")
+    lines.append("__all__ = [")
+    lines += [f'    "{name}",' for name in public_api.top_level_names()]
+    lines.append("]")
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def render_init():
+    """Return keras_tpu/__init__.py with its import block as public_api.py declares it."""
+    with open(INIT, encoding="utf-8") as f:
+        text = f.read()
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    return text[:start] + render_init_block() + text[end:]
 
 
 def _summary(obj):
@@ -100,15 +146,22 @@ def render():
 
 def main(argv):
     """Write docs/api.md, or with --check return 1 when it is not current."""
+    init = render_init()  # First: render() imports keras_tpu, which must be current.
+    if "--check" not in argv[1:]:
+        with open(INIT, "w", encoding="utf-8") as f:
+            f.write(init)
     text = render()
+    stale = []
+    for path, want in ((INIT, init), (PAGE, text)):
+        with open(path, encoding="utf-8") as f:
+            if f.read() != want:
+                stale.append(os.path.relpath(path, REPO))
     if "--check" in argv[1:]:
-        with open(PAGE, encoding="utf-8") as f:
-            current = f.read() == text
-        print("docs/api.md is " + ("current" if current else "stale: python tools/api_docs.py"))
-        return 0 if current else 1
+        print(f"stale: {', '.join(stale)}: python tools/api_docs.py" if stale else "current")
+        return 1 if stale else 0
     with open(PAGE, "w", encoding="utf-8") as f:
         f.write(text)
-    print(f"wrote {PAGE}")
+    print(f"wrote {PAGE} and {INIT}")
     return 0
 
 
