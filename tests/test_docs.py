@@ -209,6 +209,22 @@ def _has_chain(obj, attrs):
     return True
 
 
+def test_the_architecture_table_names_one_real_owner_per_guarantee_in_every_room():
+    """docs/guide.md's Architecture table: each owner resolves, and every toolkit room has one."""
+    with open(os.path.join(REPO, "docs", "guide.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index("## Architecture"):text.index("## Dependencies")]
+    rows = [row.split("|") for row in section.splitlines() if row.startswith("| ")][2:]
+    assert len(rows) >= 20, rows
+    owners = [name for row in rows for name in PROSE_NAME.findall(row[2])]
+    assert all(PROSE_NAME.findall(row[2]) for row in rows), "a guarantee without an owner"
+    assert not [name for name in owners if unresolved_names(name)]
+    rooms = {name.split(".")[1] for name in owners}
+    assert {"runtime", "readiness", "data", "engine"} <= rooms, rooms
+    guarantees = [row[1].strip() for row in rows]
+    assert len(set(guarantees)) == len(guarantees)  # One row, so one owner, per guarantee.
+
+
 def test_verification_table_names_real_code():
     """docs/verification.md's "code" column: each dotted reference exists."""
     modules = _all_modules()
