@@ -324,7 +324,8 @@ def test_train_bert_sentence_pairs_on_sst2_pairs_and_serves_two_strings(tmp_path
 
 @pytest.mark.slow
 def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
-    """GLUE's three shapes by name alone, on 4 replicas, each reporting GLUE's metrics."""
+    """GLUE's three shapes by name alone, on 4 replicas, each reporting GLUE's metrics; then
+    predict.py's GLUE submission files for their test splits (AX by the MNLI run)."""
     handles = tiny_hub
     code = (
         "import json, tensorflow_datasets as tfds\n"
@@ -339,11 +340,26 @@ def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
         "            epochs=1, steps_per_epoch=3, learning_rate=1e-3, verbose=0,\n"
         "            model_dir=run,\n"
         "            export_dir=run + '/export' if name == 'glue/stsb' else None))\n"
+        # The test splits through scripts/predict.py's own run(): the GLUE submission files
+        # (AX by the MNLI run), and MNLI's as rows too, to check each idx gets its own row.
+        "    from scripts import predict\n"
+        "    from models.bert import glue_submission\n"
+        "    out['indexes'] = {}\n"
+        "    for task, split in (('mrpc', 'test'), ('mnli', 'test_matched'), ('ax', 'test'),\n"
+        "                        ('stsb', 'test')):\n"
+        "        tfds_split = f'glue/{task}:{split}'\n"
+        "        run = ROOT + '/glue_' + {'ax': 'mnli'}.get(task, task)\n"
+        "        predict.run(predict.PredictConfig(model_dir=run, tfds_split=tfds_split,\n"
+        "            output_format='glue', output_file=ROOT + '/submission'))\n"
+        "        out['indexes'][tfds_split] = glue_submission.split_indexes(tfds_split).tolist()\n"
+        "    predict.run(predict.PredictConfig(model_dir=ROOT + '/glue_mnli',\n"
+        "        tfds_split='glue/mnli:test_matched', output_file=ROOT + '/mnli_rows.jsonl'))\n"
         "print(json.dumps(out))\n"
     ).replace("ROOT", repr(str(tmp_path))).replace("HANDLES", repr(handles))
     result = run_python(code, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     runs = json.loads(result.stdout.strip().splitlines()[-1])
+    indexes = runs.pop("indexes")  # Each GLUE test split's idx, in tfds order.
     mrpc, mnli, stsb = runs["glue/mrpc"], runs["glue/mnli"], runs["glue/stsb"]
     # 37 examples over a global batch of 16: the last batch is padded, every example counted.
     assert {r["test_examples"] for r in runs.values()} == {37}
@@ -371,3 +387,30 @@ def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
     )
     assert probe.returncode == 0, probe.stderr[-2000:]
     assert json.loads(probe.stdout.strip().splitlines()[-1]) == {"score": [2]}
+    _check_glue_submission(tmp_path, indexes)
+
+
+def _check_glue_submission(tmp_path, indexes):
+    """The GLUE submission files predict.py wrote for the test splits (37 mock examples each)."""
+    folder = tmp_path / "submission"
+    assert sorted(p.name for p in folder.iterdir()) == ["AX.tsv", "MNLI-m.tsv", "MRPC.tsv",
+                                                        "STS-B.tsv"]  # fmt: skip
+    nli = {"entailment", "neutral", "contradiction"}
+    files = {"MRPC.tsv": ("glue/mrpc:test", {"0", "1"}), "MNLI-m.tsv": ("glue/mnli:test_matched", nli),
+             "AX.tsv": ("glue/ax:test", nli), "STS-B.tsv": ("glue/stsb:test", None)}  # fmt: skip
+    predicted = {}
+    for name, (split, values) in files.items():
+        header, *rows = (folder / name).read_text().splitlines()
+        assert header == "index\tprediction"
+        idx, texts = zip(*(row.split("\t") for row in rows))
+        assert [int(i) for i in idx] == sorted(indexes[split]) and len(rows) == 37, name
+        if values is None:  # STS-B: a score in [0, 5], three decimals.
+            assert all(re.fullmatch(r"[0-5]\.\d{3}", t) and float(t) <= 5 for t in texts), texts
+        else:
+            assert set(texts) <= values, texts
+        predicted[name] = dict(zip(idx, texts))
+    # Each idx gets its own example's prediction: the rows predict.py writes, in tfds order.
+    with open(tmp_path / "mnli_rows.jsonl") as f:
+        rows = [json.loads(line) for line in f]
+    by_idx = {str(i): row["class_name"] for i, row in zip(indexes["glue/mnli:test_matched"], rows)}
+    assert predicted["MNLI-m.tsv"] == by_idx
