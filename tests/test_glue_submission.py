@@ -40,8 +40,8 @@ def test_mrpc_rows_are_idx_and_class_id_in_index_order(tmp_path):
 
 
 def test_stsb_scores_are_clipped_to_0_5_with_three_decimals(tmp_path):
-    path = glue_submission.write(str(tmp_path), "glue/stsb:test",
-                                 _scores([5.4, -0.2, 2.34567, 3.0]), indexes=[0, 1, 2, 3])  # fmt: skip
+    scores = _scores([5.4, -0.2, 2.34567, 3.0])
+    path = glue_submission.write(str(tmp_path), "glue/stsb:test", scores, indexes=[0, 1, 2, 3])
     assert path == str(tmp_path / "STS-B.tsv")
     assert _read(path) == "index\tprediction\n0\t5.000\n1\t0.000\n2\t2.346\n3\t3.000\n"
 
@@ -74,7 +74,8 @@ def test_every_task_file_and_label_name_agrees_with_tfds_glue():
         if file.kind == glue_submission.NAME:  # tfds's ids are GLUE's: the same names by id.
             assert tuple(label.names) == file.names, task
     # WNLI writes ids (GLUE's "0"/"1"): tfds's id 1 is GLUE's 1, entailment.
-    assert tfds.builder("glue/wnli").info.features["label"].names == ["not_entailment", "entailment"]
+    wnli = tfds.builder("glue/wnli").info.features["label"]
+    assert wnli.names == ["not_entailment", "entailment"]
 
 
 @pytest.mark.parametrize("split, predictions, message", [
@@ -83,7 +84,7 @@ def test_every_task_file_and_label_name_agrees_with_tfds_glue():
     ("glue/mnli:test_matched", _classes([0, 1], 2),
      r"MNLI-m.tsv takes 3 classes; this model predicts 2: .*\(AX: the MNLI run\)"),
     ("glue/stsb:test", _classes([0, 1], 2), "STS-B.tsv takes a score; this model predicts classes"),
-    ("glue/mrpc:test", _scores([1.0, 2.0]), "MRPC.tsv takes 2 classes; this model predicts a score"),
+    ("glue/mrpc:test", _scores([1.0, 2.0]), "MRPC.tsv takes 2 classes; this model predicts a sc"),
     ("glue/mrpc:test", _classes([0, 1, 1], 2), "3 predictions for 2 MRPC.tsv test examples"),
 ])  # fmt: skip
 def test_a_split_or_model_of_another_task_is_refused(tmp_path, split, predictions, message):

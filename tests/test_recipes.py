@@ -395,8 +395,9 @@ def _check_glue_submission(tmp_path, indexes):
     assert sorted(p.name for p in folder.iterdir()) == ["AX.tsv", "MNLI-m.tsv", "MRPC.tsv",
                                                         "STS-B.tsv"]  # fmt: skip
     nli = {"entailment", "neutral", "contradiction"}
-    files = {"MRPC.tsv": ("glue/mrpc:test", {"0", "1"}), "MNLI-m.tsv": ("glue/mnli:test_matched", nli),
-             "AX.tsv": ("glue/ax:test", nli), "STS-B.tsv": ("glue/stsb:test", None)}  # fmt: skip
+    files = {"MRPC.tsv": ("glue/mrpc:test", {"0", "1"}),
+             "MNLI-m.tsv": ("glue/mnli:test_matched", nli), "AX.tsv": ("glue/ax:test", nli),
+             "STS-B.tsv": ("glue/stsb:test", None)}  # fmt: skip
     for name, (split, values) in files.items():
         header, *rows = (folder / name).read_text().splitlines()
         assert header == "index\tprediction"
