@@ -19,6 +19,12 @@ size and channels; a row's id is the image's path relative to --image_dir:
   python scripts/predict.py --model_dir=/tmp/cnn --mode=evaluate --image_dir=photos_test
 TFRecord files need the parse function that training used (code, not a recorded config):
 keras_tpu.predict(keras_tpu.data.tfrecord_source(pattern, parse_fn), model_dir=...).
+GLUE's test splits in the GLUE submission format (models/bert/glue_submission.py): one file
+per task, named as gluebenchmark.com names it, into the folder --output_file names:
+  python scripts/predict.py --model_dir=/tmp/mnli_run --tfds_split=glue/mnli:test_matched \
+    --output_format=glue --output_file=/tmp/glue_submission      # MNLI-m.tsv
+(glue/mnli:test_mismatched -> MNLI-mm.tsv; glue/ax:test with the MNLI run -> AX.tsv; then zip
+the folder's files and upload them.)
 """
 
 import dataclasses
@@ -40,8 +46,11 @@ from keras_tpu.data import image_folders  # noqa: E402
 from keras_tpu.data import text_sources  # noqa: E402
 from keras_tpu.engine import inference  # noqa: E402
 from keras_tpu.engine import summary as summary_lib  # noqa: E402
+from models.bert import glue_submission  # noqa: E402
 
 MODES = ("predict", "evaluate")
+# rows: one row per input (.tsv or .jsonl); glue: GLUE's submission file for a test split.
+OUTPUT_FORMATS = ("rows", "glue")
 
 
 @dataclasses.dataclass
@@ -57,6 +66,7 @@ class PredictConfig:
     text_keys: str | None = None
     label_key: str | None = None
     output_file: str | None = None
+    output_format: str = "rows"
     report_file: str | None = None
     class_names: str | None = None
     weights: str = "auto"
@@ -68,16 +78,33 @@ class PredictConfig:
 
     def __post_init__(self):
         checks.one_of("mode", self.mode, MODES)
+        checks.one_of("output_format", self.output_format, OUTPUT_FORMATS)
         if bool(self.model_dir) == bool(self.export_dir):
             raise checks.ConfigError("pass --model_dir (a finished run) or --export_dir, one.")
         if sum(bool(v) for v in (self.input_file, self.tfds_split, self.image_dir)) != 1:
             raise checks.ConfigError(
                 "pass one of --input_file (.tsv or .csv), --tfds_split or --image_dir."
             )
-        if self.output_file and not self.output_file.endswith((".tsv", ".jsonl")):
+        if self.output_format == "glue":
+            self._check_glue()
+        elif self.output_file and not self.output_file.endswith((".tsv", ".jsonl")):
             raise checks.ConfigError(f"--output_file={self.output_file}: end it .tsv or .jsonl.")
         if self.tfds_split and not self.model_dir:
             raise checks.ConfigError("--tfds_split reads the run's text features: add --model_dir.")
+
+    def _check_glue(self):
+        """--output_format=glue: a GLUE test split, predicted, into a folder."""
+        glue_submission.submission_file(self.tfds_split)  # A GLUE test split, else why not.
+        if self.mode != "predict":
+            raise checks.ConfigError(
+                "--output_format=glue writes test-split predictions (their labels are hidden): "
+                "use --mode=predict."
+            )
+        if not self.output_file or self.output_file.endswith((".tsv", ".jsonl")):
+            raise checks.ConfigError(
+                f"--output_format=glue: --output_file={self.output_file} should name a folder; "
+                f"the task's file (e.g. MNLI-m.tsv) goes in it, beside the other tasks'."
+            )
 
 
 flag_utils.define_flags(PredictConfig, {
@@ -90,7 +117,9 @@ flag_utils.define_flags(PredictConfig, {
     "text_keys": "Text columns: 'sentence' or a pair 'sentence1,sentence2' (default: the run's).",
     "label_key": "Label column (default: the run's); --mode=evaluate needs it.",
     "output_file": "Write one row per input: .tsv or .jsonl (id, class, name, probabilities; "
-    "or score).",
+    "or score). --output_format=glue: the submission folder.",
+    "output_format": "rows (--output_file's rows) or glue: a GLUE test split's submission file "
+    "(e.g. MNLI-m.tsv: index, prediction) into the --output_file folder.",
     "report_file": "--mode=evaluate: the JSON report (default: <model_dir>/evaluations/"
     "<input name>.json).",
     "class_names": "Names of the classes, comma-separated, in class order (tfds: its own).",
@@ -229,11 +258,15 @@ def run(config):
     else:
         predictions = keras_tpu.predict(data, loaded=loaded, class_names=class_names,
                                         on_batch=progress)  # fmt: skip
-    if config.output_file:
+    written = config.output_file
+    if config.output_format == "glue":
+        written = glue_submission.write(config.output_file, config.tfds_split, predictions,
+                                        data_dir=run_config.get("data_dir"))  # fmt: skip
+    elif config.output_file:
         _write_rows(config.output_file, dataclasses.replace(predictions, class_names=class_names))
     print(f"{config.mode}: {predictions.examples} examples in {predictions.seconds:.2f} s, "
           f"{predictions.examples_per_second:.1f} examples/s"
-          + (f"; rows: {config.output_file}" if config.output_file else ""))  # fmt: skip
+          + (f"; rows: {written}" if written else ""))  # fmt: skip
 
 
 def main(argv):

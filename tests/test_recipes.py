@@ -386,7 +386,8 @@ def test_train_bert_sentence_pairs_on_sst2_pairs_serves_two_strings_and_predicts
 
 @pytest.mark.slow
 def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
-    """GLUE's three shapes by name alone, on 2 replicas, each reporting GLUE's metrics."""
+    """GLUE's three shapes by name alone, on 2 replicas, each reporting GLUE's metrics; then
+    predict.py's GLUE submission files for their test splits (AX by the MNLI run)."""
     handles = tiny_hub
     code = (
         "import json, tensorflow_datasets as tfds\n"
@@ -401,11 +402,25 @@ def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
         "            epochs=1, steps_per_epoch=3, learning_rate=1e-3, verbose=0,\n"
         "            model_dir=run,\n"
         "            export_dir=run + '/export' if name == 'glue/stsb' else None)).to_dict()\n"
+        # The test splits through scripts/predict.py's own run(): the GLUE submission files
+        # (AX by the MNLI run). Which row gets which prediction: tests/test_glue_submission.py
+        # (these 3-step models predict one class, or one score, for nearly every example).
+        "    from scripts import predict\n"
+        "    from models.bert import glue_submission\n"
+        "    out['indexes'] = {}\n"
+        "    for task, split in (('mrpc', 'test'), ('mnli', 'test_matched'), ('ax', 'test'),\n"
+        "                        ('stsb', 'test')):\n"
+        "        tfds_split = f'glue/{task}:{split}'\n"
+        "        run = ROOT + '/glue_' + {'ax': 'mnli'}.get(task, task)\n"
+        "        predict.run(predict.PredictConfig(model_dir=run, tfds_split=tfds_split,\n"
+        "            output_format='glue', output_file=ROOT + '/submission'))\n"
+        "        out['indexes'][tfds_split] = glue_submission.split_indexes(tfds_split).tolist()\n"
         "print(json.dumps(out))\n"
     ).replace("ROOT", repr(str(tmp_path))).replace("HANDLES", repr(handles))
     result = run_python(code, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     runs = json.loads(result.stdout.strip().splitlines()[-1])
+    indexes = runs.pop("indexes")  # Each GLUE test split's idx, in tfds order.
     mrpc, mnli, stsb = runs["glue/mrpc"], runs["glue/mnli"], runs["glue/stsb"]
     # 37 examples over a global batch of 16: the last batch is padded, every example counted.
     assert {r["test_examples"] for r in runs.values()} == {37}
@@ -433,3 +448,24 @@ def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
     )
     assert probe.returncode == 0, probe.stderr[-2000:]
     assert json.loads(probe.stdout.strip().splitlines()[-1]) == {"score": [2]}
+    _check_glue_submission(tmp_path, indexes)
+
+
+def _check_glue_submission(tmp_path, indexes):
+    """The GLUE submission files predict.py wrote for the test splits (37 mock examples each)."""
+    folder = tmp_path / "submission"
+    assert sorted(p.name for p in folder.iterdir()) == ["AX.tsv", "MNLI-m.tsv", "MRPC.tsv",
+                                                        "STS-B.tsv"]  # fmt: skip
+    nli = {"entailment", "neutral", "contradiction"}
+    files = {"MRPC.tsv": ("glue/mrpc:test", {"0", "1"}),
+             "MNLI-m.tsv": ("glue/mnli:test_matched", nli), "AX.tsv": ("glue/ax:test", nli),
+             "STS-B.tsv": ("glue/stsb:test", None)}  # fmt: skip
+    for name, (split, values) in files.items():
+        header, *rows = (folder / name).read_text().splitlines()
+        assert header == "index\tprediction"
+        idx, texts = zip(*(row.split("\t") for row in rows))
+        assert [int(i) for i in idx] == sorted(indexes[split]) and len(rows) == 37, name
+        if values is None:  # STS-B: a score in [0, 5], three decimals.
+            assert all(re.fullmatch(r"[0-5]\.\d{3}", t) and float(t) <= 5 for t in texts), texts
+        else:
+            assert set(texts) <= values, texts

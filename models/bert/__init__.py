@@ -18,6 +18,7 @@ One module per part, as keras-hub lays out its BERT:
                            (with hf_config.py and hf_weights.py)
   bert_task.py             the "bert" task: BertRunConfig, bert_task, train_bert
                            (with bert_vocab.py, glue.py and extra_eval.py)
+  glue_submission.py       GLUE test-split predictions as gluebenchmark.com takes them
 """
 
 from models.bert.bert_flops import training_flops_per_example  # noqa: F401

@@ -7,7 +7,8 @@
 
 Any flag given (--text_keys, --num_classes, --task_type, --metrics,
 --tfds_eval_split) wins over these defaults. The test splits' labels are hidden
-(-1): GLUE's dev sets are the "validation" splits.
+(-1): GLUE's dev sets are the "validation" splits; glue_submission.py writes test-split
+predictions as the benchmark takes them.
 """
 
 import dataclasses
