@@ -182,7 +182,7 @@ FILE_HELP = {
 # (keras_tpu.data.text_files).
 TEXT_FILE_HELP = {
     "no_header": "The TSV/CSV files have no header row: their columns are --text_keys, then "
-    "--label_key (predict.py: which may be left off to predict).",
+    "--label_key (to predict, rows may leave the label off).",
     "column_names": "The columns of header-less TSV/CSV files, in order (e.g. "
     "id,sentence,label); --text_keys and --label_key pick among them.",
 }

@@ -1,7 +1,8 @@
 """Text files as users have them: named labels, no header row, CSV quoting (data.text_sources).
 
-The BERT task reads its TSV/CSV files here (models.datasets.text_splits); a run on a TSV
-whose labels are names, and its export serving the names, is the slow pair recipe
+The BERT task reads its TSV/CSV files here (models.datasets.text_splits), and predict.py
+through the same reader (data.text_files); a run on a TSV whose labels are names, and its
+export serving the names, is the slow pair recipe
 (tests/test_recipes.py::test_train_bert_sentence_pairs_on_sst2_pairs_serves_two_strings_and_predicts).
 """
 
@@ -187,7 +188,8 @@ def test_predict_py_reads_a_header_less_quoted_named_csv_as_training_does(tmp_pa
     # New pairs to predict on, without the label column; or named with --column_names.
     new = _write(tmp_path / "new.csv", [row[:2] for row in BARE_PAIRS], delimiter=",")
     assert inputs(f"--input_file={new}", "--no_header")[0] == trained.x.tolist()
-    wide = _write(tmp_path / "wide.csv", [(i, *row[:2]) for i, row in enumerate(BARE_PAIRS)], delimiter=",")
+    wide = _write(tmp_path / "wide.csv", [(i, *row[:2]) for i, row in enumerate(BARE_PAIRS)],
+                  delimiter=",")  # fmt: skip
     named = inputs(f"--input_file={wide}", "--column_names=id,sentence1,sentence2")
     assert named[0] == trained.x.tolist()
     with pytest.raises(checks.ConfigError) as error:  # Evaluating needs the labels.

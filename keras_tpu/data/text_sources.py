@@ -153,8 +153,9 @@ def load_text_inputs(path, text_keys, *, label_key=None, regression=False, label
     Returns:
       ArraySplit: x [n] or [n, 2] strings, y the labels (zeros without `label_key`).
     """
+    labelled = label_key is not None
     columns = TextColumns.parse(",".join(text_keys), label_key or "label", no_header=no_header,
-                                column_names=column_names, labelled=label_key is not None)  # fmt: skip
-    texts, raw = text_files.read_text_rows(path, columns, labelled=label_key is not None)
+                                column_names=column_names, labelled=labelled)  # fmt: skip
+    texts, raw = text_files.read_text_rows(path, columns, labelled=labelled)
     return text_files.text_split(texts, raw, columns, regression=regression,
                                  num_classes=num_classes, label_names=label_names)  # fmt: skip
