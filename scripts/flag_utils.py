@@ -178,6 +178,15 @@ FILE_HELP = {
     "params_override": "'name=value,name=value' applied last, as in tensorflow/models.",
 }
 
+# The header-less file flags of train_bert.py and predict.py, which read files alike
+# (keras_tpu.data.text_files).
+TEXT_FILE_HELP = {
+    "no_header": "The TSV/CSV files have no header row: their columns are --text_keys, then "
+    "--label_key (to predict, rows may leave the label off).",
+    "column_names": "The columns of header-less TSV/CSV files, in order (e.g. "
+    "id,sentence,label); --text_keys and --label_key pick among them.",
+}
+
 
 def run_help(name):
     """Return the help of RunConfig's field `name`, for a flag of another config meaning it."""

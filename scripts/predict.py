@@ -65,6 +65,8 @@ class PredictConfig:
     image_dir: str | None = None
     text_keys: str | None = None
     label_key: str | None = None
+    no_header: bool = False
+    column_names: str | None = None
     output_file: str | None = None
     output_format: str = "rows"
     report_file: str | None = None
@@ -111,11 +113,12 @@ flag_utils.define_flags(PredictConfig, {
     "model_dir": "A finished run: its export, else its best weights, on its strategy.",
     "export_dir": "Or an export alone (run on the inputs its serving signature takes).",
     "mode": "predict: one row per input; evaluate: exact metrics on labelled inputs.",
-    "input_file": "TSV (as training reads it) or CSV (standard quoting) with a header row.",
+    "input_file": "TSV (quotes as text) or CSV (standard quoting), read as training reads it.",
     "tfds_split": "Or a tfds split, 'name:split' (e.g. glue/mrpc:validation); with --model_dir.",
     "image_dir": "Or images: a folder of class folders (labelled by their names) or of images.",
     "text_keys": "Text columns: 'sentence' or a pair 'sentence1,sentence2' (default: the run's).",
     "label_key": "Label column (default: the run's); --mode=evaluate needs it.",
+    **flag_utils.TEXT_FILE_HELP,  # As train_bert.py's: the file is read as training reads it.
     "output_file": "Write one row per input: .tsv or .jsonl (id, class, name, probabilities; "
     "or score). --output_format=glue: the submission folder.",
     "output_format": "rows (--output_file's rows) or glue: a GLUE test split's submission file "
@@ -155,9 +158,12 @@ def _inputs(config, run, model):
                                                regression=regression)  # fmt: skip
         return source, re.sub(r"\W+", "_", config.tfds_split), names or _tfds_names(name, label_key)
     labelled = config.mode == "evaluate"
-    split = text_sources.load_text_inputs(config.input_file, text_keys,
-                                          label_key=label_key if labelled else None,
-                                          regression=regression, label_names=names)  # fmt: skip
+    split = text_sources.load_text_inputs(
+        config.input_file, text_keys, label_key=label_key if labelled else None,
+        regression=regression, label_names=names, no_header=config.no_header,
+        column_names=config.column_names,
+        num_classes=None if regression else run.get("num_classes"),
+    )  # fmt: skip
     x = split.x
     if config.export_dir and len(text_keys) == 2:  # The pair export's inputs (text_export.py).
         x = {"text_a": x[:, 0], "text_b": x[:, 1]}

@@ -52,10 +52,7 @@ flag_utils.define_flags(
         "label_names": "Each class's name in label order, e.g. negative,positive: labels in the "
         "files are then names or class ids, and the export returns names. Default: the training "
         "file's sorted distinct labels when they are names.",
-        "no_header": "The TSV/CSV files have no header row: their columns are --text_keys, then "
-        "--label_key.",
-        "column_names": "The columns of header-less TSV/CSV files, in order (e.g. "
-        "id,sentence,label); --text_keys and --label_key pick among them.",
+        **flag_utils.TEXT_FILE_HELP,
         "task_type": "classification or regression (a 1-unit head with MSE; glue/stsb's default).",
         "metrics": "Comma-separated: accuracy, f1, matthews_correlation, pearson, spearman "
         "(default: GLUE's for glue/*, else accuracy; regression: pearson,spearman).",

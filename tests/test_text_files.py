@@ -1,12 +1,18 @@
 """Text files as users have them: named labels, no header row, CSV quoting (data.text_sources).
 
-The BERT task reads its TSV/CSV files here (models.datasets.text_splits); a run on a TSV
-whose labels are names, and its export serving the names, is the slow pair recipe
+The BERT task reads its TSV/CSV files here (models.datasets.text_splits), and predict.py
+through the same reader (data.text_files); a run on a TSV whose labels are names, and its
+export serving the names, is the slow pair recipe
 (tests/test_recipes.py::test_train_bert_sentence_pairs_on_sst2_pairs_serves_two_strings_and_predicts).
 """
 
 import csv
+import dataclasses
+import importlib
+import os
+import sys
 
+from absl import flags
 import numpy as np
 import pytest
 
@@ -14,6 +20,7 @@ from keras_tpu import checks
 from keras_tpu.data import text_sources
 from models import datasets
 from models import BertRunConfig
+from tests.conftest import REPO
 
 SENTENCE = text_sources.TextColumns(("sentence",))
 QUOTED = 'he said "great" and meant it'
@@ -135,3 +142,57 @@ def test_inputs_to_evaluate_take_the_runs_label_names(tmp_path):
     assert split.y.tolist() == [2, 0, 2, 1]
     with pytest.raises(checks.ConfigError, match=r"dev.tsv:2: label 'positive' is not an integer"):
         text_sources.load_text_inputs(path, ("sentence",), label_key="label")
+
+
+@pytest.fixture
+def predict_script(monkeypatch):
+    """scripts/predict.py imported here, its flags and modules gone afterwards."""
+    monkeypatch.setenv("KERAS_TPU_LOG_LEVEL", "warning")  # flag_utils sets it; restored after.
+    monkeypatch.syspath_prepend(os.path.join(REPO, "scripts"))
+    baseline = set(flags.FLAGS)
+    try:
+        yield importlib.import_module("predict")
+    finally:
+        flags.FLAGS.unparse_flags()
+        for name in set(flags.FLAGS) - baseline:
+            delattr(flags.FLAGS, name)
+        for name in ("predict", "flag_utils"):
+            sys.modules.pop(name, None)
+
+
+# Header-less, pairs, CSV quoting (a quote, a comma, an empty field) and named labels.
+BARE_PAIRS = [(QUOTED, "a, b", "positive"), ("dull", "", "negative"), ("ok", "fine", "neutral")]
+
+
+def test_predict_py_reads_a_header_less_quoted_named_csv_as_training_does(tmp_path, predict_script):
+    path = _write(tmp_path / "bare.csv", BARE_PAIRS, delimiter=",")
+    config = _config(tmp_path, path, path, text_keys="sentence1,sentence2", no_header=True,
+                     num_classes=3)  # fmt: skip
+    trained = datasets.text_splits(config).train
+    assert trained.x.tolist() == [[QUOTED, "a, b"], ["dull", ""], ["ok", "fine"]]
+    assert trained.y.tolist() == [2, 0, 1]  # negative=0, neutral=1, positive=2.
+    # The run's records as predict.py reads them: config.yaml and summary.json's class names.
+    run = dict(dataclasses.asdict(config), class_names=["negative", "neutral", "positive"])
+
+    def inputs(*args):
+        flags.FLAGS.unparse_flags()
+        flags.FLAGS(["predict.py", f"--model_dir={tmp_path}", *args])
+        predict_config = predict_script.flag_utils.config_from_flags(predict_script.PredictConfig)
+        (x, y), name, names = predict_script._inputs(predict_config, run, None)
+        return x.tolist(), y.tolist(), y.dtype, name, names
+
+    evaluated = inputs("--mode=evaluate", f"--input_file={path}", "--no_header")
+    assert evaluated == (trained.x.tolist(), [2, 0, 1], np.int32, "bare", tuple(run["class_names"]))
+    predicted = inputs(f"--input_file={path}", "--no_header")
+    assert predicted[:2] == (trained.x.tolist(), [0, 0, 0])
+    # New pairs to predict on, without the label column; or named with --column_names.
+    new = _write(tmp_path / "new.csv", [row[:2] for row in BARE_PAIRS], delimiter=",")
+    assert inputs(f"--input_file={new}", "--no_header")[0] == trained.x.tolist()
+    wide = _write(tmp_path / "wide.csv", [(i, *row[:2]) for i, row in enumerate(BARE_PAIRS)],
+                  delimiter=",")  # fmt: skip
+    named = inputs(f"--input_file={wide}", "--column_names=id,sentence1,sentence2")
+    assert named[0] == trained.x.tolist()
+    with pytest.raises(checks.ConfigError) as error:  # Evaluating needs the labels.
+        inputs("--mode=evaluate", f"--input_file={new}", "--no_header")
+    assert str(error.value) == (f"{new}:1: 2 fields separated by ',', the columns (sentence1,"
+                                f"sentence2,label, --no_header/--column_names) are 3.")

@@ -6,7 +6,8 @@
 `training_stream` builds the training stream (an epoch per pass, started at any step,
 cached or streamed by `cache_policy`); `pipelines` the batch arithmetic and exact
 evaluation; `sources` reads examples (arrays, TSV, TFRecord, tfds, digits), `text_sources`
-text columns and `image_folders` class folders of images. Tokenising is the model's (e.g.
+text columns (TSV/CSV files through `text_files`, one reader for training and prediction)
+and `image_folders` class folders of images. Tokenising is the model's (e.g.
 models/bert/bert_text.py), passed as `preprocess`.
 """
 
