@@ -39,6 +39,7 @@ from keras_tpu.engine import training_run
 from keras_tpu.engine.run_config import RunConfig
 from keras_tpu.runtime import cluster
 from keras_tpu.runtime import resolver
+from keras_tpu.runtime import strategy_builders
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy_info import StrategyInfo
 
@@ -95,7 +96,7 @@ def fit(task, config=None, *, strategy=None):
     entry = registry.get_task(task) if isinstance(task, str) else None
     try:
         strategy = strategy or strategy_for(config)
-    except resolver.DeviceConfigError as e:  # Say if the task's own instances caused it.
+    except strategy_builders.DeviceConfigError as e:  # Say if the task's own instances caused it.
         raise instances.explain_device_error(e, task) from e
     # Built after the strategy: builders may load data or TF Hub models, which
     # initialises TensorFlow's devices.
