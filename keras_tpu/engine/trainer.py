@@ -29,9 +29,9 @@ from start to exit (preemption.py).
 from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.engine import backend as backend_lib
-from keras_tpu.engine import compiling
 from keras_tpu.engine import instances
 from keras_tpu.engine import leftovers
+from keras_tpu.engine import precision
 from keras_tpu.engine import registry
 from keras_tpu.engine import summary as summary_lib
 from keras_tpu.engine import task as task_lib
@@ -111,8 +111,8 @@ def fit(task, config=None, *, strategy=None):
     previous_policy = keras.mixed_precision.global_policy()
     try:
         supported = backend_lib.supported_policies(task)
-        choice = compiling.choose_precision(config.mixed_precision, strategy, supported=supported)
-        policy = compiling.set_precision(config.mixed_precision, strategy, supported=supported)
+        choice = precision.choose_precision(config.mixed_precision, strategy, supported=supported)
+        policy = precision.set_precision(config.mixed_precision, strategy, supported=supported)
         backend = backend_lib.backend_for(task, config, strategy, policy)
         finished = summary_lib.finished_run(config, backend.global_batch())
         if finished is not None:
