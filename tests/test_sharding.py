@@ -6,7 +6,7 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 import keras_tpu
-from keras_tpu.engine import checkpointing
+from keras_tpu.engine import backup_contents
 from models.bert import memory
 from models import datasets as recipe_inputs
 from keras_tpu.parallel.mesh import layout as mesh_layout
@@ -470,7 +470,7 @@ def test_executions_of_n_steps_give_the_single_step_run(tiny_export, tmp_path):
     # A restored loop started at the restored step reads the data from there (its examples
     # skipped). The checkpoint holds the layers' random generators, as the engine's backups do.
     def checkpoint(loop):
-        generators = checkpointing.random_generators(loop.model)
+        generators = backup_contents.random_generators(loop.model)
         return tf.train.Checkpoint(
             model=loop.model, optimizer=loop.optimizer, random_generators=generators
         )

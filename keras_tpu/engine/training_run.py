@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.engine import callbacks as callbacks_lib
-from keras_tpu.engine import checkpointing
+from keras_tpu.engine import backup_contents
 from keras_tpu.engine import class_weights
 from keras_tpu.engine import config_yaml
 from keras_tpu.engine import data_checks
@@ -164,7 +164,7 @@ class TrainingRun:
                 identity=identity,
                 overwrite=config.overwrite,
                 # The kept backups and the one being written, before the oldest is pruned.
-                needed_bytes=(config.keep_backups + 1) * checkpointing.checkpoint_bytes(self.model),
+                needed_bytes=(config.keep_backups + 1) * backup_contents.checkpoint_bytes(self.model),
             )
         try:
             if self.info.is_chief:  # Under the lock: no live run writes these.
@@ -212,7 +212,7 @@ class TrainingRun:
             return
         log.warning("keras_tpu: evaluating epoch %d, backed up before its evaluation", epoch + 1)
         logs = dict(backup.records.epoch_logs)
-        if self.shape.has_eval and checkpointing.finite_loss(logs):
+        if self.shape.has_eval and backup_contents.finite_loss(logs):
             logs.update(self.backend.validation_logs())
         # The progress line needs fit's start; every other callback ends the epoch as
         # fit would have: exact val_loss, throughput, best weights, TensorBoard, history.
