@@ -78,7 +78,7 @@ def run_toolkit(preset, precision, setup, steps, repeats, peak_flops):
 
     strategy = keras_tpu.resolve_strategy()
     previous = keras.mixed_precision.global_policy()
-    policy = compiling.set_precision(precision, strategy)
+    policy = keras_tpu.set_precision(precision, strategy)
     try:
         train_ds, _ = data.train_dataset(
             strategy, setup["train"], FLAGS.batch, preprocess=setup["preprocessor"].preprocess

@@ -41,8 +41,8 @@ from keras_tpu.engine.trainer import strategy_for  # noqa: E402
 from keras_tpu.engine.trainer import CONFIG_ERRORS  # noqa: E402
 from keras_tpu.checks import ConfigError  # noqa: E402
 from keras_tpu.engine.compiling import compile_model  # noqa: E402
-from keras_tpu.engine.compiling import choose_precision  # noqa: E402
-from keras_tpu.engine.compiling import set_precision  # noqa: E402
+from keras_tpu.engine.precision import choose_precision  # noqa: E402
+from keras_tpu.engine.precision import set_precision  # noqa: E402
 from keras_tpu.engine.inference import evaluate  # noqa: E402
 from keras_tpu.engine.inference import Evaluation  # noqa: E402
 from keras_tpu.engine.inference import predict  # noqa: E402

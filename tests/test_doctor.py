@@ -16,6 +16,7 @@ from keras_tpu.runtime import compat
 from keras_tpu.runtime import detect
 from keras_tpu.readiness import doctor as _doctor_pkg_attr  # noqa: F401  (the function)
 from keras_tpu.runtime import resolver
+from keras_tpu.runtime import strategy_builders
 from keras_tpu.runtime import tf_build
 from keras_tpu.runtime import tpu_holders
 from tests.conftest import run_python
@@ -304,7 +305,7 @@ def no_connect(monkeypatch):
     def connect(*args):
         raise AssertionError("connected to a TPU the doctor says is unusable")
 
-    monkeypatch.setattr(resolver.tpu_connect, "connect_tpu", connect)
+    monkeypatch.setattr(strategy_builders.tpu_connect, "connect_tpu", connect)
     yield
     resolver._strategies.clear()
 

@@ -15,6 +15,7 @@ from keras_tpu import data
 from keras_tpu import keras
 from keras_tpu.engine import compiling
 from keras_tpu.engine import trainer
+from keras_tpu.engine import training_run
 from tests.conftest import CPU_REPLICAS
 
 RNG = np.random.default_rng(3)
@@ -83,15 +84,15 @@ def test_the_final_evaluation_reuses_the_last_epochs_and_equals_a_full_pass(tmp_
 
 def test_a_run_killed_before_its_final_evaluation_concludes_identically(tmp_path, monkeypatch):
     whole = keras_tpu.fit(_task((DEV_X, DEV_Y), []), _config(tmp_path / "whole"))
-    conclude = trainer._Run._conclude
+    conclude = training_run.TrainingRun._conclude
 
     def killed(self, trained):
         raise KeyboardInterrupt("killed after the last epoch's backup")
 
-    monkeypatch.setattr(trainer._Run, "_conclude", killed)
+    monkeypatch.setattr(training_run.TrainingRun, "_conclude", killed)
     with pytest.raises(KeyboardInterrupt):
         keras_tpu.fit(_task((DEV_X, DEV_Y), []), _config(tmp_path / "killed"))
-    monkeypatch.setattr(trainer._Run, "_conclude", conclude)
+    monkeypatch.setattr(training_run.TrainingRun, "_conclude", conclude)
     counted = _Counted()
     resumed = keras_tpu.fit(_task(counted.source, []), _config(tmp_path / "killed"))
     assert resumed["resumed_from_step"] == resumed["final_step"] == whole["final_step"]

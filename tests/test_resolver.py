@@ -11,7 +11,7 @@ import tensorflow as tf
 import keras_tpu
 from keras_tpu import keras
 from keras_tpu.runtime import detect
-from keras_tpu.runtime import resolver as resolver_lib
+from keras_tpu.runtime import strategy_builders
 from keras_tpu.runtime import tpu_address
 from tests.conftest import CPU_REPLICAS
 from tests.conftest import run_python
@@ -175,7 +175,7 @@ class _FakeTPU:
 
         # This host's TensorFlow cannot drive a TPU; the fake stands in for a healthy one,
         # which answers at its address.
-        monkeypatch.setattr(resolver_lib, "tpu_blockers", lambda *a, **k: ())
+        monkeypatch.setattr(strategy_builders, "tpu_blockers", lambda *a, **k: ())
         monkeypatch.setattr(tpu_address, "unreachable", lambda *a, **k: None)
         monkeypatch.setattr(tf.distribute.cluster_resolver, "TPUClusterResolver", Resolver)
         monkeypatch.setattr(tf.config, "experimental_connect_to_cluster", connect)

@@ -6,7 +6,7 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 import keras_tpu
-from keras_tpu.engine import checkpointing
+from keras_tpu.engine import backup_contents
 from models.bert import memory
 from models import datasets as recipe_inputs
 from keras_tpu.parallel.mesh import layout as mesh_layout
@@ -379,12 +379,12 @@ def test_train_bert_model_parallel_bad_input(tiny_export, overrides, message):
 
 def test_auto_precision_picks_float32_on_the_mesh(tiny_export, mirrored, monkeypatch, tmp_path):
     """On a host with native bf16, "auto" picks float32 on the mesh and says why."""
-    from keras_tpu.engine import compiling  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import precision as precision_lib  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel.mesh import backend as mesh_backend  # pylint: disable=g-import-not-at-top
 
     pretend(monkeypatch, mirrored, cpu_root=fake_cpu_host(tmp_path, EPYC_BF16_FLAGS))
-    assert compiling.choose_precision("auto", mirrored).policy == "mixed_bfloat16"
-    choice = compiling.choose_precision(
+    assert precision_lib.choose_precision("auto", mirrored).policy == "mixed_bfloat16"
+    choice = precision_lib.choose_precision(
         "auto", mirrored, supported=mesh_backend.ShardedBackend.supported_policies
     )
     assert choice.policy == "float32"
@@ -470,7 +470,7 @@ def test_executions_of_n_steps_give_the_single_step_run(tiny_export, tmp_path):
     # A restored loop started at the restored step reads the data from there (its examples
     # skipped). The checkpoint holds the layers' random generators, as the engine's backups do.
     def checkpoint(loop):
-        generators = checkpointing.random_generators(loop.model)
+        generators = backup_contents.random_generators(loop.model)
         return tf.train.Checkpoint(
             model=loop.model, optimizer=loop.optimizer, random_generators=generators
         )

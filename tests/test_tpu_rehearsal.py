@@ -1,4 +1,4 @@
-"""Tests for keras_tpu/readiness/tpu_rehearsal.py: the TPU compile rehearsal on the CPU."""
+"""Tests for keras_tpu/readiness/tpu_rehearsal.py (and rehearsal_findings.py): the TPU rehearsal."""
 
 import math
 import os
@@ -15,6 +15,7 @@ from keras_tpu.readiness import graph_inspect
 from keras_tpu import keras
 from models.bert import bert_optimizer as optimizers
 from models.bert import bert_text as text
+from keras_tpu.readiness import rehearsal_findings
 from keras_tpu.readiness import tpu_rehearsal
 from keras_tpu.engine import compiling
 from models import bert
@@ -203,10 +204,10 @@ def test_batches_without_a_static_batch_dimension_are_named():
 
 def test_string_batches_and_a_distributed_eval_set_are_read_per_replica(mirrored):
     strings = tf.data.Dataset.from_tensor_slices((["a b"] * 8, [0] * 8)).batch(4, True)
-    spec = tpu_rehearsal.element_spec(strings)
-    assert [f.problem for f in tpu_rehearsal._spec_findings(spec, "train")] == ["string"]
+    spec = rehearsal_findings.element_spec(strings)
+    assert [f.problem for f in rehearsal_findings.spec_findings(spec, "train")] == ["string"]
     eval_data = data.eval_dataset(mirrored, _numbers(), 2)
-    spec = tpu_rehearsal.element_spec(eval_data)  # PerReplicaSpec -> one replica's batch.
+    spec = rehearsal_findings.element_spec(eval_data)  # PerReplicaSpec -> one replica's batch.
     assert [s.shape.as_list() for s in spec] == [[2, 4], [2], [2]]
 
 

@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.engine.compiling: scope checks and exact evaluation, on 4 replicas."""
+"""Tests for keras_tpu.engine.compiling and .precision: scope, exact evaluation, 4 replicas."""
 
 import time
 
@@ -9,6 +9,7 @@ import tensorflow as tf
 from keras_tpu import data
 from keras_tpu import keras
 from keras_tpu.engine import compiling
+from keras_tpu.engine import precision as precision_lib
 from tests.conftest import AMX_ONLY_FLAGS
 from tests.conftest import AVX2_FLAGS
 from tests.conftest import EPYC_BF16_FLAGS
@@ -94,12 +95,12 @@ def test_training_loss_goes_down_on_4_replicas(mirrored):
 def test_set_precision(mirrored, tmp_path, monkeypatch):
     pretend(monkeypatch, mirrored, cpu_root=fake_cpu_host(tmp_path, AVX2_FLAGS))
     try:
-        assert compiling.set_precision("auto", mirrored) == "float32"  # No native bf16.
-        assert compiling.set_precision("bf16", mirrored) == "mixed_bfloat16"
+        assert precision_lib.set_precision("auto", mirrored) == "float32"  # No native bf16.
+        assert precision_lib.set_precision("bf16", mirrored) == "mixed_bfloat16"
         assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
-        assert compiling.set_precision("fp16", mirrored) == "mixed_float16"
+        assert precision_lib.set_precision("fp16", mirrored) == "mixed_float16"
         with pytest.raises(ValueError, match="precision='int8' is not one of auto, fp32"):
-            compiling.set_precision("int8", mirrored)
+            precision_lib.set_precision("int8", mirrored)
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
@@ -118,10 +119,10 @@ def test_set_precision(mirrored, tmp_path, monkeypatch):
 )  # fmt: skip
 def test_choose_precision(mirrored, tmp_path, monkeypatch, flags, precision, policy, reason):
     pretend(monkeypatch, mirrored, cpu_root=fake_cpu_host(tmp_path, flags))
-    choice = compiling.choose_precision(precision, mirrored)
-    assert choice == compiling.PrecisionChoice(policy, reason)
+    choice = precision_lib.choose_precision(precision, mirrored)
+    assert choice == precision_lib.PrecisionChoice(policy, reason)
     try:
-        assert compiling.set_precision(precision, mirrored) == policy
+        assert precision_lib.set_precision(precision, mirrored) == policy
         assert keras.mixed_precision.global_policy().name == policy
     finally:
         keras.mixed_precision.set_global_policy("float32")
@@ -130,7 +131,7 @@ def test_choose_precision(mirrored, tmp_path, monkeypatch, flags, precision, pol
 def test_fp16_refused_on_tpu(mirrored, monkeypatch):
     pretend(monkeypatch, mirrored, kind="tpu")
     with pytest.raises(ValueError, match="'fp16' is not supported on TPU; use 'bf16'"):
-        compiling.set_precision("fp16", mirrored)
+        precision_lib.set_precision("fp16", mirrored)
 
 
 def test_fp16_gets_loss_scaling(mirrored):

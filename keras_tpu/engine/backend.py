@@ -50,7 +50,7 @@ class Backend:
     `iterations` is the step and which the backups checkpoint with the model)
     and `shape` (a Shape).
     `supported_policies`: the mixed-precision policies the backend can build
-    (None: every one); "auto" picks among them (`compiling.choose_precision`). A
+    (None: every one); "auto" picks among them (`precision.choose_precision`). A
     `Task.backend` that is a factory function rather than a class (or a
     functools.partial of one) sets the same attribute on itself.
     """

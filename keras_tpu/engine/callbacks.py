@@ -9,6 +9,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.engine import backup_contents
 from keras_tpu.engine import best_tracker
 from keras_tpu.engine import checkpointing
 from keras_tpu.engine import compiling
@@ -155,7 +156,7 @@ class NaNGuard(keras.callbacks.Callback):
         self._epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        if not checkpointing.finite_loss(logs):
+        if not backup_contents.finite_loss(logs):
             self.stopped_at = (self._epoch, batch)
             self.step = int(self.model.optimizer.iterations.numpy())
             log.error(

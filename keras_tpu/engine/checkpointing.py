@@ -13,9 +13,9 @@ BackupAndRestore used), the newest `keep` of them (`backup_store`: each is
 verified before it is used, and a damaged newest one falls back to the one
 before). Epoch and batch are derived from it, so they always agree with the
 weights; the input pipeline skips the examples of the steps already trained
-(`data.train_dataset(start_step=...)`). The checkpoint
-also holds the state of each layer's `tf.random.Generator` (`random_generators`),
-so dropout resumes with the masks an uninterrupted run would draw.
+(`data.train_dataset(start_step=...)`). The checkpoint also holds the state of each
+layer's `tf.random.Generator` (`backup_contents.random_generators`), so dropout resumes
+with the masks an uninterrupted run would draw.
 
 Beside each checkpoint, written before it, are the run's records
 (`run_records.Records`: history, best value, throughput, callback state), so a
@@ -27,15 +27,14 @@ given as `preemption`); keras_tpu.fit does both, and so must a hand-written loop
 """
 
 import logging
-import math
 import os
 import shutil
 import tempfile
 
-import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.engine import backup_contents
 from keras_tpu.engine import backup_store
 from keras_tpu.engine import run_dir
 from keras_tpu.engine import run_records
@@ -46,41 +45,9 @@ from keras_tpu.runtime.strategy_info import StrategyInfo
 
 log = logging.getLogger(__name__)
 
+
 class BackupOrderError(checks.ConfigError):
     """A backup restored after the input pipeline was built: the data would not resume."""
-
-
-def finite_loss(logs):
-    """Return False if `logs` hold a non-finite loss (NaNGuard, Backup and best use this)."""
-    loss = (logs or {}).get("loss")
-    return loss is None or math.isfinite(float(np.asarray(loss)))
-
-
-def random_generators(model):
-    """Return the `tf.random.Generator`s of the model's layers, in layer order.
-
-    tf_keras layers with randomness (Dropout, ...) draw from a `tf.random.Generator`
-    when `keras.backend.experimental.enable_tf_random_generator()` is on (the DTensor
-    mesh needs it). Its state advances with every training step, yet tf_keras
-    exposes it to SavedModel only, not to checkpoints (`BaseRandomLayer.
-    _trackable_children`), so a backup without it resumes with other dropout masks.
-    Generators are created when a layer is first called: a model is built by then.
-    Random layers in that mode without a generator found (tf_keras renamed the private
-    attributes read here) log one warning: a resume would draw other masks.
-    """
-    generators, random_layers = [], 0
-    for layer in [model, *model.submodules]:
-        random_layers += isinstance(layer, keras.__internal__.layers.BaseRandomLayer)
-        holder = getattr(layer, "_random_generator", None)  # tf_keras BaseRandomLayer.
-        generator = getattr(holder, "_generator", None)
-        if isinstance(generator, tf.random.Generator):
-            generators.append(generator)
-    generator_mode = keras.backend.experimental.is_tf_random_generator_enabled()
-    if random_layers and not generators and generator_mode:
-        log.warning("keras_tpu: %d random layer(s) but no tf.random.Generator found in them "
-                    "(tf_keras's private _random_generator._generator): backups hold no dropout "
-                    "state, so a resumed run draws other masks.", random_layers)  # fmt: skip
-    return generators
 
 
 class Backup(keras.callbacks.Callback):
@@ -150,7 +117,7 @@ class Backup(keras.callbacks.Callback):
         """
         if self._stores is None:
             self._checkpoint = tf.train.Checkpoint(
-                model=self.model, random_generators=random_generators(self.model)
+                model=self.model, random_generators=backup_contents.random_generators(self.model)
             )
             read = backup_store.BackupStore(os.path.join(self.directory, "chief"), self.keep)
             if self.chief:
@@ -240,7 +207,7 @@ class Backup(keras.callbacks.Callback):
         self.saved_step = step
 
     def _write_error(self, directory, error):
-        needed = checkpoint_bytes(self.model)
+        needed = backup_contents.checkpoint_bytes(self.model)
         kept = (
             f"the last good backup (step {self.saved_step}) is kept"
             if self.saved_step
@@ -290,7 +257,7 @@ class Backup(keras.callbacks.Callback):
             self._add_metrics = False
             if self.start_step % self.params["steps"]:
                 run_records.add_metric_sums(self.model, self.records.metrics)
-        if not finite_loss(logs):
+        if not backup_contents.finite_loss(logs):
             if self.nan_step is None:
                 self.nan_step = int(self.model.optimizer.iterations.numpy())
             return
@@ -316,16 +283,6 @@ class Backup(keras.callbacks.Callback):
             # A failed export then finds the trained weights, not an older step; a signal
             # that came after the last execution (during its evaluation) loses nothing.
             self.save()
-
-
-def checkpoint_bytes(model):
-    """Return about the bytes of one backup: weights, and Adam-like slots if not built yet."""
-    weights = sum(int(np.prod(v.shape)) * v.dtype.size for v in model.weights)
-    optimizer = getattr(model, "optimizer", None)
-    variables = getattr(optimizer, "variables", None) or []
-    variables = variables() if callable(variables) else variables  # Legacy optimizers.
-    slots = sum(int(np.prod(v.shape)) * v.dtype.size for v in variables)
-    return weights + (slots if slots > weights else 2 * weights)
 
 
 def _existing(path):

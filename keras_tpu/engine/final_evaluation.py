@@ -17,7 +17,7 @@ def last_epoch_logs(run, trained, weights, checksum):
     """Return the last epoch's val_ logs if they are of the weights now in the model, else None.
 
     Args:
-      run: the trainer's run (backend, shape).
+      run: the `training_run.TrainingRun` (backend, shape).
       trained: its summary.Trained (history, final_step).
       weights: "final" or "best": the weights loaded for the evaluation and export.
       checksum: weights_checksum of the final weights.

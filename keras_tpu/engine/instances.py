@@ -16,7 +16,7 @@ as in plain Keras:
 """
 
 from keras_tpu import checks
-from keras_tpu.runtime import resolver
+from keras_tpu.runtime import strategy_builders
 from keras_tpu.runtime.compat import keras
 
 _OPTIMIZERS = (keras.optimizers.Optimizer, keras.optimizers.legacy.Optimizer)
@@ -60,7 +60,7 @@ def explain_device_error(error, task):
     calls = ", ".join(_call(instance) for instance in found)
     metrics = [_call(m) for m in found if isinstance(m, keras.metrics.Metric)]
     fix = f"metrics=lambda: [{', '.join(metrics)}]" if metrics else "optimizer=lambda: ..."
-    return resolver.DeviceConfigError(
+    return strategy_builders.DeviceConfigError(
         f"{error} Here the cause is the task itself: creating {calls} before the run made "
         f"their variables, which initialised TensorFlow's devices. Pass factories instead, "
         f"e.g. `{fix}`; keras_tpu builds them inside the strategy's scope."

@@ -182,7 +182,7 @@ def run_summary(run, trained, test, *, weights, checksum):
     """Return the RunSummary of a finished run.
 
     Args:
-      run: the trainer's run (model, config, shape, task, callbacks, backend, info).
+      run: the `training_run.TrainingRun` (model, config, shape, task, callbacks, backend, info).
       trained: its Trained.
       test: the final evaluation's {metric: value, "examples": n}.
       weights: "final" or "best": the weights evaluated and exported.

@@ -1,7 +1,7 @@
 """What the TPU compile rehearsal reports: one Finding per refused op or input, and the fix.
 
-tpu_rehearsal.py finds them; `RehearsalReport.raise_if_failed` turns them into
-one TPURehearsalError line.
+rehearsal_findings.py finds them in the steps tpu_rehearsal.py traces;
+`RehearsalReport.raise_if_failed` turns them into one TPURehearsalError line.
 """
 
 import dataclasses

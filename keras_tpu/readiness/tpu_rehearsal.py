@@ -11,8 +11,8 @@ them. On TPUs a model fails only after start-up and minutes of compilation, with
 "Detected unsupported operations when trying to compile graph ... on
 XLA_TPU_JIT"; here the same errors arrive in seconds. XLA on the CPU accepts
 some things the TPU does not, so the traced graphs (nested functions included)
-are also checked explicitly: Python ops (`tf.py_function`, `tf.numpy_function`),
-strings, float64 (no TPU support), and batches without a static shape.
+are also checked explicitly (rehearsal_findings.py): Python ops (`tf.py_function`,
+`tf.numpy_function`), strings, float64 (no TPU support), and batches without a static shape.
 
 With the `tensorflow` wheel the TPU's own op registry (XLA_TPU_JIT kernels)
 is not available, so the rules above stand in for it and the XLA_CPU_JIT compile
@@ -29,28 +29,22 @@ TPUStrategy cannot update their variables, and XLA under a multi-replica
 MirroredStrategy fails on its own.
 """
 
-import dataclasses
-import re
 import sys
 
 import tensorflow as tf
-from tensorflow.core.framework import types_pb2
 
 from keras_tpu import checks
 from keras_tpu.runtime import compat
 from keras_tpu.readiness import graph_inspect
-from keras_tpu.readiness.rehearsal_report import FIXES, Finding, RehearsalReport
+from keras_tpu.readiness import rehearsal_findings as findings_lib
+from keras_tpu.readiness.rehearsal_report import RehearsalReport
 from keras_tpu.readiness.rehearsal_report import TPURehearsalError  # noqa: F401
 
 keras = compat.keras
 
-PY_FUNC_OPS = frozenset({"EagerPyFunc", "PyFunc", "PyFuncStateless"})
-# String-typed ops XLA drops or folds at compile time (assertion messages).
-HARMLESS_STRING_OPS = frozenset({"Assert", "Print", "PrintV2", "StringFormat", "NoOp"})
 # The tensorflow-tpu wheel has no XLA CPU backend (its XLA_CPU_JIT compile fails so).
 NO_XLA_CPU = "could not find registered transfer manager for platform Host"
-# Stand-in size for unknown dimensions, so the rest of the step still compiles.
-UNKNOWN_DIM_STAND_IN = 2
+
 
 def rehearse_tpu(model, dataset, *, eval_dataset=None):
     """Compile one training and one evaluation step for the TPU, on the CPU; report problems.
@@ -78,9 +72,9 @@ def rehearse_tpu(model, dataset, *, eval_dataset=None):
     findings, compiled, notes = [], [], []
     inputs = (("train", dataset), ("eval", dataset if eval_dataset is None else eval_dataset))
     for step, data in inputs:
-        spec = element_spec(data)
-        findings += _spec_findings(spec, step)
-        static = _static_spec(spec)
+        spec = findings_lib.element_spec(data)
+        findings += findings_lib.spec_findings(spec, step)
+        static = findings_lib.static_spec(spec)
         if static is None:
             notes.append(f"{step} step not compiled: its input has no fixed rank or is not dense.")
             continue
@@ -95,7 +89,7 @@ def rehearse_tpu(model, dataset, *, eval_dataset=None):
         "checked with XLA on the CPU and the TPU-only rules (Python ops, strings, float64, "
         "static shapes)"
     )
-    return RehearsalReport(model.name, _merge(findings), tuple(compiled), tuple(notes))
+    return RehearsalReport(model.name, findings_lib.merge(findings), tuple(compiled), tuple(notes))
 
 
 def rehearse_or_raise(model, dataset, *, eval_dataset=None, stream=None):
@@ -104,66 +98,6 @@ def rehearse_or_raise(model, dataset, *, eval_dataset=None, stream=None):
     print(report, file=stream or sys.stderr, flush=True)
     report.raise_if_failed()
     return report
-
-
-def element_spec(data):
-    """Return the per-replica element spec of a dataset, distributed dataset or EvalData."""
-    data = getattr(data, "dataset", data)  # keras_tpu.data.pipelines.EvalData
-    spec = getattr(data, "element_spec", None)
-    if spec is None:
-        raise checks.ConfigError(
-            f"rehearse_tpu needs a tf.data.Dataset or a distributed dataset, got "
-            f"{type(data).__name__}; wrap arrays with tf.data.Dataset.from_tensor_slices(...)"
-            f".batch(batch_size, drop_remainder=True)."
-        )
-
-    def first_replica(leaf):  # A distributed dataset gives PerReplicaSpec(one per replica).
-        values = getattr(leaf, "_value_specs", None)
-        return values[0] if values else leaf
-
-    return tf.nest.map_structure(first_replica, spec)
-
-
-def _paths(structure, prefix="dataset element"):
-    """Return a readable path per leaf, in tf.nest.flatten order (dict keys sorted)."""
-    if isinstance(structure, dict):
-        items = [(f"[{k!r}]", structure[k]) for k in sorted(structure)]
-    elif isinstance(structure, (tuple, list)):
-        items = [(f"[{i}]", v) for i, v in enumerate(structure)]
-    else:
-        return [prefix]
-    return [path for key, value in items for path in _paths(value, prefix + key)]
-
-
-def _spec_findings(spec, step):
-    """Yield findings for what a batch carries to the TPU: shapes and dtypes."""
-    for path, leaf in zip(_paths(spec), tf.nest.flatten(spec)):
-        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
-        if not isinstance(leaf, tf.TensorSpec) or not shape.is_fully_defined():
-            what = "batch" if isinstance(leaf, tf.TensorSpec) else type(leaf).__name__
-            fix = FIXES["dynamic_shape"]
-            if shape.rank and shape[0] is None:
-                fix += "; a batch dimension of None means drop_remainder=False"
-            yield Finding("dynamic_shape", "", f"{what} of shape {shape}", path, step, fix)
-        if dtype == tf.float64:
-            yield Finding("float64", "", "float64 tensor", path, step, FIXES["float64"])
-        elif dtype == tf.string:
-            yield Finding("string", "", "string tensor", path, step, FIXES["string"])
-
-
-def _static_spec(spec):
-    """Return `spec` with unknown dimensions set to a stand-in size, or None if impossible."""
-
-    def static(leaf):
-        if not isinstance(leaf, tf.TensorSpec) or leaf.shape.rank is None:
-            raise TypeError(leaf)
-        dims = [UNKNOWN_DIM_STAND_IN if d is None else d for d in leaf.shape.as_list()]
-        return tf.TensorSpec(dims, leaf.dtype)
-
-    try:
-        return tf.nest.map_structure(static, spec)
-    except TypeError:
-        return None
 
 
 def _rehearsal_copy(model):
@@ -252,89 +186,11 @@ def _rehearse_step(model, step, spec, layers):
         if NO_XLA_CPU in str(e):
             note = f"{step} step not compiled: this TensorFlow build has no XLA CPU backend."
         else:
-            compile_findings = _compile_findings(str(e), model.name, layers, step)
+            compile_findings = findings_lib.compile_findings(str(e), model.name, layers, step)
     # After the compile attempt: it registers XLA's kernels (the TPU's too, if built in).
-    findings = list(_graph_findings(concrete.graph.as_graph_def(), model.name, layers, step))
+    findings = list(
+        findings_lib.graph_findings(concrete.graph.as_graph_def(), model.name, layers, step)
+    )
     named = {f.op_name for f in findings}
     findings += [f for f in compile_findings if f.op_name not in named]
     return findings, compiled, note
-
-
-def _origin(path, model_name, layers):
-    """Name the layer (or step scope) an op's path comes from."""
-    parts = path.split("/")[:-1]
-    if parts[:1] == ["gradient_tape"]:  # The backward pass: the forward op's scope follows.
-        parts = parts[1:]
-    if parts[:1] == [model_name]:
-        found = [p for p in parts[1:] if p in layers]
-        if found:
-            return f"layer {'/'.join(dict.fromkeys(found))!r}"
-        return f"model {model_name!r} outside its layers (e.g. its input casts)"
-    return f"the step's {parts[0]!r} scope (loss, metrics or optimizer)" if parts else "the step"
-
-
-def _graph_findings(graph_def, model_name, layers, step):
-    """Yield findings for Python ops, strings and float64 anywhere in the step's graphs.
-
-    Where the TPU's op registry is available (`tpu_kernel_registry`), ops with
-    no XLA_TPU_JIT kernel for their dtypes are findings too.
-    """
-    tpu_registry = graph_inspect.tpu_kernel_registry()
-    library = {f.signature.name for f in graph_def.library.function}
-    for path, node in graph_inspect.walk_nodes(graph_def):
-        if node.op in ("Placeholder", "Const"):
-            continue  # Inputs are checked from the element spec; constants by their users.
-        dtypes = graph_inspect.node_dtypes(node)
-        if node.op in PY_FUNC_OPS:
-            problem = "py_function"
-        elif types_pb2.DT_STRING in dtypes and node.op not in HARMLESS_STRING_OPS:
-            problem = "string"
-        elif types_pb2.DT_DOUBLE in dtypes:
-            problem = "float64"
-        elif (
-            tpu_registry
-            and node.op not in library
-            and graph_inspect.lacks_kernel(node, "XLA_TPU_JIT")
-        ):
-            problem = "xla"
-        else:
-            continue
-        yield Finding(
-            problem, node.op, path, _origin(path, model_name, layers), step, FIXES[problem]
-        )
-
-
-_UNSUPPORTED = re.compile(
-    r"No registered '([^']+)' OpKernel for (XLA_\w+) devices compatible with node "
-    r"\{\{node ([^}]+)\}\}"
-)
-
-
-def _compile_findings(message, model_name, layers, step):
-    """Turn an XLA compile error into findings naming each unsupported op."""
-    findings = []
-    for op_type, _, name in dict.fromkeys(_UNSUPPORTED.findall(message)):
-        problem = "py_function" if op_type in PY_FUNC_OPS else "xla"
-        origin = _origin(name, model_name, layers)
-        findings.append(Finding(problem, op_type, name, origin, step, FIXES[problem]))
-    if not findings:  # Another compile error: keep its first line.
-        first = message.strip().splitlines()[0][:300] if message.strip() else "unknown error"
-        findings.append(Finding("xla", "", first, "the step", step, FIXES["xla"]))
-    return findings
-
-
-def _merge(findings):
-    """Keep one finding per (problem, origin): its op types joined, its distinct nodes counted.
-
-    The same node found in both steps (or by the graph walk and by XLA) counts once.
-    """
-    merged, names, types = {}, {}, {}
-    for f in findings:
-        key = (f.problem, f.origin)
-        names.setdefault(key, set()).add(f.op_name)
-        types.setdefault(key, {})[f.op_type] = None
-        merged.setdefault(key, f)
-    return tuple(
-        dataclasses.replace(f, op_type=", ".join(t for t in types[k] if t), count=len(names[k]))
-        for k, f in merged.items()
-    )

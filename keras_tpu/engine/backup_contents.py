@@ -1,0 +1,61 @@
+"""What a backup holds and costs: finite steps only, the model, its random generators.
+
+A step whose loss is not finite is never backed up nor kept as best (`finite_loss`);
+a backup's `tf.train.Checkpoint` holds the model (weights, optimizer and its step) and
+each layer's `tf.random.Generator` state (`random_generators`), so dropout resumes with
+the uninterrupted run's masks; `checkpoint_bytes` is about the size of one, for the
+free-space checks. checkpointing.Backup writes and restores them.
+"""
+
+import logging
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from keras_tpu.runtime.compat import keras
+
+log = logging.getLogger(__name__)
+
+
+def finite_loss(logs):
+    """Return False if `logs` hold a non-finite loss (NaNGuard, Backup and best use this)."""
+    loss = (logs or {}).get("loss")
+    return loss is None or math.isfinite(float(np.asarray(loss)))
+
+
+def random_generators(model):
+    """Return the `tf.random.Generator`s of the model's layers, in layer order.
+
+    tf_keras layers with randomness (Dropout, ...) draw from a `tf.random.Generator`
+    when `keras.backend.experimental.enable_tf_random_generator()` is on (the DTensor
+    mesh needs it). Its state advances with every training step, yet tf_keras
+    exposes it to SavedModel only, not to checkpoints (`BaseRandomLayer.
+    _trackable_children`), so a backup without it resumes with other dropout masks.
+    Generators are created when a layer is first called: a model is built by then.
+    Random layers in that mode without a generator found (tf_keras renamed the private
+    attributes read here) log one warning: a resume would draw other masks.
+    """
+    generators, random_layers = [], 0
+    for layer in [model, *model.submodules]:
+        random_layers += isinstance(layer, keras.__internal__.layers.BaseRandomLayer)
+        holder = getattr(layer, "_random_generator", None)  # tf_keras BaseRandomLayer.
+        generator = getattr(holder, "_generator", None)
+        if isinstance(generator, tf.random.Generator):
+            generators.append(generator)
+    generator_mode = keras.backend.experimental.is_tf_random_generator_enabled()
+    if random_layers and not generators and generator_mode:
+        log.warning("keras_tpu: %d random layer(s) but no tf.random.Generator found in them "
+                    "(tf_keras's private _random_generator._generator): backups hold no dropout "
+                    "state, so a resumed run draws other masks.", random_layers)  # fmt: skip
+    return generators
+
+
+def checkpoint_bytes(model):
+    """Return about the bytes of one backup: weights, and Adam-like slots if not built yet."""
+    weights = sum(int(np.prod(v.shape)) * v.dtype.size for v in model.weights)
+    optimizer = getattr(model, "optimizer", None)
+    variables = getattr(optimizer, "variables", None) or []
+    variables = variables() if callable(variables) else variables  # Legacy optimizers.
+    slots = sum(int(np.prod(v.shape)) * v.dtype.size for v in variables)
+    return weights + (slots if slots > weights else 2 * weights)

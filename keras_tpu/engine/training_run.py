@@ -1,0 +1,294 @@
+"""One run of a task, after `fit` (engine/trainer.py) resolved it: steps 3-6 of its list.
+
+`_prepare` builds data, model and callbacks and runs every check, writing nothing;
+`_claim_and_restore` locks model_dir, restores the backup and writes config.yaml;
+`_train` ends a pending epoch, then trains from the restored step; a preempted or NaN
+run stops with its exit code; else `_conclude` evaluates, exports, writes summary.json
+and only then deletes the backups. SIGTERM/SIGINT are handled in every phase (preemption.py).
+"""
+
+import dataclasses
+import logging
+import os
+
+import tensorflow as tf
+
+from keras_tpu import checks
+from keras_tpu.engine import callbacks as callbacks_lib
+from keras_tpu.engine import backup_contents
+from keras_tpu.engine import class_weights
+from keras_tpu.engine import config_yaml
+from keras_tpu.engine import data_checks
+from keras_tpu.engine import early_stopping
+from keras_tpu.engine import final_evaluation
+from keras_tpu.engine import leftovers
+from keras_tpu.engine import output_paths
+from keras_tpu.engine import preemption as preemption_lib
+from keras_tpu.engine import registry
+from keras_tpu.engine import run_dir
+from keras_tpu.engine import run_position
+from keras_tpu.engine import saved_model_export
+from keras_tpu.engine import stops
+from keras_tpu.engine import summary as summary_lib
+from keras_tpu.engine import task as task_lib
+from keras_tpu.runtime import cluster
+from keras_tpu.runtime import determinism
+from keras_tpu.runtime import replica_batch_norm
+from keras_tpu.runtime.compat import keras
+from keras_tpu.runtime.strategy_info import StrategyInfo
+
+log = logging.getLogger(__name__)
+
+
+class TrainingRun:
+    """One run of a task: built, claimed, trained, concluded (see the module docstring)."""
+
+    def __init__(self, task, config, strategy, policy, backend):
+        self.task, self.config, self.strategy, self.policy = task, config, strategy, policy
+        self.info = StrategyInfo.of(strategy)
+        self.backend = backend
+
+    def run(self):
+        self.model = None
+        self._last_step = 0
+        self.preemption = preemption_lib.Preemption(
+            step=self._step,
+            no_backup_reason=(
+                "backups are off (--nobackup)" if self.config.model_dir
+                else "there is no --model_dir to back up to"
+            ),
+        )  # fmt: skip
+        with self.preemption.installed():  # Every phase, until the run returns or raises.
+            return self._run()
+
+    def _step(self):
+        """Return the optimizer's step, or the last one read while the model has no optimizer.
+
+        `model.save(include_optimizer=False)` (the export) detaches `model.optimizer`
+        while it writes; a signal then must still name the step (the final one: it is
+        read when training ends).
+        """
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None:
+            self._last_step = int(optimizer.iterations.numpy())
+        return self._last_step
+
+    def _run(self):
+        self._prepare()
+        lock, position = self._claim_and_restore()
+        try:
+            self.preemption.enter("training")
+            trained = self._train(position)
+            summary = self._conclude(trained)
+        except cluster.FAILURE_ERRORS as e:
+            if not self.info.is_multi_worker:
+                raise
+            backup = self.callbacks.backup
+            # The chief's own writes are the backups a restart reads; a peer's say nothing of them.
+            saved = backup.saved_step if backup and self.info.is_chief else None
+            failure = cluster.worker_failure(
+                e, self.info, self.config.model_dir, self.config.backup, saved_step=saved
+            )
+            raise stops.Stop.lost_worker(str(failure)).error() from e
+        finally:
+            self.preemption.close()
+            if self.callbacks.backup:
+                self.callbacks.backup.close()
+            if lock:
+                lock.release()
+        return summary
+
+    def _prepare(self):
+        """Build data, model and callbacks and run every check; write nothing."""
+        config, task, backend = self.config, self.task, self.backend
+        # Strings and NaN first: building the pipelines would refuse strings less precisely.
+        # Before seeding: reading the samples must not move the seeds the model is built from.
+        samples = data_checks.check_task_values(task, backend.global_batch())
+        determinism.seed_everything(config.seed, deterministic=config.deterministic)
+        backend.build()
+        self.model, self.shape = backend.model, backend.shape
+        if task.check_model:
+            task.check_model(self.model)
+        data_checks.check_task_data(task, self.model, self.shape.global_batch, samples=samples)
+        class_weights.check_class_weight(task, self.model)
+        if config.backup and config.model_dir:  # A resume would not be exact: say so.
+            replica_batch_norm.warn_of_per_replica_statistics(self.model, self.info.replicas)
+        if config.export_dir and task.export is None:
+            raise checks.ConfigError("this task has no export; drop --export_dir.")
+        output_paths.check_export_dir(
+            config.export_dir, overwrite=config.overwrite, model=self.model,
+            run=output_paths.run_owner(config.model_dir),
+        )  # fmt: skip
+        self.memory_warning = task.check_memory and task.check_memory(
+            self.model, self.info, self.policy
+        )
+        if self.memory_warning:
+            log.warning("keras_tpu: %s", self.memory_warning)
+        if config.rehearse_tpu:  # Before anything is written to model_dir.
+            backend.rehearse()
+        self.callbacks = callbacks_lib.make_callbacks(
+            config.model_dir,
+            self.strategy,
+            self.shape.global_batch,
+            backup=config.backup,
+            backup_every_steps=config.backup_every_steps,
+            keep_backups=config.keep_backups,
+            best_metric=task.monitor if config.keep_best else None,
+            best_mode=task.mode,
+            tensorboard=config.tensorboard,
+            flops_per_example=task.flops_per_example and task.flops_per_example(self.model),
+            peak_flops=config.peak_tflops and config.peak_tflops * 1e12,
+            steps_per_execution=self.shape.steps_per_execution,
+            progress_seconds=config.progress_seconds if config.verbose == 2 else None,
+            extra=task_lib.build_callbacks(task.callbacks),
+            preemption=self.preemption,
+            early_stop=config.early_stopping_patience and early_stopping.EarlyStop(
+                task.monitor, task.mode, config.early_stopping_patience,
+                config.early_stopping_min_delta,
+            ),
+        )  # fmt: skip
+        self.preemption.backup = self.callbacks.backup
+        if self.info.is_multi_worker:  # Every worker stops at one step, backed up by all.
+            self.preemption.join_cluster(self.strategy)
+
+    def _claim_and_restore(self):
+        """Lock model_dir, check it holds this run, restore its backup; return (lock, position)."""
+        config, backup = self.config, self.callbacks.backup
+        lock = None
+        if config.model_dir and self.info.is_chief:
+            identity = run_dir.RunIdentity.of(
+                config, global_batch=self.shape.global_batch, model=self.model
+            )
+            lock = run_dir.open_run(
+                config.model_dir,
+                identity=identity,
+                overwrite=config.overwrite,
+                # The kept backups and the one being written, before the oldest is pruned.
+                needed_bytes=(config.keep_backups + 1) * backup_contents.checkpoint_bytes(self.model),
+            )
+        try:
+            if self.info.is_chief:  # Under the lock: no live run writes these.
+                leftovers.clean(config.model_dir, config.export_dir)
+            last_step = self.shape.steps_per_epoch * config.epochs
+            start_step = backup.restore(self.model, last_step=last_step) if backup else 0
+            if config.model_dir and self.info.is_chief:  # Even a killed run can be rerun.
+                entry = registry.get_task(self.task.task_name) if self.task.task_name else None
+                config_yaml.write(
+                    config, os.path.join(config.model_dir, "config.yaml"), task=entry
+                )
+        except BaseException:
+            if lock:
+                lock.release()
+            raise
+        return lock, run_position.RunPosition(start_step, self.shape.steps_per_epoch)
+
+    def _train(self, position):
+        """Train from `position` (the data and the loop start there); return a _Trained."""
+        self._end_pending_epoch()
+        early_stop = self.callbacks.early_stop
+        try:
+            if early_stop is not None and early_stop.stopped() is not None:
+                # Resumed after the epoch that stopped it (its backup holds the stop).
+                log.warning("keras_tpu: %s", early_stop.stopped().line())
+                if self.callbacks.backup:
+                    self.callbacks.backup.expect_partial()
+            else:
+                self.backend.train(self.callbacks.all, position)
+        except stops.RunStopped:
+            _close_tensorboard(self.callbacks.all)  # Its last epochs reach the disk.
+            raise
+        finally:
+            self.preemption.close()  # Later phases stop at once, on every worker alike.
+        self._raise_if_stopped()
+        history = self.callbacks.history
+        final_step = self._step()
+        return summary_lib.Trained(history.history, history.seconds(), position.step, final_step)
+
+    def _end_pending_epoch(self):
+        """Evaluate and end the epoch whose last step was backed up before its evaluation."""
+        backup = self.callbacks.backup
+        epoch = backup.pending_epoch(self.shape.steps_per_epoch) if backup else None
+        if epoch is None:
+            return
+        log.warning("keras_tpu: evaluating epoch %d, backed up before its evaluation", epoch + 1)
+        logs = dict(backup.records.epoch_logs)
+        if self.shape.has_eval and backup_contents.finite_loss(logs):
+            logs.update(self.backend.validation_logs())
+        # The progress line needs fit's start; every other callback ends the epoch as
+        # fit would have: exact val_loss, throughput, best weights, TensorBoard, history.
+        ending = [c for c in self.callbacks.all if c is not self.callbacks.progress]
+        callbacks = keras.callbacks.CallbackList(
+            ending, model=self.model, epochs=self.config.epochs,
+            steps=self.shape.steps_per_epoch, verbose=0,
+        )  # fmt: skip
+        callbacks.on_epoch_end(epoch, logs)
+
+    def _raise_if_stopped(self):
+        """Raise RunStopped for a preempted run, or for a NaN loss (after a "nan" summary)."""
+        backup, guard = self.callbacks.backup, self.callbacks.nan_guard
+        if self.preemption.signal is not None:  # It came after the last execution.
+            raise self.preemption.stopped()
+        if guard.stopped_at is None:
+            return
+        kept = backup and backup.saved_step
+        message = (
+            f"loss became NaN at step {guard.step}; stopped. "
+            + (f"The last finite backup (step {kept}) is kept in {backup.directory}. " if kept else "")
+            + "Lower --learning_rate, or use fp32, then run again (with --overwrite to start over)."
+            + data_checks.nan_hint(self.task)
+        )
+        stop = stops.Stop.nan(message)
+        if self.info.is_chief:
+            summary_lib.write(
+                summary_lib.StoppedSummary(
+                    status=stop.status,
+                    nan_step=guard.step,
+                    final_step=int(self.model.optimizer.iterations.numpy()),
+                    message=message,
+                    strategy=self.info.to_dict(),
+                    config=dataclasses.asdict(self.config),
+                ),
+                self.config.model_dir,
+            )
+        raise stop.error()
+
+    def _conclude(self, trained):
+        """Evaluate, export, write the summary, then delete the backups; return the summary."""
+        config = self.config
+        self.preemption.enter("evaluating")
+        checksum = self.backend.weights_checksum()  # Of the final weights, whatever is exported.
+        weights = self._load_exported_weights()
+        test = final_evaluation.evaluate(self, trained, weights, checksum)
+        if config.export_dir:
+            self.preemption.enter("exporting")
+            with output_paths.exporting_run(config.model_dir):
+                saved_model_export.export_on_every_worker(
+                    lambda export_dir: self.backend.export(export_dir, overwrite=config.overwrite),
+                    config.export_dir,
+                    self.strategy,
+                )
+        summary = summary_lib.run_summary(self, trained, test, weights=weights, checksum=checksum)
+        self.preemption.enter("finishing")
+        if self.info.is_chief:
+            summary_lib.write(summary, config.model_dir)
+        if self.callbacks.backup:  # Only now: a failed export leaves the backup for the rerun.
+            self.callbacks.backup.finish()
+        return summary
+
+    def _load_exported_weights(self):
+        """Load the best weights if the config exports them; return "final" or "best"."""
+        if self.config.export_weights != "best":
+            return "final"
+        path = os.path.join(self.config.model_dir, "best", "checkpoint")
+        if not tf.io.gfile.exists(path + ".index"):
+            log.warning("keras_tpu: no epoch was kept as best (%s); evaluating and exporting the "
+                        "final weights.", path)  # fmt: skip
+            return "final"
+        self.model.load_weights(path).expect_partial()  # The weights; not the optimizer's slots.
+        return "best"
+
+
+def _close_tensorboard(callbacks):
+    for callback in callbacks:
+        if isinstance(callback, keras.callbacks.TensorBoard):
+            callback.on_train_end()
