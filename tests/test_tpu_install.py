@@ -172,7 +172,7 @@ def test_doctor_on_a_faked_tpu_host(tpu_venv, tmp_path):
     root = _v5e_root(str(tmp_path))
     env = subprocess_env(KERAS_TPU_TEST_ROOT=root)
     result = _run(tpu_venv, os.path.join(REPO, "scripts", "tpu_info.py"), "--doctor",
-                  "--init_timeout=60", env=env, timeout=300)
+                  "--init_timeout=20", env=env, timeout=300)
     assert result.returncode == 1, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("ok   tpu: TPU at local (1 x v5e)")
