@@ -10,6 +10,7 @@ fresh interpreter) run in a subprocess via `run_python` / `run_script`.
 
 import fcntl
 import hashlib
+import importlib
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 import numpy as np  # noqa: E402
+from absl import flags  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -322,3 +324,22 @@ def without_timing(summary):
     ]
     summary["strategy"] = {k: v for k, v in summary["strategy"].items() if k != "resolve_seconds"}
     return summary
+
+
+@pytest.fixture
+def predict_script(monkeypatch):
+    """scripts/predict.py imported here, its flags and modules gone afterwards."""
+    monkeypatch.setenv("KERAS_TPU_LOG_LEVEL", "warning")  # flag_utils sets it; restored after.
+    # As the package module, so its flags are defined once per process
+    # (a bare `import predict` would define flag_utils' flags a second time), and its import's
+    # settings (KERAS_TPU_LOG_LEVEL, its flags) are gone after the test.
+    baseline, loaded = set(flags.FLAGS), set(sys.modules)
+    try:
+        yield importlib.import_module("scripts.predict")
+    finally:
+        flags.FLAGS.unparse_flags()
+        for name in set(flags.FLAGS) - baseline:
+            delattr(flags.FLAGS, name)
+        for name in ("scripts.predict", "scripts.flag_utils"):
+            if name not in loaded:
+                sys.modules.pop(name, None)

@@ -106,8 +106,8 @@ def test_indexes_come_in_the_order_predict_returns_rows(mirrored):
     assert [by_index[int(i)] for i in indexes] == list(out.outputs)
 
 
-def test_predict_flags_for_the_glue_format():
-    from scripts import predict  # pylint: disable=g-import-not-at-top
+def test_predict_flags_for_the_glue_format(predict_script):
+    predict = predict_script
 
     base = dict(model_dir="/tmp/run", tfds_split="glue/mnli:test_matched", output_format="glue")
     predict.PredictConfig(**base, output_file="/tmp/glue")

@@ -8,7 +8,6 @@ export serving the names, is the slow pair recipe
 
 import csv
 import dataclasses
-import importlib
 import os
 import sys
 
@@ -20,7 +19,6 @@ from keras_tpu import checks
 from keras_tpu.data import text_sources
 from models import datasets
 from models import BertRunConfig
-from tests.conftest import REPO
 
 SENTENCE = text_sources.TextColumns(("sentence",))
 QUOTED = 'he said "great" and meant it'
@@ -142,22 +140,6 @@ def test_inputs_to_evaluate_take_the_runs_label_names(tmp_path):
     assert split.y.tolist() == [2, 0, 2, 1]
     with pytest.raises(checks.ConfigError, match=r"dev.tsv:2: label 'positive' is not an integer"):
         text_sources.load_text_inputs(path, ("sentence",), label_key="label")
-
-
-@pytest.fixture
-def predict_script(monkeypatch):
-    """scripts/predict.py imported here, its flags and modules gone afterwards."""
-    monkeypatch.setenv("KERAS_TPU_LOG_LEVEL", "warning")  # flag_utils sets it; restored after.
-    monkeypatch.syspath_prepend(os.path.join(REPO, "scripts"))
-    baseline = set(flags.FLAGS)
-    try:
-        yield importlib.import_module("predict")
-    finally:
-        flags.FLAGS.unparse_flags()
-        for name in set(flags.FLAGS) - baseline:
-            delattr(flags.FLAGS, name)
-        for name in ("predict", "flag_utils"):
-            sys.modules.pop(name, None)
 
 
 # Header-less, pairs, CSV quoting (a quote, a comma, an empty field) and named labels.
