@@ -11,6 +11,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 import keras_tpu
@@ -227,3 +228,36 @@ def test_sharded_backend_needs_k_one_model_and_a_logged_monitor():
                        "loss, accuracy, top2, val_loss, val_accuracy, val_top2"):  # fmt: skip
         backend.build()  # Before the mesh or the model is built.
     assert backend.mesh is None
+
+
+def test_the_models_own_losses_are_trained_on_the_mesh():
+    """A kernel regularizer counts in the mesh step's loss and gradient, as in Keras's fit."""
+    penalty = 0.1
+    layouts = _layouts(mesh_lib.make_mesh(2))
+    with layouts.scope():
+        model = keras.Sequential([
+            keras.Input(shape=(FEATURES,)),
+            keras.layers.Dense(HIDDEN, "relu", name="hidden",
+                               kernel_initializer=keras.initializers.Constant(W0[0]),
+                               bias_initializer=keras.initializers.Constant(W0[1]),
+                               kernel_regularizer=keras.regularizers.L2(penalty)),
+            keras.layers.Dense(CLASSES, name="logits",
+                               kernel_initializer=keras.initializers.Constant(W0[2])),
+        ])  # fmt: skip
+    mesh = layouts.get_default_mesh()
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    step = mesh_layout.make_train_step(model, keras.optimizers.SGD(LR, mesh=mesh), loss)
+    dataset = tf.data.Dataset.from_tensor_slices((X[:8], Y[:8]))
+    value = step(*next(iter(mesh_layout.distribute_dataset(dataset, mesh=mesh, global_batch=8))))
+
+    weights = [w.astype(np.float64) for w in W0]
+    losses, _, _, (hidden, log_probs) = _numpy_metrics(weights, X[:8], Y[:8])
+    np.testing.assert_allclose(
+        float(mesh_layout.to_numpy(value)), losses.mean() + penalty * np.sum(weights[0] ** 2),
+        rtol=1e-5,
+    )  # fmt: skip
+    d_logits = np.exp(log_probs)
+    d_logits[np.arange(8), Y[:8]] -= 1
+    d_hidden = d_logits / 8 @ weights[2].T * (hidden > 0)
+    expected = weights[0] - LR * (X[:8].T @ d_hidden + 2 * penalty * weights[0])
+    np.testing.assert_allclose(mesh_layout.to_numpy(model.layers[0].kernel), expected, atol=1e-5)

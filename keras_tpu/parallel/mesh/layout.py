@@ -166,6 +166,8 @@ def make_train_step(model, optimizer, loss, *, outputs=False):
     """Return step(features, labels) -> loss: one optimizer step on the mesh.
 
     With `outputs`, step returns (loss, the model's training outputs), for metrics.
+    The loss is `loss` plus the model's own losses (regularizers, `add_loss`), as in
+    Keras's `fit`.
 
     Gradients and the update run as two tf.functions: in a single tf.function the
     DTensor expansion silently drops the optimizer's variable updates (iterations
@@ -178,6 +180,8 @@ def make_train_step(model, optimizer, loss, *, outputs=False):
         with tf.GradientTape() as tape:
             predictions = model(features, training=True)
             value = loss(labels, predictions)
+            if model.losses:  # Regularizers' and add_loss terms, as Keras's fit adds them.
+                value += tf.add_n(model.losses)
         return value, predictions, tape.gradient(value, model.trainable_variables)
 
     @tf.function
