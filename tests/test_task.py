@@ -103,3 +103,36 @@ def test_bad_class_weights_are_one_line_before_anything_is_written(tmp_path, cla
         keras_tpu.fit(keras_tpu.Task(**task), config)
     assert len(str(refused.value).splitlines()) == 1
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "monitor, mode",
+    [("val_loss", "min"), ("val_accuracy", "max"), ("val_sparse_categorical_accuracy", "max"),
+     ("val_auc", "max"), ("val_f1", "max"), ("val_matthews_corrcoef", "max"),
+     ("val_pearson", "max"), ("val_top2", "max"), ("val_mean_absolute_error", "min"),
+     ("val_mae", "min"), ("val_answer_loss", "min"), ("loss", "min")],
+)  # fmt: skip
+def test_auto_mode_reads_which_way_is_better_from_the_monitors_name(monitor, mode):
+    from keras_tpu.engine import best_tracker  # pylint: disable=g-import-not-at-top
+
+    xy = (np.zeros((4, 2), np.float32), np.zeros((4, 1), np.float32))
+    task = keras_tpu.Task(build_model=keras.Sequential, loss="mse", train_data=xy, eval_data=xy,
+                          monitor=monitor)  # fmt: skip
+    assert task.mode == "auto" and task.best_mode == mode
+    tracker = best_tracker.BestTracker(monitor, task.best_mode)
+    for epoch, value in enumerate([0.5, 0.7, 0.6]):
+        tracker.update(epoch, {"loss": 1.0, monitor: value})
+    assert tracker.best() == {"epoch": 2 if mode == "max" else 1, monitor: 0.7 if mode == "max" else 0.5}
+
+
+def test_a_monitor_auto_cannot_read_is_refused_and_an_explicit_mode_is_kept():
+    xy = (np.zeros((4, 2), np.float32), np.zeros((4, 1), np.float32))
+    with pytest.raises(keras_tpu.ConfigError, match=r"^monitor='val_score': cannot tell from its "
+                       r"name whether higher or lower is better; pass mode='max' or mode='min'"):
+        keras_tpu.Task(build_model=keras.Sequential, loss="mse", train_data=xy, eval_data=xy,
+                       monitor="val_score")  # fmt: skip
+    task = keras_tpu.Task(build_model=keras.Sequential, loss="mse", train_data=xy, eval_data=xy,
+                          monitor="val_score", mode="max")  # fmt: skip
+    assert task.best_mode == "max"
+    assert keras_tpu.Task(build_model=keras.Sequential, loss="mse", train_data=xy, eval_data=xy,
+                          monitor="val_accuracy", mode="min").best_mode == "min"

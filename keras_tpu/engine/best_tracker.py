@@ -21,6 +21,8 @@ import tempfile
 
 import numpy as np
 
+from keras_tpu import checks
+
 from keras_tpu.engine import output_paths
 from keras_tpu.engine import stops
 from keras_tpu.runtime.compat import keras
@@ -28,6 +30,36 @@ from keras_tpu.runtime.strategy_info import StrategyInfo
 
 BEST_DIR = "best"
 MODES = ("min", "max")
+AUTO = "auto"
+# A monitored name's words that say which way is better (Keras's and the toolkit's
+# metric names: val_sparse_categorical_accuracy, val_top2, val_matthews_corrcoef, ...).
+_HIGHER_IS_BETTER = ("accuracy", "acc", "auc", "precision", "recall", "f1", "fmeasure",
+                     "matthews", "mcc", "pearson", "spearman", "iou", "top")  # fmt: skip
+_LOWER_IS_BETTER = ("loss", "error", "crossentropy", "hinge", "divergence", "poisson",
+                    "logcosh", "mae", "mse", "mape", "msle", "rmse")  # fmt: skip
+
+
+def resolve_mode(monitor, mode=AUTO):
+    """Return "min" or "max" for `monitor`: `mode` itself, or read from the name for "auto".
+
+    Keras's "auto" calls every name without "acc" in it a loss, so `val_auc` or `val_f1`
+    would keep the worst epoch; here a name that says neither is refused.
+
+    Raises:
+      ConfigError: `mode` is not "min", "max" or "auto", or "auto" cannot tell.
+    """
+    checks.one_of("mode", mode, MODES + (AUTO,))
+    if mode != AUTO:
+        return mode
+    words = monitor.lower().split("_")
+    higher = any(w.startswith(h) for w in words for h in _HIGHER_IS_BETTER)
+    lower = any(w.startswith(l) for w in words for l in _LOWER_IS_BETTER)
+    if higher != lower:
+        return "max" if higher else "min"
+    raise checks.ConfigError(
+        f"monitor={monitor!r}: cannot tell from its name whether higher or lower is better; "
+        f"pass mode='max' or mode='min' with it."
+    )
 WEIGHTS = "checkpoint"  # best/checkpoint.index, .data-*: `model.load_weights(best/checkpoint)`.
 
 

@@ -231,7 +231,7 @@ def run_summary(run, trained, test, *, weights, checksum):
         monitor=run.task.monitor,
         best=(
             # The definition best/ was kept by, replayed over the whole run's epochs.
-            best_tracker.BestTracker.of_history(history, run.task.monitor, run.task.mode).best()
+            best_tracker.BestTracker.of_history(history, run.task.monitor, run.task.best_mode).best()
             if config.keep_best
             else None
         ),

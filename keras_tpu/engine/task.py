@@ -31,7 +31,6 @@ from keras_tpu.engine import instances
 from keras_tpu.runtime import compat
 from keras_tpu.runtime.compat import keras
 
-MODES = best_tracker.MODES  # What "best" means is best_tracker's, for best/ and the summary.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +70,9 @@ class Task:
         too: write `lambda total_steps, mesh=None: ...Adam(..., mesh=mesh)`.
       preprocess: (features, labels) -> (features, labels) on host batches.
       monitor: the value that chooses the best weights ("val_loss", "val_auc", ...).
-      mode: "min" or "max" for `monitor`.
+      mode: "min" or "max" for `monitor`, or "auto" (the default): "max" for names
+        of accuracies, AUC, precision, recall, F1 and correlations, "min" for losses
+        and errors; any other name must say which.
       export: (model, export_dir, strategy, *, overwrite) -> export_dir, for
         `--export_dir`; None refuses export_dir.
       flops_per_example: model -> training FLOPs per example, for MFU.
@@ -112,7 +113,7 @@ class Task:
     optimizer: Any = "adam"
     preprocess: Callable | None = None
     monitor: str = "val_loss"
-    mode: str = "min"
+    mode: str = best_tracker.AUTO
     export: Callable | None = export_lib.export_model
     flops_per_example: Callable | None = None
     check_memory: Callable | None = None
@@ -124,6 +125,11 @@ class Task:
     task_name: str | None = None
     backend: Any = None
 
+    @property
+    def best_mode(self):
+        """"min" or "max": which way `monitor` is better (`mode`, resolved)."""
+        return best_tracker.resolve_mode(self.monitor, self.mode)
+
     def __post_init__(self):
         if not callable(self.build_model):
             raise checks.ConfigError(
@@ -133,7 +139,7 @@ class Task:
             )
         if isinstance(self.build_model, keras.Model):
             raise checks.ConfigError("Task.build_model got a model; pass a function that builds it.")
-        checks.one_of("mode", self.mode, MODES)
+        best_tracker.resolve_mode(self.monitor, self.mode)  # Refused now, not after training.
         instances.refuse_optimizer_instance(self.optimizer)
         if not callable(self.callbacks):
             for callback in self.callbacks or ():

@@ -134,7 +134,7 @@ class TrainingRun:
             backup_every_steps=config.backup_every_steps,
             keep_backups=config.keep_backups,
             best_metric=task.monitor if config.keep_best else None,
-            best_mode=task.mode,
+            best_mode=task.best_mode,
             tensorboard=config.tensorboard,
             flops_per_example=task.flops_per_example and task.flops_per_example(self.model),
             peak_flops=config.peak_tflops and config.peak_tflops * 1e12,
@@ -143,7 +143,7 @@ class TrainingRun:
             extra=task_lib.build_callbacks(task.callbacks),
             preemption=self.preemption,
             early_stop=config.early_stopping_patience and early_stopping.EarlyStop(
-                task.monitor, task.mode, config.early_stopping_patience,
+                task.monitor, task.best_mode, config.early_stopping_patience,
                 config.early_stopping_min_delta,
             ),
         )  # fmt: skip
