@@ -6,6 +6,11 @@ One row per input, in input order, batched per replica under the run's strategy:
 Exact metrics on a labelled file, with the run's own metrics (GLUE's included); the report
 goes to <model_dir>/evaluations/<name>.json, the run's own records are not touched:
   python scripts/predict.py --model_dir=/tmp/bert_run --mode=evaluate --input_file=dev2.tsv
+Several labelled inputs (comma-separated files or tfds splits), or none (a tfds run's own
+evaluation splits, all of them): one report, a section per split, keyed by split name:
+  python scripts/predict.py --model_dir=/tmp/mnli_run --mode=evaluate \
+    --tfds_split=glue/mnli:validation_matched,validation_mismatched
+  python scripts/predict.py --model_dir=/tmp/mnli_run --mode=evaluate   # the same two
 An export alone (its serving signature: one text column, or a pair as text_a/text_b):
   python scripts/predict.py --export_dir=/tmp/bert_run/export --input_file=new.csv \
     --text_keys=sentence1,sentence2 --output_file=/tmp/p.jsonl
@@ -83,9 +88,19 @@ class PredictConfig:
         checks.one_of("output_format", self.output_format, OUTPUT_FORMATS)
         if bool(self.model_dir) == bool(self.export_dir):
             raise checks.ConfigError("pass --model_dir (a finished run) or --export_dir, one.")
-        if sum(bool(v) for v in (self.input_file, self.tfds_split, self.image_dir)) != 1:
+        given = sum(bool(v) for v in (self.input_file, self.tfds_split, self.image_dir))
+        # No input: --mode=evaluate scores the run's own evaluation splits (all of them).
+        if given > 1 or (given == 0 and not (self.mode == "evaluate" and self.model_dir)):
             raise checks.ConfigError(
-                "pass one of --input_file (.tsv or .csv), --tfds_split or --image_dir."
+                "pass one of --input_file (.tsv or .csv), --tfds_split or --image_dir "
+                "(--mode=evaluate --model_dir without one: the run's own evaluation splits)."
+            )
+        several = len(self.input_names()) > 1
+        if several and (self.mode != "evaluate" or self.output_file):
+            raise checks.ConfigError(
+                f"{len(self.input_names())} inputs ({', '.join(self.input_names())}) make one "
+                f"--mode=evaluate report with a section each; predict (or --output_file) "
+                f"takes one input at a time."
             )
         if self.output_format == "glue":
             self._check_glue()
@@ -93,6 +108,21 @@ class PredictConfig:
             raise checks.ConfigError(f"--output_file={self.output_file}: end it .tsv or .jsonl.")
         if self.tfds_split and not self.model_dir:
             raise checks.ConfigError("--tfds_split reads the run's text features: add --model_dir.")
+
+    def input_names(self):
+        """Return the comma-separated --input_file or --tfds_split items, in order.
+
+        A --tfds_split item without its dataset takes the previous item's:
+        glue/mnli:validation_matched,validation_mismatched.
+        """
+        if not (self.input_file or self.tfds_split):
+            return []
+        items = [v.strip() for v in (self.input_file or self.tfds_split).split(",") if v.strip()]
+        if self.tfds_split:
+            for i, item in enumerate(items):
+                if ":" not in item and i:
+                    items[i] = f"{items[i - 1].partition(':')[0]}:{item}"
+        return items
 
     def _check_glue(self):
         """--output_format=glue: a GLUE test split, predicted, into a folder."""
@@ -112,9 +142,13 @@ class PredictConfig:
 flag_utils.define_flags(PredictConfig, {
     "model_dir": "A finished run: its export, else its best weights, on its strategy.",
     "export_dir": "Or an export alone (run on the inputs its serving signature takes).",
-    "mode": "predict: one row per input; evaluate: exact metrics on labelled inputs.",
-    "input_file": "TSV (quotes as text) or CSV (standard quoting), read as training reads it.",
-    "tfds_split": "Or a tfds split, 'name:split' (e.g. glue/mrpc:validation); with --model_dir.",
+    "mode": "predict: one row per input; evaluate: exact metrics on labelled inputs (no "
+    "input: the run's own evaluation splits).",
+    "input_file": "TSV (quotes as text) or CSV (standard quoting), read as training reads it; "
+    "--mode=evaluate: several, comma-separated, one report with a section each.",
+    "tfds_split": "Or a tfds split, 'name:split' (e.g. glue/mrpc:validation); with --model_dir. "
+    "--mode=evaluate: several, comma-separated, one report "
+    "(glue/mnli:validation_matched,validation_mismatched).",
     "image_dir": "Or images: a folder of class folders (labelled by their names) or of images.",
     "text_keys": "Text columns: 'sentence' or a pair 'sentence1,sentence2' (default: the run's).",
     "label_key": "Label column (default: the run's); --mode=evaluate needs it.",
@@ -143,23 +177,24 @@ def _strategy(config):
                                       cpu_replicas=config.cpu_replicas or 0)  # fmt: skip
 
 
-def _inputs(config, run, model):
-    """Return (data, name, class_names) for the flags, in the form the model takes."""
+def _inputs(config, run, model, item=None):
+    """Return (data, name, class_names) for the flags (or one of their items), as the model takes."""
     if config.image_dir:
         return _images(config, run, model)
     text_keys = tuple((config.text_keys or run.get("text_keys") or "sentence").split(","))
     label_key = config.label_key or run.get("label_key", "label")
     regression = run.get("task_type") == "regression"
     names = _class_names(config, run)
-    if config.tfds_split:
-        name, _, split = config.tfds_split.partition(":")
+    item = item or (config.input_names() or [None])[0]
+    if config.tfds_split or not config.input_file:
+        name, _, split = item.partition(":")
         columns = text_sources.TextColumns(text_keys, label_key)
         source = text_sources.tfds_text_source(name, split, columns, data_dir=run.get("data_dir"),
                                                regression=regression)  # fmt: skip
-        return source, re.sub(r"\W+", "_", config.tfds_split), names or _tfds_names(name, label_key)
+        return source, re.sub(r"\W+", "_", item), names or _tfds_names(name, label_key)
     labelled = config.mode == "evaluate"
     split = text_sources.load_text_inputs(
-        config.input_file, text_keys, label_key=label_key if labelled else None,
+        item, text_keys, label_key=label_key if labelled else None,
         regression=regression, label_names=names, no_header=config.no_header,
         column_names=config.column_names,
         num_classes=None if regression else run.get("num_classes"),
@@ -167,8 +202,32 @@ def _inputs(config, run, model):
     x = split.x
     if config.export_dir and len(text_keys) == 2:  # The pair export's inputs (text_export.py).
         x = {"text_a": x[:, 0], "text_b": x[:, 1]}
-    name = os.path.splitext(os.path.basename(config.input_file))[0]
+    name = os.path.splitext(os.path.basename(item))[0]
     return (x, split.y), name, names
+
+
+def _splits(config, run, model):
+    """Return ({split name: data}, report name) of several inputs or of the run's own splits.
+
+    A tfds split is named by its split (validation_matched), a file by its name without
+    extension; a name given twice is the whole item, made a name.
+    """
+    items = config.input_names()
+    if not items:  # The run's own evaluation splits (a tfds run: all of them, MNLI's both).
+        if not run.get("tfds_name"):
+            raise checks.ConfigError(
+                f"--mode=evaluate without an input scores a tfds run's evaluation splits; the "
+                f"run in {config.model_dir} trained on files: pass --input_file=<its eval file>."
+            )
+        splits = str(run.get("tfds_eval_split") or "test").split(",")
+        items = [f"{run['tfds_name']}:{split}" for split in splits]
+    keys = [(i.partition(":")[2] if ":" in i else os.path.splitext(os.path.basename(i))[0])
+            for i in items]  # fmt: skip
+    keys = [k if keys.count(k) == 1 else re.sub(r"\W+", "_", i) for k, i in zip(keys, items)]
+    data = {key: _inputs(config, run, model, item)[0] for key, item in zip(keys, items)}
+    datasets = {i.partition(":")[0] for i in items if ":" in i}
+    prefix = [re.sub(r"\W+", "_", datasets.pop())] if len(datasets) == 1 else []
+    return data, "_".join(prefix + keys)
 
 
 def _class_names(config, run):
@@ -253,8 +312,17 @@ def run(config):
     if not run_config["class_names"] and callable(getattr(loaded.call, "class_names", None)):
         # An export alone names its classes itself (saved_model_export.class_names_function).
         run_config["class_names"] = [n.decode() for n in loaded.call.class_names().numpy()]
-    data, name, class_names = _inputs(config, run_config, loaded.call)
     progress = _Progress(config.mode, config.progress_seconds)
+    if len(config.input_names()) != 1 and not config.image_dir:  # One report, a section each.
+        splits, name = _splits(config, run_config, loaded.call)
+        report = keras_tpu.evaluate(splits, loaded=loaded, on_batch=progress)
+        path = report.write(_report_path(config, name))
+        for split, evaluation in report.splits.items():
+            scores = ", ".join(f"{k} {v:.4f}" for k, v in evaluation.metrics.items())
+            print(f"eval {split}: {scores} on {evaluation.examples} examples")
+        print(f"eval: {len(splits)} splits ({report.to_dict()['model']}); report: {path}")
+        return
+    data, name, class_names = _inputs(config, run_config, loaded.call)
     if config.mode == "evaluate":
         report = keras_tpu.evaluate(data, loaded=loaded, name=name, on_batch=progress)
         predictions = report.predictions
@@ -266,8 +334,7 @@ def run(config):
                                         on_batch=progress)  # fmt: skip
     written = config.output_file
     if config.output_format == "glue":
-        written = glue_submission.write(config.output_file, config.tfds_split, predictions,
-                                        data_dir=run_config.get("data_dir"))  # fmt: skip
+        written = glue_submission.write(config.output_file, config.tfds_split, predictions)
     elif config.output_file:
         _write_rows(config.output_file, dataclasses.replace(predictions, class_names=class_names))
     print(f"{config.mode}: {predictions.examples} examples in {predictions.seconds:.2f} s, "
