@@ -33,9 +33,9 @@ the folder's files and upload them.)
 """
 
 import dataclasses
+import functools
 import json
 import os
-import re
 import time
 
 from absl import app
@@ -47,10 +47,8 @@ else:  # python scripts/predict.py
     import flag_utils
 import keras_tpu  # noqa: E402
 from keras_tpu import checks  # noqa: E402
-from keras_tpu.data import image_folders  # noqa: E402
-from keras_tpu.data import text_sources  # noqa: E402
 from keras_tpu.engine import inference  # noqa: E402
-from keras_tpu.engine import summary as summary_lib  # noqa: E402
+from keras_tpu.engine import prediction_inputs  # noqa: E402
 from models.bert import glue_submission  # noqa: E402
 
 MODES = ("predict", "evaluate")
@@ -115,14 +113,9 @@ class PredictConfig:
         A --tfds_split item without its dataset takes the previous item's:
         glue/mnli:validation_matched,validation_mismatched.
         """
-        if not (self.input_file or self.tfds_split):
-            return []
-        items = [v.strip() for v in (self.input_file or self.tfds_split).split(",") if v.strip()]
         if self.tfds_split:
-            for i, item in enumerate(items):
-                if ":" not in item and i:
-                    items[i] = f"{items[i - 1].partition(':')[0]}:{item}"
-        return items
+            return list(prediction_inputs.tfds_items(self.tfds_split))
+        return [v.strip() for v in (self.input_file or "").split(",") if v.strip()]
 
     def _check_glue(self):
         """--output_format=glue: a GLUE test split, predicted, into a folder."""
@@ -177,87 +170,17 @@ def _strategy(config):
                                       cpu_replicas=config.cpu_replicas or 0)  # fmt: skip
 
 
-def _inputs(config, run, model, item=None):
-    """Return (data, name, class_names) for the flags (or one of their items), as the model takes."""
-    if config.image_dir:
-        return _images(config, run, model)
-    text_keys = tuple((config.text_keys or run.get("text_keys") or "sentence").split(","))
-    label_key = config.label_key or run.get("label_key", "label")
-    regression = run.get("task_type") == "regression"
-    names = _class_names(config, run)
-    item = item or (config.input_names() or [None])[0]
-    if config.tfds_split or not config.input_file:
-        name, _, split = item.partition(":")
-        columns = text_sources.TextColumns(text_keys, label_key)
-        source = text_sources.tfds_text_source(name, split, columns, data_dir=run.get("data_dir"),
-                                               regression=regression)  # fmt: skip
-        return source, re.sub(r"\W+", "_", item), names or _tfds_names(name, label_key)
-    labelled = config.mode == "evaluate"
-    split = text_sources.load_text_inputs(
-        item, text_keys, label_key=label_key if labelled else None,
-        regression=regression, label_names=names, no_header=config.no_header,
+def input_spec(config):
+    """Return the prediction_inputs.InputSpec the flags name."""
+    return prediction_inputs.InputSpec(
+        input_files=tuple(config.input_names()) if config.input_file else (),
+        tfds_splits=tuple(config.input_names()) if config.tfds_split else (),
+        image_dir=config.image_dir, labelled=config.mode == "evaluate",
+        text_keys=config.text_keys, label_key=config.label_key, no_header=config.no_header,
         column_names=config.column_names,
-        num_classes=None if regression else run.get("num_classes"),
+        class_names=tuple(config.class_names.split(",")) if config.class_names else None,
+        for_export=bool(config.export_dir),
     )  # fmt: skip
-    x = split.x
-    if config.export_dir and len(text_keys) == 2:  # The pair export's inputs (text_export.py).
-        x = {"text_a": x[:, 0], "text_b": x[:, 1]}
-    name = os.path.splitext(os.path.basename(item))[0]
-    return (x, split.y), name, names
-
-
-def _splits(config, run, model):
-    """Return ({split name: data}, report name) of several inputs or of the run's own splits.
-
-    A tfds split is named by its split (validation_matched), a file by its name without
-    extension; a name given twice is the whole item, made a name.
-    """
-    items = config.input_names()
-    if not items:  # The run's own evaluation splits (a tfds run: all of them, MNLI's both).
-        if not run.get("tfds_name"):
-            raise checks.ConfigError(
-                f"--mode=evaluate without an input scores a tfds run's evaluation splits; the "
-                f"run in {config.model_dir} trained on files: pass --input_file=<its eval file>."
-            )
-        splits = str(run.get("tfds_eval_split") or "test").split(",")
-        items = [f"{run['tfds_name']}:{split}" for split in splits]
-    keys = [(i.partition(":")[2] if ":" in i else os.path.splitext(os.path.basename(i))[0])
-            for i in items]  # fmt: skip
-    keys = [k if keys.count(k) == 1 else re.sub(r"\W+", "_", i) for k, i in zip(keys, items)]
-    data = {key: _inputs(config, run, model, item)[0] for key, item in zip(keys, items)}
-    datasets = {i.partition(":")[0] for i in items if ":" in i}
-    prefix = [re.sub(r"\W+", "_", datasets.pop())] if len(datasets) == 1 else []
-    return data, "_".join(prefix + keys)
-
-
-def _class_names(config, run):
-    """Return the --class_names, else the run's class names, else None."""
-    if config.class_names:
-        return tuple(config.class_names.split(","))
-    return tuple(run["class_names"]) if run.get("class_names") else None
-
-
-def _images(config, run, model):
-    """Return (Source, name, class_names) of --image_dir, at the model's input size."""
-    shape = getattr(model, "input_shape", None)
-    if not (isinstance(shape, tuple) and len(shape) == 4 and shape[-1] in (1, 3)):
-        raise checks.ConfigError(
-            f"--image_dir={config.image_dir}: the model takes inputs of shape {shape}, not "
-            f"images [batch, height, width, 1 or 3]; pass --input_file or --tfds_split."
-        )
-    names = _class_names(config, run)
-    source = image_folders.image_inputs(config.image_dir, shape[1:3], channels=shape[3],
-                                        class_names=names,
-                                        labelled=config.mode == "evaluate")  # fmt: skip
-    name = os.path.basename(os.path.normpath(config.image_dir))
-    return source, name, names or (source.class_names if config.mode == "evaluate" else None)
-
-
-def _tfds_names(name, label_key):
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-
-    feature = tfds.builder(name).info.features[label_key]
-    return tuple(getattr(feature, "names", None) or ()) or None
 
 
 class _Progress:
@@ -291,46 +214,36 @@ def _write_rows(path, predictions):
             f.write("\t".join(values) + "\n")
 
 
-def _report_path(config, name):
-    if config.report_file:
-        return config.report_file
-    beside = config.model_dir or os.path.dirname(os.path.abspath(config.export_dir))
-    return os.path.join(beside, "evaluations", f"{name}.json")
-
-
 def run(config):
     """Predict or evaluate as the flags say; print progress, throughput and where rows went."""
-    summary = (summary_lib.read(config.model_dir) or {}) if config.model_dir else {}
-    run_config = dict(summary.get("config", {}))
-    # The run's class names (given, or a training file's sorted label names): the rows name
-    # the classes, and a labelled file may hold names instead of ids.
-    run_config.setdefault("class_names", summary.get("class_names"))
     loaded = inference.load(
         config.model_dir, config.export_dir, strategy=_strategy(config),
         per_replica_batch=config.per_replica_batch_size, weights=config.weights,
     )  # fmt: skip
-    if not run_config["class_names"] and callable(getattr(loaded.call, "class_names", None)):
-        # An export alone names its classes itself (saved_model_export.class_names_function).
-        run_config["class_names"] = [n.decode() for n in loaded.call.class_names().numpy()]
+    run_config = prediction_inputs.run_settings(config.model_dir, loaded)
+    inputs = prediction_inputs.resolve(input_spec(config), run_config, loaded.call)
+    report_path = functools.partial(prediction_inputs.report_path, model_dir=config.model_dir,
+                                    export_dir=config.export_dir,
+                                    report_file=config.report_file)  # fmt: skip
     progress = _Progress(config.mode, config.progress_seconds)
-    if len(config.input_names()) != 1 and not config.image_dir:  # One report, a section each.
-        splits, name = _splits(config, run_config, loaded.call)
-        report = keras_tpu.evaluate(splits, loaded=loaded, on_batch=progress)
-        path = report.write(_report_path(config, name))
+    if len(inputs.splits) > 1:  # One report, a section per split.
+        report = keras_tpu.evaluate(inputs.splits, loaded=loaded, on_batch=progress)
+        path = report.write(report_path(inputs.name))
         for split, evaluation in report.splits.items():
             scores = ", ".join(f"{k} {v:.4f}" for k, v in evaluation.metrics.items())
             print(f"eval {split}: {scores} on {evaluation.examples} examples")
-        print(f"eval: {len(splits)} splits ({report.to_dict()['model']}); report: {path}")
+        print(f"eval: {len(inputs.splits)} splits ({report.to_dict()['model']}); report: {path}")
         return
-    data, name, class_names = _inputs(config, run_config, loaded.call)
+    class_names = inputs.class_names
     if config.mode == "evaluate":
-        report = keras_tpu.evaluate(data, loaded=loaded, name=name, on_batch=progress)
+        report = keras_tpu.evaluate(inputs.data, loaded=loaded, name=inputs.name,
+                                    on_batch=progress)  # fmt: skip
         predictions = report.predictions
-        path = report.write(_report_path(config, name))
+        path = report.write(report_path(inputs.name))
         scores = ", ".join(f"{k} {v:.4f}" for k, v in report.metrics.items())
         print(f"eval {scores} on {report.examples} examples ({predictions.model}); report: {path}")
     else:
-        predictions = keras_tpu.predict(data, loaded=loaded, class_names=class_names,
+        predictions = keras_tpu.predict(inputs.data, loaded=loaded, class_names=class_names,
                                         on_batch=progress)  # fmt: skip
     written = config.output_file
     if config.output_format == "glue":

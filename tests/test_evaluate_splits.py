@@ -20,6 +20,7 @@ from sklearn import metrics as sk_metrics
 import keras_tpu
 from keras_tpu.data import text_sources
 from keras_tpu.engine import finished_run
+from keras_tpu.engine import prediction_inputs
 
 # 7 matched and 5 mismatched examples: 4 replicas at 2 each pad both last batches.
 PREMISES = {
@@ -96,7 +97,7 @@ def _run(predict, monkeypatch, tmp_path, loaded, **flags):
     """predict.py's run() on the premise-length model, as a run trained on glue/mnli."""
     run = {"tfds_name": "glue/mnli", "tfds_eval_split": ",".join(SPLITS),
            "text_keys": "premise,hypothesis", "task_type": "classification"}  # fmt: skip
-    monkeypatch.setattr(predict.summary_lib, "read", lambda model_dir: {"config": run})
+    monkeypatch.setattr(prediction_inputs.summary_lib, "read", lambda model_dir: {"config": run})
     monkeypatch.setattr(predict.inference, "load", lambda *args, **kwargs: loaded)
     predict.run(predict.PredictConfig(model_dir=str(tmp_path), mode="evaluate", **flags))
 
@@ -137,7 +138,7 @@ def test_several_inputs_are_for_one_evaluate_report(predict_script, flags, messa
 
 def test_a_files_run_without_an_input_is_told_to_name_its_file(predict_script, monkeypatch,
                                                               tmp_path):  # fmt: skip
-    monkeypatch.setattr(predict_script.summary_lib, "read", lambda d: {"config": {}})
+    monkeypatch.setattr(prediction_inputs.summary_lib, "read", lambda d: {"config": {}})
     monkeypatch.setattr(predict_script.inference, "load", lambda *a, **k: finished_run.Loaded(None, None, None, None, 2, "none"))
     with pytest.raises(keras_tpu.ConfigError, match="trained on files: pass --input_file"):
         predict_script.run(predict_script.PredictConfig(model_dir=str(tmp_path), mode="evaluate"))
