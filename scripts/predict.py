@@ -226,6 +226,11 @@ def run(config):
                                     export_dir=config.export_dir,
                                     report_file=config.report_file)  # fmt: skip
     progress = _Progress(config.mode, config.progress_seconds)
+    if len(inputs.splits) > 1 and config.output_file:  # The run's own splits: known only now.
+        raise checks.ConfigError(
+            f"the run's {len(inputs.splits)} evaluation splits ({', '.join(inputs.splits)}) make "
+            f"one report; --output_file writes rows of one input: name it (--tfds_split)."
+        )
     if len(inputs.splits) > 1:  # One report, a section per split.
         report = keras_tpu.evaluate(inputs.splits, loaded=loaded, on_batch=progress)
         path = report.write(report_path(inputs.name))

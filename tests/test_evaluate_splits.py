@@ -121,6 +121,10 @@ def test_predict_py_writes_one_report_with_a_section_per_split(mnli, predict_scr
     named = json.loads((tmp_path / "both.json").read_text())
     for split in SPLITS:
         assert named["splits"][split]["metrics"] == report["splits"][split]["metrics"]
+    # Rows are one input's: the run's two splits with --output_file are refused, unread.
+    with pytest.raises(keras_tpu.ConfigError, match=r"run's 2 evaluation splits \(validation_"
+                       r"matched, validation_mismatched\) make one report; --output_file"):
+        _run(predict_script, monkeypatch, tmp_path, mnli, output_file=str(tmp_path / "r.tsv"))
 
 
 @pytest.mark.parametrize("flags, message", [
