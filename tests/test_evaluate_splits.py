@@ -146,3 +146,23 @@ def test_a_files_run_without_an_input_is_told_to_name_its_file(predict_script, m
     monkeypatch.setattr(predict_script.inference, "load", lambda *a, **k: finished_run.Loaded(None, None, None, None, 2, "none"))
     with pytest.raises(keras_tpu.ConfigError, match="trained on files: pass --input_file"):
         predict_script.run(predict_script.PredictConfig(model_dir=str(tmp_path), mode="evaluate"))
+
+
+def test_several_files_are_named_by_their_file_names(tmp_path):
+    for folder, rows in (("dev", ["good\t1", "bad\t0"]), ("other", ["fine\t1"])):
+        (tmp_path / folder).mkdir()
+        for name in ("a.tsv", "b.tsv"):
+            (tmp_path / folder / name).write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
+    run = {"text_keys": "sentence", "num_classes": 2}
+    files = (str(tmp_path / "dev" / "a.tsv"), str(tmp_path / "dev" / "b.tsv"))
+    inputs = prediction_inputs.resolve(
+        prediction_inputs.InputSpec(input_files=files, labelled=True), run, None)
+    assert list(inputs.splits) == ["a", "b"] and inputs.name == "a_b"
+    x, y = inputs.splits["a"]
+    assert x.tolist() == ["good", "bad"] and y.tolist() == [1, 0]
+    # The same file name twice: each section is the whole path, made a name.
+    twice = (str(tmp_path / "dev" / "a.tsv"), str(tmp_path / "other" / "a.tsv"))
+    inputs = prediction_inputs.resolve(
+        prediction_inputs.InputSpec(input_files=twice, labelled=True), run, None)
+    assert [k.split("_")[-3:] for k in inputs.splits] == [["dev", "a", "tsv"], ["other", "a", "tsv"]]
+    assert inputs.splits[next(reversed(inputs.splits))][0].tolist() == ["fine"]
