@@ -45,6 +45,7 @@ from keras_tpu.engine.precision import choose_precision  # noqa: E402
 from keras_tpu.engine.precision import set_precision  # noqa: E402
 from keras_tpu.engine.inference import evaluate  # noqa: E402
 from keras_tpu.engine.inference import Evaluation  # noqa: E402
+from keras_tpu.engine.inference import Evaluations  # noqa: E402
 from keras_tpu.engine.inference import predict  # noqa: E402
 from keras_tpu.engine.inference import Predictions  # noqa: E402
 from keras_tpu.engine.saved_model_export import export_model  # noqa: E402
@@ -76,6 +77,7 @@ __all__ = [
     "set_precision",
     "evaluate",
     "Evaluation",
+    "Evaluations",
     "predict",
     "Predictions",
     "export_model",

@@ -29,6 +29,7 @@ TOP_LEVEL = (
     "keras_tpu.engine.precision:set_precision",
     "keras_tpu.engine.inference:evaluate",
     "keras_tpu.engine.inference:Evaluation",
+    "keras_tpu.engine.inference:Evaluations",
     "keras_tpu.engine.inference:predict",
     "keras_tpu.engine.inference:Predictions",
     "keras_tpu.engine.saved_model_export:export_model",

@@ -6,6 +6,11 @@ One row per input, in input order, batched per replica under the run's strategy:
 Exact metrics on a labelled file, with the run's own metrics (GLUE's included); the report
 goes to <model_dir>/evaluations/<name>.json, the run's own records are not touched:
   python scripts/predict.py --model_dir=/tmp/bert_run --mode=evaluate --input_file=dev2.tsv
+Several labelled inputs (comma-separated files or tfds splits), or none (a tfds run's own
+evaluation splits, all of them): one report, a section per split, keyed by split name:
+  python scripts/predict.py --model_dir=/tmp/mnli_run --mode=evaluate \
+    --tfds_split=glue/mnli:validation_matched,validation_mismatched
+  python scripts/predict.py --model_dir=/tmp/mnli_run --mode=evaluate   # the same two
 An export alone (its serving signature: one text column, or a pair as text_a/text_b):
   python scripts/predict.py --export_dir=/tmp/bert_run/export --input_file=new.csv \
     --text_keys=sentence1,sentence2 --output_file=/tmp/p.jsonl
@@ -28,9 +33,9 @@ the folder's files and upload them.)
 """
 
 import dataclasses
+import functools
 import json
 import os
-import re
 import time
 
 from absl import app
@@ -42,10 +47,8 @@ else:  # python scripts/predict.py
     import flag_utils
 import keras_tpu  # noqa: E402
 from keras_tpu import checks  # noqa: E402
-from keras_tpu.data import image_folders  # noqa: E402
-from keras_tpu.data import text_sources  # noqa: E402
 from keras_tpu.engine import inference  # noqa: E402
-from keras_tpu.engine import summary as summary_lib  # noqa: E402
+from keras_tpu.engine import prediction_inputs  # noqa: E402
 from models.bert import glue_submission  # noqa: E402
 
 MODES = ("predict", "evaluate")
@@ -83,9 +86,19 @@ class PredictConfig:
         checks.one_of("output_format", self.output_format, OUTPUT_FORMATS)
         if bool(self.model_dir) == bool(self.export_dir):
             raise checks.ConfigError("pass --model_dir (a finished run) or --export_dir, one.")
-        if sum(bool(v) for v in (self.input_file, self.tfds_split, self.image_dir)) != 1:
+        given = sum(bool(v) for v in (self.input_file, self.tfds_split, self.image_dir))
+        # No input: --mode=evaluate scores the run's own evaluation splits (all of them).
+        if given > 1 or (given == 0 and not (self.mode == "evaluate" and self.model_dir)):
             raise checks.ConfigError(
-                "pass one of --input_file (.tsv or .csv), --tfds_split or --image_dir."
+                "pass one of --input_file (.tsv or .csv), --tfds_split or --image_dir "
+                "(--mode=evaluate --model_dir without one: the run's own evaluation splits)."
+            )
+        several = len(self.input_names()) > 1
+        if several and (self.mode != "evaluate" or self.output_file):
+            raise checks.ConfigError(
+                f"{len(self.input_names())} inputs ({', '.join(self.input_names())}) make one "
+                f"--mode=evaluate report with a section each; predict (or --output_file) "
+                f"takes one input at a time."
             )
         if self.output_format == "glue":
             self._check_glue()
@@ -93,6 +106,16 @@ class PredictConfig:
             raise checks.ConfigError(f"--output_file={self.output_file}: end it .tsv or .jsonl.")
         if self.tfds_split and not self.model_dir:
             raise checks.ConfigError("--tfds_split reads the run's text features: add --model_dir.")
+
+    def input_names(self):
+        """Return the comma-separated --input_file or --tfds_split items, in order.
+
+        A --tfds_split item without its dataset takes the previous item's:
+        glue/mnli:validation_matched,validation_mismatched.
+        """
+        if self.tfds_split:
+            return list(prediction_inputs.tfds_items(self.tfds_split))
+        return [v.strip() for v in (self.input_file or "").split(",") if v.strip()]
 
     def _check_glue(self):
         """--output_format=glue: a GLUE test split, predicted, into a folder."""
@@ -112,9 +135,13 @@ class PredictConfig:
 flag_utils.define_flags(PredictConfig, {
     "model_dir": "A finished run: its export, else its best weights, on its strategy.",
     "export_dir": "Or an export alone (run on the inputs its serving signature takes).",
-    "mode": "predict: one row per input; evaluate: exact metrics on labelled inputs.",
-    "input_file": "TSV (quotes as text) or CSV (standard quoting), read as training reads it.",
-    "tfds_split": "Or a tfds split, 'name:split' (e.g. glue/mrpc:validation); with --model_dir.",
+    "mode": "predict: one row per input; evaluate: exact metrics on labelled inputs (no "
+    "input: the run's own evaluation splits).",
+    "input_file": "TSV (quotes as text) or CSV (standard quoting), read as training reads it; "
+    "--mode=evaluate: several, comma-separated, one report with a section each.",
+    "tfds_split": "Or a tfds split, 'name:split' (e.g. glue/mrpc:validation); with --model_dir. "
+    "--mode=evaluate: several, comma-separated, one report "
+    "(glue/mnli:validation_matched,validation_mismatched).",
     "image_dir": "Or images: a folder of class folders (labelled by their names) or of images.",
     "text_keys": "Text columns: 'sentence' or a pair 'sentence1,sentence2' (default: the run's).",
     "label_key": "Label column (default: the run's); --mode=evaluate needs it.",
@@ -143,62 +170,17 @@ def _strategy(config):
                                       cpu_replicas=config.cpu_replicas or 0)  # fmt: skip
 
 
-def _inputs(config, run, model):
-    """Return (data, name, class_names) for the flags, in the form the model takes."""
-    if config.image_dir:
-        return _images(config, run, model)
-    text_keys = tuple((config.text_keys or run.get("text_keys") or "sentence").split(","))
-    label_key = config.label_key or run.get("label_key", "label")
-    regression = run.get("task_type") == "regression"
-    names = _class_names(config, run)
-    if config.tfds_split:
-        name, _, split = config.tfds_split.partition(":")
-        columns = text_sources.TextColumns(text_keys, label_key)
-        source = text_sources.tfds_text_source(name, split, columns, data_dir=run.get("data_dir"),
-                                               regression=regression)  # fmt: skip
-        return source, re.sub(r"\W+", "_", config.tfds_split), names or _tfds_names(name, label_key)
-    labelled = config.mode == "evaluate"
-    split = text_sources.load_text_inputs(
-        config.input_file, text_keys, label_key=label_key if labelled else None,
-        regression=regression, label_names=names, no_header=config.no_header,
+def input_spec(config):
+    """Return the prediction_inputs.InputSpec the flags name."""
+    return prediction_inputs.InputSpec(
+        input_files=tuple(config.input_names()) if config.input_file else (),
+        tfds_splits=tuple(config.input_names()) if config.tfds_split else (),
+        image_dir=config.image_dir, labelled=config.mode == "evaluate",
+        text_keys=config.text_keys, label_key=config.label_key, no_header=config.no_header,
         column_names=config.column_names,
-        num_classes=None if regression else run.get("num_classes"),
+        class_names=tuple(config.class_names.split(",")) if config.class_names else None,
+        for_export=bool(config.export_dir),
     )  # fmt: skip
-    x = split.x
-    if config.export_dir and len(text_keys) == 2:  # The pair export's inputs (text_export.py).
-        x = {"text_a": x[:, 0], "text_b": x[:, 1]}
-    name = os.path.splitext(os.path.basename(config.input_file))[0]
-    return (x, split.y), name, names
-
-
-def _class_names(config, run):
-    """Return the --class_names, else the run's class names, else None."""
-    if config.class_names:
-        return tuple(config.class_names.split(","))
-    return tuple(run["class_names"]) if run.get("class_names") else None
-
-
-def _images(config, run, model):
-    """Return (Source, name, class_names) of --image_dir, at the model's input size."""
-    shape = getattr(model, "input_shape", None)
-    if not (isinstance(shape, tuple) and len(shape) == 4 and shape[-1] in (1, 3)):
-        raise checks.ConfigError(
-            f"--image_dir={config.image_dir}: the model takes inputs of shape {shape}, not "
-            f"images [batch, height, width, 1 or 3]; pass --input_file or --tfds_split."
-        )
-    names = _class_names(config, run)
-    source = image_folders.image_inputs(config.image_dir, shape[1:3], channels=shape[3],
-                                        class_names=names,
-                                        labelled=config.mode == "evaluate")  # fmt: skip
-    name = os.path.basename(os.path.normpath(config.image_dir))
-    return source, name, names or (source.class_names if config.mode == "evaluate" else None)
-
-
-def _tfds_names(name, label_key):
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-
-    feature = tfds.builder(name).info.features[label_key]
-    return tuple(getattr(feature, "names", None) or ()) or None
 
 
 class _Progress:
@@ -232,42 +214,45 @@ def _write_rows(path, predictions):
             f.write("\t".join(values) + "\n")
 
 
-def _report_path(config, name):
-    if config.report_file:
-        return config.report_file
-    beside = config.model_dir or os.path.dirname(os.path.abspath(config.export_dir))
-    return os.path.join(beside, "evaluations", f"{name}.json")
-
-
 def run(config):
     """Predict or evaluate as the flags say; print progress, throughput and where rows went."""
-    summary = (summary_lib.read(config.model_dir) or {}) if config.model_dir else {}
-    run_config = dict(summary.get("config", {}))
-    # The run's class names (given, or a training file's sorted label names): the rows name
-    # the classes, and a labelled file may hold names instead of ids.
-    run_config.setdefault("class_names", summary.get("class_names"))
     loaded = inference.load(
         config.model_dir, config.export_dir, strategy=_strategy(config),
         per_replica_batch=config.per_replica_batch_size, weights=config.weights,
     )  # fmt: skip
-    if not run_config["class_names"] and callable(getattr(loaded.call, "class_names", None)):
-        # An export alone names its classes itself (saved_model_export.class_names_function).
-        run_config["class_names"] = [n.decode() for n in loaded.call.class_names().numpy()]
-    data, name, class_names = _inputs(config, run_config, loaded.call)
+    run_config = prediction_inputs.run_settings(config.model_dir, loaded)
+    inputs = prediction_inputs.resolve(input_spec(config), run_config, loaded.call)
+    report_path = functools.partial(prediction_inputs.report_path, model_dir=config.model_dir,
+                                    export_dir=config.export_dir,
+                                    report_file=config.report_file)  # fmt: skip
     progress = _Progress(config.mode, config.progress_seconds)
+    if len(inputs.splits) > 1 and config.output_file:  # The run's own splits: known only now.
+        raise checks.ConfigError(
+            f"the run's {len(inputs.splits)} evaluation splits ({', '.join(inputs.splits)}) make "
+            f"one report; --output_file writes rows of one input: name it (--tfds_split)."
+        )
+    if len(inputs.splits) > 1:  # One report, a section per split.
+        report = keras_tpu.evaluate(inputs.splits, loaded=loaded, on_batch=progress)
+        path = report.write(report_path(inputs.name))
+        for split, evaluation in report.splits.items():
+            scores = ", ".join(f"{k} {v:.4f}" for k, v in evaluation.metrics.items())
+            print(f"eval {split}: {scores} on {evaluation.examples} examples")
+        print(f"eval: {len(inputs.splits)} splits ({report.to_dict()['model']}); report: {path}")
+        return
+    class_names = inputs.class_names
     if config.mode == "evaluate":
-        report = keras_tpu.evaluate(data, loaded=loaded, name=name, on_batch=progress)
+        report = keras_tpu.evaluate(inputs.data, loaded=loaded, name=inputs.name,
+                                    on_batch=progress)  # fmt: skip
         predictions = report.predictions
-        path = report.write(_report_path(config, name))
+        path = report.write(report_path(inputs.name))
         scores = ", ".join(f"{k} {v:.4f}" for k, v in report.metrics.items())
         print(f"eval {scores} on {report.examples} examples ({predictions.model}); report: {path}")
     else:
-        predictions = keras_tpu.predict(data, loaded=loaded, class_names=class_names,
+        predictions = keras_tpu.predict(inputs.data, loaded=loaded, class_names=class_names,
                                         on_batch=progress)  # fmt: skip
     written = config.output_file
     if config.output_format == "glue":
-        written = glue_submission.write(config.output_file, config.tfds_split, predictions,
-                                        data_dir=run_config.get("data_dir"))  # fmt: skip
+        written = glue_submission.write(config.output_file, config.tfds_split, predictions)
     elif config.output_file:
         _write_rows(config.output_file, dataclasses.replace(predictions, class_names=class_names))
     print(f"{config.mode}: {predictions.examples} examples in {predictions.seconds:.2f} s, "

@@ -1,10 +1,12 @@
 """GLUE test-split predictions in the GLUE submission format (models/bert/glue_submission.py).
 
-The formatter runs on Predictions built by hand (exact expected files); the order its
-indexes come in is checked against the order predict returns rows, on 4 replicas over a
-tfds mock split. tests/test_recipes.py::test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data
+The formatter runs on Predictions built by hand (exact expected files); the idx each row
+carries (read with its example, in the same pass) is checked against the example it
+predicted, on 4 replicas over a tfds mock split. tests/test_recipes.py::test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data
 runs scripts/predict.py's path end to end on trained runs.
 """
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -93,17 +95,27 @@ def test_a_split_or_model_of_another_task_is_refused(tmp_path, split, prediction
     assert not list(tmp_path.iterdir())
 
 
-def test_indexes_come_in_the_order_predict_returns_rows(mirrored):
-    """predict's rows on 4 replicas (a padded last batch) are in the order split_indexes reads."""
+def test_each_row_carries_the_idx_read_with_its_example(mirrored):
+    """predict's rows on 4 replicas (a padded last batch) carry their own example's idx."""
     with tfds.testing.mock_data(num_examples=11):
-        indexes = glue_submission.split_indexes("glue/mrpc:test")
         columns = text_sources.TextColumns(("sentence1", "sentence2"), "label")
         source = text_sources.tfds_text_source("glue/mrpc", "test", columns)
         out = batched_outputs.run(mirrored, lambda x: x[:, 0], source, 2)
-        examples = tfds.as_numpy(tfds.builder("glue/mrpc").as_dataset(split="test"))
-        by_index = {int(e["idx"]): e["sentence1"] for e in examples}
-    assert len(indexes) == out.examples == 11 and len(by_index) == 11  # Mock idx: all distinct.
-    assert [by_index[int(i)] for i in indexes] == list(out.outputs)
+        examples = list(tfds.as_numpy(tfds.builder("glue/mrpc").as_dataset(split="test")))
+    by_index = {int(e["idx"]): e["sentence1"] for e in examples}
+    assert out.examples == 11 and len(by_index) == 11  # Mock idx: all distinct.
+    # Read in the same pass as the examples: each output's id is its own example's idx.
+    assert [by_index[int(i)] for i in out.ids] == list(out.outputs)
+    assert out.ids.tolist() == [int(e["idx"]) for e in examples]  # In tfds order.
+    assert sorted(out.ids.tolist()) != out.ids.tolist()  # So the order above is a check.
+
+
+def test_the_submission_is_indexed_by_the_ids_the_predictions_carry(tmp_path):
+    predictions = dataclasses.replace(_classes([1, 0, 1, 1], 2), ids=(2, 0, 3, 1))
+    path = glue_submission.write(str(tmp_path), "glue/mrpc:test", predictions)
+    assert _read(path) == "index\tprediction\n0\t0\n1\t1\n2\t1\n3\t1\n"
+    with pytest.raises(keras_tpu.ConfigError, match="MRPC.tsv: the predictions carry no example"):
+        glue_submission.write(str(tmp_path / "none"), "glue/mrpc:test", _classes([1, 0], 2))
 
 
 def test_predict_flags_for_the_glue_format(predict_script):

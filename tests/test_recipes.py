@@ -387,7 +387,8 @@ def test_train_bert_sentence_pairs_on_sst2_pairs_serves_two_strings_and_predicts
 @pytest.mark.slow
 def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
     """GLUE's three shapes by name alone, on 2 replicas, each reporting GLUE's metrics; then
-    predict.py's GLUE submission files for their test splits (AX by the MNLI run)."""
+    predict.py's GLUE submission files for their test splits (AX by the MNLI run) and its one
+    evaluate report of MNLI's two dev sets."""
     handles = tiny_hub
     code = (
         "import json, tensorflow_datasets as tfds\n"
@@ -406,7 +407,6 @@ def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
         # (AX by the MNLI run). Which row gets which prediction: tests/test_glue_submission.py
         # (these 3-step models predict one class, or one score, for nearly every example).
         "    from scripts import predict\n"
-        "    from models.bert import glue_submission\n"
         "    out['indexes'] = {}\n"
         "    for task, split in (('mrpc', 'test'), ('mnli', 'test_matched'), ('ax', 'test'),\n"
         "                        ('stsb', 'test')):\n"
@@ -414,7 +414,12 @@ def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
         "        run = ROOT + '/glue_' + {'ax': 'mnli'}.get(task, task)\n"
         "        predict.run(predict.PredictConfig(model_dir=run, tfds_split=tfds_split,\n"
         "            output_format='glue', output_file=ROOT + '/submission'))\n"
-        "        out['indexes'][tfds_split] = glue_submission.split_indexes(tfds_split).tolist()\n"
+        "        name, _, split = tfds_split.partition(':')\n"
+        "        examples = tfds.builder(name).as_dataset(split=split, shuffle_files=False)\n"
+        "        out['indexes'][tfds_split] = [int(e['idx']) for e in tfds.as_numpy(examples)]\n"
+        # MNLI's two dev sets in one report: --mode=evaluate without an input scores the
+        # run's own evaluation splits.
+        "    predict.run(predict.PredictConfig(model_dir=ROOT + '/glue_mnli', mode='evaluate'))\n"
         "print(json.dumps(out))\n"
     ).replace("ROOT", repr(str(tmp_path))).replace("HANDLES", repr(handles))
     result = run_python(code, timeout=1200)
@@ -432,6 +437,15 @@ def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
     reported = {"val_accuracy", "val_mismatched_accuracy", "val_mismatched_loss"}
     assert reported <= set(mnli["history"])
     assert mnli["test"]["mismatched_accuracy"] == mnli["history"]["val_mismatched_accuracy"][-1]
+    # predict.py's one MNLI report: matched and mismatched, each the run's own figures.
+    report = json.loads((tmp_path / "glue_mnli" / "evaluations" /
+                         "glue_mnli_validation_matched_validation_mismatched.json").read_text())
+    assert list(report["splits"]) == ["validation_matched", "validation_mismatched"]
+    for split, prefix in (("validation_matched", ""), ("validation_mismatched", "mismatched_")):
+        section = report["splits"][split]
+        assert section["examples"] == 37 and set(section["metrics"]) == {"accuracy", "loss"}
+        for metric, value in section["metrics"].items():
+            assert value == pytest.approx(mnli["test"][prefix + metric], rel=1e-5), (split, metric)
     assert set(stsb["test"]) == {"loss", "pearson", "spearman"}
     assert stsb["monitor"] == "val_spearman"
     assert stsb["parameters"] == mrpc["parameters"] - 128 - 1  # A 1-unit head instead of 2.

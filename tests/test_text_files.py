@@ -17,6 +17,7 @@ import pytest
 
 from keras_tpu import checks
 from keras_tpu.data import text_sources
+from keras_tpu.engine import prediction_inputs
 from models import datasets
 from models import BertRunConfig
 
@@ -160,7 +161,8 @@ def test_predict_py_reads_a_header_less_quoted_named_csv_as_training_does(tmp_pa
         flags.FLAGS.unparse_flags()
         flags.FLAGS(["predict.py", f"--model_dir={tmp_path}", *args])
         predict_config = predict_script.flag_utils.config_from_flags(predict_script.PredictConfig)
-        (x, y), name, names = predict_script._inputs(predict_config, run, None)
+        inputs = prediction_inputs.resolve(predict_script.input_spec(predict_config), run, None)
+        (x, y), name, names = inputs.data, inputs.name, inputs.class_names
         return x.tolist(), y.tolist(), y.dtype, name, names
 
     evaluated = inputs("--mode=evaluate", f"--input_file={path}", "--no_header")

@@ -252,13 +252,14 @@ def eval_dataset_fn(data, batching, *, preprocess=None):
     return dataset_fn, steps, n
 
 
+def with_weight(x, y, *weight):
+    """Return one (x, y) or (x, y, w) element as (x, y, float32 w), w 1 when not given."""
+    return (x, y, tf.cast(weight[0], tf.float32) if weight else tf.constant(1.0))
+
+
 def weighted(ds):
     """Return unbatched (x, y) or (x, y, w) elements as (x, y, float32 w), w 1 when not given."""
-
-    def add_weight(x, y, *weight):
-        return (x, y, tf.cast(weight[0], tf.float32) if weight else tf.constant(1.0))
-
-    return ds.map(add_weight)
+    return ds.map(with_weight)
 
 
 def padded_eval_batches(ds, steps, batching, input_context, *, preprocess=None):

@@ -84,6 +84,10 @@ class Source:
         file order is a full shuffle already), or None for the stream's own buffer.
       example_ids: one id per example, in the source's order, for prediction rows (image
         files: their paths relative to the folder), or None (rows are numbered).
+      open_shard_with_ids: optional (num_pipelines, pipeline_id) -> dataset of (element, id):
+        open_shard's element-sharded elements, each with its id (an int64 scalar, e.g. a GLUE
+        example's `idx`), so a prediction pass reads the ids with the examples, in one read
+        (`Predictions.ids`), when they are in the data rather than known up front.
     """
 
     name: str
@@ -99,6 +103,7 @@ class Source:
     class_names: tuple | None = None
     shuffle_buffer: int | None = None
     example_ids: tuple | None = None
+    open_shard_with_ids: Callable[[int, int], tf.data.Dataset] | None = None
 
     def __post_init__(self):
         if (self.open_records is None) != (self.parse_batch is None):

@@ -36,6 +36,9 @@ __all__ = [
     "tfds_text_source",
 ]
 
+# A tfds text dataset's example id feature (GLUE's own index column), when it has one.
+ID_FEATURE = "idx"
+
 
 @dataclasses.dataclass(frozen=True)
 class TextColumns:
@@ -85,6 +88,10 @@ class TextColumns:
 def tfds_text_source(name, split, columns, *, data_dir=None, regression=False):
     """Return a Source over a tfds text split: (sentence or [2] pair, label) examples.
 
+    A dataset with an `idx` feature (GLUE) gives each example's idx to predictions
+    (`Source.open_shard_with_ids`, `Predictions.ids`): rows and GLUE submission files
+    are indexed by it.
+
     Args:
       name: the tfds dataset, e.g. "glue/mrpc".
       split: its split, e.g. "validation_matched".
@@ -125,9 +132,15 @@ def tfds_text_source(name, split, columns, *, data_dir=None, regression=False):
         ds = builder.as_dataset(split=split, shuffle_files=False)
         return ds.map(example).shard(num_pipelines, pipeline_id)
 
+    def open_shard_with_ids(num_pipelines, pipeline_id):
+        ds = builder.as_dataset(split=split, shuffle_files=False)
+        return ds.map(lambda f: (example(f), f[ID_FEATURE])).shard(num_pipelines, pipeline_id)
+
     return dataclasses.replace(
         base, open_shard=open_shard, num_classes=None if regression else base.num_classes,
         class_names=None if regression else base.class_names,
+        # GLUE's own index (its submission files' rows), read with the examples.
+        open_shard_with_ids=open_shard_with_ids if ID_FEATURE in features else None,
     )  # fmt: skip
 
 

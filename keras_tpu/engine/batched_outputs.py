@@ -31,6 +31,8 @@ class Outputs:
       weights: each example's sample weight (1 when the source gives none).
       examples: how many examples the source holds.
       seconds: wall time of the pass (the first batch's tracing included).
+      ids: each example's id as the source's elements carry it (`Source.open_shard_with_ids`,
+        read in the same pass), else None.
     """
 
     outputs: object
@@ -38,6 +40,7 @@ class Outputs:
     weights: np.ndarray
     examples: int
     seconds: float
+    ids: np.ndarray | None = None
 
 
 def as_input_source(data, name="inputs"):
@@ -54,22 +57,32 @@ def _strings(values):
 
 
 def _with_positions(source, steps, batch, context, preprocess):
-    """This pipeline's (x, (y, weight, position)) per-replica batches, padded with position -1."""
+    """This pipeline's (x, (y, weight, position, id)) per-replica batches, padded with position -1.
+
+    `id` is the example's id when the source's elements carry one (open_shard_with_ids),
+    else its position.
+    """
     pipelines_, pipeline_id = context.num_input_pipelines, context.input_pipeline_id
-    ds = pipelines.weighted(source.open_shard(pipelines_, pipeline_id, False))
+    if source.open_shard_with_ids is not None:
+        ds = source.open_shard_with_ids(pipelines_, pipeline_id)
+        ds = ds.map(lambda element, i: (*pipelines.with_weight(*element), tf.cast(i, tf.int64)))
+    else:
+        ds = pipelines.weighted(source.open_shard(pipelines_, pipeline_id, False))
+        ds = ds.map(lambda x, y, w: (x, y, w, tf.constant(-1, tf.int64)))
     ds = ds.enumerate().map(
-        lambda i, e: (e[0], e[1], e[2], i * pipelines_ + pipeline_id)  # Its place in the source.
+        lambda i, e: (*e, i * pipelines_ + pipeline_id)  # Its place in the source.
     )
     padding = pipelines._padding_element(ds.element_spec[:3])  # pylint: disable=protected-access
-    padding = tf.data.Dataset.from_tensors((*padding, tf.constant(-1, tf.int64))).repeat()
+    minus_one = tf.constant(-1, tf.int64)
+    padding = tf.data.Dataset.from_tensors((*padding, minus_one, minus_one)).repeat()
     replicas_per_pipeline = context.num_replicas_in_sync // pipelines_
     ds = ds.concatenate(padding).take(steps * batch * replicas_per_pipeline)
     ds = ds.batch(batch, drop_remainder=True)
 
-    def prepare(x, y, weight, position):
+    def prepare(x, y, weight, example_id, position):
         if preprocess is not None:
             x, y = preprocess(x, y)
-        return x, (y, weight, position)
+        return x, (y, weight, position, example_id)
 
     return autotune.without_autotune_thread(ds.map(prepare).prefetch(2))
 
@@ -120,7 +133,7 @@ def run(strategy, call, data, per_replica_batch, *, preprocess=None, on_batch=No
         if on_batch is not None:
             on_batch(min((done + 1) * batching.global_batch, examples), examples)
     seconds = time.perf_counter() - start
-    outputs, (labels, weights, positions) = tf.nest.map_structure(
+    outputs, (labels, weights, positions, ids) = tf.nest.map_structure(
         lambda *rows: np.concatenate(rows), *parts
     )
     keep = positions >= 0
@@ -131,11 +144,12 @@ def run(strategy, call, data, per_replica_batch, *, preprocess=None, on_batch=No
     return Outputs(
         outputs=tf.nest.map_structure(pick, outputs), labels=tf.nest.map_structure(pick, labels),
         weights=pick(weights), examples=examples, seconds=seconds,
+        ids=pick(ids) if source.open_shard_with_ids is not None else None,
     )  # fmt: skip
 
 
 def _local_rows(strategy, result):
-    """Return each replica's (outputs, (labels, weights, positions)) of one step, as arrays."""
+    """Return each replica's (outputs, (labels, weights, positions, ids)) of one step, as arrays."""
     local = [strategy.experimental_local_results(v) for v in tf.nest.flatten(result)]
     return [
         tf.nest.pack_sequence_as(result, [np.asarray(values[r]) for values in local])

@@ -4,6 +4,9 @@
     predictions.class_ids, predictions.probabilities        # one row per input, in order
     report = keras_tpu.evaluate("/data/dev.tsv split", model_dir="/tmp/run")  # any Source form
     report.metrics                                             # {"accuracy": ..., "loss": ...}
+    both = keras_tpu.evaluate({"validation_matched": "glue/mnli:validation_matched",
+                               "validation_mismatched": ...}, model_dir="/tmp/mnli")
+    both["validation_mismatched"].metrics                      # one load, one Evaluation a split
 
 Every input is run once, batched per replica under the run's strategy resolution
 (batched_outputs.py: a padded last batch, nothing dropped); the metrics are the
@@ -11,6 +14,7 @@ task's own, computed over all the outputs at once, so they are exact.
 `keras_tpu.evaluate(model, eval_data)`, the in-memory form, is unchanged.
 """
 
+import collections.abc
 import dataclasses
 import json
 import os
@@ -39,7 +43,8 @@ class Predictions:
       seconds: the pass's wall time.
       model: which weights predicted, e.g. "export /tmp/run/export".
       ids: each input's id for `rows` (the source's `example_ids`, e.g. an image's
-        relative path), or None: rows are numbered from 0.
+        relative path, or the ids its examples carry, e.g. a GLUE tfds example's `idx`), or
+        None: rows are numbered from 0.
     """
 
     class_ids: np.ndarray | None
@@ -102,6 +107,28 @@ class Evaluation:
         return path
 
 
+@dataclasses.dataclass(frozen=True)
+class Evaluations:
+    """Exact metrics of one model on several named labelled splits (e.g. MNLI's two dev sets).
+
+    Attributes:
+      splits: split name -> its Evaluation, in the order given.
+    """
+
+    splits: dict
+
+    def __getitem__(self, name):
+        return self.splits[name]
+
+    def to_dict(self):
+        """Return the JSON report: the model and, per split, a single split's report."""
+        first = next(iter(self.splits.values()))
+        return {"model": first.predictions.model,
+                "splits": {name: e.to_dict() for name, e in self.splits.items()}}  # fmt: skip
+
+    write = Evaluation.write
+
+
 def load(model_dir=None, export_dir=None, *, strategy=None, per_replica_batch=None,
          weights="auto"):  # fmt: skip
     """Return the finished_run.Loaded of a run (`model_dir`) or of an export alone."""
@@ -142,16 +169,29 @@ def evaluate(data, eval_data=None, *, model_dir=None, export_dir=None, loaded=No
     is the in-memory form and returns compiling.evaluate's dict.
 
     Args:
-      data: labelled examples in any Source form (see `predict`).
+      data: labelled examples in any Source form (see `predict`), or a mapping of split
+        name -> such data, to score several splits with one load (bare features, which
+        have no labels, are not evaluated: a mapping is always of splits).
       model_dir, export_dir, loaded, on_batch, **load_args: as `predict` takes.
-      name: what `data` is, for the report (default: the source's name).
+      name: what `data` is, for the report (default: the source's name); not with a mapping.
 
     Returns:
       An Evaluation: the task's metrics and its loss (an export alone: accuracy and
-      cross-entropy for a classifier, pearson, spearman and squared error for a score).
+      cross-entropy for a classifier, pearson, spearman and squared error for a score);
+      for a mapping, an Evaluations: one Evaluation per split name.
     """
     if isinstance(data, keras.Model):
         return compiling.evaluate(data, eval_data)
+    if isinstance(data, collections.abc.Mapping):
+        if not data or name is not None:
+            raise checks.ConfigError(
+                f"evaluate got {len(data)} named splits and name={name!r}: give one or more "
+                f"split name -> data, without name= (each split is named by its key)."
+            )
+        loaded = loaded or load(model_dir, export_dir, **load_args)
+        return Evaluations({str(key): evaluate(split, loaded=loaded, name=str(key),
+                                               on_batch=on_batch)
+                            for key, split in data.items()})  # fmt: skip
     predictions, outputs, loaded = _run(data, model_dir, export_dir, loaded, None, on_batch,
                                         load_args)  # fmt: skip
     raw = _metric_inputs(outputs.outputs, predictions, loaded.from_logits)
@@ -175,9 +215,11 @@ def _run(data, model_dir, export_dir, loaded, class_names, on_batch, load_args):
         preprocess=loaded.preprocess, on_batch=on_batch,
     )  # fmt: skip
     class_ids, probabilities, scores = _read_outputs(outputs.outputs, loaded.from_logits)
+    # Ids in the data (a GLUE example's idx) come from the same read as the outputs.
+    ids = source.example_ids if outputs.ids is None else tuple(outputs.ids.tolist())
     predictions = Predictions(class_ids, probabilities, scores,
                               tuple(class_names) if class_names else None, outputs.examples,
-                              outputs.seconds, loaded.description, source.example_ids)  # fmt: skip
+                              outputs.seconds, loaded.description, ids)  # fmt: skip
     return predictions, outputs, loaded
 
 

@@ -6,7 +6,8 @@
 Each file is named as the benchmark names it (MNLI's two test sets are MNLI-m.tsv and
 MNLI-mm.tsv; the diagnostic set glue/ax, predicted by the MNLI model, is AX.tsv) and holds a
 header row `index<TAB>prediction`, then one row per test example in index order: the tfds
-example's `idx` feature (GLUE's own index column) and the prediction, which is
+example's `idx` feature (GLUE's own index column, which keras_tpu.predict reads with the
+example: `Predictions.ids`) and the prediction, which is
   - the label name for the NLI tasks (MNLI, AX, QNLI, RTE): entailment / neutral /
     contradiction, entailment / not_entailment;
   - the class id for CoLA, SST-2, MRPC, QQP and WNLI (1 = acceptable, positive, equivalent,
@@ -84,21 +85,6 @@ def submission_file(tfds_split):
     return found
 
 
-def split_indexes(tfds_split, *, data_dir=None):
-    """Return the `idx` of every example of a GLUE tfds split, in the order predict reads it.
-
-    keras_tpu's tfds text source reads `as_dataset(split, shuffle_files=False)` in order and
-    keras_tpu.predict returns one row per example in that order: the same read here gives
-    each row its index.
-    """
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-
-    name, _, split = tfds_split.partition(":")
-    ds = tfds.builder(name, data_dir=data_dir).as_dataset(split=split, shuffle_files=False)
-    batches = tfds.as_numpy(ds.map(lambda example: example["idx"]).batch(4096))
-    return np.concatenate([np.asarray(b, np.int64) for b in batches] or [np.zeros(0, np.int64)])
-
-
 def submission_rows(file, predictions, indexes):
     """Return [(index, prediction text)] in index order for `predictions` of `file`'s task.
 
@@ -151,7 +137,7 @@ def _predicted(file, predictions):
     return np.asarray(predictions.class_ids)
 
 
-def write(directory, tfds_split, predictions, *, indexes=None, data_dir=None):
+def write(directory, tfds_split, predictions, *, indexes=None):
     """Write the submission file of `tfds_split`'s predictions into `directory`; return its path.
 
     Args:
@@ -159,12 +145,20 @@ def write(directory, tfds_split, predictions, *, indexes=None, data_dir=None):
         one folder collects them all, to zip and upload.
       tfds_split: e.g. "glue/mrpc:test" (see `submission_file`).
       predictions: keras_tpu.predict's Predictions on that split, in tfds order.
-      indexes: each row's `idx` (default: read from the split, `split_indexes`).
-      data_dir: tfds's data directory.
+      indexes: each row's `idx` (default: `predictions.ids`, the idx keras_tpu.predict read
+        with each example of a tfds text source, in the same pass).
+
+    Raises:
+      ConfigError: no indexes (predictions without ids), or another number of them.
     """
     file = submission_file(tfds_split)
     if indexes is None:
-        indexes = split_indexes(tfds_split, data_dir=data_dir)
+        indexes = predictions.ids
+    if indexes is None:
+        raise checks.ConfigError(
+            f"{file.file_name}: the predictions carry no example ids; predict the tfds split "
+            f"(text_sources.tfds_text_source gives each row its idx) or pass indexes=."
+        )
     rows = submission_rows(file, predictions, indexes)
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, file.file_name)
