@@ -19,7 +19,7 @@ import time
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.engine import output_paths
+from keras_tpu.engine import atomic_writes
 from keras_tpu.engine import run_config
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,7 @@ def check_identity(model_dir, identity, *, overwrite, backup_dir):
     if overwrite and tf.io.gfile.exists(backup_dir):
         log.warning("keras_tpu: --overwrite: deleting the backups in %s", backup_dir)
         tf.io.gfile.rmtree(backup_dir)
-    output_paths.write_file(path, identity.to_json())  # Torn, it would refuse every rerun.
+    atomic_writes.write_file(path, identity.to_json())  # Torn, it would refuse every rerun.
 
 
 # A finished run asked to evaluate on other data: scoring it needs no training.

@@ -37,9 +37,9 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu import data
+from keras_tpu.engine import atomic_writes
 from keras_tpu.engine import backend as backend_lib
 from keras_tpu.engine import execution_loop
-from keras_tpu.engine import output_paths
 from keras_tpu.engine import task as task_lib
 from keras_tpu.parallel.mesh import laid_out
 from keras_tpu.parallel.mesh import run_setup as sharded_training
@@ -207,7 +207,7 @@ class ShardedBackend(backend_lib.Backend):
             with tf.device("/CPU:0"):
                 self.model_spec.write_export(weights, directory)
 
-        return output_paths.save_atomically(save, export_dir, self.model, overwrite=overwrite)
+        return atomic_writes.save_atomically(save, export_dir, self.model, overwrite=overwrite)
 
     def weights_checksum(self):
         return self.loop.weights_checksum()
