@@ -20,7 +20,7 @@ import tensorflow as tf
 from keras_tpu.engine import atomic_writes
 from keras_tpu.engine import best_tracker
 from keras_tpu.engine import compiling
-from keras_tpu.engine import run_dir
+from keras_tpu.engine import run_identity
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +260,7 @@ def finished_run(config, global_batch):
     previous = read(config.model_dir)
     if not previous or previous.get("status") != "ok":
         return None
-    if not run_dir.same_fields(config.model_dir, config, global_batch=global_batch):
+    if not run_identity.same_fields(config.model_dir, config, global_batch=global_batch):
         return None  # Another run: the identity check refuses it with the differences.
     log.warning(
         "keras_tpu: this run finished at step %d, summary in %s; nothing to do (--overwrite "

@@ -26,6 +26,7 @@ from keras_tpu.engine import output_paths
 from keras_tpu.engine import preemption as preemption_lib
 from keras_tpu.engine import registry
 from keras_tpu.engine import run_dir
+from keras_tpu.engine import run_identity
 from keras_tpu.engine import run_position
 from keras_tpu.engine import saved_model_export
 from keras_tpu.engine import stops
@@ -156,7 +157,7 @@ class TrainingRun:
         config, backup = self.config, self.callbacks.backup
         lock = None
         if config.model_dir and self.info.is_chief:
-            identity = run_dir.RunIdentity.of(
+            identity = run_identity.RunIdentity.of(
                 config, global_batch=self.shape.global_batch, model=self.model
             )
             lock = run_dir.open_run(
