@@ -68,7 +68,7 @@ _FINISHED_FIX = (
 
 def _finished(model_dir):
     """True if model_dir's summary.json says the run finished (status "ok")."""
-    path = os.path.join(model_dir, "summary.json")  # summary.py's SUMMARY_FILE (summary.py is above).
+    path = os.path.join(model_dir, "summary.json")  # summary.SUMMARY_FILE (a layer above).
     try:
         with tf.io.gfile.GFile(path) as f:
             return json.load(f).get("status") == "ok"
