@@ -31,7 +31,7 @@ from keras_tpu.engine import run_position
 from keras_tpu.engine import saved_model_export
 from keras_tpu.engine import stops
 from keras_tpu.engine import summary as summary_lib
-from keras_tpu.engine import task as task_lib
+from keras_tpu.engine import task_builds
 from keras_tpu.runtime import cluster
 from keras_tpu.runtime import determinism
 from keras_tpu.runtime import replica_batch_norm
@@ -141,7 +141,7 @@ class TrainingRun:
             peak_flops=config.peak_tflops and config.peak_tflops * 1e12,
             steps_per_execution=self.shape.steps_per_execution,
             progress_seconds=config.progress_seconds if config.verbose == 2 else None,
-            extra=task_lib.build_callbacks(task.callbacks),
+            extra=task_builds.build_callbacks(task.callbacks),
             preemption=self.preemption,
             early_stop=config.early_stopping_patience and early_stopping.EarlyStop(
                 task.monitor, task.mode, config.early_stopping_patience,
