@@ -25,9 +25,9 @@ ADAPTERS = {
         "read when a cluster run starts; tests/test_cluster_stop.py (tripwire, fallback)",
     ),
     "keras_tpu/runtime/determinism.py": (
-        {"tensorflow.python.framework"},
-        "is/disable_op_determinism: TensorFlow has only a public switch on; "
-        "tests/test_determinism.py reads it (no fallback yet)",
+        {"tensorflow.python.framework.config"},
+        "is/disable_op_determinism, read when a run asks (TensorFlow's public switch only turns "
+        "it on); tests/test_determinism.py (tripwire; without them one warning, it stays on)",
     ),
     "keras_tpu/runtime/tf_build.py": (
         {"tensorflow.python.framework"},
