@@ -29,13 +29,11 @@ ADAPTERS = {
         "is/disable_op_determinism, read when a run asks (TensorFlow's public switch only turns "
         "it on); tests/test_determinism.py (tripwire; without them one warning, it stays on)",
     ),
-    "keras_tpu/runtime/tf_build.py": (
-        {"tensorflow.python.framework"},
-        "the kernel registry, read when the build is described; an ImportError reads unknown",
-    ),
-    "keras_tpu/readiness/graph_inspect.py": (
-        {"tensorflow.python.framework"},
-        "the op and kernel registries the TPU rehearsal checks against (no public counterpart)",
+    "keras_tpu/runtime/tf_registries.py": (
+        {"tensorflow.python.framework.kernels", "tensorflow.python.framework.op_def_registry"},
+        "the op and kernel registries (no public API) for the build probe and the TPU "
+        "rehearsal, read when asked; tests/test_tpu_rehearsal.py (tripwire; without them one "
+        "warning each, both check less)",
     ),
 }
 
