@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.engine.run_dir and run_identity: run identity, the directory lock, writable checks."""
+"""Tests for engine/run_dir.py and run_identity.py: identity, the directory lock, writability."""
 
 import dataclasses
 import json

@@ -108,7 +108,8 @@ def test_a_run_stopped_at_each_phase_reports_the_uninterrupted_run(tmp_path, mon
         _run(run, **exporting)
     with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
         save_atomically = atomic_writes.save_atomically
-        patch.setattr(atomic_writes, "save_atomically", lambda save, *a, **k: save_atomically(_killed, *a, **k))
+        killed = lambda save, *a, **k: save_atomically(_killed, *a, **k)  # noqa: E731
+        patch.setattr(atomic_writes, "save_atomically", killed)
         _run(run, **exporting)  # During the export.
     assert not (tmp_path / "export").exists()
     resumed, seen = _run(run, **exporting)

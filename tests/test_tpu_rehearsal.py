@@ -236,7 +236,8 @@ def test_the_private_registries_it_reads_exist_in_this_tensorflow():
         tf.TensorSpec((2,), tf.float64)
     ).graph.as_graph_def()  # fmt: skip
     node = next(n for _, n in graph_inspect.walk_nodes(graph) if n.op == "AsString")
-    assert graph_inspect.node_dtypes(node) == {tf.float64.as_datatype_enum, tf.string.as_datatype_enum}
+    dtypes = {tf.float64.as_datatype_enum, tf.string.as_datatype_enum}
+    assert graph_inspect.node_dtypes(node) == dtypes  # The attribute's, and the op's fixed output.
 
 
 def test_without_the_private_registries_one_warning_each_and_attribute_dtypes(monkeypatch, caplog):

@@ -1,4 +1,4 @@
-"""A run's callback list, in `fit` order: its logs' callbacks, the user's, best, TensorBoard, backups.
+"""A run's callback list, in `fit` order: log callbacks, the user's, best, TensorBoard, backups.
 
 The callbacks that add to the epoch logs (throughput and MFU, the exact val_loss,
 the learning rate, the NaN stop) are log_callbacks.py's; this module orders them

@@ -3,9 +3,10 @@
 `model_dir/run.json` records what the run trains (run_identity.RunIdentity: the
 config fields that change the result, the global batch, the model's variable
 shapes). A later run in the same directory that would train something else is
-refused, because resuming its backup would silently carry one run's state into another. `model_dir/run.lock`
-(PID and host) keeps two live runs out of one directory; a lock whose PID is no
-longer alive on this host is left over from a killed run and is taken over.
+refused, because resuming its backup would silently carry one run's state into
+another. `model_dir/run.lock` (PID and host) keeps two live runs out of one
+directory; a lock whose PID is no longer alive on this host is left over from a
+killed run and is taken over.
 """
 
 import json
