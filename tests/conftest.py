@@ -220,14 +220,14 @@ def pretend(monkeypatch, strategy, *, kind=None, tpu_address=None, cpu_root=None
     """
     import dataclasses  # pylint: disable=g-import-not-at-top
 
-    from keras_tpu.runtime import detect  # pylint: disable=g-import-not-at-top
+    from keras_tpu.runtime import device_rules  # pylint: disable=g-import-not-at-top
     from keras_tpu.runtime import strategy_info  # pylint: disable=g-import-not-at-top
 
     info = strategy_info.StrategyInfo.of(strategy)
     changes = {}
     if kind or cpu_root:
         kind = kind or info.kind
-        defaults = detect.device_defaults(kind, info.replicas, root=cpu_root or "/")
+        defaults = device_rules.device_defaults(kind, info.replicas, root=cpu_root or "/")
         changes.update(kind=kind, defaults=defaults)
     if tpu_address:
         location = detect.TPULocation(tpu_address, "test")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from keras_tpu.engine import compiling
-from keras_tpu.runtime import detect
+from keras_tpu.runtime import device_rules
 from tests.conftest import REPO
 from tests.conftest import subprocess_env
 
@@ -92,7 +92,7 @@ def test_bench_cnn_precisions(tmp_path):
         "--sides=toolkit,toolkit_fp32,toolkit_bf16",
     )
     sides = results["sides"]
-    auto = detect.device_defaults("cpu")  # What "auto" picks on this host.
+    auto = device_rules.device_defaults("cpu")  # What "auto" picks on this host.
     assert results["auto_precision"] == {
         "policy": auto.precision_policy,
         "reason": auto.precision_reason,
@@ -135,7 +135,7 @@ def test_bench_bert(tmp_path):
         # Same architecture and sequence length: the same FLOPs on both sides.
         assert run["toolkit"]["flops_per_example"] == run["plain"]["flops_per_example"]
     assert results["runs"][1]["toolkit"]["precision_policy"] == "mixed_bfloat16"
-    auto = detect.device_defaults("cpu")  # Plain Keras runs what the toolkit's rule picked.
+    auto = device_rules.device_defaults("cpu")  # Plain Keras runs what the toolkit's rule picked.
     assert [results["runs"][2][side]["precision_policy"] for side in ("toolkit", "plain")] == [
         auto.precision_policy
     ] * 2

@@ -7,6 +7,7 @@ import pytest
 
 from keras_tpu import checks
 from keras_tpu.runtime import detect
+from keras_tpu.runtime import device_rules
 from tests.conftest import AMX_ONLY_FLAGS
 from tests.conftest import AVX2_FLAGS
 from tests.conftest import EPYC_BF16_FLAGS
@@ -178,7 +179,7 @@ def test_bad_tf_config_is_explained(raw, message):
 )
 def test_device_defaults(tmp_path, kind, replicas, capability, policy, jit):
     root = fake_cpu_host(tmp_path, AVX2_FLAGS)  # No native bf16.
-    defaults = detect.device_defaults(kind, replicas, capability, root=root)
+    defaults = device_rules.device_defaults(kind, replicas, capability, root=root)
     assert (defaults.precision_policy, defaults.jit_compile) == (policy, jit)
     assert defaults.reason and defaults.precision_reason
 
@@ -198,13 +199,13 @@ NO_NATIVE_BF16 = "fp32: this CPU has no native bf16 (no AVX512_BF16 or AMX-BF16)
 )  # fmt: skip
 @pytest.mark.parametrize("replicas", [1, 4])  # One CPU, or a rehearsal of 4 replicas.
 def test_cpu_precision_follows_native_bf16(tmp_path, flags, policy, reason, replicas):
-    defaults = detect.device_defaults("cpu", replicas, root=fake_cpu_host(tmp_path, flags))
+    defaults = device_rules.device_defaults("cpu", replicas, root=fake_cpu_host(tmp_path, flags))
     assert (defaults.precision_policy, defaults.precision_reason) == (policy, reason)
     assert defaults.jit_compile is False  # The precision rule leaves XLA's alone.
 
 
 def test_cpu_flags_unknown_means_fp32(tmp_path):
-    defaults = detect.device_defaults("cpu", root=str(tmp_path))
+    defaults = device_rules.device_defaults("cpu", root=str(tmp_path))
     assert (defaults.precision_policy, defaults.precision_reason) == (
         "float32",
         f"fp32: the CPU flags are unknown ({tmp_path}/proc/cpuinfo has none)",
@@ -222,12 +223,12 @@ def test_cpu_flags_unknown_means_fp32(tmp_path):
 )  # fmt: skip
 def test_accelerators_ignore_the_host_cpu(tmp_path, kind, capability, policy, reason):
     root = fake_cpu_host(tmp_path, EPYC_BF16_FLAGS)  # A bf16 host CPU must not matter.
-    defaults = detect.device_defaults(kind, 8, capability, root=root)
+    defaults = device_rules.device_defaults(kind, 8, capability, root=root)
     assert (defaults.precision_policy, defaults.precision_reason) == (policy, reason)
 
 
 def test_cpu_cluster_stays_fp32_even_with_native_bf16(tmp_path):
     root = fake_cpu_host(tmp_path, AMX_ONLY_FLAGS)
-    defaults = detect.device_defaults("multi_worker", 2, root=root)
+    defaults = device_rules.device_defaults("multi_worker", 2, root=root)
     assert defaults.precision_policy == "float32"
     assert defaults.precision_reason.startswith("fp32: a multi-worker cluster keeps fp32")

@@ -64,7 +64,7 @@ class Fault(keras.callbacks.Callback):
                 f.write(b"0" * max(0, free - 2048))
 
 if mode.startswith("SIGTERM:"):  # A signal while writing best/, or in the final phases.
-    from keras_tpu.engine import backend, best_tracker, output_paths as outputs
+    from keras_tpu.engine import atomic_writes as outputs, backend, best_tracker
     def signalled(fn):
         def call(*args, **kwargs):
             if not call.sent:  # Once: a second signal would kill the default way.

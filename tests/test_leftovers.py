@@ -18,9 +18,9 @@ import tensorflow as tf
 
 import keras_tpu
 from keras_tpu import keras
+from keras_tpu.engine import atomic_writes
 from keras_tpu.engine import best_tracker
 from keras_tpu.engine import leftovers
-from keras_tpu.engine import output_paths
 from keras_tpu.engine import summary as summary_lib
 from tests.conftest import tiny_task
 
@@ -179,14 +179,14 @@ def test_a_full_disk_during_the_runs_export_is_the_run_stopped_of_every_stop(
 ):
     """`except keras_tpu.RunStopped` (the README's) catches it too: exit 2, the backup kept."""
 
-    replace = output_paths.replace_directory
+    replace = atomic_writes.replace_directory
 
     def full(temp_dir, target):
         if os.path.basename(target) == "export":
             raise OSError(errno.ENOSPC, "No space left on device")
         replace(temp_dir, target)  # best/
 
-    monkeypatch.setattr(output_paths, "replace_directory", full)
+    monkeypatch.setattr(atomic_writes, "replace_directory", full)
     export = tmp_path / "export"
     config = keras_tpu.RunConfig(
         per_replica_batch_size=8, epochs=1, model_dir=str(tmp_path / "run"), export_dir=str(export)

@@ -192,13 +192,13 @@ def test_own_model_at_k2_logs_the_tasks_metrics_and_resumes_exactly(tmp_path, ca
 
 
 def test_the_tasks_optimizer_is_built_on_the_mesh_or_refused():
-    from keras_tpu.engine import task as task_lib  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import task_builds  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel.mesh import laid_out  # pylint: disable=g-import-not-at-top
 
     mesh = mesh_lib.make_mesh(2)
 
     def build(spec):
-        return task_lib.build_optimizer(spec, total_steps=10, learning_rate=0.5, mesh=mesh)
+        return task_builds.build_optimizer(spec, total_steps=10, learning_rate=0.5, mesh=mesh)
 
     for spec in ("sgd", keras.optimizers.SGD, lambda total_steps, mesh=None: keras.optimizers.SGD(
             0.5, mesh=mesh)):  # fmt: skip

@@ -16,6 +16,7 @@ import pytest
 
 from keras_tpu.runtime import cluster
 from keras_tpu.runtime import detect
+from keras_tpu.runtime import device_rules
 from tests.conftest import SST2
 from tests.conftest import REPO
 from tests.conftest import TIMING
@@ -168,7 +169,7 @@ def test_worker_failure_message_names_the_peer():
         replicas=2,
         workers=2,
         devices=(),
-        defaults=detect.device_defaults("multi_worker", 2),
+        defaults=device_rules.device_defaults("multi_worker", 2),
         tensorflow=tf.__version__,
         tf_keras="2",
         role=strategy_info.ClusterRole(spec, collective_timeout=300, waited_for_workers_seconds=0),

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from keras_tpu.engine import callbacks
+from keras_tpu.engine import log_callbacks
 from keras_tpu import keras
 from keras_tpu.engine import progress
 import models
@@ -75,7 +76,7 @@ class _CountingLogger(progress.ProgressLogger):
 
 
 def test_called_once_per_execution_with_tensor_logs():
-    meter = callbacks.ThroughputMeter(4)
+    meter = log_callbacks.ThroughputMeter(4)
     logger = _CountingLogger(meter, interval=1e9, print_fn=lambda line: None)
     logger.calls = []
     _fit([meter, logger], steps=20, steps_per_execution=5, epochs=2)

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import keras_tpu
 from keras_tpu import keras
-from keras_tpu.runtime import detect
+from keras_tpu.runtime import device_rules
 from keras_tpu.runtime import strategy_builders
 from keras_tpu.runtime import tpu_address
 from tests.conftest import CPU_REPLICAS
@@ -280,7 +280,7 @@ def test_tpu_info_json_reports_cpu_replicas():
     info = json.loads(result.stdout)  # Exactly one JSON object on stdout.
     assert (info["replicas"], info["kind"], len(info["devices"])) == (4, "cpu", 4)
     # The precision "auto" picks here, and why, in the JSON and in the paragraph.
-    expected = detect.device_defaults("cpu", 4)
+    expected = device_rules.device_defaults("cpu", 4)
     assert (info["precision_policy"], info["precision_reason"]) == (
         expected.precision_policy,
         expected.precision_reason,

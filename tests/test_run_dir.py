@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.engine.run_dir: run identity, the directory lock, writable checks."""
+"""Tests for engine/run_dir.py and run_identity.py: identity, the directory lock, writability."""
 
 import dataclasses
 import json
@@ -14,6 +14,7 @@ from keras_tpu import keras
 import models
 from keras_tpu.engine import run_config
 from keras_tpu.engine import run_dir
+from keras_tpu.engine import run_identity
 
 
 def _model(units=4):
@@ -21,7 +22,7 @@ def _model(units=4):
 
 
 def _identity(config, units=4, global_batch=64):
-    return run_dir.RunIdentity.of(config, global_batch=global_batch, model=_model(units))
+    return run_identity.RunIdentity.of(config, global_batch=global_batch, model=_model(units))
 
 
 def test_identity_names_what_differs_and_ignores_how_it_runs():
@@ -35,7 +36,7 @@ def test_identity_names_what_differs_and_ignores_how_it_runs():
         "variant",
     ]
     assert _identity(base).differences(_identity(base, units=5)) == ["model variables"]
-    roundtrip = run_dir.RunIdentity.from_json(_identity(base).to_json())
+    roundtrip = run_identity.RunIdentity.from_json(_identity(base).to_json())
     assert roundtrip.differences(_identity(base)) == []
 
 
@@ -84,7 +85,7 @@ def test_another_run_in_the_directory_is_refused_until_overwrite(tmp_path):
     assert backup.exists()
     run_dir.check_identity(str(tmp_path), _identity(other), overwrite=True, backup_dir=str(backup))
     assert not backup.exists()
-    recorded = json.loads((tmp_path / run_dir.IDENTITY_FILE).read_text())
+    recorded = json.loads((tmp_path / run_identity.IDENTITY_FILE).read_text())
     assert recorded["fields"]["dataset"] == "synthetic"
 
 
@@ -93,16 +94,16 @@ def test_a_field_added_by_a_newer_keras_tpu_at_its_default_is_the_same_run(tmp_p
     base = models.CNNConfig()
     recorded = json.loads(_identity(base).to_json())
     del recorded["fields"]["image_size"]  # What an older keras_tpu wrote.
-    (tmp_path / run_dir.IDENTITY_FILE).write_text(json.dumps(recorded))
-    older = run_dir.RunIdentity.from_json(json.dumps(recorded))
+    (tmp_path / run_identity.IDENTITY_FILE).write_text(json.dumps(recorded))
+    older = run_identity.RunIdentity.from_json(json.dumps(recorded))
     assert _identity(base).differences(older) == []
-    assert run_dir.same_fields(str(tmp_path), base, global_batch=64)
+    assert run_identity.same_fields(str(tmp_path), base, global_batch=64)
     run_dir.check_identity(str(tmp_path), _identity(base), overwrite=False,
                            backup_dir=str(tmp_path / "backup"))  # fmt: skip
-    (tmp_path / run_dir.IDENTITY_FILE).write_text(json.dumps(recorded))
+    (tmp_path / run_identity.IDENTITY_FILE).write_text(json.dumps(recorded))
     bigger = dataclasses.replace(base, image_size=96)
     assert _identity(bigger).differences(older) == ["image_size"]
-    assert not run_dir.same_fields(str(tmp_path), bigger, global_batch=64)
+    assert not run_identity.same_fields(str(tmp_path), bigger, global_batch=64)
     with pytest.raises(run_dir.RunDirError, match=r"image_size None -> 96"):
         run_dir.check_identity(str(tmp_path), _identity(bigger), overwrite=False,
                                backup_dir=str(tmp_path / "backup"))  # fmt: skip

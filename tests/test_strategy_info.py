@@ -5,6 +5,7 @@ import json
 import pytest
 
 from keras_tpu.runtime import detect
+from keras_tpu.runtime import device_rules
 from keras_tpu.runtime import resolver
 from keras_tpu.runtime import strategy_info
 from tests.conftest import AMX_ONLY_FLAGS
@@ -21,7 +22,7 @@ def _info(**fields):
         replicas=1,
         workers=1,
         devices=("/device:CPU:0",),
-        defaults=detect.device_defaults("cpu"),
+        defaults=device_rules.device_defaults("cpu"),
         tensorflow="2.21.0",
         tf_keras="2.21.0",
     )
@@ -34,7 +35,7 @@ def _tpu(address):
 
 
 def test_questions_callers_ask():
-    local = _info(kind="tpu", tpu=_tpu("local"), defaults=detect.device_defaults("tpu", 8))
+    local = _info(kind="tpu", tpu=_tpu("local"), defaults=device_rules.device_defaults("tpu", 8))
     remote = _info(kind="tpu", tpu=_tpu("grpc://10.0.0.2:8470"))
     assert (local.is_tpu, local.is_remote_tpu, remote.is_remote_tpu) == (True, False, True)
     assert local.io_device("/tmp/x") is None
@@ -97,7 +98,7 @@ def test_describe_says_which_precision_and_why(fresh_resolver, tmp_path, flags, 
 
 def test_describe_on_this_host_follows_the_rule(mirrored):
     info = resolver.describe(mirrored)
-    expected = detect.device_defaults("cpu", CPU_REPLICAS)  # This host's /proc/cpuinfo.
+    expected = device_rules.device_defaults("cpu", CPU_REPLICAS)  # This host's /proc/cpuinfo.
     assert (info["precision_policy"], info["precision_reason"]) == (
         expected.precision_policy,
         expected.precision_reason,

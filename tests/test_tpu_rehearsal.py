@@ -17,6 +17,8 @@ from models.bert import bert_optimizer as optimizers
 from models.bert import bert_text as text
 from keras_tpu.readiness import rehearsal_findings
 from keras_tpu.readiness import tpu_rehearsal
+from keras_tpu.runtime import tf_build
+from keras_tpu.runtime import tf_registries
 from keras_tpu.engine import compiling
 from models import bert
 from models import cnn
@@ -220,6 +222,41 @@ def test_registry_check_matches_xla_cpu_kernels_and_reports_no_tpu_registry():
     assert graph_inspect.lacks_kernel(nodes["EagerPyFunc"], "XLA_CPU_JIT")
     # The `tensorflow` wheel has no TPU XLA backend (see tpu_kernel_registry).
     assert graph_inspect.tpu_kernel_registry() is False
+
+
+def test_the_private_registries_it_reads_exist_in_this_tensorflow():
+    """Tripwire: TensorFlow's op and kernel registries are where graph_inspect reads them."""
+    for name, (module, function) in tf_registries.PRIVATE_NAMES.items():
+        assert tf_registries.private_function(name) is not None, (
+            f"TensorFlow {tf.__version__} has no {module}.{function}; "
+            f"keras_tpu/runtime/tf_registries.py must read its new name"
+        )
+    assert tf_build.tpu_kernels() is not None  # The build probe reads the registry.
+    graph = tf.function(lambda a: tf.strings.as_string(a)).get_concrete_function(
+        tf.TensorSpec((2,), tf.float64)
+    ).graph.as_graph_def()  # fmt: skip
+    node = next(n for _, n in graph_inspect.walk_nodes(graph) if n.op == "AsString")
+    dtypes = {tf.float64.as_datatype_enum, tf.string.as_datatype_enum}
+    assert graph_inspect.node_dtypes(node) == dtypes  # The attribute's, and the op's fixed output.
+
+
+def test_without_the_private_registries_one_warning_each_and_attribute_dtypes(monkeypatch, caplog):
+    gone = {name: ("tensorflow.python.framework.gone", f) for name, (_, f) in
+            tf_registries.PRIVATE_NAMES.items()}  # fmt: skip
+    monkeypatch.setattr(tf_registries, "PRIVATE_NAMES", gone)
+    monkeypatch.setattr(tf_registries, "_warned", set())
+    graph = tf.function(lambda a: tf.strings.as_string(a)).get_concrete_function(
+        tf.TensorSpec((2,), tf.float64)
+    ).graph.as_graph_def()  # fmt: skip
+    node = next(n for _, n in graph_inspect.walk_nodes(graph) if n.op == "AsString")
+    with caplog.at_level("WARNING", logger=tf_registries.__name__):
+        assert graph_inspect.tpu_kernel_registry() is False  # Checked with XLA on the CPU.
+        assert graph_inspect.tpu_kernel_registry() is False
+        # The attribute's float64 is still found; the output's fixed string type is not.
+        assert graph_inspect.node_dtypes(node) == {tf.float64.as_datatype_enum}
+        assert tf_build.tpu_kernels() is None  # The build probe: TPU kernels unknown.
+    warnings = [r.getMessage() for r in caplog.records if r.name == tf_registries.__name__]
+    assert len(warnings) == 2 and all(tf.__version__ in w and ".gone." in w for w in warnings)
 
 
 def test_ops_in_nested_functions_map_to_the_calling_layer():

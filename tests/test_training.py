@@ -173,14 +173,14 @@ def test_loss_is_not_scaled_by_the_replica_count(mirrored):
 
 
 def test_nan_guard_names_the_step(mirrored, caplog):
-    from keras_tpu.engine import callbacks  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import log_callbacks  # pylint: disable=g-import-not-at-top
 
     with mirrored.scope():
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])  # Linear: can blow up.
     compiling.compile_model(model, mirrored, optimizer=keras.optimizers.SGD(1e30), loss="mse")
-    guard = callbacks.NaNGuard()
+    guard = log_callbacks.NaNGuard()
     x = np.full((64, 4), 1e20, np.float32)
-    with caplog.at_level("ERROR", logger="keras_tpu.engine.callbacks"):
+    with caplog.at_level("ERROR", logger="keras_tpu.engine.log_callbacks"):
         model.fit(
             x, np.ones((64, 3), np.float32), batch_size=8, epochs=3, callbacks=[guard], verbose=0
         )
@@ -190,9 +190,9 @@ def test_nan_guard_names_the_step(mirrored, caplog):
 
 
 def test_throughput_meter_reports_mfu():
-    from keras_tpu.engine import callbacks  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import log_callbacks  # pylint: disable=g-import-not-at-top
 
-    meter = callbacks.ThroughputMeter(global_batch=10, flops_per_example=1e9, peak_flops=1e12)
+    meter = log_callbacks.ThroughputMeter(global_batch=10, flops_per_example=1e9, peak_flops=1e12)
     meter.on_epoch_begin(0)
     meter.on_train_batch_end(4)  # Five steps of 10 examples.
     meter._start -= 1.0  # Pretend the steps took (at least) a second.

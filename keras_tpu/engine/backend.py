@@ -22,6 +22,7 @@ from keras_tpu.engine import saved_model_export as export_lib
 from keras_tpu.engine import single_trace
 from keras_tpu.engine import summary as summary_lib
 from keras_tpu.engine import task as task_lib
+from keras_tpu.engine import task_builds
 from keras_tpu.engine import compiling
 from keras_tpu.runtime import determinism
 
@@ -125,14 +126,14 @@ class KerasBackend(Backend):
             config.steps_per_execution, strategy, self.inputs.steps_per_epoch
         )
         with strategy.scope():
-            self.model = task_lib.check_built_model(task.build_model())
-            optimizer = task_lib.build_optimizer(
+            self.model = task_builds.check_built_model(task.build_model())
+            optimizer = task_builds.build_optimizer(
                 task.optimizer,
                 total_steps=self.inputs.steps_per_epoch * config.epochs,
                 learning_rate=config.learning_rate,
             )
             metrics = task_lib.build_metrics(task.metrics)
-        task_lib.check_monitor(
+        task_builds.check_monitor(
             task.monitor, metrics, has_eval=self.inputs.eval is not None,
             outputs=list(getattr(self.model, "output_names", None) or ()),
         )  # fmt: skip

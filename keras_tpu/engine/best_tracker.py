@@ -22,8 +22,7 @@ import tempfile
 import numpy as np
 
 from keras_tpu import checks
-
-from keras_tpu.engine import output_paths
+from keras_tpu.engine import atomic_writes
 from keras_tpu.engine import stops
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy_info import StrategyInfo
@@ -150,17 +149,17 @@ class BestWeights(keras.callbacks.Callback):
             os.makedirs(parent, exist_ok=True)
             # A worker's copy is thrown away (saving can run collectives: every worker saves).
             temp = tempfile.mkdtemp(
-                prefix=output_paths.temp_prefix(self.directory), dir=parent if self.chief else None
+                prefix=atomic_writes.temp_prefix(self.directory), dir=parent if self.chief else None
             )
             self.model.save_weights(os.path.join(temp, WEIGHTS), options=self.options)
             if self.chief:
-                output_paths.replace_directory(temp, self.directory)
-        except output_paths.WRITE_ERRORS as e:
-            if not output_paths.is_write_error(e):
+                atomic_writes.replace_directory(temp, self.directory)
+        except atomic_writes.WRITE_ERRORS as e:
+            if not atomic_writes.is_write_error(e):
                 raise
             weights = sum(w.shape.num_elements() * w.dtype.size for w in self.model.weights)
-            written = output_paths.tree_bytes(temp) if temp else 0
-            error = output_paths.write_error(
+            written = atomic_writes.tree_bytes(temp) if temp else 0
+            error = atomic_writes.write_error(
                 self.directory, e, needed_bytes=weights, written_bytes=written
             )
             line = f"{error} The last backup is kept: run the same command again to resume."

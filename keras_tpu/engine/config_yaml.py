@@ -262,11 +262,11 @@ def to_yaml(config, *, header="", task=None):
 def write(config, path, *, task=None):
     """Write `config` (and its registry TaskEntry) to `path` as YAML that reruns it exactly."""
     # Here, not at the top: the scripts read config files before TensorFlow is imported.
-    from keras_tpu.engine import output_paths  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine import atomic_writes  # pylint: disable=g-import-not-at-top
 
     command = "scripts/train.py" if task is not None else "the same script"
     header = (
         f"Resolved {type(config).__name__} of a keras_tpu run; rerun it with {command} "
         f"--config_file={path} (add --model_dir=... to write elsewhere)."
     )
-    output_paths.write_file(path, to_yaml(config, header=header, task=task))
+    atomic_writes.write_file(path, to_yaml(config, header=header, task=task))

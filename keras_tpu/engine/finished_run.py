@@ -18,7 +18,7 @@ from keras_tpu import checks
 from keras_tpu.engine import config_yaml
 from keras_tpu.engine import registry
 from keras_tpu.engine import summary as summary_lib
-from keras_tpu.engine import task as task_lib
+from keras_tpu.engine import task_builds
 from keras_tpu.runtime import resolver
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy_info import StrategyInfo
@@ -132,7 +132,7 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
     try:
         task = entry.build(config)
         with strategy.scope():
-            model = task_lib.check_built_model(task.build_model())
+            model = task_builds.check_built_model(task.build_model())
     finally:
         keras.mixed_precision.set_global_policy(previous)
     export_dir, best = config.export_dir, os.path.join(model_dir, "best", "checkpoint")

@@ -3,7 +3,7 @@
 Every file a run writes is written whole or not at all (summary.json, best/, the
 export: a temp copy beside the target, then a rename; backups: verified before
 use), so a kill can leave only these, each named with its writer's PID
-(`output_paths.temp_prefix`) and removed once that PID no longer runs on this host:
+(`atomic_writes.temp_prefix`) and removed once that PID no longer runs on this host:
 
   - `.summary.json.tmp-<pid>` (and run.json's, config.yaml's) and `.best.tmp-<pid>-*`
     in model_dir, and
@@ -84,7 +84,7 @@ def _clean_temps(directory, targets):
         if not match or match["target"] not in targets or _alive(int(match["pid"])):
             continue
         path, target = os.path.join(directory, name), os.path.join(directory, match["target"])
-        held = os.path.join(path, "export")  # output_paths.replace_directory's old copy.
+        held = os.path.join(path, "export")  # atomic_writes.replace_directory's old copy.
         if match["kind"] == "old" and not os.path.exists(target) and os.path.isdir(held):
             os.rename(held, target)  # Killed between the renames: the old copy is the one.
             removed.append(f"{name} (renamed back to {match['target']})")

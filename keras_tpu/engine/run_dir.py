@@ -1,14 +1,14 @@
-"""A run directory belongs to one run: its identity, a lock, and room to write.
+"""A run directory belongs to one run: its identity checked, a lock, and room to write.
 
-`model_dir/run.json` records what the run trains (the config fields that change
-the result, the global batch, the model's variable shapes). A later run in the
-same directory that would train something else is refused, because resuming its
-backup would silently carry one run's state into another. `model_dir/run.lock`
-(PID and host) keeps two live runs out of one directory; a lock whose PID is no
-longer alive on this host is left over from a killed run and is taken over.
+`model_dir/run.json` records what the run trains (run_identity.RunIdentity: the
+config fields that change the result, the global batch, the model's variable
+shapes). A later run in the same directory that would train something else is
+refused, because resuming its backup would silently carry one run's state into
+another. `model_dir/run.lock` (PID and host) keeps two live runs out of one
+directory; a lock whose PID is no longer alive on this host is left over from a
+killed run and is taken over.
 """
 
-import dataclasses
 import json
 import logging
 import os
@@ -19,109 +19,16 @@ import time
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.engine import output_paths
-from keras_tpu.engine import run_config
+from keras_tpu.engine import atomic_writes
+from keras_tpu.engine import run_identity
 
 log = logging.getLogger(__name__)
 
-IDENTITY_FILE = "run.json"
 LOCK_FILE = "run.lock"
+
+
 class RunDirError(checks.ConfigError):
     """The run directory belongs to another run, is in use, or cannot be written."""
-
-
-@dataclasses.dataclass(frozen=True)
-class RunIdentity:
-    """What a run trains: config fields (incl. global batch) and variable shapes."""
-
-    fields: tuple  # ((name, value), ...), sorted by name.
-    variables: tuple  # ((dtype, shape list), ...) in model order. Not names: Keras
-    # numbers layer names per process (dense_1, dense_2), so a notebook's second run differs.
-    # The config's defaults ((name, value), ...), not recorded: a field a newer keras_tpu
-    # added is the same run when it holds its default (what the older run trained with).
-    defaults: tuple = dataclasses.field(default=(), compare=False)
-    # The config's fields that are not identity (RunConfig's `setting(identity=False)`), not
-    # recorded: one an older keras_tpu recorded as identity does not count.
-    not_identity: frozenset = dataclasses.field(default=frozenset(), compare=False)
-
-    @classmethod
-    def of(cls, config, *, global_batch, model):
-        """Return the identity of `config` training `model` at `global_batch`."""
-        variables = tuple((v.dtype.name, list(v.shape)) for v in model.weights)
-        return cls(identity_fields(config, global_batch), variables, field_defaults(config),
-                   not_identity(config))  # fmt: skip
-
-    def to_json(self):
-        return json.dumps(
-            {"fields": dict(self.fields), "variables": [list(v) for v in self.variables]}, indent=1
-        )
-
-    @classmethod
-    def from_json(cls, text):
-        value = json.loads(text)
-        return cls(
-            tuple(sorted(value["fields"].items())), tuple((n, s) for n, s in value["variables"])
-        )
-
-    def differences(self, other):
-        """Return the names of what differs from `other`: fields, then "model variables"."""
-        # A field recorded by an older keras_tpu that is no longer identity does not count.
-        names = _differing(self.fields, other.fields, dict(self.defaults), self.not_identity)
-        if [list(v) for v in self.variables] != [list(v) for v in other.variables]:
-            names.append("model variables")
-        return names
-
-
-def not_identity(config):
-    """Return the names of `config`'s fields that say how or where it trains, not what."""
-    return frozenset(f.name for f in dataclasses.fields(config)) - run_config.identity_names(config)
-
-
-def identity_fields(config, global_batch):
-    """Return the ((name, value), ...) of `config` that say what a run learns."""
-    fields = {name: getattr(config, name) for name in run_config.identity_names(config)}
-    fields["global_batch"] = int(global_batch)
-    return tuple(sorted(fields.items()))
-
-
-def same_fields(model_dir, config, *, global_batch):
-    """Return True if model_dir's run.json records the same identity fields as `config`."""
-    path = os.path.join(model_dir, IDENTITY_FILE)
-    if not tf.io.gfile.exists(path):
-        return False
-    with tf.io.gfile.GFile(path) as f:
-        recorded = RunIdentity.from_json(f.read())
-    fields, defaults = identity_fields(config, global_batch), dict(field_defaults(config))
-    return not _differing(fields, recorded.fields, defaults, not_identity(config))
-
-
-def field_defaults(config):
-    """Return ((name, default), ...) of the config dataclass's fields that have one."""
-    defaults = {}
-    for f in dataclasses.fields(config):
-        if f.default is not dataclasses.MISSING:
-            defaults[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            defaults[f.name] = f.default_factory()
-    return tuple(sorted(defaults.items()))
-
-
-def _differing(fields, recorded, defaults, transient):
-    """Return the sorted names whose values differ between `fields` and `recorded`.
-
-    A field recorded by an older keras_tpu that is no longer identity (in `transient`) does
-    not count, nor one that a newer keras_tpu added and `fields` holds at its default.
-    """
-    mine, theirs = (
-        {k: v for k, v in dict(f).items() if k not in transient} for f in (fields, recorded)
-    )
-    names = []
-    for k in sorted(set(mine) | set(theirs)):
-        if k in mine and k not in theirs and k in defaults and mine[k] == defaults[k]:
-            continue
-        if mine.get(k) != theirs.get(k):
-            names.append(k)
-    return names
 
 
 def check_identity(model_dir, identity, *, overwrite, backup_dir):
@@ -129,10 +36,10 @@ def check_identity(model_dir, identity, *, overwrite, backup_dir):
 
     With `overwrite` the directory's backups are deleted and the run starts over.
     """
-    path = os.path.join(model_dir, IDENTITY_FILE)
+    path = os.path.join(model_dir, run_identity.IDENTITY_FILE)
     if tf.io.gfile.exists(path):
         with tf.io.gfile.GFile(path) as f:
-            recorded = RunIdentity.from_json(f.read())
+            recorded = run_identity.RunIdentity.from_json(f.read())
         differ = identity.differences(recorded)
         if differ and not overwrite:
             recorded_fields, fields = dict(recorded.fields), dict(identity.fields)
@@ -149,7 +56,7 @@ def check_identity(model_dir, identity, *, overwrite, backup_dir):
     if overwrite and tf.io.gfile.exists(backup_dir):
         log.warning("keras_tpu: --overwrite: deleting the backups in %s", backup_dir)
         tf.io.gfile.rmtree(backup_dir)
-    output_paths.write_file(path, identity.to_json())  # Torn, it would refuse every rerun.
+    atomic_writes.write_file(path, identity.to_json())  # Torn, it would refuse every rerun.
 
 
 # A finished run asked to evaluate on other data: scoring it needs no training.
@@ -162,7 +69,7 @@ _FINISHED_FIX = (
 
 def _finished(model_dir):
     """True if model_dir's summary.json says the run finished (status "ok")."""
-    path = os.path.join(model_dir, "summary.json")  # summary.py's SUMMARY_FILE (it imports us).
+    path = os.path.join(model_dir, "summary.json")  # summary.SUMMARY_FILE (a layer above).
     try:
         with tf.io.gfile.GFile(path) as f:
             return json.load(f).get("status") == "ok"

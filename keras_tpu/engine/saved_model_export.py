@@ -13,8 +13,8 @@ import tempfile
 
 import tensorflow as tf
 
+from keras_tpu.engine import atomic_writes
 from keras_tpu.runtime import compat
-from keras_tpu.engine import output_paths
 from keras_tpu.runtime.strategy_info import StrategyInfo
 
 
@@ -69,7 +69,7 @@ def export_model(
 
     For a remote TPU node the files are written by this host, so a local
     export_dir works (tensorflow/tensorflow#36447). The SavedModel is written
-    beside export_dir and renamed into place (`output_paths.save_atomically`); an
+    beside export_dir and renamed into place (`atomic_writes.save_atomically`); an
     export_dir holding something else is refused unless `overwrite`.
 
     Args:
@@ -96,7 +96,7 @@ def export_model(
                 options=_save_options(strategy, directory),
             )
 
-    return output_paths.save_atomically(save, export_dir, model, overwrite=overwrite)
+    return atomic_writes.save_atomically(save, export_dir, model, overwrite=overwrite)
 
 
 def export_on_every_worker(export_fn, export_dir, strategy):

@@ -14,14 +14,16 @@ for every replica, twice before its first step. On 4 CPU replicas that is
 training data's element spec before `fit`, with the same public build calls
 the first step makes, so the step is traced once. If a model's outputs cannot
 be inferred from the spec (an unusual subclassed model), nothing is built and
-the run goes on as tf_keras runs it, tracing twice; `traced_once` is the
-tripwire the tests read.
+the run goes on as tf_keras runs it, tracing twice; so it does if TensorFlow
+hides a distributed dataset's per-replica specs (its private `_value_specs`, read
+in runtime/replica_spec.py only). `traced_once` is the tripwire the tests read.
 """
 
 import logging
 
 import tensorflow as tf
 
+from keras_tpu.runtime import replica_spec
 from keras_tpu.runtime.compat import keras
 
 log = logging.getLogger(__name__)
@@ -31,16 +33,11 @@ def per_replica_spec(element_spec):
     """Return one replica's component specs of a (distributed) dataset's element spec.
 
     A multi-device distributed dataset gives each leaf as a `PerReplicaSpec`, whose
-    replicas share one spec; a single-device one gives plain `TensorSpec`s.
+    replicas share one spec; a single-device one gives plain `TensorSpec`s. None if
+    this TensorFlow hides the replicas' specs (runtime/replica_spec.py, after one
+    warning): `build_ahead` then leaves the model to tf_keras, traced twice.
     """
-
-    def one(spec):
-        # values.PerReplicaSpec keeps its replicas' specs in `_value_specs`
-        # (tensorflow/python/distribute/values.py, stable since TF 2.2).
-        replicas = getattr(spec, "_value_specs", None)
-        return replicas[0] if replicas else spec
-
-    return tf.nest.map_structure(one, element_spec)
+    return replica_spec.first_replica(element_spec)
 
 
 def _symbolic(spec):
@@ -61,6 +58,8 @@ def build_ahead(model, strategy, element_spec):
       False if the model was left to build on its first step (traced twice).
     """
     spec = per_replica_spec(element_spec)
+    if spec is None:
+        return False  # The replicas' specs are hidden: tf_keras's own path (one warning said so).
     if not isinstance(spec, tuple) or len(spec) < 2:
         return False  # Unsupervised data: tf_keras's own path.
     x_spec, y_spec = spec[0], spec[1]

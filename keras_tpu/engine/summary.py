@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from keras_tpu.engine import atomic_writes
 from keras_tpu.engine import best_tracker
 from keras_tpu.engine import compiling
-from keras_tpu.engine import output_paths
-from keras_tpu.engine import run_dir
+from keras_tpu.engine import run_identity
 
 log = logging.getLogger(__name__)
 
@@ -141,14 +141,14 @@ class StoppedSummary:
 def write(summary, model_dir):
     """Write a summary (RunSummary, StoppedSummary or dict) to model_dir/summary.json.
 
-    Whole or not at all (`output_paths.write_file`): a kill leaves the old summary or
+    Whole or not at all (`atomic_writes.write_file`): a kill leaves the old summary or
     the new one, never half of one.
     """
     if not model_dir:
         return None
     value = summary if isinstance(summary, dict) else summary.to_dict()
     tf.io.gfile.makedirs(model_dir)
-    return output_paths.write_file(
+    return atomic_writes.write_file(
         os.path.join(model_dir, SUMMARY_FILE), json.dumps(value, indent=2)
     )
 
@@ -260,7 +260,7 @@ def finished_run(config, global_batch):
     previous = read(config.model_dir)
     if not previous or previous.get("status") != "ok":
         return None
-    if not run_dir.same_fields(config.model_dir, config, global_batch=global_batch):
+    if not run_identity.same_fields(config.model_dir, config, global_batch=global_batch):
         return None  # Another run: the identity check refuses it with the differences.
     log.warning(
         "keras_tpu: this run finished at step %d, summary in %s; nothing to do (--overwrite "

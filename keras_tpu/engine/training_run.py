@@ -26,11 +26,12 @@ from keras_tpu.engine import output_paths
 from keras_tpu.engine import preemption as preemption_lib
 from keras_tpu.engine import registry
 from keras_tpu.engine import run_dir
+from keras_tpu.engine import run_identity
 from keras_tpu.engine import run_position
 from keras_tpu.engine import saved_model_export
 from keras_tpu.engine import stops
 from keras_tpu.engine import summary as summary_lib
-from keras_tpu.engine import task as task_lib
+from keras_tpu.engine import task_builds
 from keras_tpu.runtime import cluster
 from keras_tpu.runtime import determinism
 from keras_tpu.runtime import replica_batch_norm
@@ -140,7 +141,7 @@ class TrainingRun:
             peak_flops=config.peak_tflops and config.peak_tflops * 1e12,
             steps_per_execution=self.shape.steps_per_execution,
             progress_seconds=config.progress_seconds if config.verbose == 2 else None,
-            extra=task_lib.build_callbacks(task.callbacks),
+            extra=task_builds.build_callbacks(task.callbacks),
             preemption=self.preemption,
             early_stop=config.early_stopping_patience and early_stopping.EarlyStop(
                 task.monitor, task.best_mode, config.early_stopping_patience,
@@ -156,7 +157,7 @@ class TrainingRun:
         config, backup = self.config, self.callbacks.backup
         lock = None
         if config.model_dir and self.info.is_chief:
-            identity = run_dir.RunIdentity.of(
+            identity = run_identity.RunIdentity.of(
                 config, global_batch=self.shape.global_batch, model=self.model
             )
             lock = run_dir.open_run(

@@ -1,7 +1,12 @@
-"""Inspect traced TensorFlow graphs: nested functions, dtypes, registered XLA kernels."""
+"""Inspect traced TensorFlow graphs: nested functions, dtypes, registered XLA kernels.
 
-from tensorflow.python.framework import kernels
-from tensorflow.python.framework import op_def_registry
+The op and kernel registries are read through runtime/tf_registries.py (TensorFlow's
+private modules, behind one adapter): if this TensorFlow hides them, there is no TPU
+kernel registry (steps are checked with XLA on the CPU, as in the `tensorflow` wheel)
+and an op's dtypes are its attributes' only.
+"""
+
+from keras_tpu.runtime import tf_registries
 
 
 def _called_functions(node):
@@ -40,7 +45,7 @@ def node_dtypes(node):
         if value.HasField("type"):
             dtypes.add(value.type)
         dtypes.update(value.list.type)
-    op_def = op_def_registry.get(node.op)
+    op_def = tf_registries.op_def(node.op)
     if op_def is not None:
         dtypes.update(arg.type for arg in (*op_def.input_arg, *op_def.output_arg) if arg.type)
     return dtypes
@@ -65,13 +70,15 @@ def tpu_kernel_registry():
 
 
 def _has_kernels(op_type, device_type):
-    registered = kernels.get_registered_kernels_for_op(op_type).kernel
-    return any(k.device_type == device_type for k in registered)
+    registered = tf_registries.registered_kernels(op_type)
+    # No registry to read: as in a wheel without TPU kernels.
+    return any(k.device_type == device_type for k in registered or ())
 
 
 def lacks_kernel(node, device_type):
     """Return True if no kernel of `device_type` accepts `node`'s op with its dtypes."""
-    for kernel in kernels.get_registered_kernels_for_op(node.op).kernel:
+    # Only asked once tpu_kernel_registry() found the registry (so it is readable).
+    for kernel in tf_registries.registered_kernels(node.op) or ():
         if kernel.device_type != device_type:
             continue
         allowed = {

@@ -15,6 +15,7 @@ from tensorflow.core.framework import types_pb2
 from keras_tpu import checks
 from keras_tpu.readiness import graph_inspect
 from keras_tpu.readiness.rehearsal_report import FIXES, Finding
+from keras_tpu.runtime import replica_spec
 
 PY_FUNC_OPS = frozenset({"EagerPyFunc", "PyFunc", "PyFuncStateless"})
 # String-typed ops XLA drops or folds at compile time (assertion messages).
@@ -34,11 +35,15 @@ def element_spec(data):
             f".batch(batch_size, drop_remainder=True)."
         )
 
-    def first_replica(leaf):  # A distributed dataset gives PerReplicaSpec(one per replica).
-        values = getattr(leaf, "_value_specs", None)
-        return values[0] if values else leaf
-
-    return tf.nest.map_structure(first_replica, spec)
+    # A distributed dataset gives PerReplicaSpec (one per replica): read the first.
+    per_replica = replica_spec.first_replica(spec)
+    if per_replica is None:  # This TensorFlow hides them (one warning said so).
+        raise checks.ConfigError(
+            f"rehearse_tpu cannot read one replica's batch of a distributed dataset in "
+            f"TensorFlow {tf.__version__} (PerReplicaSpec has no {replica_spec.PRIVATE_NAME}); "
+            f"pass the tf.data.Dataset before strategy.experimental_distribute_dataset."
+        )
+    return per_replica
 
 
 def _paths(structure, prefix="dataset element"):

@@ -1,6 +1,6 @@
 """Read what the host CPU computes natively, from the flags the OS reports.
 
-The precision rule (detect.device_defaults) needs one fact about a CPU: does it
+The precision rule (device_rules.device_defaults) needs one fact about a CPU: does it
 multiply bfloat16 natively? Linux lists the instruction-set extensions in the
 `flags` line of /proc/cpuinfo; everything here reads that file under a root a
 test can fake, and never touches TensorFlow.

@@ -2,7 +2,8 @@
 
 Everything here reads the environment (variables, device files, sysfs) and
 returns plain values, so the precedence rules are tested with faked
-environments and no accelerator. Connecting is resolver.py's job.
+environments and no accelerator. Connecting is resolver.py's job; what a run
+uses on the device found (precision, XLA) is device_rules.py's.
 """
 
 import dataclasses
@@ -11,7 +12,6 @@ import json
 import os
 
 from keras_tpu import checks
-from keras_tpu.runtime import cpu_features
 from keras_tpu.runtime import tpu_address
 
 # PCI ids of Google TPU chips, as libtpu-based frameworks detect a TPU VM host
@@ -229,80 +229,3 @@ def parse_tf_config(environ=None):
             f'give each worker its own "task": {{"type": "worker", "index": N}} ({where}), {alone}',
         )
     return spec
-
-
-@dataclasses.dataclass(frozen=True)
-class DeviceDefaults:
-    """What the rest of the toolkit should use on this kind of device.
-
-    Attributes:
-      precision_policy: the Keras mixed-precision policy "auto" picks here.
-      jit_compile: whether to XLA-compile the training step.
-      reason: why jit_compile is what it is.
-      precision_reason: why precision_policy, e.g. "bf16: this CPU has AVX512_BF16".
-    """
-
-    precision_policy: str
-    jit_compile: bool
-    reason: str
-    precision_reason: str
-
-
-def auto_precision(kind, gpu_compute_capability=None, root="/"):
-    """Return (policy, reason): the mixed-precision policy "auto" picks on this device.
-
-    On a CPU the rule is one sentence: bf16 where the CPU flags the OS reports
-    include avx512_bf16 or amx_bf16 (native bf16 arithmetic), else fp32. BERT
-    small fine-tuning ran 1.65x faster in bf16 on an AMD EPYC with AVX512_BF16
-    and 1.63x on an Intel host with AMX-BF16, slower without (README "Precision").
-
-    Args:
-      kind: the strategy kind (see device_defaults).
-      gpu_compute_capability: (major, minor) of the first GPU, if any.
-      root: the filesystem root to read /proc/cpuinfo under (tests fake it).
-    """
-    if kind == "tpu":
-        return "mixed_bfloat16", "bf16: TPUs compute bfloat16 natively"
-    if kind == "multi_worker":
-        return "float32", (
-            "fp32: a multi-worker cluster keeps fp32 because its hosts may differ in native "
-            "bf16/fp16 and must all train alike (pass --mixed_precision=bf16 or fp16 when every "
-            "worker has it)"
-        )
-    if kind in ("mirrored", "one_device"):
-        if not gpu_compute_capability:
-            return "float32", "fp32: the GPU's compute capability is unknown"
-        gpu = f"this GPU (compute capability {'.'.join(map(str, gpu_compute_capability))})"
-        if gpu_compute_capability[0] >= 7:
-            return "mixed_float16", f"fp16: {gpu} has tensor cores"
-        return "float32", f"fp32: {gpu} has no fp16 tensor cores"
-    cpu = cpu_features.read_cpu_features(root)
-    if cpu.flags is None:
-        return "float32", f"fp32: the CPU flags are unknown ({cpu.source} has none)"
-    if cpu.native_bf16:
-        return "mixed_bfloat16", f"bf16: this CPU has {' and '.join(cpu.native_bf16)}"
-    return "float32", "fp32: this CPU has no native bf16 (no AVX512_BF16 or AMX-BF16)"
-
-
-def device_defaults(kind, replicas=1, gpu_compute_capability=None, root="/"):
-    """Recommend a mixed-precision policy and whether to XLA-compile.
-
-    Args:
-      kind: the strategy kind ("tpu", "multi_worker", "mirrored", "one_device", "cpu").
-      replicas: replicas in sync.
-      gpu_compute_capability: (major, minor) of the first GPU, if any.
-      root: the filesystem root to read the CPU flags under (tests fake it).
-    """
-    policy, why = auto_precision(kind, gpu_compute_capability, root)
-    if kind == "tpu":
-        return DeviceDefaults(policy, True, "TPU: every step is XLA-compiled anyway", why)
-    if gpu_compute_capability is not None and replicas == 1 and kind == "one_device":
-        return DeviceDefaults(policy, True, "one GPU: XLA fuses kernels", why)
-    if replicas > 1 or kind == "multi_worker":
-        # Measured: jit_compile with MirroredStrategy over >= 2 replicas fails in
-        # both tf_keras and Keras 3.
-        return DeviceDefaults(
-            policy, False, f"{replicas} replicas: XLA fails under MirroredStrategy", why
-        )
-    # Measured: XLA made the reference CNN 8x slower on this CPU.
-    return DeviceDefaults(policy, False, "CPU: XLA is slower than the default kernels", why)

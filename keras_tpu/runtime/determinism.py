@@ -26,12 +26,56 @@ The deterministic mode therefore:
 
 import contextlib
 import dataclasses
+import importlib
+import logging
 import zlib
 
 import tensorflow as tf
-from tensorflow.python.framework import config as tf_config
 
 from keras_tpu.runtime.compat import keras
+
+log = logging.getLogger(__name__)
+
+# TensorFlow has a public switch to turn op determinism on and none to read it or turn it
+# off; tf.config's own module has both (tensorflow/python/framework/config.py, TF 2.9-2.21),
+# read only here (`_switch`), when a run asks, never at import. Without them the mode
+# cannot be turned off in this process: one warning, and it stays on (the same results,
+# slower kernels). tests/test_determinism.py is the tripwire.
+PRIVATE_MODULE = "tensorflow.python.framework.config"
+PRIVATE_NAMES = ("is_op_determinism_enabled", "disable_op_determinism")
+_warned = False
+
+
+def _switch():
+    """Return TensorFlow's private (is_enabled, disable) of op determinism, or None (gone)."""
+    try:
+        module = importlib.import_module(PRIVATE_MODULE)
+        return tuple(getattr(module, name) for name in PRIVATE_NAMES)
+    except (ImportError, AttributeError):
+        return None
+
+
+def _op_determinism_enabled():
+    """Return whether op determinism is on (without the private names: whether we set it)."""
+    switch = _switch()
+    return _current.deterministic if switch is None else switch[0]()
+
+
+def _disable_op_determinism():
+    """Turn op determinism off; return False if this TensorFlow cannot (it stays on)."""
+    global _warned
+    switch = _switch()
+    if switch is not None:
+        switch[1]()
+        return True
+    if not _warned:
+        _warned = True
+        log.warning(
+            "keras_tpu: TensorFlow %s has no %s.%s, which turns op determinism off: it stays "
+            "on in this process (the same results, slower kernels).",
+            tf.__version__, PRIVATE_MODULE, " / ".join(PRIVATE_NAMES),
+        )  # fmt: skip
+    return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,9 +109,8 @@ def seed_everything(seed, *, deterministic=True):
     keras.utils.set_random_seed(seed)  # Python's random, NumPy and TensorFlow's global seed.
     if deterministic:
         tf.config.experimental.enable_op_determinism()
-    elif tf_config.is_op_determinism_enabled():
-        # TensorFlow has no public switch back; tf.config's own module does.
-        tf_config.disable_op_determinism()
+    elif _op_determinism_enabled():
+        _disable_op_determinism()  # No public switch back: the private one, or it stays on.
     _current = Determinism(seed=int(seed), deterministic=bool(deterministic))
     return _current
 
@@ -80,9 +123,7 @@ def op_determinism_off():
     ops do not yet have a deterministic XLA implementation"), so the TPU compile rehearsal,
     which asks only whether XLA can compile the step, runs without it.
     """
-    was_on = tf_config.is_op_determinism_enabled()
-    if was_on:
-        tf_config.disable_op_determinism()
+    was_on = _op_determinism_enabled() and _disable_op_determinism()
     try:
         yield
     finally:

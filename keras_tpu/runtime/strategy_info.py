@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from keras_tpu.runtime import accelerators
 from keras_tpu.runtime import compat
-from keras_tpu.runtime import detect
+from keras_tpu.runtime import device_rules
 from keras_tpu.runtime import strategy_inspect
 from keras_tpu.runtime.strategy_inspect import (  # noqa: F401  (strategy_info.TPUSystem, ...)
     ClusterRole,
@@ -67,7 +67,7 @@ class StrategyInfo:
     replicas: int
     workers: int
     devices: tuple[str, ...]
-    defaults: detect.DeviceDefaults
+    defaults: device_rules.DeviceDefaults
     tensorflow: str
     tf_keras: str
     requested: str | None = None
@@ -242,7 +242,7 @@ class StrategyInfo:
             replicas=replicas,
             workers=workers,
             devices=tuple(strategy_inspect.devices_of(strategy)),
-            defaults=detect.device_defaults(kind, replicas, gpu_compute_capability, root),
+            defaults=device_rules.device_defaults(kind, replicas, gpu_compute_capability, root),
             tensorflow=tf.__version__,
             tf_keras=compat.keras.__version__,
             gpu_compute_capability=gpu_compute_capability,

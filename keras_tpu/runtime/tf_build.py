@@ -113,13 +113,13 @@ def _libtpu_library(environ):
 
 def tpu_kernels(op=TPU_PROBE_OP):
     """Return the device types with a kernel registered for `op`, or None if unreadable."""
-    try:
-        from tensorflow.python.framework import kernels  # pylint: disable=g-import-not-at-top
+    from keras_tpu.runtime import tf_registries  # pylint: disable=g-import-not-at-top
 
-        registered = kernels.get_registered_kernels_for_op(op).kernel
-        return tuple(sorted({k.device_type for k in registered}))
+    try:
+        registered = tf_registries.registered_kernels(op)  # Imports TensorFlow: when called.
     except Exception:  # pylint: disable=broad-except  # A probe reports, never raises.
         return None
+    return None if registered is None else tuple(sorted({k.device_type for k in registered}))
 
 
 def installed(environ=None):

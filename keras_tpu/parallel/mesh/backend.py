@@ -37,10 +37,11 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu import data
+from keras_tpu.engine import atomic_writes
 from keras_tpu.engine import backend as backend_lib
 from keras_tpu.engine import execution_loop
-from keras_tpu.engine import output_paths
 from keras_tpu.engine import task as task_lib
+from keras_tpu.engine import task_builds
 from keras_tpu.parallel.mesh import laid_out
 from keras_tpu.parallel.mesh import run_setup as sharded_training
 from keras_tpu.parallel.mesh import layout
@@ -119,7 +120,7 @@ class ShardedBackend(backend_lib.Backend):
 
     def build(self):
         config, task = self.config, self.task
-        task_lib.check_monitor(  # Before anything is built: a value the run never logs.
+        task_builds.check_monitor(  # Before anything is built: a value the run never logs.
             task.monitor, task_lib.build_metrics(task.metrics), has_eval=task.eval_data is not None
         )
         self.mesh = layout.make_mesh(self.model_parallel)
@@ -133,7 +134,7 @@ class ShardedBackend(backend_lib.Backend):
             config.steps_per_execution, self.mesh, steps_per_epoch
         )
         model = self.model_spec.build(self.mesh, config)
-        optimizer = task_lib.build_optimizer(
+        optimizer = task_builds.build_optimizer(
             task.optimizer,
             total_steps=steps_per_epoch * config.epochs,
             learning_rate=config.learning_rate,
@@ -207,7 +208,7 @@ class ShardedBackend(backend_lib.Backend):
             with tf.device("/CPU:0"):
                 self.model_spec.write_export(weights, directory)
 
-        return output_paths.save_atomically(save, export_dir, self.model, overwrite=overwrite)
+        return atomic_writes.save_atomically(save, export_dir, self.model, overwrite=overwrite)
 
     def weights_checksum(self):
         return self.loop.weights_checksum()

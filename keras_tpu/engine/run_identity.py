@@ -1,0 +1,112 @@
+"""What a run trains, recorded in `model_dir/run.json`: its identity, and what counts in it.
+
+The config fields that change the result (RunConfig's `setting(identity=...)`), the
+global batch and the model's variable shapes. run_dir.check_identity refuses a run
+in a directory whose identity differs; summary.py reads whether the fields match.
+A field a newer keras_tpu added counts only off its default, and one an older
+keras_tpu recorded that is no longer identity does not count.
+"""
+
+import dataclasses
+import json
+import os
+
+import tensorflow as tf
+
+from keras_tpu.engine import run_config
+
+IDENTITY_FILE = "run.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunIdentity:
+    """What a run trains: config fields (incl. global batch) and variable shapes."""
+
+    fields: tuple  # ((name, value), ...), sorted by name.
+    variables: tuple  # ((dtype, shape list), ...) in model order. Not names: Keras
+    # numbers layer names per process (dense_1, dense_2), so a notebook's second run differs.
+    # The config's defaults ((name, value), ...), not recorded: a field a newer keras_tpu
+    # added is the same run when it holds its default (what the older run trained with).
+    defaults: tuple = dataclasses.field(default=(), compare=False)
+    # The config's fields that are not identity (RunConfig's `setting(identity=False)`), not
+    # recorded: one an older keras_tpu recorded as identity does not count.
+    not_identity: frozenset = dataclasses.field(default=frozenset(), compare=False)
+
+    @classmethod
+    def of(cls, config, *, global_batch, model):
+        """Return the identity of `config` training `model` at `global_batch`."""
+        variables = tuple((v.dtype.name, list(v.shape)) for v in model.weights)
+        return cls(identity_fields(config, global_batch), variables, field_defaults(config),
+                   not_identity(config))  # fmt: skip
+
+    def to_json(self):
+        return json.dumps(
+            {"fields": dict(self.fields), "variables": [list(v) for v in self.variables]}, indent=1
+        )
+
+    @classmethod
+    def from_json(cls, text):
+        value = json.loads(text)
+        return cls(
+            tuple(sorted(value["fields"].items())), tuple((n, s) for n, s in value["variables"])
+        )
+
+    def differences(self, other):
+        """Return the names of what differs from `other`: fields, then "model variables"."""
+        # A field recorded by an older keras_tpu that is no longer identity does not count.
+        names = _differing(self.fields, other.fields, dict(self.defaults), self.not_identity)
+        if [list(v) for v in self.variables] != [list(v) for v in other.variables]:
+            names.append("model variables")
+        return names
+
+
+def not_identity(config):
+    """Return the names of `config`'s fields that say how or where it trains, not what."""
+    return frozenset(f.name for f in dataclasses.fields(config)) - run_config.identity_names(config)
+
+
+def identity_fields(config, global_batch):
+    """Return the ((name, value), ...) of `config` that say what a run learns."""
+    fields = {name: getattr(config, name) for name in run_config.identity_names(config)}
+    fields["global_batch"] = int(global_batch)
+    return tuple(sorted(fields.items()))
+
+
+def same_fields(model_dir, config, *, global_batch):
+    """Return True if model_dir's run.json records the same identity fields as `config`."""
+    path = os.path.join(model_dir, IDENTITY_FILE)
+    if not tf.io.gfile.exists(path):
+        return False
+    with tf.io.gfile.GFile(path) as f:
+        recorded = RunIdentity.from_json(f.read())
+    fields, defaults = identity_fields(config, global_batch), dict(field_defaults(config))
+    return not _differing(fields, recorded.fields, defaults, not_identity(config))
+
+
+def field_defaults(config):
+    """Return ((name, default), ...) of the config dataclass's fields that have one."""
+    defaults = {}
+    for f in dataclasses.fields(config):
+        if f.default is not dataclasses.MISSING:
+            defaults[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            defaults[f.name] = f.default_factory()
+    return tuple(sorted(defaults.items()))
+
+
+def _differing(fields, recorded, defaults, transient):
+    """Return the sorted names whose values differ between `fields` and `recorded`.
+
+    A field recorded by an older keras_tpu that is no longer identity (in `transient`) does
+    not count, nor one that a newer keras_tpu added and `fields` holds at its default.
+    """
+    mine, theirs = (
+        {k: v for k, v in dict(f).items() if k not in transient} for f in (fields, recorded)
+    )
+    names = []
+    for k in sorted(set(mine) | set(theirs)):
+        if k in mine and k not in theirs and k in defaults and mine[k] == defaults[k]:
+            continue
+        if mine.get(k) != theirs.get(k):
+            names.append(k)
+    return names
