@@ -220,6 +220,7 @@ def pretend(monkeypatch, strategy, *, kind=None, tpu_address=None, cpu_root=None
     """
     import dataclasses  # pylint: disable=g-import-not-at-top
 
+    from keras_tpu.runtime import detect  # pylint: disable=g-import-not-at-top
     from keras_tpu.runtime import device_rules  # pylint: disable=g-import-not-at-top
     from keras_tpu.runtime import strategy_info  # pylint: disable=g-import-not-at-top
 
