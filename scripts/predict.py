@@ -104,6 +104,13 @@ class PredictConfig:
             self._check_glue()
         elif self.output_file and not self.output_file.endswith((".tsv", ".jsonl")):
             raise checks.ConfigError(f"--output_file={self.output_file}: end it .tsv or .jsonl.")
+        text_flags = [f"--{n}" for n in ("text_keys", "label_key", "no_header", "column_names")
+                      if getattr(self, n)]  # fmt: skip
+        if self.image_dir and text_flags:
+            raise checks.ConfigError(
+                f"--image_dir reads images; {', '.join(text_flags)} name text columns: drop them "
+                f"(an image folder's labels are its class folders' names)."
+            )
         if self.tfds_split and not self.model_dir:
             raise checks.ConfigError("--tfds_split reads the run's text features: add --model_dir.")
 

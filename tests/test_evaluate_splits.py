@@ -134,8 +134,10 @@ def test_predict_py_writes_one_report_with_a_section_per_split(mnli, predict_scr
     (dict(mode="evaluate", input_file="a.tsv,b.tsv", output_file="p.tsv"), "takes one input"),
     (dict(), r"pass one of --input_file .* without one: the run's own evaluation splits"),
     (dict(mode="evaluate", export_dir="/e", model_dir=None), "pass one of --input_file"),
+    (dict(image_dir="/images", text_keys="sentence", no_header=True),
+     r"^--image_dir reads images; --text_keys, --no_header name text columns: drop them"),
 ])  # fmt: skip
-def test_several_inputs_are_for_one_evaluate_report(predict_script, flags, message):
+def test_predict_py_refuses_inputs_it_cannot_take_in_one_line(predict_script, flags, message):
     with pytest.raises(keras_tpu.ConfigError, match=message):
         predict_script.PredictConfig(**{"model_dir": "/tmp/run", **flags})
 
