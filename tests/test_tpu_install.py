@@ -6,9 +6,16 @@ to (`pip install --dry-run --report`: metadata only, ~30 s) and checks it: the T
 build of TensorFlow 2.20, libtpu in the pinned range. The environment itself
 (about 2.6 GB, ~8 minutes to install) is cached under KERAS_TPU_TEST_CACHE
 (default ~/.cache/keras_tpu_tests), keyed on setup.cfg, the README block and the
-Python version, and reused only while it holds exactly what pip resolves today;
-keras_tpu itself is reinstalled from this checkout each time. The cache misses
-only a broken download of versions that installed before (see docs/testing.md).
+Python version, and reused only while pip resolves today exactly what it resolved
+when the environment was built (saved beside it, in `resolution.json`); keras_tpu
+itself is reinstalled from this checkout each time. The cache misses only a broken
+download of versions that installed before (see docs/testing.md).
+
+Why the saved resolution and not the installed versions: the virtualenv starts with
+the pip and setuptools its Python bundles, and pip keeps a bundled setuptools that
+satisfies `setuptools<81` where the resolution (`--ignore-installed`) names the newest,
+so comparing installed versions found the environment stale on every run (a ~4 minute
+rebuild each time).
 """
 
 import hashlib
@@ -90,6 +97,15 @@ def _cache_dir():
     return os.path.join(root, f"tpu-venv-{key.hexdigest()[:16]}")
 
 
+def _built_from(saved):
+    """The resolution a cached environment was built from ({} if it does not say)."""
+    try:
+        with open(saved) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
 @pytest.fixture(scope="module")
 def tpu_resolution(tmp_path_factory):
     """{package: version} pip resolves the `[tpu]` install to, today (metadata only)."""
@@ -106,18 +122,26 @@ def tpu_venv(tpu_resolution):
     env = dict(os.environ, PATH=os.path.dirname(python) + os.pathsep + os.environ["PATH"])
     env.pop("PYTHONPATH", None)
     wanted = {k: v for k, v in tpu_resolution.items() if k != "keras-tpu"}
-    if os.path.exists(python):
-        have = _installed(python, env)
-        if any(have.get(name) != version for name, version in wanted.items()):
-            shutil.rmtree(path)  # Stale: today's resolution differs; install again.
+    saved = os.path.join(path, "resolution.json")
+    if os.path.exists(python) and _built_from(saved) != wanted:
+        shutil.rmtree(path)  # Stale: today's resolution differs; install again.
     start = time.monotonic()
     if not os.path.exists(python):
         building = path + f".{os.getpid()}.partial"
         shutil.rmtree(building, ignore_errors=True)
         venv.create(building, with_pip=True)
         build_python = os.path.join(building, "bin", "python")
+        seeded = _installed(build_python, env)
         for args in _commands():
             _pip(build_python, *args[1:], check=True, env=env, timeout=3600, cwd=building)
+        have = _installed(build_python, env)
+        # Everything pip resolved is installed at that version; only a package the
+        # virtualenv came with (pip, setuptools) may keep its own.
+        differ = sorted((name, version, have.get(name)) for name, version in wanted.items()
+                        if have.get(name) != version and not (name in seeded and name in have))
+        assert not differ, f"(package, resolved, installed) differ: {differ}"
+        with open(os.path.join(building, "resolution.json"), "w") as f:
+            json.dump(wanted, f, indent=1, sort_keys=True)
         # Moved into place only when complete (we run it as `python -m`, so its scripts'
         # shebangs, which name the build path, are never used).
         os.makedirs(os.path.dirname(path), exist_ok=True)
