@@ -281,5 +281,7 @@ def test_bench_scale(tmp_path):
     assert "cached in memory" in memory[1]["train_data"] and "streamed" in memory[0]["train_data"]
     assert results["throughput"]["streamed"] > 0 and "goal <= 1.5x" in stdout
     assert results["throughput"]["streamed_parsed_before_shuffling"] > 0
-    assert results["throughput"]["streamed_read_on_one_thread"] > 0
-    assert results["throughput"]["records_read_alone"] > 0
+    assert results["throughput"]["streamed_read_in_parallel_blocks"] > 0
+    costs = results["throughput"]["microseconds_per_example_on_one_thread"]
+    assert sorted(costs) == ["batch", "parse", "read", "shuffle"] and costs["batch"] > 0
+    assert "a streamed epoch adds read + parse" in stdout

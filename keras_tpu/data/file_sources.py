@@ -14,7 +14,6 @@ from keras_tpu.data.source_types import Source
 
 
 PARSE_BATCH = 256  # Records parsed in one call by a parse_fn that takes batches.
-READ_BLOCK = 256  # Records a file reader hands over at once.
 
 
 def tfrecord_source(pattern, parse_fn, num_examples=None, name=None, *, parses_batches=False):
@@ -35,21 +34,19 @@ def tfrecord_source(pattern, parse_fn, num_examples=None, name=None, *, parses_b
     if not files:
         raise checks.MissingFileError(f"no TFRecord files match {pattern!r}.")
 
+    # Remote files (gs://...) are read in parallel, to hide each read's latency; local ones
+    # in one thread: there a parallel interleave's per-record hand-off cost more than it hid
+    # (a streamed epoch at 1.6x the examples/s without it, benchmarks/bench_scale.py).
+    remote = any("://" in f for f in files)
+
     def read_files(names):
-        # Each file is read by its own reader (up to 8 at once, on parallel threads) in
-        # blocks of READ_BLOCK records, handed over a block at a time: one hand-off a block,
-        # not a record. Records read one at a time on the pipeline's own thread left that
-        # thread (which also shuffles) reading; a parallel interleave of single records cost
-        # more in hand-offs than it hid (benchmarks/bench_scale.py has both forms).
         # Deterministic whatever the op-determinism setting: the same files in the same
-        # order give the same examples in the same order on every build of the pipeline
-        # (an exact resume and a rerun need it).
+        # order give the same examples in the same order, on every build of the pipeline
+        # (an exact resume and a rerun need it). Both forms give the one order.
+        parallel = {"num_parallel_calls": tf.data.AUTOTUNE, "deterministic": True}
         return names.interleave(
-            lambda name: tf.data.TFRecordDataset(name).batch(READ_BLOCK),
-            cycle_length=min(len(files), 8),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
-        ).unbatch()
+            tf.data.TFRecordDataset, cycle_length=min(len(files), 8), **(parallel if remote else {})
+        )
 
     def open_files(names):
         return parse(read_files(names))
