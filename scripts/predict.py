@@ -49,6 +49,7 @@ import keras_tpu  # noqa: E402
 from keras_tpu import checks  # noqa: E402
 from keras_tpu.engine import inference  # noqa: E402
 from keras_tpu.engine import prediction_inputs  # noqa: E402
+from models.bert import bert_export  # noqa: E402
 from models.bert import glue_submission  # noqa: E402
 
 MODES = ("predict", "evaluate")
@@ -186,7 +187,6 @@ def input_spec(config):
         text_keys=config.text_keys, label_key=config.label_key, no_header=config.no_header,
         column_names=config.column_names,
         class_names=tuple(config.class_names.split(",")) if config.class_names else None,
-        for_export=bool(config.export_dir),
     )  # fmt: skip
 
 
@@ -229,6 +229,9 @@ def run(config):
     )  # fmt: skip
     run_config = prediction_inputs.run_settings(config.model_dir, loaded)
     inputs = prediction_inputs.resolve(input_spec(config), run_config, loaded.call)
+    if config.export_dir:  # An export alone: a text pair goes as its call takes it.
+        splits = {k: bert_export.serving_pairs(v) for k, v in inputs.splits.items()}
+        inputs = dataclasses.replace(inputs, splits=splits)
     report_path = functools.partial(prediction_inputs.report_path, model_dir=config.model_dir,
                                     export_dir=config.export_dir,
                                     report_file=config.report_file)  # fmt: skip

@@ -16,6 +16,7 @@ import tf_keras
 
 import keras_tpu
 from keras_tpu import keras
+from models.bert import bert_export
 from models.bert import bert_text as text
 from models import bert
 from models.cnn import cnn_task as cnn_task_lib
@@ -168,6 +169,11 @@ def test_bert_export_loads_by_every_route(tmp_path, tiny_bert_classifier, pair):
     _assert_same(tf_keras.models.load_model(export_dir)(call_input), want)
     endpoint = "__call__" if pair else "serving_default"
     _assert_same(_keras3_layer(export_dir, endpoint)(call_input), want)
+    # predict.py --export_dir reads a pair file as [n, 2] strings: served as text_a/text_b.
+    rows = np.stack([first.numpy(), second.numpy()], 1) if pair else first.numpy()
+    x, _ = bert_export.serving_pairs((rows, np.zeros(2, np.int64)))
+    np.testing.assert_allclose(keras_tpu.predict(x, export_dir=export_dir).probabilities,
+                               want["probabilities"], atol=1e-5)  # fmt: skip
 
 
 @pytest.mark.slow

@@ -34,7 +34,6 @@ class InputSpec:
       label_key: the label column (default: the run's, else "label").
       no_header, column_names: a header-less file's columns, as training takes them.
       class_names: the classes' names in class order (default: the run's, tfds's own).
-      for_export: an export alone is called (a pair goes as {"text_a", "text_b"}).
     """
 
     input_files: tuple = ()
@@ -46,7 +45,6 @@ class InputSpec:
     no_header: bool = False
     column_names: str | None = None
     class_names: tuple | None = None
-    for_export: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,10 +150,7 @@ def _text_file(spec, run, path, names):
         column_names=spec.column_names,
         num_classes=None if regression else run.get("num_classes"),
     )  # fmt: skip
-    x = split.x
-    if spec.for_export and len(text_keys) == 2:  # The pair export's inputs (text_export.py).
-        x = {"text_a": x[:, 0], "text_b": x[:, 1]}
-    return (x, split.y), names
+    return (split.x, split.y), names
 
 
 def _images(spec, names, model):

@@ -65,6 +65,21 @@ class _Serving(keras.Model):
         return {"text_a": empty, "text_b": empty} if self._pair else empty
 
 
+def serving_pairs(data):
+    """Return labelled text `data` as this export's call takes it, when it holds pairs.
+
+    A text pair read from a file is a [n, 2] string array; the pair export takes it as
+    {"text_a", "text_b"} (one string each). Anything else is returned as given.
+
+    Args:
+      data: an (x, y) tuple, or any other data form (a Source: returned as is).
+    """
+    if isinstance(data, tuple) and getattr(data[0], "ndim", 0) == 2 and data[0].shape[1] == 2:
+        x, y = data
+        return {"text_a": x[:, 0], "text_b": x[:, 1]}, y
+    return data
+
+
 def _string(name):
     return tf.TensorSpec([None], tf.string, name=name)
 
