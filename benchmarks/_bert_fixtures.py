@@ -64,7 +64,7 @@ def toolkit_bert_classifier(strategy, preset, vocab_size, seq_length, export_dir
     """
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
     from models.bert import bert_optimizer as optimizers  # pylint: disable=g-import-not-at-top
-    from keras_tpu.engine import compiling  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.steps import compiling  # pylint: disable=g-import-not-at-top
     from models import bert  # pylint: disable=g-import-not-at-top
 
     policy = keras.mixed_precision.global_policy().name

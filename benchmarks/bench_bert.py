@@ -71,10 +71,10 @@ def _rates(timer, steps, batch):
 def run_toolkit(preset, precision, setup, steps, repeats, peak_flops):
     """The train_bert path without its validation/evaluation/export."""
     import keras_tpu  # pylint: disable=g-import-not-at-top
-    from keras_tpu.engine import callbacks  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.callbacks import callback_list as callbacks  # pylint: disable=g-import-not-at-top
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
-    from keras_tpu.engine import compiling  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.steps import compiling  # pylint: disable=g-import-not-at-top
 
     strategy = keras_tpu.resolve_strategy()
     previous = keras.mixed_precision.global_policy()

@@ -70,7 +70,7 @@ def compare(name, build, dataset, steps, batch, repeats):
 def cnn_row(strategy, repeats):
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
-    from keras_tpu.engine import compiling  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.steps import compiling  # pylint: disable=g-import-not-at-top
     from models import cnn  # pylint: disable=g-import-not-at-top
 
     split = data.synthetic_images(FLAGS.cnn_batch * FLAGS.cnn_steps, (28, 28, 1), seed=0)

@@ -22,7 +22,7 @@ import keras_tpu  # noqa: E402
 from keras_tpu import data  # noqa: E402
 from keras_tpu import keras  # noqa: E402
 from models.bert import bert_text as text  # noqa: E402
-from keras_tpu.engine import compiling  # noqa: E402
+from keras_tpu.engine.steps import compiling  # noqa: E402
 from models import bert  # noqa: E402
 from models import cnn  # noqa: E402
 

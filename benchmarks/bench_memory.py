@@ -1,4 +1,4 @@
-"""Compare models.bert.memory's estimate with the measured peak of a real training step on CPU.
+"""Compare models.bert.memory.memory's estimate with the measured peak of a real training step on CPU.
 
 Usage: python benchmarks/bench_memory.py [--presets tiny,mini,small] [--batches 8,32,64]
            [--precisions fp32,bf16] [--seq_length 128] [--xla_batches 8,64] [--json PATH]
@@ -130,7 +130,7 @@ def child(preset, batch, seq_length, precision, profile, steps, xla_dump=None):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
-    from models.bert import memory  # pylint: disable=g-import-not-at-top
+    from models.bert.memory import memory  # pylint: disable=g-import-not-at-top
     from models import bert  # pylint: disable=g-import-not-at-top
 
     if precision != "fp32":

@@ -46,9 +46,9 @@ import numpy as np, tensorflow as tf
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 4)
 from tensorflow.experimental import dtensor
-from models.bert import memory
+from models.bert.memory import memory
 from keras_tpu.parallel.mesh import layout as mesh_layout
-from models.bert import mesh_classifier
+from models.bert.mesh import mesh_classifier
 from keras_tpu.runtime.compat import keras
 from models import bert
 args = {args}

@@ -49,8 +49,8 @@ import dataclasses, functools, json, sys, tempfile
 import keras_tpu
 import models
 from keras_tpu.parallel.mesh import backend as mesh_backend
-from models.bert import mesh_classifier
-from models.bert import mesh_export
+from models.bert.mesh import mesh_classifier
+from models.bert.mesh import mesh_export
 from models import datasets
 args = json.loads(sys.argv[1])
 with tempfile.TemporaryDirectory() as model_dir:

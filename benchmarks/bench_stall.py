@@ -48,7 +48,8 @@ _WRAPPER = """
 import dataclasses, json, os, runpy, sys, time
 sys.path.insert(0, os.path.join(os.getcwd(), "scripts"))
 from keras_tpu import keras
-from keras_tpu.engine import backend, callbacks
+from keras_tpu.engine.steps import backend
+from keras_tpu.engine.callbacks import callback_list as callbacks
 stamps, out = {"eval": 0.0, "export": 0.0}, sys.argv[1]
 
 class LastStep(keras.callbacks.Callback):

@@ -1,6 +1,6 @@
 """Sweep steps_per_execution (1, 4, 16, 64) for the CNN and BERT on the toolkit path.
 
-Evidence for the `steps_per_execution="auto"` rule in keras_tpu/engine/compiling.py
+Evidence for the `steps_per_execution="auto"` rule in keras_tpu/engine/steps/compiling.py
 (4 on CPU). Each model is built, fed and compiled as the recipes do
 (resolve_strategy, data.train_dataset, compile_model; BERT through a
 hub.KerasLayer SavedModel encoder with bert_adamw), float32, then trained for
@@ -58,7 +58,7 @@ def sweep(name, values, build, dataset, steps, batch, repeats):
 def cnn_sweeps(strategy, values, repeats):
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
-    from keras_tpu.engine import compiling  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.steps import compiling  # pylint: disable=g-import-not-at-top
     from models import cnn  # pylint: disable=g-import-not-at-top
 
     split = data.synthetic_images(60_000, (28, 28, 1), seed=0)
@@ -114,7 +114,7 @@ def bert_sweep(strategy, values, repeats, tmp_dir):
 def main(argv):
     del argv
     import keras_tpu  # pylint: disable=g-import-not-at-top
-    from keras_tpu.engine import compiling  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.steps import compiling  # pylint: disable=g-import-not-at-top
 
     strategy = keras_tpu.resolve_strategy()
     values = [int(v) for v in FLAGS.values]

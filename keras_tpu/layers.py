@@ -12,7 +12,7 @@ from keras_tpu.runtime import compat
 from keras_tpu.runtime import determinism
 from keras_tpu.runtime import saved_model_dropout
 from keras_tpu.runtime.determinism import ContentSeededDropout  # noqa: F401
-from keras_tpu.runtime.replica_batch_norm import SyncBatchNormalization  # noqa: F401
+from keras_tpu.runtime.strategy.replica_batch_norm import SyncBatchNormalization  # noqa: F401
 
 __all__ = ["ContentSeededDropout", "SyncBatchNormalization", "hub_layer", "tensorflow_hub"]
 

@@ -20,7 +20,7 @@ if __package__:  # python -m scripts.export_bert_hub
     from scripts import flag_utils  # noqa: E402
 else:  # python scripts/export_bert_hub.py
     import flag_utils  # noqa: E402
-from models.bert import hf_bert  # noqa: E402  (after quieting TensorFlow's C++ logs)
+from models.bert.hf import hf_bert  # noqa: E402  (after quieting TensorFlow's C++ logs)
 from models import bert  # noqa: E402
 
 FLAGS = flags.FLAGS

@@ -22,7 +22,7 @@ else:  # python scripts/plan_memory.py
     import flag_utils  # noqa: E402
 from keras_tpu.runtime import accelerators  # noqa: E402  (after quieting TensorFlow's C++ logs)
 from keras_tpu import checks  # noqa: E402
-from models.bert import memory  # noqa: E402
+from models.bert.memory import memory  # noqa: E402
 from models import bert  # noqa: E402
 
 FLAGS = flags.FLAGS

@@ -24,7 +24,7 @@ size and channels; a row's id is the image's path relative to --image_dir:
   python scripts/predict.py --model_dir=/tmp/cnn --mode=evaluate --image_dir=photos_test
 TFRecord files need the parse function that training used (code, not a recorded config):
 keras_tpu.predict(keras_tpu.data.tfrecord_source(pattern, parse_fn), model_dir=...).
-GLUE's test splits in the GLUE submission format (models/bert/glue_submission.py): one file
+GLUE's test splits in the GLUE submission format (models/bert/glue/glue_submission.py): one file
 per task, named as gluebenchmark.com names it, into the folder --output_file names:
   python scripts/predict.py --model_dir=/tmp/mnli_run --tfds_split=glue/mnli:test_matched \
     --output_format=glue --output_file=/tmp/glue_submission      # MNLI-m.tsv
@@ -43,14 +43,15 @@ from absl import app
 # flag_utils first: it sets how loud TensorFlow is before TensorFlow loads.
 if __package__:  # python -m scripts.predict
     from scripts import flag_utils
+    from scripts import prediction_inputs
 else:  # python scripts/predict.py
     import flag_utils
+    import prediction_inputs
 import keras_tpu  # noqa: E402
 from keras_tpu import checks  # noqa: E402
-from keras_tpu.engine import inference  # noqa: E402
-from keras_tpu.engine import prediction_inputs  # noqa: E402
+from keras_tpu.inference import predict_evaluate as inference  # noqa: E402
 from models.bert import bert_export  # noqa: E402
-from models.bert import glue_submission  # noqa: E402
+from models.bert.glue import glue_submission  # noqa: E402
 
 MODES = ("predict", "evaluate")
 # rows: one row per input (.tsv or .jsonl); glue: GLUE's submission file for a test split.

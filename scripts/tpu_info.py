@@ -29,13 +29,13 @@ flags.DEFINE_string("tpu", None, "TPU address: 'local', 'grpc://host:port' or a 
 flags.DEFINE_enum(
     "strategy",
     "auto",
-    list(keras_tpu.runtime.resolver.STRATEGIES),
+    list(keras_tpu.runtime.strategy.resolver.STRATEGIES),
     "Distribution strategy; only 'auto' falls back.",
 )
 flags.DEFINE_integer("cpu_replicas", 0, "Rehearse N replicas on the host CPU.")
 flags.DEFINE_float(
     "connect_timeout",
-    keras_tpu.runtime.resolver.DEFAULT_CONNECT_TIMEOUT,
+    keras_tpu.runtime.strategy.resolver.DEFAULT_CONNECT_TIMEOUT,
     "Seconds to wait for a TPU address (or every worker) to answer.",
 )
 flags.DEFINE_bool("json", False, "Print one JSON object instead of a paragraph.")

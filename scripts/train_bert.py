@@ -10,7 +10,7 @@ On a TPU with a tfhub.dev encoder:
     --encoder_handle=https://tfhub.dev/tensorflow/small_bert/bert_en_uncased_L-4_H-512_A-8/2 \
     --preprocess_handle=https://tfhub.dev/tensorflow/bert_en_uncased_preprocess/3 \
     --tfds_name=imdb_reviews --per_replica_batch_size=32
-A GLUE task by name (its text features, classes, dev splits and metrics: models/bert/glue.py):
+A GLUE task by name (its text features, classes, dev splits and metrics: models/bert/glue/glue.py):
   python scripts/train_bert.py ... --tfds_name=glue/mrpc      # or glue/mnli, glue/stsb, ...
 Your own pair TSV (sentence1<TAB>sentence2<TAB>label), or a score to regress:
   python scripts/train_bert.py ... --train_file=train.tsv --eval_file=dev.tsv \

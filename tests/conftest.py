@@ -222,7 +222,7 @@ def pretend(monkeypatch, strategy, *, kind=None, tpu_address=None, cpu_root=None
 
     from keras_tpu.runtime import detect  # pylint: disable=g-import-not-at-top
     from keras_tpu.runtime import device_rules  # pylint: disable=g-import-not-at-top
-    from keras_tpu.runtime import strategy_info  # pylint: disable=g-import-not-at-top
+    from keras_tpu.runtime.strategy import strategy_info  # pylint: disable=g-import-not-at-top
 
     info = strategy_info.StrategyInfo.of(strategy)
     changes = {}
@@ -245,9 +245,9 @@ def mirrored():
 @pytest.fixture
 def fresh_resolver(monkeypatch):
     """Give the test empty resolver caches, restored afterwards."""
-    from keras_tpu.runtime import resolver  # pylint: disable=g-import-not-at-top
-    from keras_tpu.runtime import strategy_info  # pylint: disable=g-import-not-at-top
-    from keras_tpu.runtime import tpu_connect  # pylint: disable=g-import-not-at-top
+    from keras_tpu.runtime.strategy import resolver  # pylint: disable=g-import-not-at-top
+    from keras_tpu.runtime.strategy import strategy_info  # pylint: disable=g-import-not-at-top
+    from keras_tpu.runtime.tpu import tpu_connect  # pylint: disable=g-import-not-at-top
 
     monkeypatch.setattr(tpu_connect, "_tpu_systems", {})
     monkeypatch.setattr(resolver, "_strategies", {})

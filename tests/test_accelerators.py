@@ -31,7 +31,7 @@ def test_accelerator_for(info, key):
 def test_accelerator_for_unknown_gpu_and_a_real_strategy(mirrored):
     with pytest.raises(ValueError, match="GPU 'NVIDIA L40S' is not in accelerators.ACCELERATORS"):
         accelerators.accelerator_for("one_device", gpu_name="NVIDIA L40S")
-    info = keras_tpu.runtime.resolver.strategy_info(mirrored)
+    info = keras_tpu.runtime.strategy.resolver.strategy_info(mirrored)
     assert (
         accelerators.accelerator_for(info.kind, chip=info.tpu_chip, devices=info.devices) == "cpu"
     )

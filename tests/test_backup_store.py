@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.engine.backup_store: verified backups, fallback past a damaged one, pruning.
+"""Tests for keras_tpu.engine.backup.backup_store: verified backups, fallback past a damaged one, pruning.
 
 The four damages a preempted writer or an object store leaves on the newest
 backup (a truncated data file, a missing index, the files deleted, garbage in the
@@ -16,9 +16,9 @@ import tensorflow as tf
 
 import keras_tpu
 from keras_tpu import keras
-from keras_tpu.engine import backup_store
-from keras_tpu.engine import checkpointing
-from keras_tpu.engine import run_records
+from keras_tpu.engine.backup import backup_store
+from keras_tpu.engine.backup import checkpointing
+from keras_tpu.engine.backup import run_records
 from tests.conftest import CPU_REPLICAS
 from tests.conftest import without_timing
 

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from keras_tpu.engine import compiling
+from keras_tpu.engine.steps import compiling
 from keras_tpu.runtime import device_rules
 from tests.conftest import REPO
 from tests.conftest import subprocess_env

@@ -7,7 +7,7 @@ import tensorflow_hub as hub
 
 import keras_tpu
 from keras_tpu import keras
-from keras_tpu.engine import compiling
+from keras_tpu.engine.steps import compiling
 from models import bert
 
 SEQ = 16

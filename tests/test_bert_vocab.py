@@ -10,7 +10,7 @@ from keras_tpu import checks
 import models
 from models.bert import bert_text as text
 from models import bert
-from models.bert import hf_bert
+from models.bert.hf import hf_bert
 from models.bert import bert_vocab
 
 WORDS = ["the", "film", "good", "bad", "movie", "dull", "great", "plot", "##s", "##ing", "."]

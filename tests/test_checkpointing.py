@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.engine.checkpointing: step-exact backups, mid-epoch resume, no NaN saves."""
+"""Tests for keras_tpu.engine.backup.checkpointing: step-exact backups, mid-epoch resume, no NaN saves."""
 
 import logging
 import os
@@ -9,11 +9,11 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu
-from keras_tpu.engine import best_tracker
-from keras_tpu.engine import backup_contents
-from keras_tpu.engine import checkpointing
-from keras_tpu.engine import preemption as preemption_lib
-from keras_tpu.engine import run_position
+from keras_tpu.engine.callbacks import best_tracker
+from keras_tpu.engine.backup import backup_contents
+from keras_tpu.engine.backup import checkpointing
+from keras_tpu.engine.stops import preemption as preemption_lib
+from keras_tpu.engine.backup import run_position
 from keras_tpu import keras
 
 STEPS_PER_EPOCH = 10

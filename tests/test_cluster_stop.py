@@ -13,8 +13,8 @@ import signal
 import pytest
 
 import keras_tpu
-from keras_tpu.engine import cluster_stop
-from keras_tpu.engine import stops
+from keras_tpu.engine.stops import cluster_stop
+from keras_tpu.engine.stops import stop as stops
 
 
 def test_the_private_tensorflow_names_it_reads_exist_in_this_tensorflow():

@@ -4,7 +4,7 @@ import pytest
 
 from keras_tpu.runtime import compat
 from keras_tpu import keras
-from keras_tpu.engine import compiling
+from keras_tpu.engine.steps import compiling
 from tests.conftest import run_python
 from tests.conftest import subprocess_env
 
@@ -69,7 +69,7 @@ _PROBE = """
 import keras_tpu, tensorflow as tf
 with keras_tpu.resolve_strategy(strategy="cpu").scope():
   model = keras_tpu.keras.Sequential([keras_tpu.keras.Input((2,)), keras_tpu.keras.layers.Dense(1)])
-keras_tpu.engine.compiling.compile_model(model, keras_tpu.resolve_strategy(strategy="cpu"),
+keras_tpu.engine.steps.compiling.compile_model(model, keras_tpu.resolve_strategy(strategy="cpu"),
                                  optimizer="sgd", loss="mse")
 print("ENGINE", type(model).__module__.split(".")[0], tf.keras.layers.Dense.__module__.split(".")[0])
 """
@@ -87,7 +87,7 @@ print("ENGINE", type(model).__module__.split(".")[0], tf.keras.layers.Dense.__mo
     ],
 )
 def test_engine_is_tf_keras_whatever_the_environment(legacy, prelude, tf_keras_engine):
-    code = _PROBE.format(prelude=prelude).replace("import keras_tpu,", "import keras_tpu.engine.compiling,")
+    code = _PROBE.format(prelude=prelude).replace("import keras_tpu,", "import keras_tpu.engine.steps.compiling,")
     result = run_python(code, env=subprocess_env(TF_USE_LEGACY_KERAS=legacy), timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     # keras_tpu's model is always tf_keras; tf.keras follows the user's choice.

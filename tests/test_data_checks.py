@@ -1,4 +1,4 @@
-"""Up-front data checks (engine/data_checks.py): one line for each mistake users make first."""
+"""Up-front data checks (engine/task/data_checks.py): one line for each mistake users make first."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ import tensorflow as tf
 import keras_tpu
 from keras_tpu import data
 from keras_tpu import keras
-from keras_tpu.engine import data_checks
+from keras_tpu.engine.task import data_checks
 from tests.conftest import CPU_REPLICAS
 
 RNG = np.random.default_rng(0)

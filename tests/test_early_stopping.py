@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.engine.early_stopping: early stopping that resumes to the same epoch.
+"""Tests for keras_tpu.engine.stops.early_stopping: early stopping that resumes to the same epoch.
 
 In-process, on the session's logical CPU replicas, with test_run_records' linear
 regression (val_loss best at epoch 3, worse after): patience 1 stops after epoch 4.
@@ -13,8 +13,8 @@ import pytest
 import keras_tpu
 from keras_tpu import checks
 from keras_tpu import keras
-from keras_tpu.engine import early_stopping
-from keras_tpu.engine import final_evaluation
+from keras_tpu.engine.stops import early_stopping
+from keras_tpu.engine.conclude import final_evaluation
 from tests.conftest import without_timing
 from tests.test_run_records import _killed
 from tests.test_run_records import _run
@@ -79,7 +79,7 @@ def test_stock_stateful_callbacks_are_refused_with_the_resumable_route(tmp_path)
     x = np.zeros((16, 3), np.float32)
     for callback, route in [
         (keras.callbacks.EarlyStopping(patience=2), "early_stopping_patience"),
-        (keras.callbacks.ReduceLROnPlateau(), "keras_tpu.engine.early_stopping.ReduceLROnPlateau"),
+        (keras.callbacks.ReduceLROnPlateau(), "keras_tpu.engine.stops.early_stopping.ReduceLROnPlateau"),
     ]:
         task = dict(
             build_model=lambda: keras.Sequential([keras.layers.Dense(1, input_shape=(3,))]),

@@ -19,8 +19,8 @@ from sklearn import metrics as sk_metrics
 
 import keras_tpu
 from keras_tpu.data import text_sources
-from keras_tpu.engine import finished_run
-from keras_tpu.engine import prediction_inputs
+from keras_tpu.inference import finished_run
+from scripts import prediction_inputs
 
 # 7 matched and 5 mismatched examples: 4 replicas at 2 each pad both last batches.
 PREMISES = {

@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.engine.execution_loop: the engine's own N-steps-per-call loop.
+"""Tests for keras_tpu.engine.steps.execution_loop: the engine's own N-steps-per-call loop.
 
 A hand-written train step (GradientTape, the loop a DTensor mesh needs) driven with
 the engine's standard callbacks: backups land on execution boundaries and a run
@@ -10,9 +10,9 @@ import pytest
 import tensorflow as tf
 
 from keras_tpu import keras
-from keras_tpu.engine import callbacks
-from keras_tpu.engine import execution_loop
-from keras_tpu.engine import run_position
+from keras_tpu.engine.callbacks import callback_list as callbacks
+from keras_tpu.engine.steps import execution_loop
+from keras_tpu.engine.backup import run_position
 
 X = np.random.default_rng(0).normal(size=(80, 3)).astype(np.float32)
 Y = X.sum(axis=1, keepdims=True)

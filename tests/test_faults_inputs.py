@@ -18,11 +18,11 @@ import pytest
 import tensorflow as tf
 
 from keras_tpu import data
-from keras_tpu.engine import saved_model_export
-from models.bert import hf_bert
+from keras_tpu.engine.conclude import saved_model_export
+from models.bert.hf import hf_bert
 from keras_tpu import keras
 import models
-from keras_tpu.engine import compiling
+from keras_tpu.engine.steps import compiling
 from models import bert
 from models import cnn
 from tests.conftest import REPO

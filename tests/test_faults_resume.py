@@ -37,7 +37,7 @@ _CHILD = """
 import dataclasses, os, runpy, signal, sys
 sys.path.insert(0, os.path.join(os.getcwd(), "scripts"))
 import numpy as np
-from keras_tpu.engine import callbacks
+from keras_tpu.engine.callbacks import callback_list as callbacks
 from keras_tpu import keras
 mode, at = sys.argv[1], int(sys.argv[2])
 
@@ -64,7 +64,9 @@ class Fault(keras.callbacks.Callback):
                 f.write(b"0" * max(0, free - 2048))
 
 if mode.startswith("SIGTERM:"):  # A signal while writing best/, or in the final phases.
-    from keras_tpu.engine import atomic_writes as outputs, backend, best_tracker
+    from keras_tpu.engine.rundir import atomic_writes as outputs
+    from keras_tpu.engine.steps import backend
+    from keras_tpu.engine.callbacks import best_tracker
     def signalled(fn):
         def call(*args, **kwargs):
             if not call.sent:  # Once: a second signal would kill the default way.
@@ -570,7 +572,7 @@ def test_sigterm_in_the_final_evaluation_or_export_is_one_line_and_the_rerun_con
         ("SIGTERM:best", f"at step 14; the backup of step 14 is in {backup}; run the same "
                          f"command again to resume."),
         # No "SIGTERM:evaluate": this run's final evaluation is its last epoch's (the same
-        # weights, engine/final_evaluation.py), so there is no final pass to signal.
+        # weights, engine/conclude/final_evaluation.py), so there is no final pass to signal.
         ("SIGTERM:export", f"during the export {final}"),
         ("SIGTERM:summary", f"while writing the summary {final}"),
     ]:  # fmt: skip

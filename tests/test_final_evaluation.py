@@ -13,7 +13,7 @@ import tensorflow as tf
 import keras_tpu
 from keras_tpu import data
 from keras_tpu import keras
-from keras_tpu.engine import compiling
+from keras_tpu.engine.steps import compiling
 from keras_tpu.engine import trainer
 from keras_tpu.engine import training_run
 from tests.conftest import CPU_REPLICAS
@@ -104,7 +104,7 @@ def test_a_run_killed_before_its_final_evaluation_concludes_identically(tmp_path
 
 def test_more_evaluation_splits_reach_the_summarys_test(tmp_path):
     """MNLI's mismatched dev set, as tasks/bert.py reports it: in summary["test"], exact."""
-    from models.bert import extra_eval  # pylint: disable=g-import-not-at-top
+    from models.bert.glue import extra_eval  # pylint: disable=g-import-not-at-top
 
     other = (X[29:], Y[29:])  # 19 examples: padded too.
     built = []

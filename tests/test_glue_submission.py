@@ -1,4 +1,4 @@
-"""GLUE test-split predictions in the GLUE submission format (models/bert/glue_submission.py).
+"""GLUE test-split predictions in the GLUE submission format (models/bert/glue/glue_submission.py).
 
 The formatter runs on Predictions built by hand (exact expected files); the idx each row
 carries (read with its example, in the same pass) is checked against the example it
@@ -14,8 +14,8 @@ import tensorflow_datasets as tfds
 
 import keras_tpu
 from keras_tpu.data import text_sources
-from keras_tpu.engine import batched_outputs
-from models.bert import glue_submission
+from keras_tpu.inference import batched_outputs
+from models.bert.glue import glue_submission
 
 
 def _classes(class_ids, num_classes):

@@ -1,4 +1,4 @@
-"""Tests for models.bert.hf_bert and scripts/export_bert_hub.py.
+"""Tests for models.bert.hf.hf_bert and scripts/export_bert_hub.py.
 
 Refusals, error messages and the tensor mapping run everywhere on checkpoints written
 with NumPy. The parity tests compare against a randomly initialised
@@ -15,7 +15,7 @@ import tensorflow as tf
 import tensorflow_hub as hub
 from safetensors.numpy import save_file
 
-from models.bert import hf_bert
+from models.bert.hf import hf_bert
 from keras_tpu import keras
 from models.bert import bert_text as text
 from tests.conftest import run_script
@@ -406,7 +406,7 @@ def test_encoder_matches_transformers(transformers_bert, layer_norm_eps):
 
 
 # Text where tensorflow_text's BertTokenizer and transformers' agree by design. Left
-# out on purpose (documented in models/bert/hf_bert.py): control characters, which
+# out on purpose (documented in models/bert/hf/hf_bert.py): control characters, which
 # transformers deletes ("x\x00y" is one word there, two in tensorflow_text), and
 # compatibility characters, which tensorflow_text's NFKC case folding rewrites
 # (full-width "ｔｈｅ" -> "the", "…" -> "...", "ß" -> "ss") and transformers keeps.

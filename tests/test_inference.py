@@ -13,7 +13,7 @@ from sklearn import metrics as sk_metrics
 
 import keras_tpu
 from keras_tpu import keras
-from keras_tpu.engine import batched_outputs
+from keras_tpu.inference import batched_outputs
 from tests.conftest import CPU_REPLICAS
 
 RNG = np.random.default_rng(7)

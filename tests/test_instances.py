@@ -5,7 +5,7 @@ import pytest
 
 import keras_tpu
 from keras_tpu import keras
-from keras_tpu.engine import instances
+from keras_tpu.engine.task import instances
 from tests.conftest import run_python
 
 X = np.zeros((8, 3), np.float32)
@@ -57,7 +57,7 @@ def test_metric_instances_before_a_cpu_replicas_run_fail_with_the_cause_named(tm
     )
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("keras_tpu.runtime.strategy_builders.DeviceConfigError: cpu_replicas=4 needs 4"), last
+    assert last.startswith("keras_tpu.runtime.strategy.strategy_builders.DeviceConfigError: cpu_replicas=4 needs 4"), last
     assert "creating keras.metrics.AUC() before the run" in last
     assert "`metrics=lambda: [keras.metrics.AUC()]`" in last
     assert not (tmp_path / "run").exists()

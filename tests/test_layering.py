@@ -8,7 +8,7 @@ Layers, lowest first (a module may import its own layer and the ones below):
                keras_tpu/metrics.py (Keras metrics: needs only runtime.compat)
                keras_tpu/layers.py (layers a model builds with: on runtime)
   3 engine     the run engine
-  4 parallel   model parallelism (the DTensor mesh)
+  4 parallel   model parallelism (the DTensor mesh) | inference  predict and evaluate after training
   5 api        keras_tpu/__init__.py: the public names
   6 models     the model garden (top-level models/: BERT, the CNN, their tasks)
                | keras_tpu/plots.py (notebook plots, on the public API)
@@ -34,6 +34,7 @@ RANK = {
     "keras_tpu.metrics": 2,
     "keras_tpu.layers": 2,
     "keras_tpu.engine": 3,
+    "keras_tpu.inference": 4,
     "keras_tpu.parallel": 4,
     "keras_tpu": 5,
     "models": 6,
@@ -230,11 +231,12 @@ def test_the_layering_check_sees_function_level_imports(tmp_path, monkeypatch):
     runtime.mkdir(parents=True)
     (tmp_path / "keras_tpu" / "readiness").mkdir()
     (tmp_path / "keras_tpu" / "readiness" / "doctor.py").write_text("")
-    (runtime / "resolver.py").write_text(
+    (runtime / "strategy").mkdir()
+    (runtime / "strategy" / "resolver.py").write_text(
         "def f():\n    from keras_tpu.readiness import doctor\n    return doctor\n"
     )
-    (bad,) = violations("keras_tpu/runtime/resolver.py")
-    assert "keras_tpu/runtime/resolver.py:2" in bad and "keras_tpu.readiness.doctor" in bad
+    (bad,) = violations("keras_tpu/runtime/strategy/resolver.py")
+    assert "keras_tpu/runtime/strategy/resolver.py:2" in bad and "keras_tpu.readiness.doctor" in bad
 
 
 def test_every_package_module_has_a_layer():

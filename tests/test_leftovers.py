@@ -1,6 +1,6 @@
 """Every file a run writes is whole or absent; a killed run's leftovers go at the next start.
 
-Tests for keras_tpu.engine.summary.write, best_tracker (one "best", best/ replaced
+Tests for keras_tpu.engine.conclude.summary.write, best_tracker (one "best", best/ replaced
 atomically) and leftovers (temp copies, a finished run's stale lock and backups).
 """
 
@@ -18,10 +18,10 @@ import tensorflow as tf
 
 import keras_tpu
 from keras_tpu import keras
-from keras_tpu.engine import atomic_writes
-from keras_tpu.engine import best_tracker
-from keras_tpu.engine import leftovers
-from keras_tpu.engine import summary as summary_lib
+from keras_tpu.engine.rundir import atomic_writes
+from keras_tpu.engine.callbacks import best_tracker
+from keras_tpu.engine.rundir import leftovers
+from keras_tpu.engine.conclude import summary as summary_lib
 from tests.conftest import tiny_task
 
 

@@ -45,7 +45,7 @@ def test_configure_sets_python_verbosity():
         assert not tf.get_logger().isEnabledFor(logging.INFO)
         # TensorFlow's SavedModel export logs its INFO lines through absl directly.
         assert not absl.isEnabledFor(logging.INFO) and absl.isEnabledFor(logging.WARNING)
-        assert logging.getLogger("keras_tpu.runtime.resolver").isEnabledFor(logging.WARNING)
+        assert logging.getLogger("keras_tpu.runtime.strategy.resolver").isEnabledFor(logging.WARNING)
         logs.configure("INFO")
         assert tf.get_logger().isEnabledFor(logging.INFO) and absl.isEnabledFor(logging.INFO)
         assert not absl.isEnabledFor(logging.DEBUG)

@@ -1,4 +1,4 @@
-"""Tests for models.bert.memory: exact variable bytes, linear/quadratic terms, plan and check."""
+"""Tests for models.bert.memory.memory: exact variable bytes, linear/quadratic terms, plan and check."""
 
 import json
 
@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from keras_tpu.runtime import accelerators
 from keras_tpu import keras
-from models.bert import memory
+from models.bert.memory import memory
 from models import bert
 from tests.conftest import run_script
 

@@ -192,7 +192,7 @@ def test_own_model_at_k2_logs_the_tasks_metrics_and_resumes_exactly(tmp_path, ca
 
 
 def test_the_tasks_optimizer_is_built_on_the_mesh_or_refused():
-    from keras_tpu.engine import task_builds  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.task import task_builds  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel.mesh import laid_out  # pylint: disable=g-import-not-at-top
 
     mesh = mesh_lib.make_mesh(2)

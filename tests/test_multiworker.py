@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from keras_tpu.runtime import cluster
+from keras_tpu.runtime.strategy import cluster
 from keras_tpu.runtime import detect
 from keras_tpu.runtime import device_rules
 from tests.conftest import SST2
@@ -160,7 +160,7 @@ def test_bad_cluster_flags_are_one_line(flags, message):
 def test_worker_failure_message_names_the_peer():
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    from keras_tpu.runtime import strategy_info  # pylint: disable=g-import-not-at-top
+    from keras_tpu.runtime.strategy import strategy_info  # pylint: disable=g-import-not-at-top
 
     spec = detect.ClusterSpec(2, "worker", 0, {"worker": ["h:1", "h:2"]})
     info = strategy_info.StrategyInfo(
@@ -254,7 +254,7 @@ def test_each_example_is_used_once_per_epoch_across_two_workers(tmp_path):
 
 
 # The default CNN: its batch norm's moving statistics are the per-replica state a
-# resume must continue exactly (runtime/replica_batch_norm.py).
+# resume must continue exactly (runtime/strategy/replica_batch_norm.py).
 CNN_CLUSTER_FLAGS = [
     "--dataset=digits",
     "--variant=default",
@@ -445,7 +445,7 @@ _STUCK_PROGRAM = """
 import sys, time
 import numpy as np
 import keras_tpu
-from keras_tpu.runtime import cluster
+from keras_tpu.runtime.strategy import cluster
 from keras_tpu import keras
 hosts, index = sys.argv[1], int(sys.argv[2])
 strategy = keras_tpu.resolve_strategy(worker_hosts=hosts, task_index=index, collective_timeout=3)
@@ -464,7 +464,7 @@ try:
     model.fit(x, x[:, :1], batch_size=8, steps_per_epoch=8, verbose=0, callbacks=[Stall()])
 except cluster.FAILURE_ERRORS as e:
     print(f"stopped after {time.monotonic() - start:.1f} s", flush=True)
-    print(cluster.worker_failure(e, keras_tpu.runtime.resolver.strategy_info(strategy)), flush=True)
+    print(cluster.worker_failure(e, keras_tpu.runtime.strategy.resolver.strategy_info(strategy)), flush=True)
     sys.exit(3)
 """
 

@@ -131,7 +131,7 @@ def test_cnn_notebook_runs_on_cpu(tmp_path, monkeypatch):
 def tiny_bert_export(tmp_path_factory):
     """A tiny random BERT + preprocessing, with a vocabulary learned from SST-2 sentences."""
     from keras_tpu import data
-    from models.bert import hf_bert
+    from models.bert.hf import hf_bert
     from models.bert import bert_text as text
 
     train_file = os.path.join(SST2, "train.tsv")

@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.engine.preemption: SIGTERM/SIGINT in every phase end with one line."""
+"""Tests for keras_tpu.engine.stops.preemption: SIGTERM/SIGINT in every phase end with one line."""
 
 import signal
 import types
@@ -7,8 +7,8 @@ import pytest
 from tensorflow.python.saved_model import save as save_lib
 
 import keras_tpu
-from keras_tpu.engine import preemption
-from keras_tpu.engine import stops
+from keras_tpu.engine.stops import preemption
+from keras_tpu.engine.stops import stop as stops
 from tests.conftest import tiny_task
 
 

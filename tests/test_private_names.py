@@ -20,7 +20,7 @@ ADAPTERS = {
         "wraps _create_device_dataset when a run starts; tests/test_autotune.py (tripwire, "
         "and without it one warning and the run trains)",
     ),
-    "keras_tpu/engine/cluster_stop.py": (
+    "keras_tpu/engine/stops/cluster_stop.py": (
         {"tensorflow.python.distribute.failure_handling.failure_handling_util"},
         "read when a cluster run starts; tests/test_cluster_stop.py (tripwire, fallback)",
     ),

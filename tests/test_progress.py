@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.engine.progress: progress lines, once per execution, no tensor sync forced."""
+"""Tests for keras_tpu.engine.callbacks.progress: progress lines, once per execution, no tensor sync forced."""
 
 import re
 
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_tpu.engine import callbacks
-from keras_tpu.engine import log_callbacks
+from keras_tpu.engine.callbacks import callback_list as callbacks
+from keras_tpu.engine.callbacks import log_callbacks
 from keras_tpu import keras
-from keras_tpu.engine import progress
+from keras_tpu.engine.callbacks import progress
 import models
 from tests.conftest import CPU_REPLICAS
 

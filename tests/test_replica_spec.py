@@ -1,4 +1,4 @@
-"""Tests for runtime/replica_spec.py: TensorFlow's private `PerReplicaSpec._value_specs`.
+"""Tests for runtime/strategy/replica_spec.py: TensorFlow's private `PerReplicaSpec._value_specs`.
 
 The tripwire: a TensorFlow that renames it fails the first test, naming itself and
 the name. The fallbacks: without it, one warning, the training step is traced twice
@@ -14,9 +14,9 @@ import tensorflow as tf
 import keras_tpu
 from keras_tpu import checks
 from keras_tpu import keras
-from keras_tpu.engine import single_trace
+from keras_tpu.engine.steps import single_trace
 from keras_tpu.readiness import rehearsal_findings
-from keras_tpu.runtime import replica_spec
+from keras_tpu.runtime.strategy import replica_spec
 
 
 def _distributed(strategy):
@@ -32,7 +32,7 @@ def test_the_private_name_exists_in_this_tensorflow(mirrored):
     replicas = getattr(x_spec, replica_spec.PRIVATE_NAME, None)
     assert replicas is not None, (
         f"TensorFlow {tf.__version__}: {type(x_spec).__module__}.PerReplicaSpec has no "
-        f"{replica_spec.PRIVATE_NAME}; keras_tpu/runtime/replica_spec.py must read its new name"
+        f"{replica_spec.PRIVATE_NAME}; keras_tpu/runtime/strategy/replica_spec.py must read its new name"
     )
     assert len(replicas) == 4 and replicas[0] == tf.TensorSpec([None, 4], tf.float32)
     assert replica_spec.first_replica(_distributed(mirrored).element_spec) == (

@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.runtime.resolver: real fallback paths, faked TPUs, bounded failures."""
+"""Tests for keras_tpu.runtime.strategy.resolver: real fallback paths, faked TPUs, bounded failures."""
 
 import json
 import threading
@@ -11,8 +11,8 @@ import tensorflow as tf
 import keras_tpu
 from keras_tpu import keras
 from keras_tpu.runtime import device_rules
-from keras_tpu.runtime import strategy_builders
-from keras_tpu.runtime import tpu_address
+from keras_tpu.runtime.strategy import strategy_builders
+from keras_tpu.runtime.tpu import tpu_address
 from tests.conftest import CPU_REPLICAS
 from tests.conftest import run_python
 from tests.conftest import closed_port
@@ -310,9 +310,9 @@ def test_describe_strategies_not_made_here(mirrored):
 
 
 def test_fallback_is_logged_once_with_the_reason(fresh_resolver, tmp_path, caplog):
-    with caplog.at_level("WARNING", logger="keras_tpu.runtime.resolver"):
+    with caplog.at_level("WARNING", logger="keras_tpu.runtime.strategy.resolver"):
         for _ in range(3):
             keras_tpu.resolve_strategy(environ=NO_TPU, root=str(tmp_path))
-    messages = [r.getMessage() for r in caplog.records if r.name == "keras_tpu.runtime.resolver"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "keras_tpu.runtime.strategy.resolver"]
     assert len(messages) == 1
     assert messages[0].startswith("keras_tpu: using cpu (no TPU found")

@@ -1,4 +1,4 @@
-"""Tests for engine/run_dir.py and run_identity.py: identity, the directory lock, writability."""
+"""Tests for engine/rundir/run_dir.py and run_identity.py: identity, the directory lock, writability."""
 
 import dataclasses
 import json
@@ -13,8 +13,8 @@ import keras_tpu
 from keras_tpu import keras
 import models
 from keras_tpu.engine import run_config
-from keras_tpu.engine import run_dir
-from keras_tpu.engine import run_identity
+from keras_tpu.engine.rundir import run_dir
+from keras_tpu.engine.rundir import run_identity
 
 
 def _model(units=4):

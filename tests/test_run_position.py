@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from keras_tpu import keras
-from keras_tpu.engine import run_position
+from keras_tpu.engine.backup import run_position
 
 
 def test_the_epoch_and_step_in_it_follow_from_the_step():

@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.engine.run_records: a run stopped and resumed reports what an uninterrupted one does.
+"""Tests for keras_tpu.engine.backup.run_records: a run stopped and resumed reports what an uninterrupted one does.
 
 In-process, on the session's 4 logical CPU replicas: a linear regression whose
 val_loss improves for 3 epochs, then worsens. One run is stopped at each phase
@@ -21,12 +21,12 @@ import pytest
 import tensorflow as tf
 
 import keras_tpu
-from keras_tpu.engine import backend
-from keras_tpu.engine import checkpointing
+from keras_tpu.engine.steps import backend
+from keras_tpu.engine.backup import checkpointing
 from keras_tpu.engine import config_yaml as config_files
-from keras_tpu.engine import atomic_writes
-from keras_tpu.engine import output_paths as outputs
-from keras_tpu.engine import run_records
+from keras_tpu.engine.rundir import atomic_writes
+from keras_tpu.engine.rundir import output_paths as outputs
+from keras_tpu.engine.backup import run_records
 from keras_tpu import keras
 from tests.conftest import CPU_REPLICAS
 from tests.conftest import best_weights

@@ -6,11 +6,11 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 import keras_tpu
-from keras_tpu.engine import backup_contents
-from models.bert import memory
+from keras_tpu.engine.backup import backup_contents
+from models.bert.memory import memory
 from models import datasets as recipe_inputs
 from keras_tpu.parallel.mesh import layout as mesh_layout
-from models.bert import mesh_classifier
+from models.bert.mesh import mesh_classifier
 from keras_tpu.runtime.compat import keras
 from models import bert
 from tests.conftest import EPYC_BF16_FLAGS
@@ -188,7 +188,7 @@ WORDS = "good bad great awful fine dull moving lifeless film plot".split()
 @pytest.fixture(scope="module")
 def tiny_export(tmp_path_factory):
     """An exported 2-layer encoder (heads 4, FFN 128) and 64 labelled sentences as TSV."""
-    from models.bert import hf_bert  # pylint: disable=g-import-not-at-top
+    from models.bert.hf import hf_bert  # pylint: disable=g-import-not-at-top
     from models.bert import bert_text as text  # pylint: disable=g-import-not-at-top
 
     root = tmp_path_factory.mktemp("sharded")
@@ -244,7 +244,7 @@ def _fit_capturing_backend(config):
         built.append(task.backend(*args, **kwargs))
         return built[-1]
 
-    # What a Backend class declares, a factory wrapping one must too (engine/backend.py).
+    # What a Backend class declares, a factory wrapping one must too (engine/steps/backend.py).
     backend.supported_policies = task.backend.func.supported_policies
     summary = keras_tpu.fit(dataclasses.replace(task, backend=backend), config)
     return summary, built[-1]
@@ -256,7 +256,7 @@ def test_train_bert_model_parallel_trains_and_exports_under_the_engine(tiny_expo
 
     import models  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel.mesh import backend as mesh_backend  # pylint: disable=g-import-not-at-top
-    from models.bert import mesh_export  # pylint: disable=g-import-not-at-top
+    from models.bert.mesh import mesh_export  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel.mesh import loop as mesh_loop  # pylint: disable=g-import-not-at-top
 
     root, vocab = tiny_export
@@ -379,7 +379,7 @@ def test_train_bert_model_parallel_bad_input(tiny_export, overrides, message):
 
 def test_auto_precision_picks_float32_on_the_mesh(tiny_export, mirrored, monkeypatch, tmp_path):
     """On a host with native bf16, "auto" picks float32 on the mesh and says why."""
-    from keras_tpu.engine import precision as precision_lib  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.steps import precision as precision_lib  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel.mesh import backend as mesh_backend  # pylint: disable=g-import-not-at-top
 
     pretend(monkeypatch, mirrored, cpu_root=fake_cpu_host(tmp_path, EPYC_BF16_FLAGS))
@@ -402,7 +402,7 @@ def test_auto_precision_picks_float32_on_the_mesh(tiny_export, mirrored, monkeyp
 
 def _loop(root, vocab, **overrides):
     """Return (ShardedLoop, train Source) of `_sharded_config` on a fresh 2x2 mesh."""
-    from models.bert import mesh_export  # pylint: disable=g-import-not-at-top
+    from models.bert.mesh import mesh_export  # pylint: disable=g-import-not-at-top
     from keras_tpu.parallel.mesh import run_setup as mesh_run_setup  # pylint: disable=g-import-not-at-top
 
     config = _sharded_config(root, vocab, **overrides)
@@ -427,7 +427,7 @@ def _loop(root, vocab, **overrides):
 
 def test_an_epoch_is_one_pass_over_the_training_data(tiny_export):
     import models  # pylint: disable=g-import-not-at-top
-    from keras_tpu.engine import backend as backend_lib  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.steps import backend as backend_lib  # pylint: disable=g-import-not-at-top
 
     root, vocab = tiny_export
     config = _sharded_config(root, vocab, steps_per_epoch=None, epochs=1)

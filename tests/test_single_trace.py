@@ -1,4 +1,4 @@
-"""Tests for engine/single_trace.py: the training step is traced once, and trains the same.
+"""Tests for engine/steps/single_trace.py: the training step is traced once, and trains the same.
 
 On the session's 4 logical CPU replicas (the `mirrored` fixture). The tripwire: if a
 tf_keras release renames what `build_ahead` calls, the step is traced twice again and
@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import keras_tpu
 from keras_tpu import keras
-from keras_tpu.engine import single_trace
+from keras_tpu.engine.steps import single_trace
 
 
 class _Subclassed(keras.Model):

@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.runtime.strategy_info: the typed description every module reads."""
+"""Tests for keras_tpu.runtime.strategy.strategy_info: the typed description every module reads."""
 
 import json
 
@@ -6,8 +6,8 @@ import pytest
 
 from keras_tpu.runtime import detect
 from keras_tpu.runtime import device_rules
-from keras_tpu.runtime import resolver
-from keras_tpu.runtime import strategy_info
+from keras_tpu.runtime.strategy import resolver
+from keras_tpu.runtime.strategy import strategy_info
 from tests.conftest import AMX_ONLY_FLAGS
 from tests.conftest import AVX2_FLAGS
 from tests.conftest import CPU_REPLICAS

@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.engine.summary: what `fit` returns, a RunSummary, reads as summary.json.
+"""Tests for keras_tpu.engine.conclude.summary: what `fit` returns, a RunSummary, reads as summary.json.
 
 No run: a summary is built from fixed values, so each test takes milliseconds.
 """
@@ -9,7 +9,7 @@ import json
 import pytest
 
 import keras_tpu
-from keras_tpu.engine import summary as summary_lib
+from keras_tpu.engine.conclude import summary as summary_lib
 
 FIELDS = {
     f.name: None for f in dataclasses.fields(summary_lib.RunSummary)

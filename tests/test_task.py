@@ -1,12 +1,12 @@
-"""Tests for keras_tpu.engine.task: what a Task accepts, and its early, one-line refusals."""
+"""Tests for keras_tpu.engine.task.task: what a Task accepts, and its early, one-line refusals."""
 
 import numpy as np
 import pytest
 
 import keras_tpu
 from keras_tpu import keras
-from keras_tpu.engine import task as task_lib
-from keras_tpu.engine import task_builds
+from keras_tpu.engine.task import task as task_lib
+from keras_tpu.engine.task import task_builds
 
 
 def test_optimizer_forms():
@@ -114,7 +114,7 @@ def test_bad_class_weights_are_one_line_before_anything_is_written(tmp_path, cla
      ("val_mae", "min"), ("val_answer_loss", "min"), ("loss", "min")],
 )  # fmt: skip
 def test_auto_mode_reads_which_way_is_better_from_the_monitors_name(monitor, mode):
-    from keras_tpu.engine import best_tracker  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.callbacks import best_tracker  # pylint: disable=g-import-not-at-top
 
     xy = (np.zeros((4, 2), np.float32), np.zeros((4, 1), np.float32))
     task = keras_tpu.Task(build_model=keras.Sequential, loss="mse", train_data=xy, eval_data=xy,

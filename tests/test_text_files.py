@@ -17,7 +17,7 @@ import pytest
 
 from keras_tpu import checks
 from keras_tpu.data import text_sources
-from keras_tpu.engine import prediction_inputs
+from scripts import prediction_inputs
 from models import datasets
 from models import BertRunConfig
 

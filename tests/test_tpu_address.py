@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.runtime.tpu_address: bounded probes and where a Cloud TPU name is looked up."""
+"""Tests for keras_tpu.runtime.tpu.tpu_address: bounded probes and where a Cloud TPU name is looked up."""
 
 import threading
 import time
@@ -6,7 +6,7 @@ import time
 import pytest
 
 from keras_tpu.runtime import detect
-from keras_tpu.runtime import tpu_address
+from keras_tpu.runtime.tpu import tpu_address
 
 
 def test_a_probe_that_hangs_is_cut_at_its_timeout(monkeypatch):

@@ -19,7 +19,7 @@ from keras_tpu.readiness import rehearsal_findings
 from keras_tpu.readiness import tpu_rehearsal
 from keras_tpu.runtime import tf_build
 from keras_tpu.runtime import tf_registries
-from keras_tpu.engine import compiling
+from keras_tpu.engine.steps import compiling
 from models import bert
 from models import cnn
 

@@ -268,7 +268,7 @@ def _run_tagged_block(path, marker, old_dir, new_dir):
 _SIGTERM_AT_STEP_5 = """
 import dataclasses, os, signal
 from keras_tpu import keras
-from keras_tpu.engine import callbacks
+from keras_tpu.engine.callbacks import callback_list as callbacks
 
 class SigtermAtStep5(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):

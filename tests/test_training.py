@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.engine.compiling and .precision: scope, exact evaluation, 4 replicas."""
+"""Tests for keras_tpu.engine.steps.compiling and .precision: scope, exact evaluation, 4 replicas."""
 
 import time
 
@@ -8,8 +8,8 @@ import tensorflow as tf
 
 from keras_tpu import data
 from keras_tpu import keras
-from keras_tpu.engine import compiling
-from keras_tpu.engine import precision as precision_lib
+from keras_tpu.engine.steps import compiling
+from keras_tpu.engine.steps import precision as precision_lib
 from tests.conftest import AMX_ONLY_FLAGS
 from tests.conftest import AVX2_FLAGS
 from tests.conftest import EPYC_BF16_FLAGS
@@ -173,14 +173,14 @@ def test_loss_is_not_scaled_by_the_replica_count(mirrored):
 
 
 def test_nan_guard_names_the_step(mirrored, caplog):
-    from keras_tpu.engine import log_callbacks  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.callbacks import log_callbacks  # pylint: disable=g-import-not-at-top
 
     with mirrored.scope():
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])  # Linear: can blow up.
     compiling.compile_model(model, mirrored, optimizer=keras.optimizers.SGD(1e30), loss="mse")
     guard = log_callbacks.NaNGuard()
     x = np.full((64, 4), 1e20, np.float32)
-    with caplog.at_level("ERROR", logger="keras_tpu.engine.log_callbacks"):
+    with caplog.at_level("ERROR", logger="keras_tpu.engine.callbacks.log_callbacks"):
         model.fit(
             x, np.ones((64, 3), np.float32), batch_size=8, epochs=3, callbacks=[guard], verbose=0
         )
@@ -190,7 +190,7 @@ def test_nan_guard_names_the_step(mirrored, caplog):
 
 
 def test_throughput_meter_reports_mfu():
-    from keras_tpu.engine import log_callbacks  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.callbacks import log_callbacks  # pylint: disable=g-import-not-at-top
 
     meter = log_callbacks.ThroughputMeter(global_batch=10, flops_per_example=1e9, peak_flops=1e12)
     meter.on_epoch_begin(0)
@@ -204,7 +204,7 @@ def test_throughput_meter_reports_mfu():
 
 
 def test_remote_tpu_writes_through_this_host(mirrored, monkeypatch):
-    from keras_tpu.engine import callbacks  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.callbacks import callback_list as callbacks  # pylint: disable=g-import-not-at-top
 
     assert callbacks.io_options(mirrored) is None
     pretend(monkeypatch, mirrored, tpu_address="grpc://1.2.3.4:8470")

@@ -16,7 +16,7 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu.data import autotune
 from keras_tpu.data import pipelines
-from keras_tpu.runtime.strategy_info import StrategyInfo
+from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
 
 
 def _examples(dataset_fn, context):

@@ -27,7 +27,7 @@ from keras_tpu.data.sources import load_csv  # noqa: F401
 from keras_tpu.data.sources import load_digits  # noqa: F401
 from keras_tpu.data.sources import load_tsv  # noqa: F401
 from keras_tpu.data.sources import synthetic_images  # noqa: F401
-from keras_tpu.runtime.strategy_info import StrategyInfo
+from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
 
 # What leaves the host: TPUs have no uint8/int64/float64 arithmetic worth
 # using and no strings at all, so cast (or refuse) before the infeed.

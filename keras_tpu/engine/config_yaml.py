@@ -262,7 +262,7 @@ def to_yaml(config, *, header="", task=None):
 def write(config, path, *, task=None):
     """Write `config` (and its registry TaskEntry) to `path` as YAML that reruns it exactly."""
     # Here, not at the top: the scripts read config files before TensorFlow is imported.
-    from keras_tpu.engine import atomic_writes  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.rundir import atomic_writes  # pylint: disable=g-import-not-at-top
 
     command = "scripts/train.py" if task is not None else "the same script"
     header = (

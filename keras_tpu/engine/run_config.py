@@ -15,9 +15,9 @@ import dataclasses
 
 from keras_tpu import checks
 from keras_tpu.data import cache_policy
-from keras_tpu.runtime import cluster
-from keras_tpu.engine import output_paths
-from keras_tpu.runtime import tpu_connect
+from keras_tpu.runtime.strategy import cluster
+from keras_tpu.engine.rundir import output_paths
+from keras_tpu.runtime.tpu import tpu_connect
 
 
 EXPORT_WEIGHTS = ("final", "best")

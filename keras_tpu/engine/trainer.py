@@ -28,20 +28,20 @@ from start to exit (preemption.py).
 
 from keras_tpu import checks
 from keras_tpu import data
-from keras_tpu.engine import backend as backend_lib
-from keras_tpu.engine import instances
-from keras_tpu.engine import leftovers
-from keras_tpu.engine import precision
+from keras_tpu.engine.steps import backend as backend_lib
+from keras_tpu.engine.task import instances
+from keras_tpu.engine.rundir import leftovers
+from keras_tpu.engine.steps import precision
 from keras_tpu.engine import registry
-from keras_tpu.engine import summary as summary_lib
-from keras_tpu.engine import task as task_lib
+from keras_tpu.engine.conclude import summary as summary_lib
+from keras_tpu.engine.task import task as task_lib
 from keras_tpu.engine import training_run
 from keras_tpu.engine.run_config import RunConfig
-from keras_tpu.runtime import cluster
-from keras_tpu.runtime import resolver
-from keras_tpu.runtime import strategy_builders
+from keras_tpu.runtime.strategy import cluster
+from keras_tpu.runtime.strategy import resolver
+from keras_tpu.runtime.strategy import strategy_builders
 from keras_tpu.runtime.compat import keras
-from keras_tpu.runtime.strategy_info import StrategyInfo
+from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
 
 # Errors that mean "the configuration is wrong": scripts print them as one line (exit 2).
 CONFIG_ERRORS = (
@@ -86,7 +86,7 @@ def fit(task, config=None, *, strategy=None):
         128 + signal, backed up), a NaN loss (exit 3, summary status "nan"), a failed
         write such as a full disk (exit 2) or a lost cluster worker (exit 2). Its
         `exit_code` is what the scripts exit with; `stop.exit()` prints its one line
-        and exits so (engine/stops.py).
+        and exits so (engine/stops/stop.py).
       ConfigError: anything wrong with the task, the config or the environment,
         before anything is written.
     """

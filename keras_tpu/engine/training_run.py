@@ -14,29 +14,29 @@ import os
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.engine import callbacks as callbacks_lib
-from keras_tpu.engine import backup_contents
-from keras_tpu.engine import class_weights
+from keras_tpu.engine.callbacks import callback_list as callbacks_lib
+from keras_tpu.engine.backup import backup_contents
+from keras_tpu.engine.task import class_weights
 from keras_tpu.engine import config_yaml
-from keras_tpu.engine import data_checks
-from keras_tpu.engine import early_stopping
-from keras_tpu.engine import final_evaluation
-from keras_tpu.engine import leftovers
-from keras_tpu.engine import output_paths
-from keras_tpu.engine import preemption as preemption_lib
+from keras_tpu.engine.task import data_checks
+from keras_tpu.engine.stops import early_stopping
+from keras_tpu.engine.conclude import final_evaluation
+from keras_tpu.engine.rundir import leftovers
+from keras_tpu.engine.rundir import output_paths
+from keras_tpu.engine.stops import preemption as preemption_lib
 from keras_tpu.engine import registry
-from keras_tpu.engine import run_dir
-from keras_tpu.engine import run_identity
-from keras_tpu.engine import run_position
-from keras_tpu.engine import saved_model_export
-from keras_tpu.engine import stops
-from keras_tpu.engine import summary as summary_lib
-from keras_tpu.engine import task_builds
-from keras_tpu.runtime import cluster
+from keras_tpu.engine.rundir import run_dir
+from keras_tpu.engine.rundir import run_identity
+from keras_tpu.engine.backup import run_position
+from keras_tpu.engine.conclude import saved_model_export
+from keras_tpu.engine.stops import stop as stops
+from keras_tpu.engine.conclude import summary as summary_lib
+from keras_tpu.engine.task import task_builds
+from keras_tpu.runtime.strategy import cluster
 from keras_tpu.runtime import determinism
-from keras_tpu.runtime import replica_batch_norm
+from keras_tpu.runtime.strategy import replica_batch_norm
 from keras_tpu.runtime.compat import keras
-from keras_tpu.runtime.strategy_info import StrategyInfo
+from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
 
 log = logging.getLogger(__name__)
 

@@ -5,16 +5,16 @@
 
 `python scripts/tpu_info.py --doctor [--json]` prints the same. Every probe is
 bounded in time and reports instead of raising; the resolver refuses a TPU that
-is present but unusable with the same checks (`runtime/tpu_health.py`).
+is present but unusable with the same checks (`runtime/tpu/tpu_health.py`).
 """
 
 import os
 
 from keras_tpu.runtime import compat
 from keras_tpu.runtime import tf_build
-from keras_tpu.runtime import tpu_holders
+from keras_tpu.runtime.tpu import tpu_holders
 from keras_tpu.runtime.health_report import FAIL, OK, WARN, Check, Report  # noqa: F401
-from keras_tpu.runtime.tpu_health import (  # noqa: F401  (doctor.check_build, ...: one place)
+from keras_tpu.runtime.tpu.tpu_health import (  # noqa: F401  (doctor.check_build, ...: one place)
     LIBTPU_FOR_TPU_TF,
     TEST_ROOT_VAR,
     TPU_INSTALL,

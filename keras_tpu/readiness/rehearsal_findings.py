@@ -15,7 +15,7 @@ from tensorflow.core.framework import types_pb2
 from keras_tpu import checks
 from keras_tpu.readiness import graph_inspect
 from keras_tpu.readiness.rehearsal_report import FIXES, Finding
-from keras_tpu.runtime import replica_spec
+from keras_tpu.runtime.strategy import replica_spec
 
 PY_FUNC_OPS = frozenset({"EagerPyFunc", "PyFunc", "PyFuncStateless"})
 # String-typed ops XLA drops or folds at compile time (assertion messages).

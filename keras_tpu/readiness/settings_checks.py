@@ -7,7 +7,7 @@ the scripts print as their `error:` line: both come from the one
 
 from keras_tpu import checks
 from keras_tpu.runtime import detect
-from keras_tpu.runtime import tpu_address
+from keras_tpu.runtime.tpu import tpu_address
 from keras_tpu.runtime.health_report import FAIL, OK, WARN, Check
 
 

@@ -12,7 +12,7 @@ import json
 import os
 
 from keras_tpu import checks
-from keras_tpu.runtime import tpu_address
+from keras_tpu.runtime.tpu import tpu_address
 
 # PCI ids of Google TPU chips, as libtpu-based frameworks detect a TPU VM host
 # (the same table as jax/_src/hardware_utils.py).

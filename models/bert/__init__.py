@@ -9,7 +9,7 @@ One module per part, as keras-hub lays out its BERT:
   bert_flops.py            training FLOPs per example (for MFU)
   bert_memory.py           the memory model: bytes per replica of a training step
                            (with bert_memory_estimate.py and bert_introspect.py;
-                           models.bert.memory plans batches with it)
+                           models.bert.memory.memory plans batches with it)
   memory.py                the memory planner: estimate, plan (batch_search.py), check_fits
                            (fit_warning.py)
   bert_optimizer.py        bert_adamw: AdamW with BERT's warm-up and linear decay
@@ -21,7 +21,7 @@ One module per part, as keras-hub lays out its BERT:
   glue_submission.py       GLUE test-split predictions as gluebenchmark.com takes them
 """
 
-from models.bert.bert_flops import training_flops_per_example  # noqa: F401
+from models.bert.memory.bert_flops import training_flops_per_example  # noqa: F401
 from models.bert.bert_classifier import build_bert_classifier  # noqa: F401
 from models.bert.bert_classifier import build_bert_regressor  # noqa: F401
 from models.bert.bert_classifier import classifier_head  # noqa: F401

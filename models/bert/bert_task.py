@@ -17,9 +17,9 @@ from models import datasets
 from models.bert import bert_export
 from models.bert import bert_optimizer
 from models.bert import bert_vocab
-from models.bert import extra_eval
-from models.bert import glue
-from models.bert import memory
+from models.bert.glue import extra_eval
+from models.bert.glue import glue
+from models.bert.memory import memory
 from models.bert.bert_config import check_seq_length
 
 
@@ -29,7 +29,7 @@ class BertRunConfig(keras_tpu.RunConfig):
 
     Run: python scripts/train_bert.py --encoder_handle=DIR --vocab_file=vocab.txt
          --train_file=tests/data/sst2/train.tsv --eval_file=tests/data/sst2/dev.tsv
-    A GLUE task through tfds needs no more than its name (models.bert.glue):
+    A GLUE task through tfds needs no more than its name (models.bert.glue.glue):
          python scripts/train_bert.py ... --tfds_name=glue/mrpc
     """
 
@@ -146,8 +146,8 @@ def _check_memory(model_or_config, info, policy, config):
 def _sharded(config, preprocessor, pair, class_names=None):
     """Return the Task fields that split the weights over a mesh (model_parallel > 1)."""
     from keras_tpu.parallel import mesh  # pylint: disable=g-import-not-at-top
-    from models.bert import mesh_classifier  # pylint: disable=g-import-not-at-top
-    from models.bert import mesh_export  # pylint: disable=g-import-not-at-top
+    from models.bert.mesh import mesh_classifier  # pylint: disable=g-import-not-at-top
+    from models.bert.mesh import mesh_export  # pylint: disable=g-import-not-at-top
 
     encoder_config, encoder_weights = mesh_export.load_native_encoder(config.encoder_handle)
     bert_spec = mesh_classifier.ShardedBert(

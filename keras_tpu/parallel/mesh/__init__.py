@@ -10,7 +10,7 @@
 
 Which weight is split how is the model's: pass a LayoutMap of the mesh for the
 Task's own `build_model`, or a MeshModel that builds its model under its own
-(BERT's: models/bert/mesh_classifier.py); loss, metrics and optimizer are the Task's:
+(BERT's: models/bert/mesh/mesh_classifier.py); loss, metrics and optimizer are the Task's:
     task = keras_tpu.Task(..., backend=functools.partial(mesh.ShardedBackend,
                                                          layout_map=my_layouts))
     task = keras_tpu.Task(..., backend=functools.partial(mesh.ShardedBackend, model=spec))

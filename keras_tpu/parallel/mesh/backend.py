@@ -37,11 +37,11 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu import data
-from keras_tpu.engine import atomic_writes
-from keras_tpu.engine import backend as backend_lib
-from keras_tpu.engine import execution_loop
-from keras_tpu.engine import task as task_lib
-from keras_tpu.engine import task_builds
+from keras_tpu.engine.rundir import atomic_writes
+from keras_tpu.engine.steps import backend as backend_lib
+from keras_tpu.engine.steps import execution_loop
+from keras_tpu.engine.task import task as task_lib
+from keras_tpu.engine.task import task_builds
 from keras_tpu.parallel.mesh import laid_out
 from keras_tpu.parallel.mesh import run_setup as sharded_training
 from keras_tpu.parallel.mesh import layout

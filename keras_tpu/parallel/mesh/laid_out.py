@@ -16,8 +16,8 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from keras_tpu import checks
-from keras_tpu.engine import saved_model_export as export_lib
-from keras_tpu.engine import task_builds
+from keras_tpu.engine.conclude import saved_model_export as export_lib
+from keras_tpu.engine.task import task_builds
 from keras_tpu.runtime.compat import keras
 
 

@@ -6,7 +6,7 @@
         model = build_my_model()
 
 Which weight is split how is the model's (a `keras.dtensor.experimental.LayoutMap`,
-e.g. models/bert/mesh_classifier.py for BERT); this module knows none. The "batch"
+e.g. models/bert/mesh/mesh_classifier.py for BERT); this module knows none. The "batch"
 axis is data parallelism over the remaining devices: with N devices and
 K = model_parallel, the mesh is (N / K) x K.
 

@@ -21,8 +21,8 @@ import tensorflow as tf
 from tensorflow.experimental import dtensor
 
 from keras_tpu import data
-from keras_tpu.engine import summary as summary_lib
-from keras_tpu.engine import task as task_lib
+from keras_tpu.engine.conclude import summary as summary_lib
+from keras_tpu.engine.task import task as task_lib
 from keras_tpu.parallel.mesh import layout
 from keras_tpu.parallel.mesh import metrics as mesh_metrics
 from keras_tpu.runtime.compat import keras

@@ -24,7 +24,7 @@ epoch and an evaluation). Its class lives in tf_keras's private
 import numpy as np
 import tensorflow as tf
 
-from keras_tpu.engine import task as task_lib
+from keras_tpu.engine.task import task as task_lib
 from keras_tpu.runtime.compat import keras
 
 

@@ -12,7 +12,7 @@ map), its loss, metrics and optimizer the Task's.
 """
 
 from keras_tpu import checks
-from keras_tpu.engine import compiling
+from keras_tpu.engine.steps import compiling
 from keras_tpu.parallel.mesh import layout as mesh_layout
 from keras_tpu.parallel.mesh.loop import ShardedLoop
 

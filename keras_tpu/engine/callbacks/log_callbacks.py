@@ -1,0 +1,163 @@
+"""The callbacks that add to a run's epoch logs: throughput and MFU, exact val_loss, NaN stop.
+
+Each runs early in the run's callback list (callbacks.make_callbacks orders them):
+what they add to `logs` is what the progress lines, TensorBoard, the history, the
+best-weights monitor and the backups then see.
+"""
+
+import logging
+import time
+
+from keras_tpu.engine.backup import backup_contents
+from keras_tpu.engine.steps import compiling
+from keras_tpu.engine.callbacks import progress
+from keras_tpu.runtime.compat import keras
+
+log = logging.getLogger(__name__)
+
+
+class ThroughputMeter(keras.callbacks.Callback):
+    """Add examples/second, step time and (when FLOPs are known) MFU to the epoch logs.
+
+    Runs before TensorBoard in the callback list, so the values it adds to
+    `logs` are written as scalars. Timing spans an epoch's training steps,
+    from the epoch's start to the end of its last execution: with
+    steps_per_execution > 1 per-batch callbacks fire only per execution, and
+    the validation fit runs after the last step is not compiling.
+    """
+
+    def __init__(self, global_batch, flops_per_example=None, peak_flops=None):
+        """Create the meter.
+
+        Args:
+          global_batch: examples per step across all replicas.
+          flops_per_example: training FLOPs (forward + backward) per example, if known.
+          peak_flops: the devices' combined peak FLOP/s, for model FLOPs utilisation.
+        """
+        super().__init__()
+        self._supports_tf_logs = True  # Batch hooks never read logs: no tensor-to-host copy.
+        self.global_batch = global_batch
+        self.flops_per_example = flops_per_example
+        self.peak_flops = peak_flops
+        self.history = []
+        self.start_step = None
+        self._carried = None  # (steps, seconds) of a resumed epoch before the backup.
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.start_step is None:
+            # Read at the first step, after checkpointing.Backup restored a backup.
+            self.start_step = int(self.model.optimizer.iterations.numpy())
+
+    def on_epoch_begin(self, epoch, logs=None):
+        steps, seconds = self._carried or (0, 0.0)
+        if steps >= ((getattr(self, "params", None) or {}).get("steps") or steps + 1):
+            steps, seconds = 0, 0.0  # The backup ended an epoch: this one starts afresh.
+        self._carried = None
+        self._start = time.perf_counter() - seconds
+        self._end = self._start + seconds
+        self._steps = steps
+
+    def state_dict(self):
+        """Return the epochs' records and the current epoch's steps and time (for backups)."""
+        seconds = getattr(self, "_end", 0.0) - getattr(self, "_start", 0.0)
+        return {"history": self.history, "epoch": [getattr(self, "_steps", 0), seconds]}
+
+    def load_state_dict(self, state):
+        """Take back the records and the interrupted epoch's steps and time."""
+        self.history = [dict(record) for record in state["history"]]
+        steps, seconds = state["epoch"]
+        self._carried = (steps, seconds)
+        self._start, self._end, self._steps = 0.0, seconds, steps  # An epoch ended on resume.
+
+    def on_train_batch_end(self, batch, logs=None):
+        # `batch` is the index of the last step of the execution that ended.
+        self._steps = batch + 1
+        self._end = time.perf_counter()
+
+    @property
+    def epoch_steps(self):
+        """Training steps of the current epoch so far (as of the last execution)."""
+        return self._steps
+
+    def epoch_examples_per_second(self):
+        """Return the current epoch's training examples/second so far, or None."""
+        seconds = self._end - self._start
+        return self._steps * self.global_batch / seconds if self._steps and seconds > 0 else None
+
+    def on_epoch_end(self, epoch, logs=None):
+        seconds = self._end - self._start
+        if logs is None or not self._steps or seconds <= 0:
+            return
+        rate = self._steps * self.global_batch / seconds
+        logs["examples_per_second"] = rate
+        logs["step_time_ms"] = 1000.0 * seconds / self._steps
+        if self.flops_per_example:
+            logs["model_tflops_per_second"] = rate * self.flops_per_example / 1e12
+            if self.peak_flops:
+                logs["mfu"] = rate * self.flops_per_example / self.peak_flops
+        self.history.append(dict(epoch=epoch, **{k: float(v) for k, v in logs.items()}))
+
+
+class ExactValidationLoss(keras.callbacks.Callback):
+    """Report the exact validation loss as `val_loss`; runs first, so every callback sees it.
+
+    Keras's `val_loss` divides the zero-weight padding of the last evaluation
+    batch into the mean (0.3434 shown for a true 0.4251 with 517 of 640 slots
+    real). `compiling.compile_model` adds a weighted mean loss, which counts real
+    examples only; this puts it in `val_loss` for the progress lines,
+    TensorBoard (epoch_loss and evaluation_loss_vs_iterations), the history and
+    the best-weights monitor, and drops its training twin (equal to `loss` less
+    regularisation: full batches).
+    """
+
+    def on_test_end(self, logs=None):
+        # TensorBoard, later in the list, writes these logs as evaluation_<name>_vs_iterations:
+        # make its loss (and each output's) the exact one. Nothing is popped: fit reads them.
+        if not logs:
+            return
+        exact = dict(logs)
+        total = compiling.exact_loss(exact)
+        if total is not None:
+            logs.update({k: v for k, v in exact.items() if k.endswith("loss")}, loss=total)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None:
+            return
+        val_loss = compiling.exact_loss(logs, "val_")
+        if val_loss is not None:
+            logs["val_loss"] = val_loss
+        compiling.exact_loss(logs, keep_outputs=False)  # Training's: full batches, not padded.
+
+
+class LearningRateLogger(keras.callbacks.Callback):
+    """Add the learning rate in effect at the end of each epoch to the logs."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["learning_rate"] = progress.current_learning_rate(self.model.optimizer)
+
+
+class NaNGuard(keras.callbacks.Callback):
+    """Stop training at the first non-finite loss and name the epoch and step."""
+
+    def __init__(self):
+        super().__init__()
+        self._epoch = 0
+        self.stopped_at = None
+        self.step = None  # Optimizer step at the end of the execution with the NaN.
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not backup_contents.finite_loss(logs):
+            self.stopped_at = (self._epoch, batch)
+            self.step = int(self.model.optimizer.iterations.numpy())
+            log.error(
+                "keras_tpu: loss became %s at epoch %d, step %d; stopping. Lower the learning "
+                "rate, enable gradient clipping, or use fp32 to find the overflow.",
+                logs["loss"],
+                self._epoch + 1,
+                batch + 1,
+            )
+            self.model.stop_training = True

@@ -1,0 +1,116 @@
+"""Export trained models as SavedModels for serving, loadable without keras_tpu.
+
+An export holds the model's layers, weights and serving signature, and nothing
+of its training: no optimizer, no compiled loss or metrics. So it loads with
+`tf.saved_model.load`, `tf_keras.models.load_model` (no custom_objects) and Keras
+3's `keras.layers.TFSMLayer`, on a machine without keras_tpu (docs/guide.md, "Exports").
+"""
+
+import contextlib
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from keras_tpu.engine.rundir import atomic_writes
+from keras_tpu.runtime import compat
+from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
+
+
+def _save_options(strategy, export_dir):
+    device = StrategyInfo.of(strategy).io_device(export_dir)
+    return tf.saved_model.SaveOptions(experimental_io_device=device)
+
+
+@contextlib.contextmanager
+def serving_only(model):
+    """Hide `model`'s compiled loss and metrics while it is saved (restored after).
+
+    tf_keras writes a compiled model's metrics (`model.metrics`) into a SavedModel
+    and `load_model` must rebuild each one: keras_tpu's exact-loss metric (the mean
+    of a loss instance's `call`) or a metric class of your own would then need
+    `custom_objects`, and serving uses none of them. `model.metrics` lists them only
+    while `_is_compiled` is set (tf_keras/engine/training.py; tf_keras 2.x is in
+    maintenance, so stable), the attribute `model.save` itself leaves untouched.
+    """
+    compiled = getattr(model, "_is_compiled", False)
+    model._is_compiled = False  # pylint: disable=protected-access
+    try:
+        yield model
+    finally:
+        model._is_compiled = compiled  # pylint: disable=protected-access
+
+
+@contextlib.contextmanager
+def class_names_function(model, class_names):
+    """Give `model` a `class_names()` function (the label names, in class order) while saved.
+
+    A tracked tf.function with no inputs: `tf.saved_model.load(export).class_names()`
+    returns the names as a string tensor, and `tf_keras.models.load_model` keeps it,
+    with nothing of keras_tpu needed. No-op when `class_names` is None.
+    """
+    if class_names is None:
+        yield model
+        return
+    names = [str(name) for name in class_names]
+    model.class_names = tf.function(lambda: tf.constant(names), input_signature=[])
+    try:
+        yield model
+    finally:
+        del model.class_names
+
+
+def export_model(
+    model, export_dir, strategy, *, overwrite=False, serving=None, signatures=None,
+    class_names=None,
+):  # fmt: skip
+    """Write `model` as a SavedModel (Keras format inside, loadable by TF Serving).
+
+    For a remote TPU node the files are written by this host, so a local
+    export_dir works (tensorflow/tensorflow#36447). The SavedModel is written
+    beside export_dir and renamed into place (`atomic_writes.save_atomically`); an
+    export_dir holding something else is refused unless `overwrite`.
+
+    Args:
+      model: the trained tf_keras model.
+      export_dir: where the SavedModel goes.
+      strategy: the training strategy (remote TPUs write through this host).
+      overwrite: replace an export_dir holding something else.
+      serving: a Keras model that wraps `model` (e.g. with its preprocessing, as
+        models/bert/bert_export.py does) to save instead of `model` itself.
+      signatures: the saved model's serving signatures (default: Keras's own).
+      class_names: each class's name, in label order: the export gets `class_names()`
+        (see `class_names_function`).
+    """
+    compat.ensure_tf_keras(model)
+    saved = model if serving is None else serving
+
+    def save(directory):
+        with serving_only(model), class_names_function(saved, class_names):
+            saved.save(
+                directory,
+                include_optimizer=False,
+                save_format="tf",
+                signatures=signatures,
+                options=_save_options(strategy, directory),
+            )
+
+    return atomic_writes.save_atomically(save, export_dir, model, overwrite=overwrite)
+
+
+def export_on_every_worker(export_fn, export_dir, strategy):
+    """Export from the chief to export_dir; other workers save to a temp dir and delete it.
+
+    Under MultiWorkerMirroredStrategy every worker must save: saving can run
+    collectives, so a chief saving alone would wait for its peers forever
+    (TensorFlow's multi-worker Keras tutorial, "Model saving and loading").
+    """
+    if StrategyInfo.of(strategy).is_chief:
+        return export_fn(export_dir)
+    scratch = tempfile.mkdtemp(prefix="keras_tpu_worker_export_")
+    try:
+        export_fn(os.path.join(scratch, "export"))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return None

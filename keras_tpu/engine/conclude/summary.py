@@ -1,0 +1,269 @@
+"""What a run reports: `RunSummary`, written as model_dir/summary.json and returned by `fit`.
+
+One typed value for every path (built-in tasks, user tasks, the sharded loop, a rerun of a
+finished run), so a key cannot be spelled two ways; `to_dict()` is the JSON the scripts print
+from. It is also a read-only mapping over those same keys (`summary["test"]["accuracy"]`,
+as summary.json reads), so code written against summary.json reads a returned summary too.
+"""
+
+import collections.abc
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from keras_tpu.engine.rundir import atomic_writes
+from keras_tpu.engine.callbacks import best_tracker
+from keras_tpu.engine.steps import compiling
+from keras_tpu.engine.rundir import run_identity
+
+log = logging.getLogger(__name__)
+
+SUMMARY_FILE = "summary.json"
+
+
+def weights_checksum(weights):
+    """Return a short SHA-256 of a model's weights (a model, or a list of arrays)."""
+    if hasattr(weights, "get_weights"):
+        weights = weights.get_weights()
+    digest = hashlib.sha256()
+    for weight in weights:
+        digest.update(np.ascontiguousarray(weight).tobytes())
+    return digest.hexdigest()[:16]
+
+
+# eq=False: equality is the Mapping's, by summary.json's keys, so a summary equals the
+# summary.json it was written as (and a dict of the same keys).
+@dataclasses.dataclass(frozen=True, eq=False)
+class RunSummary(collections.abc.Mapping):
+    """A finished run: what it trained, how fast, where it ended, and its exact evaluation.
+
+    Attributes mirror the keys of summary.json (`summary.test["accuracy"]`), and the summary
+    is a read-only mapping over those keys (`summary["test"]["accuracy"]`, the keys of a
+    backend's `extra` included); `to_dict()` returns that mapping as a dict for JSON. `test`
+    has one entry per metric ("loss" is the exact mean per-example loss over the whole split).
+    `history` holds one value per epoch for every logged key; its val_ values are exact too.
+    """
+
+    status: str  # "ok"
+    task: str | None
+    model: str
+    parameters: int
+    train_examples: int | None
+    test_examples: int | None
+    per_replica_batch: int
+    global_batch: int
+    replicas: int
+    precision_policy: str
+    epochs: int
+    steps_per_epoch: int
+    steps_per_execution: int
+    final_step: int
+    resumed_from_step: int
+    memory_warning: str | None
+    final_train: dict
+    test: dict
+    test_weights: str  # Which weights `test` evaluated (and the export holds): "final" or "best".
+    monitor: str
+    best: dict | None  # {"epoch", monitor: value} of the kept best weights, or None.
+    history: dict
+    accuracy_warning: str | None
+    train_seconds: float
+    train_examples_per_second: float
+    throughput: list
+    weights_sha256: str
+    chief: bool
+    strategy: dict
+    config: dict
+    dataset: str | None = None
+    precision_reason: str | None = None  # Why this policy, e.g. "fp32: this CPU has no native bf16".
+    train_data: str | None = None  # Cached in memory or streamed, and why (data.cache_policy).
+    stopped_early: dict | None = None  # early_stopping.StoppedEarly, when the run stopped early.
+    class_names: list | None = None  # Task.class_names: the name of each label, in order.
+    extra: dict = dataclasses.field(default_factory=dict)  # Backend-specific (e.g. the mesh).
+
+    def to_dict(self):
+        """Return the summary.json mapping (extra's keys at the top level)."""
+        value = dataclasses.asdict(self)
+        value.update(value.pop("extra"))
+        for key in ("dataset", "class_names"):
+            if value[key] is None:
+                del value[key]
+        return value
+
+    @classmethod
+    def from_dict(cls, value):
+        """Return the RunSummary a summary.json mapping was written from (`to_dict` undone).
+
+        Keys that are no field go back to `extra`; a field an older keras_tpu did not write
+        is None (or its default).
+        """
+        fields = [f for f in dataclasses.fields(cls) if f.name != "extra"]
+        names = {f.name for f in fields}
+        required = [f.name for f in fields
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        given = {name: None for name in required}
+        given.update((k, v) for k, v in value.items() if k in names)
+        return cls(**given, extra={k: v for k, v in value.items() if k not in names})
+
+    # The read-only mapping: summary.json's keys. A fresh copy each time, as the fields are
+    # the truth (a frozen summary cannot be changed through it).
+    def __getitem__(self, key):
+        return self.to_dict()[key]
+
+    def __iter__(self):
+        return iter(self.to_dict())
+
+    def __len__(self):
+        return len(self.to_dict())
+
+
+@dataclasses.dataclass(frozen=True)
+class StoppedSummary:
+    """A run that stopped at a non-finite loss: summary.json says so and where."""
+
+    status: str  # "nan"
+    nan_step: int
+    final_step: int
+    message: str
+    strategy: dict
+    config: dict
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+def write(summary, model_dir):
+    """Write a summary (RunSummary, StoppedSummary or dict) to model_dir/summary.json.
+
+    Whole or not at all (`atomic_writes.write_file`): a kill leaves the old summary or
+    the new one, never half of one.
+    """
+    if not model_dir:
+        return None
+    value = summary if isinstance(summary, dict) else summary.to_dict()
+    tf.io.gfile.makedirs(model_dir)
+    return atomic_writes.write_file(
+        os.path.join(model_dir, SUMMARY_FILE), json.dumps(value, indent=2)
+    )
+
+
+def read(model_dir) -> dict[str, Any] | None:
+    """Return model_dir/summary.json as written, or None if there is none (or it is torn)."""
+    if not model_dir:
+        return None
+    path = os.path.join(model_dir, SUMMARY_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            return json.load(f)
+    except ValueError:
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Trained:
+    """What training left for the summary: the whole run's history and time, and its steps."""
+
+
+    history: dict  # The whole run's: key -> one value per epoch (exact val_loss), resumes too.
+    seconds: float  # The whole run's training time (every process's, up to its backup).
+    start_step: int
+    final_step: int  # Read before the best weights (and their optimizer step) may be loaded.
+
+
+def run_summary(run, trained, test, *, weights, checksum):
+    """Return the RunSummary of a finished run.
+
+    Args:
+      run: the `training_run.TrainingRun` (model, config, shape, task, callbacks, backend, info).
+      trained: its Trained.
+      test: the final evaluation's {metric: value, "examples": n}.
+      weights: "final" or "best": the weights evaluated and exported.
+      checksum: weights_checksum of the final weights.
+    """
+    model, config, shape = run.model, run.config, run.shape
+    test = dict(test)
+    history = {k: [float(v) for v in values] for k, values in trained.history.items()}
+    accuracy_warning = None
+    if "accuracy" in history and "accuracy" in test:
+        accuracy_warning = compiling.chance_warning(
+            train_accuracy=history["accuracy"][-1],
+            eval_accuracy=test["accuracy"],
+            num_classes=int(model.output_shape[-1]),
+        )
+        if accuracy_warning:
+            log.warning("keras_tpu: %s", accuracy_warning)
+    final_step = trained.final_step
+    return RunSummary(
+        status="ok",
+        task=run.task.task_name,
+        model=model.name,
+        parameters=int(model.count_params()),
+        train_examples=shape.train_examples,
+        test_examples=test.pop("examples", None),
+        per_replica_batch=shape.per_replica_batch,
+        global_batch=shape.global_batch,
+        replicas=shape.replicas,
+        precision_policy=run.policy,
+        precision_reason=run.precision_reason,
+        train_data=shape.train_data,
+        stopped_early=(
+            dataclasses.asdict(run.callbacks.early_stop.stopped())
+            if run.callbacks.early_stop is not None and run.callbacks.early_stop.stopped()
+            else None
+        ),
+        epochs=config.epochs,
+        steps_per_epoch=shape.steps_per_epoch,
+        steps_per_execution=shape.steps_per_execution,
+        final_step=final_step,
+        resumed_from_step=trained.start_step,
+        memory_warning=run.memory_warning or None,
+        final_train={k: v[-1] for k, v in history.items() if not k.startswith("val_")},
+        test=test,
+        test_weights=weights,
+        monitor=run.task.monitor,
+        best=(
+            # The definition best/ was kept by, replayed over the whole run's epochs.
+            best_tracker.BestTracker.of_history(history, run.task.monitor, run.task.best_mode).best()
+            if config.keep_best
+            else None
+        ),
+        history=history,
+        accuracy_warning=accuracy_warning,
+        train_seconds=round(trained.seconds, 3),
+        # The whole run's examples over its whole training time, resumed or not.
+        train_examples_per_second=(
+            round(final_step * shape.global_batch / trained.seconds, 1) if trained.seconds else 0.0
+        ),
+        throughput=run.callbacks.meter.history,
+        weights_sha256=checksum,
+        chief=run.info.is_chief,
+        strategy=run.info.to_dict(),
+        config=dataclasses.asdict(config),
+        dataset=run.task.name,
+        class_names=list(run.task.class_names) if run.task.class_names else None,
+        extra=run.backend.summary_extra(),
+    )
+
+
+def finished_run(config, global_batch):
+    """Return the summary of this same run if it already finished in model_dir, else None."""
+    if not config.model_dir or config.overwrite:
+        return None
+    previous = read(config.model_dir)
+    if not previous or previous.get("status") != "ok":
+        return None
+    if not run_identity.same_fields(config.model_dir, config, global_batch=global_batch):
+        return None  # Another run: the identity check refuses it with the differences.
+    log.warning(
+        "keras_tpu: this run finished at step %d, summary in %s; nothing to do (--overwrite "
+        "to train again).", previous["final_step"], os.path.join(config.model_dir, "summary.json"),
+    )  # fmt: skip
+    return RunSummary.from_dict(previous)

@@ -1,0 +1,188 @@
+"""Files and directories written whole, and the one message of a write that fails.
+
+A run's files (summary.json, run.json, config.yaml) are written beside their
+place and renamed over it; directories (best/, the export) are built in a temp
+directory and renamed into place: a kill leaves the old copy or the new one, never
+half of one, and `leftovers.clean` removes a killed writer's temp copies by their
+PID (`temp_prefix`). A write that fails (a full disk, no permission) ends in one
+message naming the path, the reason and the space needed and free (`write_error`).
+"""
+
+import errno
+import os
+import re
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from keras_tpu.engine.rundir import output_paths
+from keras_tpu.engine.stops import stop as stops
+
+# What a failed write raises: Python's OSError (ENOSPC, EACCES, EROFS, ENOTDIR)
+# or TensorFlow's file-system errors from the C++ writers.
+WRITE_ERRORS = (
+    OSError,
+    tf.errors.ResourceExhaustedError,
+    tf.errors.PermissionDeniedError,
+    tf.errors.FailedPreconditionError,
+    tf.errors.NotFoundError,
+)
+
+_WRITE_ERRNOS = (
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EFBIG,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.ENOTDIR,
+)
+
+
+class WriteFailed(output_paths.OutputError, stops.RunStopped):
+    """A write failed (a full disk, no permission): one line, and a "disk" stop (exit 2).
+
+    Both kinds: a caller of `save_atomically` catches a ConfigError (a ValueError), and
+    `fit`'s caller, whose export failed after training, the `keras_tpu.RunStopped` of
+    every other stop.
+    """
+
+    def __init__(self, message):
+        stops.RunStopped.__init__(self, stops.Stop.disk(message))
+
+
+def tree_bytes(path):
+    """Return the bytes of the files under `path` (0 if it is gone)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    return total
+
+
+def _size_text(n):
+    return f"{n / 2**20:.1f} MB" if n >= 2**20 else f"{n / 2**10:.0f} kB"
+
+
+def write_error(path, error, *, needed_bytes, written_bytes=0):
+    """Return the WriteFailed naming `path`, the reason, the space needed and the space free."""
+    reason = getattr(error, "strerror", None) or getattr(error, "message", None) or str(error)
+    # TensorFlow's messages are "<temp file>; <reason>": the temp file is gone.
+    # ... and an eager op's ends in " [Op:SaveV2]", which says nothing to the user.
+    reason = re.sub(r"\s*\[Op:\w+\]$", "", reason.rsplit("; ", 1)[-1].strip())
+    message = f"cannot write {path}: {reason}."
+    if not output_paths.is_remote(path):
+        free = shutil.disk_usage(output_paths.existing_ancestor(path)).free
+        message += (
+            f" It needs at least {_size_text(max(needed_bytes, written_bytes))} free (the model's "
+            f"weights; {_size_text(written_bytes)} were written before the failure) and "
+            f"{_size_text(free)} are free there."
+        )
+    return WriteFailed(message + " Free space or fix the permissions, or choose another path.")
+
+
+def write_file(path, text):
+    """Write `text` to `path` whole or not at all; return `path`.
+
+    A local file is written beside it (`.<name>.tmp-<pid>`), flushed to disk and
+    renamed over it: a kill leaves the old file or the new one, never half of one
+    (`leftovers.clean` removes a killed writer's temp file). An object store
+    (gs://) makes an object visible whole when it is closed.
+    """
+    if output_paths.is_remote(path):
+        with tf.io.gfile.GFile(path, "w") as f:
+            f.write(text)
+        return path
+    temp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    try:
+        with open(temp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())  # On disk before the rename makes it the file.
+        os.replace(temp, path)
+    finally:
+        if os.path.exists(temp):
+            os.remove(temp)
+    return path
+
+
+def temp_prefix(target, kind="tmp"):
+    """Return the name prefix of a temp copy of `target` beside it: `.<name>.<kind>-<pid>-`.
+
+    The writer's PID tells `leftovers.clean` a killed writer's copy from a live one's.
+    """
+    return f".{os.path.basename(os.path.normpath(target))}.{kind}-{os.getpid()}-"
+
+
+def is_write_error(error):
+    """Return True if `error` (one of WRITE_ERRORS) is a failed write, not a bug to show whole."""
+    return not isinstance(error, OSError) or error.errno in _WRITE_ERRNOS
+
+
+def replace_directory(temp_dir, target):
+    """Rename `temp_dir` to `target`, removing what `target` held only once it is replaced.
+
+    A kill between the renames leaves `.<target>.old-*` (holding the old copy) beside
+    `target`; `leftovers.clean` removes it at the next start.
+    """
+    if not os.path.exists(target):
+        os.rename(temp_dir, target)
+        return
+    old = tempfile.mkdtemp(prefix=temp_prefix(target, "old"), dir=os.path.dirname(target))
+    os.rename(target, os.path.join(old, "export"))
+    try:
+        os.rename(temp_dir, target)
+    except OSError:
+        os.rename(os.path.join(old, "export"), target)  # Put the old export back.
+        raise
+    finally:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def save_atomically(save_fn, export_dir, model, *, overwrite):
+    """Call save_fn(directory) on a temp dir beside export_dir, then rename it into place.
+
+    A failed or interrupted save leaves export_dir as it was and no temp files; an
+    old export is replaced whole, so none of its files (e.g. a stale assets/vocab.txt)
+    survives into the new one.
+
+    Args:
+      save_fn: writes a SavedModel into the directory it is given.
+      export_dir: the final directory.
+      model: the exported model (for the identity marker and the size estimate).
+      overwrite: replace an export_dir holding something else.
+
+    Returns:
+      export_dir.
+
+    Raises:
+      OutputError: export_dir holds something else (see check_export_dir), or the
+        write failed (full disk, no permission), with the space needed.
+    """
+    output_paths.check_export_dir(export_dir, overwrite=overwrite, model=model)
+    weights_bytes = sum(w.shape.num_elements() * w.dtype.size for w in model.weights)
+    if output_paths.is_remote(export_dir):
+        # Object stores (gs://) cannot rename directories: replace in place.
+        if tf.io.gfile.exists(export_dir):
+            tf.io.gfile.rmtree(export_dir)
+        save_fn(export_dir)
+        output_paths.write_marker(export_dir, model)
+        return export_dir
+    export_dir = os.path.abspath(export_dir)
+    parent = os.path.dirname(export_dir)
+    temp_dir = None
+    try:
+        os.makedirs(parent, exist_ok=True)
+        temp_dir = tempfile.mkdtemp(prefix=temp_prefix(export_dir), dir=parent)
+        save_fn(temp_dir)
+        output_paths.write_marker(temp_dir, model)
+        replace_directory(temp_dir, export_dir)
+    except WRITE_ERRORS as e:
+        if not is_write_error(e):
+            raise
+        written = tree_bytes(temp_dir) if temp_dir and os.path.isdir(temp_dir) else 0
+        raise write_error(export_dir, e, needed_bytes=weights_bytes, written_bytes=written) from e
+    finally:
+        if temp_dir:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+    return export_dir

@@ -1,0 +1,214 @@
+"""A run directory belongs to one run: its identity checked, a lock, and room to write.
+
+`model_dir/run.json` records what the run trains (run_identity.RunIdentity: the
+config fields that change the result, the global batch, the model's variable
+shapes). A later run in the same directory that would train something else is
+refused, because resuming its backup would silently carry one run's state into
+another. `model_dir/run.lock` (PID and host) keeps two live runs out of one
+directory; a lock whose PID is no longer alive on this host is left over from a
+killed run and is taken over.
+"""
+
+import json
+import logging
+import os
+import shutil
+import socket
+import time
+
+import tensorflow as tf
+
+from keras_tpu import checks
+from keras_tpu.engine.rundir import atomic_writes
+from keras_tpu.engine.rundir import run_identity
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = "run.lock"
+
+
+class RunDirError(checks.ConfigError):
+    """The run directory belongs to another run, is in use, or cannot be written."""
+
+
+def check_identity(model_dir, identity, *, overwrite, backup_dir):
+    """Refuse a run whose identity differs from the directory's; record it otherwise.
+
+    With `overwrite` the directory's backups are deleted and the run starts over.
+    """
+    path = os.path.join(model_dir, run_identity.IDENTITY_FILE)
+    if tf.io.gfile.exists(path):
+        with tf.io.gfile.GFile(path) as f:
+            recorded = run_identity.RunIdentity.from_json(f.read())
+        differ = identity.differences(recorded)
+        if differ and not overwrite:
+            recorded_fields, fields = dict(recorded.fields), dict(identity.fields)
+            shown = ", ".join(
+                f"{k} {recorded_fields.get(k)!r} -> {fields.get(k)!r}" if k in fields else k
+                for k in differ
+            )
+            raise RunDirError(
+                f"model_dir {model_dir} holds another run ({shown}); resuming it would mix "
+                f"the two. " + (_FINISHED_FIX.format(model_dir=model_dir) if _finished(model_dir)
+                                else "") + "Use another --model_dir, or pass --overwrite "
+                f"to start over there."
+            )
+    if overwrite and tf.io.gfile.exists(backup_dir):
+        log.warning("keras_tpu: --overwrite: deleting the backups in %s", backup_dir)
+        tf.io.gfile.rmtree(backup_dir)
+    atomic_writes.write_file(path, identity.to_json())  # Torn, it would refuse every rerun.
+
+
+# A finished run asked to evaluate on other data: scoring it needs no training.
+_FINISHED_FIX = (
+    "That run finished: to score it on other data without training again, run "
+    "scripts/predict.py --model_dir={model_dir} --mode=evaluate --input_file=FILE (or "
+    "keras_tpu.evaluate(data, model_dir=...)). To train again: "
+)
+
+
+def _finished(model_dir):
+    """True if model_dir's summary.json says the run finished (status "ok")."""
+    path = os.path.join(model_dir, "summary.json")  # summary.SUMMARY_FILE (a layer above).
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            return json.load(f).get("status") == "ok"
+    except (tf.errors.OpError, ValueError):
+        return False
+
+
+def pid_alive(pid):
+    """Return True if process `pid` runs on this host (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # Alive, another user's.
+        return True
+    return True
+
+
+def stale_lock(model_dir):
+    """Return the holder {"pid", "host", ...} of model_dir's run.lock if it is dead, else None.
+
+    Dead: its PID no longer runs on this host (a lock from another host cannot be told).
+    """
+    path = os.path.join(model_dir, LOCK_FILE)
+    if "://" in path or not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            holder = json.load(f)
+    except (OSError, ValueError):
+        return None
+    pid = holder.get("pid")
+    if holder.get("host") != socket.gethostname() or not isinstance(pid, int) or pid_alive(pid):
+        return None
+    return holder
+
+
+class RunLock:
+    """`model_dir/run.lock`, held while a run trains; local paths only.
+
+    A gs:// directory has no atomic create-if-absent through tf.io.gfile, so
+    remote directories are not locked (logged once).
+    """
+
+    def __init__(self, model_dir):
+        self.path = os.path.join(model_dir, LOCK_FILE)
+        self.held = False
+
+    def acquire(self):
+        """Take the lock or raise RunDirError naming the live holder."""
+        if "://" in self.path:
+            log.info("keras_tpu: %s is remote: not locked against a second run", self.path)
+            return self
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                self._take_over_if_stale()
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(me, f)
+            self.held = True
+            return self
+        raise RunDirError(f"could not take the lock {self.path}; another run keeps taking it.")
+
+    def _take_over_if_stale(self):
+        try:
+            with open(self.path) as f:
+                holder = json.load(f)
+        except (OSError, ValueError):  # Being written, or a torn write from a kill.
+            holder = {}
+        pid, host = holder.get("pid"), holder.get("host")
+        if pid == os.getpid() and host == socket.gethostname():
+            raise RunDirError(f"this process already trains in {os.path.dirname(self.path)}.")
+        if pid is not None and (host != socket.gethostname() or pid_alive(pid)):
+            raise RunDirError(
+                f"model_dir {os.path.dirname(self.path)} is in use by PID {pid} on host {host} "
+                f"({self.path}); use another --model_dir, or wait for that run to end (if it is "
+                f"dead on another host, delete the lock file)."
+            )
+        if pid is None and time.time() - os.path.getmtime(self.path) < 5:
+            time.sleep(1)  # A lock being written right now: read it again.
+            return
+        log.warning("keras_tpu: taking over the stale lock %s (holder %s)", self.path, holder)
+        try:
+            os.remove(self.path)
+        except FileNotFoundError:
+            pass
+
+    def release(self):
+        if self.held:
+            self.held = False
+            try:
+                os.remove(self.path)
+            except FileNotFoundError:
+                pass
+
+
+def check_writable(model_dir, needed_bytes):
+    """Create model_dir or raise RunDirError naming the path (and free space, when short)."""
+    try:
+        tf.io.gfile.makedirs(model_dir)
+    except (tf.errors.OpError, OSError) as e:
+        raise RunDirError(f"cannot create model_dir {model_dir}: {first_line(e)}") from e
+    if "://" in model_dir:
+        return
+    if not os.access(model_dir, os.W_OK):
+        raise RunDirError(f"model_dir {model_dir} is not writable by this user.")
+    free = shutil.disk_usage(model_dir).free
+    if free < needed_bytes:
+        raise RunDirError(
+            f"model_dir {model_dir} has {megabytes(free)} free; its backups need about "
+            f"{megabytes(needed_bytes)}. Free space there or use another --model_dir."
+        )
+
+
+def first_line(error):
+    text = getattr(error, "message", None) or str(error)
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+def megabytes(nbytes):
+    return f"{nbytes / 2**20:.1f} MB"
+
+
+def open_run(model_dir, *, identity, overwrite, needed_bytes):
+    """Check model_dir is writable, lock it, check and record the run's identity.
+
+    Returns:
+      The held RunLock; release it when the run ends.
+    """
+    check_writable(model_dir, needed_bytes)
+    lock = RunLock(model_dir).acquire()
+    try:
+        check_identity(
+            model_dir, identity, overwrite=overwrite, backup_dir=os.path.join(model_dir, "backup")
+        )
+    except BaseException:
+        lock.release()
+        raise
+    return lock

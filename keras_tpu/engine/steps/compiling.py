@@ -1,0 +1,277 @@
+"""Compile, train and evaluate keras_tpu.keras models under a strategy (precision: precision.py)."""
+
+import tensorflow as tf
+
+from keras_tpu import checks
+from keras_tpu.data import autotune
+from keras_tpu.runtime import compat
+from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
+from keras_tpu.readiness.tpu_rehearsal import rehearse_or_raise  # noqa: F401  (compiling.*)
+from keras_tpu.readiness.tpu_rehearsal import rehearse_tpu  # noqa: F401
+
+keras = compat.keras
+
+WEIGHTED_LOSS = "weighted_loss"
+
+# steps_per_execution="auto": how many steps one host round trip runs. On a TPU
+# each round trip costs far more than a small step, so run many. On a CPU short
+# steps still pay a per-call overhead: for the reference CNN at batch 128 on 2
+# cores, 1 -> 4 -> 16 -> 64 steps gave 1.00 -> 1.07 -> 1.08 -> 1.19x (batch 32:
+# 1.10, 1.17, 1.30x) while BERT-tiny stayed within 4% (its steps are long), and
+# train_cnn went from 0.85x to 0.96x the hand-tuned tf.data baseline moving from
+# 4 to 16 (benchmarks/bench_steps_per_execution.py, bench_cnn.py; README).
+AUTO_STEPS_PER_EXECUTION = {"tpu": 100, "one_device": 16, "mirrored": 16, "multi_worker": 4}
+AUTO_STEPS_PER_EXECUTION_CPU = 16
+
+
+def resolve_steps_per_execution(steps_per_execution, strategy, steps_per_epoch):
+    """Return the integer steps per execution for "auto" or a user value (capped)."""
+    if steps_per_execution == "auto":
+        kind = StrategyInfo.of(strategy).kind
+        steps_per_execution = AUTO_STEPS_PER_EXECUTION.get(kind, AUTO_STEPS_PER_EXECUTION_CPU)
+    checks.integer("steps_per_execution", steps_per_execution, fix="Or pass 'auto'.")
+    # More steps per execution than per epoch would only delay the epoch's end.
+    return min(steps_per_execution, steps_per_epoch)
+
+
+def _weighted_loss_metric(loss):
+    """Return a metric with the mean per-example `loss`, weighted by sample weight."""
+    loss = keras.losses.get(loss)
+    fn = loss.call if isinstance(loss, keras.losses.Loss) else loss
+    # A stock Keras metric: exports keep it, and keras.models.load_model needs no custom class.
+    return keras.metrics.MeanMetricWrapper(fn, name=WEIGHTED_LOSS)
+
+
+def _weighted_metrics(model, loss, metrics):
+    """Return compile's weighted_metrics: the task's metrics and the exact loss, per output.
+
+    A model with several outputs (dict labels) gets, for each output, its own copy
+    of every metric and the mean of that output's loss; Keras logs them as
+    "<output>_<metric>", and `exact_loss` sums the outputs' losses.
+    """
+    names = list(getattr(model, "output_names", None) or ())
+    if len(names) < 2:
+        return list(metrics) + [_weighted_loss_metric(loss)]
+    losses = loss if isinstance(loss, dict) else dict.fromkeys(names, loss)
+    unknown = sorted(set(losses) - set(names))
+    if unknown:
+        raise checks.ConfigError(
+            f"the loss names outputs {unknown} that model {model.name!r} does not have; its "
+            f"outputs are {names}. Key the loss (and the labels) by output name."
+        )
+    return {
+        name: [_fresh(m) for m in metrics] + [_weighted_loss_metric(losses[name])]
+        for name in names
+        if name in losses
+    }
+
+
+def _fresh(metric):
+    """Return a new metric like `metric` (one per output: outputs must not share state)."""
+    if isinstance(metric, keras.metrics.Metric):
+        return type(metric).from_config(metric.get_config())
+    return metric
+
+
+def exact_loss(logs, prefix="", *, keep_outputs=True):
+    """Pop the exact loss terms compile_model logs and return their sum (the exact loss).
+
+    Args:
+      logs: Keras logs, e.g. {"val_weighted_loss": ...} or, for outputs a and b,
+        {"val_a_weighted_loss": ..., "val_b_weighted_loss": ...}.
+      prefix: "val_" for validation logs, "" for training or evaluate's.
+      keep_outputs: put each output's exact loss in place of Keras's padded
+        "<prefix><output>_loss".
+
+    Returns:
+      The summed loss, or None when the logs hold no exact loss.
+    """
+    total = None
+    for key in list(logs):
+        rest = key[len(prefix):] if key.startswith(prefix) else None
+        if rest is None or not rest.endswith(WEIGHTED_LOSS):
+            continue
+        if not prefix and rest.startswith("val_"):
+            continue
+        value = logs.pop(key)
+        total = value if total is None else total + value
+        output = rest[: -len(WEIGHTED_LOSS)]  # "" for one output, "a_" for output a.
+        if output and keep_outputs:
+            logs[f"{prefix}{output}loss"] = value
+    return total
+
+
+def check_built_in_scope(model, strategy):
+    """Raise ValueError unless every variable of `model` was created under `strategy`.
+
+    Building a model outside `strategy.scope()` and training it inside is the
+    classic TPU mistake; TensorFlow reports it late and cryptically.
+    """
+    compat.ensure_tf_keras(model)
+    outside = [
+        v.name for v in model.variables if not strategy.extended.variable_created_in_scope(v)
+    ]
+    if outside:
+        raise checks.ConfigError(
+            f"{len(outside)} of {len(model.variables)} variables of model {model.name!r} (first: "
+            f"{outside[0]}) were not created in the scope of {type(strategy).__name__}. Build the "
+            f"model inside `with strategy.scope():` (and the optimizer too), then compile it."
+        )
+
+
+def compile_model(
+    model,
+    strategy,
+    *,
+    optimizer,
+    loss,
+    metrics=("accuracy",),
+    steps_per_execution=1,
+    jit_compile=None,
+):
+    """Compile `model` for `strategy`.
+
+    Metrics are compiled as weighted metrics so the zero-weight padding of
+    `data.eval_dataset` does not count; the loss keeps Keras's reduction, which
+    already divides by the global batch under a strategy (no x replicas scaling).
+    The run's per-replica datasets are built without tf.data's autotune thread
+    from then on (data/autotune.py: `fit` would wait for it as it returns).
+
+    Args:
+      model: a keras_tpu.keras model built inside `strategy.scope()`.
+      strategy: the strategy the model was built under.
+      optimizer: an optimizer instance or name.
+      loss: a loss instance or name.
+      metrics: metric instances or names.
+      steps_per_execution: training steps per host round trip (>= 1).
+      jit_compile: XLA-compile the step; None takes the device's default
+        (`StrategyInfo.of(strategy).jit_compile`).
+
+    Returns:
+      The same model, compiled.
+    """
+    check_built_in_scope(model, strategy)
+    checks.integer("steps_per_execution", steps_per_execution)
+    autotune.drop_per_device_autotune()  # A hand-written run starts here (model.fit next).
+    if jit_compile is None:
+        jit_compile = StrategyInfo.of(strategy).jit_compile
+    with strategy.scope():
+        weighted = _weighted_metrics(model, loss, metrics)
+        model.compile(
+            optimizer=optimizer,
+            loss=loss,
+            weighted_metrics=weighted,
+            steps_per_execution=steps_per_execution,
+            jit_compile=jit_compile,
+        )
+    return model
+
+
+def evaluate(model, eval_data):
+    """Evaluate on every example of `eval_data` exactly once.
+
+    Works on any compiled tf_keras model. One compiled by `compile_model` is
+    evaluated as it is; for one compiled with plain `model.compile`, whose metrics
+    would count the zero-weight padding, a model sharing its layers is compiled
+    with the same loss and metrics, all weighted.
+
+    Returns:
+      A dict of metric values weighted by the real examples only (so equal to
+      the metrics over the whole split), "loss" the mean per-example loss over
+      the split (without regularisation terms; for several outputs the sum of
+      theirs, each also as "<output>_loss"), and "examples", the count.
+    """
+    compat.ensure_tf_keras(model)  # A Keras 3 model: the clear TypeError, as compile_model's.
+    if not any(WEIGHTED_LOSS in str(name) for name in _compiled_metric_names(model)):
+        model = _exactly_weighted(model)
+    results = model.evaluate(eval_data.dataset, steps=eval_data.steps, verbose=0, return_dict=True)
+    results = {k: float(v) for k, v in results.items()}
+    # Keras's own "loss" divides the padded last batch by its padded size; the
+    # weighted mean loss compiled by compile_model counts real examples only.
+    results["loss"] = exact_loss(results)  # Each output's loss is replaced too.
+    results["examples"] = eval_data.examples
+    return results
+
+
+def evaluation_names(model):
+    """Return the keys `evaluate` gives for a model compiled by compile_model (not "examples").
+
+    Read from what compile was given, so also before any step has built the metrics
+    (a resumed run that trains no more). None for several outputs (per-output names).
+    """
+    if len(getattr(model, "output_names", None) or ()) > 1:
+        return None
+    names = [str(n) for n in _compiled_metric_names(model) if str(n) != WEIGHTED_LOSS]
+    return ["loss", *names]
+
+
+def _compiled_metric_names(model):
+    container = getattr(model, "compiled_metrics", None)
+    if container is None:
+        raise checks.ConfigError(
+            f"model {model.name!r} is not compiled; compile it (keras_tpu.compile_model) "
+            f"before evaluating."
+        )
+    # tf_keras keeps the metrics given to compile on its MetricsContainer
+    # (tf_keras/engine/compile_utils.py); tf_keras 2.x is in maintenance, so stable.
+    # Flattened: a model with several outputs holds a dict of lists per output.
+    user = tf.nest.flatten([container._user_metrics, container._user_weighted_metrics])
+    return [getattr(m, "name", m) for m in user if m is not None]
+
+
+class _SharedLayers(keras.Model):
+    """Run another model's layers (same weights) so they can be compiled differently."""
+
+    def __init__(self, inner):
+        super().__init__(name=inner.name)
+        self.inner = inner
+
+    def call(self, inputs, training=False):
+        return self.inner(inputs, training=False)
+
+
+def _exactly_weighted(model):
+    """Return a model sharing `model`'s weights, compiled with its loss and metrics, weighted."""
+    container = model.compiled_metrics
+    metrics = [*(container._user_metrics or []), *(container._user_weighted_metrics or [])]
+    if any(isinstance(m, (dict, list, tuple)) for m in metrics) or isinstance(model.loss, (dict, list)):
+        raise checks.ConfigError(
+            f"model {model.name!r} has per-output losses or metrics; keras_tpu.evaluate "
+            f"weighs a single output. Compile it with keras_tpu.compile_model."
+        )
+    clones = [
+        type(m).from_config(m.get_config()) if isinstance(m, keras.metrics.Metric) else m
+        for m in metrics
+    ]
+    with model.distribute_strategy.scope():
+        shared = _SharedLayers(model)
+        shared.compile(loss=model.loss, weighted_metrics=clones + [_weighted_loss_metric(model.loss)])
+    return shared
+
+
+def chance_warning(*, train_accuracy, eval_accuracy, num_classes):
+    """Return a warning if evaluation is at chance while training is far above it, else None.
+
+    A short run can look fine in training and still be useless: e.g. BatchNorm's
+    moving statistics (used only at evaluation) need hundreds of steps at momentum
+    0.99, so a 3-epoch run on digits evaluated at 0.10 while training reached 0.8.
+
+    Args:
+      train_accuracy: the last epoch's training accuracy (None: no check).
+      eval_accuracy: the final evaluation accuracy (None: no check).
+      num_classes: classes of the task; chance is 1 / num_classes.
+    """
+    if train_accuracy is None or eval_accuracy is None or num_classes < 2:
+        return None
+    chance = 1.0 / num_classes
+    # "At chance": within a tenth of the way from chance to perfect; "far above":
+    # at least half of the way.
+    if eval_accuracy > chance + 0.1 * (1 - chance) or train_accuracy < chance + 0.5 * (1 - chance):
+        return None
+    return (
+        f"evaluation accuracy {eval_accuracy:.3f} is at chance (1/{num_classes} = {chance:.3f}) "
+        f"while training accuracy is {train_accuracy:.3f}: the trained model does not work on "
+        f"the evaluation data. In a short run, BatchNorm's moving statistics may not have "
+        f"settled yet (train longer, or lower the BatchNorm momentum); otherwise check that "
+        f"the evaluation data is preprocessed and labelled like the training data."
+    )

@@ -1,0 +1,153 @@
+"""A task's data as the engine needs it: a training stream that can start at any step.
+
+Exact resume needs the data position: the training stream of a run resumed at
+step N must begin with the examples of step N + 1, so the engine builds it only
+after the backup is restored (`RunInputs.train(start_step)`). tf_keras's
+BackupAndRestore and orbit's checkpoints hold no iterator state, and users of
+other trainers meet the same bug (huggingface/accelerate#2016,
+Lightning-AI/pytorch-lightning#18780).
+"""
+
+import dataclasses
+import logging
+from typing import Callable
+
+import tensorflow as tf
+
+from keras_tpu import checks
+from keras_tpu import data
+from keras_tpu.data import autotune
+from keras_tpu.data import cache_policy
+from keras_tpu.data import function_eval
+from keras_tpu.data import pipelines
+from keras_tpu.engine.task import class_weights
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInputs:
+    """The training stream factory, the evaluation data and the batch arithmetic of a run."""
+
+    train: Callable[[int], object]  # start_step -> distributed training dataset.
+    steps_per_epoch: int
+    eval: data.EvalData | None
+    batching: data.Batching
+    train_examples: int | None
+    cache: cache_policy.CachePlan | None = None  # None: a dataset function (it caches as it likes).
+
+
+def _is_dataset_fn(value):
+    """True for a function of an InputContext (not a Source, arrays or a tuple)."""
+    return callable(value) and not isinstance(value, (data.Source, data.ArraySplit, tuple))
+
+
+def build(task, config, strategy):
+    """Return the RunInputs of `task` under `strategy` with `config`'s batch and steps.
+
+    Raises:
+      ConfigError: a split smaller than one global batch, or a dataset function
+        without `steps_per_epoch`.
+    """
+    autotune.drop_per_device_autotune()  # The run's iterators must not stall at their deletion.
+    batching = data.Batching.for_strategy(config.per_replica_batch_size, strategy)
+    class_weight = class_weights.class_weights(task.class_weight)
+    if _is_dataset_fn(task.train_data):
+        if class_weight is not None:
+            raise checks.ConfigError(
+                "Task.class_weight needs train_data the engine batches (arrays, a Source); a "
+                "dataset function weighs its own examples: yield (x, y, sample_weight)."
+            )
+        if not config.steps_per_epoch:
+            raise checks.ConfigError(
+                "train_data is a dataset function, whose length keras_tpu cannot know; set "
+                "steps_per_epoch (RunConfig.steps_per_epoch or --steps_per_epoch)."
+            )
+        _check_stream_length(task.train_data, config, batching)
+        train, steps, examples = _from_function(task.train_data, strategy), None, None
+    else:
+        source = data.as_source(task.train_data, "train")
+        if class_weight is not None:  # Now, before anything is written.
+            pipelines.check_class_labels(source.open_shard(1, 0, True).element_spec[1])
+        cache = cache_policy.plan(source, config.cache, _budget_bytes(config))
+        if cache.news:
+            log.warning("keras_tpu: %s", cache.reason)
+        # Checks the split against one global batch before anything is built.
+        _, steps = data.train_dataset_fn(source, batching, preprocess=task.preprocess, cache=cache)
+        examples = data.count_examples(source)
+
+        def train(start_step):
+            dataset, _ = data.train_dataset(
+                strategy,
+                source,
+                batching.per_replica,
+                preprocess=task.preprocess,
+                seed=config.seed,
+                cache=cache,
+                start_step=start_step,
+                steps_per_epoch=config.steps_per_epoch or steps,
+                class_weight=class_weight,
+            )
+            return dataset
+
+    return RunInputs(
+        train=train,
+        steps_per_epoch=config.steps_per_epoch or steps,
+        eval=_eval(task, strategy, batching),
+        batching=batching,
+        train_examples=examples,
+        cache=None if _is_dataset_fn(task.train_data) else cache,
+    )
+
+
+def _budget_bytes(config):
+    """Return the config's cache budget in bytes, or None for the default share of the host."""
+    return None if config.cache_budget_mb is None else int(config.cache_budget_mb * 2**20)
+
+
+def _check_stream_length(dataset_fn, config, batching):
+    """Raise ConfigError if a training function's dataset is known to end before the run does."""
+    dataset = dataset_fn(tf.distribute.InputContext(1, 0, batching.replicas))
+    if not isinstance(dataset, tf.data.Dataset):
+        raise checks.ConfigError(
+            f"train_data function returned {type(dataset).__name__}, not a tf.data.Dataset."
+        )
+    batches = int(dataset.cardinality())
+    needed = config.steps_per_epoch * config.epochs * batching.replicas  # One batch per replica.
+    if 0 <= batches < needed:
+        raise checks.ConfigError(
+            f"train_data function's dataset ends after {batches} batches, but {config.epochs} "
+            f"epoch(s) of {config.steps_per_epoch} steps on {batching.replicas} replica(s) read "
+            f"{needed}; end it with .repeat() (the engine stops at the run's last step)."
+        )
+
+
+def _from_function(dataset_fn, strategy):
+    """Return start_step -> the distributed dataset of a per-replica-batched dataset_fn."""
+
+    def train(start_step):
+        def positioned(context):
+            dataset = data.without_autotune_thread(dataset_fn(context))
+            if start_step:
+                # Each pipeline feeds num_replicas / pipelines replicas one batch each a step.
+                per_step = context.num_replicas_in_sync // context.num_input_pipelines
+                dataset = dataset.skip(start_step * per_step)
+            return dataset
+
+        return strategy.distribute_datasets_from_function(positioned)
+
+    return train
+
+
+def _eval(task, strategy, batching):
+    """Return the task's EvalData (exact for every form: a function's examples are counted)."""
+    if task.eval_data is None:
+        return None
+    if _is_dataset_fn(task.eval_data):
+        # As for a training function, the user's function does its own preprocessing.
+        return function_eval.eval_function_data(strategy, task.eval_data, batching)
+    return data.eval_dataset(
+        strategy, data.as_source(task.eval_data, "eval"), batching.per_replica,
+        preprocess=task.preprocess,
+    )  # fmt: skip
+

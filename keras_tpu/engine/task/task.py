@@ -1,0 +1,201 @@
+"""What to train: `Task`, the unit `keras_tpu.fit` runs with every guarantee.
+
+    task = keras_tpu.Task(
+        build_model=lambda: keras.Sequential([...]),      # called inside strategy.scope()
+        loss="mse",
+        metrics=["mae", keras.metrics.MeanSquaredError()],
+        optimizer="adam",                                 # or lambda: Adam(1e-3), or fn(total_steps)
+        train_data=(x_train, y_train),                    # anything data.as_source takes
+        eval_data=(x_test, y_test),
+    )
+    summary = keras_tpu.fit(task, keras_tpu.RunConfig(model_dir="/tmp/run", epochs=5))
+
+Like tensorflow/models' `base_task.Task` (build_model, build_inputs, build_losses,
+build_metrics), a Task only *describes*; the engine decides when each part is
+built: the model, optimizer and metrics inside `strategy.scope()`, the data after
+a backup is restored (so the stream starts at the restored step). What a run
+builds from a Task (its model checked, optimizer, callbacks, monitor) is
+task_builds.py's; its metrics, `build_metrics` here.
+"""
+
+import dataclasses
+import difflib
+from typing import Any, Callable, Sequence
+
+from keras_tpu import checks
+from keras_tpu.data import sources
+from keras_tpu.engine.callbacks import best_tracker
+from keras_tpu.engine.task import class_weights
+from keras_tpu.engine.stops import early_stopping
+from keras_tpu.engine.conclude import saved_model_export as export_lib
+from keras_tpu.engine.task import instances
+from keras_tpu.runtime.compat import keras
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """What a run trains, evaluates and exports.
+
+    Attributes:
+      build_model: () -> an uncompiled tf_keras model (not a layer); called inside
+        `strategy.scope()`.
+      loss: a Keras loss name or instance (per-example losses are averaged over the
+        global batch; padded evaluation rows weigh 0).
+      train_data: anything `data.as_source` takes (a Source, an ArraySplit, an
+        (x, y) or (x, y, sample_weight) tuple of arrays, a tfds "name:split"), or a
+        function of a `tf.distribute.InputContext` returning a dataset batched per
+        replica that repeats forever (then `RunConfig.steps_per_epoch` is
+        required). Features may be a dict of arrays or tensors for a model with
+        several inputs (`({"image": images, "question": ids}, labels)`), labels a
+        dict keyed by output name for a model with several outputs.
+      eval_data: the same forms, or None for no evaluation. Every form is
+        evaluated exactly (every example once, padding weighted 0): a function's
+        finite dataset is read once to count its examples, then re-batched at the
+        run's batch. Before anything is written the data is checked for strings
+        and NaN, the features against the model's inputs and the labels against
+        its output (`engine.data_checks`).
+      metrics: Keras metric names (an unknown one is refused before the run) or
+        instances, or a () -> list factory. Instances
+        are rebuilt from their config inside the scope, fresh for each run; but
+        creating one before the run initialises TensorFlow's devices, so with
+        `cpu_replicas` create the Task after `keras_tpu.resolve_strategy` or
+        pass the factory (`metrics=lambda: [keras.metrics.AUC()]`).
+      optimizer: an optimizer name (built with `RunConfig.learning_rate`), a
+        () -> optimizer factory or class, or a (total_steps) -> optimizer function
+        (e.g. for a schedule). Built inside the scope; an instance is refused
+        when the Task is created (its config may not carry all of it, e.g.
+        AdamW's excluded variables): pass `lambda: keras.optimizers.Adam(1e-3)`.
+        A model-parallel run (keras_tpu.parallel.mesh) passes a factory `mesh=`
+        too: write `lambda total_steps, mesh=None: ...Adam(..., mesh=mesh)`.
+      preprocess: (features, labels) -> (features, labels) on host batches.
+      monitor: the value that chooses the best weights ("val_loss", "val_auc", ...).
+      mode: "min" or "max" for `monitor`, or "auto" (the default): "max" for names
+        of accuracies, AUC, precision, recall, F1 and correlations, "min" for losses
+        and errors; any other name must say which.
+      export: (model, export_dir, strategy, *, overwrite) -> export_dir, for
+        `--export_dir`; None refuses export_dir.
+      flops_per_example: model -> training FLOPs per example, for MFU.
+      check_memory: (model, StrategyInfo, policy) -> a warning or None.
+      check_model: model -> None, raising `ConfigError`: up-front checks (e.g. the
+        vocabulary against the encoder), run before anything is written.
+      callbacks: your own tf_keras callbacks (or a () -> list factory, for fresh
+        ones each run). They run after the engine's exact val_loss, throughput
+        meter, learning-rate logger and NaN guard, so their `logs` hold the exact
+        `val_loss` and `examples_per_second`; and before the progress lines,
+        backups, best weights and TensorBoard, so a value they add to the epoch's
+        `logs` is printed, written as a scalar and lands in the summary's history.
+        A callback that keeps state across epochs declares it, as Lightning's
+        callbacks do: `state_dict() -> dict` (JSON-serialisable) is saved with
+        every backup, and `load_state_dict(state)` gets it back before a resumed
+        run trains, so the callback continues as if never interrupted.
+      class_weight: {class index: weight} (or one weight per class, in order, or
+        "0:1,1:3" as the scripts' --class_weight gives it): each
+        training example's loss is weighted by its class's weight, as with Keras's
+        `fit(class_weight=...)` (evaluation stays unweighted). Every class from 0 to
+        the largest named must have a weight.
+      class_names: the name of each class, in label order (label i is class_names[i]);
+        default: the training Source's own (`data.image_folders`, named text labels).
+        The summary lists them and the export returns them:
+        `tf.saved_model.load(export_dir).class_names()`.
+      name: the data's name in the summary ("dataset").
+      task_name: the registered name (set by the registry; written to config.yaml).
+      backend: a `engine.backend.Backend` subclass that builds and steps the model
+        (default: KerasBackend, data parallel under the strategy with model.fit;
+        keras_tpu.parallel's for weights split on a DTensor mesh).
+    """
+
+    build_model: Callable[[], Any]
+    loss: Any
+    train_data: Any
+    eval_data: Any = None
+    metrics: Sequence[Any] | Callable[[], Sequence[Any]] = ()
+    optimizer: Any = "adam"
+    preprocess: Callable | None = None
+    monitor: str = "val_loss"
+    mode: str = best_tracker.AUTO
+    export: Callable | None = export_lib.export_model
+    flops_per_example: Callable | None = None
+    check_memory: Callable | None = None
+    check_model: Callable | None = None
+    callbacks: Sequence[Any] | Callable[[], Sequence[Any]] = ()
+    class_weight: Any = None
+    class_names: Sequence[str] | None = None
+    name: str | None = None
+    task_name: str | None = None
+    backend: Any = None
+
+    @property
+    def best_mode(self):
+        """"min" or "max": which way `monitor` is better (`mode`, resolved)."""
+        return best_tracker.resolve_mode(self.monitor, self.mode)
+
+    def __post_init__(self):
+        if not callable(self.build_model):
+            raise checks.ConfigError(
+                f"Task.build_model must be a function returning the model, got "
+                f"{type(self.build_model).__name__}; pass `build_model=lambda: my_model()` so the "
+                f"model is built inside strategy.scope()."
+            )
+        if isinstance(self.build_model, keras.Model):
+            raise checks.ConfigError("Task.build_model got a model; pass a function that builds it.")
+        best_tracker.resolve_mode(self.monitor, self.mode)  # Refused now, not after training.
+        instances.refuse_optimizer_instance(self.optimizer)
+        if not callable(self.callbacks):
+            for callback in self.callbacks or ():
+                early_stopping.refuse_stock_stateful(callback)
+        if self.train_data is None:
+            raise checks.ConfigError("Task.train_data is required.")
+        sources.refuse_dataset(self.train_data, "Task.train_data")
+        if self.class_weight is not None:
+            class_weights.class_weights(self.class_weight)  # Checked now; used by the data.
+        sources.refuse_dataset(self.eval_data, "Task.eval_data")
+        names = self.class_names
+        if names is None and isinstance(self.train_data, sources.Source):
+            names = self.train_data.class_names
+        if names is not None:  # Frozen: set once, here, as a plain tuple of str.
+            object.__setattr__(self, "class_names", tuple(str(name) for name in names))
+        if self.monitor.startswith("val_") and self.eval_data is None:
+            raise checks.ConfigError(
+                f"monitor={self.monitor!r} needs eval_data; give eval_data or monitor 'loss'."
+            )
+
+
+def build_metrics(spec):
+    """Return fresh metric objects (or names) for one run; call inside the strategy scope."""
+    metrics = spec() if callable(spec) else spec
+    fresh = []
+    for metric in metrics or ():
+        if isinstance(metric, keras.metrics.Metric):
+            # A fresh copy per run: metric variables must be created in the run's scope,
+            # and two runs of one Task must not share state.
+            metric = type(metric).from_config(metric.get_config())
+        elif isinstance(metric, str):
+            check_metric_name(metric)
+        fresh.append(metric)
+    return fresh
+
+
+# Names compile resolves by the labels' and outputs' shapes (tf_keras compile_utils).
+_SHAPE_RESOLVED = ("accuracy", "acc", "crossentropy", "ce")
+
+
+def check_metric_name(name):
+    """Raise ConfigError unless compile knows the metric `name` (else it fails at the first step).
+
+    tf_keras's `metrics.get` hands an unknown name back as a string, and compile
+    fails only when the training step is traced, after the run directory is written.
+    """
+    try:
+        known_name = name.lower() in _SHAPE_RESOLVED or callable(keras.metrics.get(name))
+    except ValueError:  # A capitalised name is looked up as a class, and may be refused.
+        known_name = False
+    if known_name:
+        return
+    known = sorted({n for n in dir(keras.metrics) if n.islower() and not n.startswith("_")})
+    close = difflib.get_close_matches(name.lower(), [*known, *_SHAPE_RESOLVED], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise checks.ConfigError(
+        f"metric {name!r} is not a Keras metric name{hint}; pass a name Keras knows (e.g. "
+        f"'accuracy', 'mae', 'mse') or a metric instance (keras_tpu.keras.metrics.AUC())."
+    )

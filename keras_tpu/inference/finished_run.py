@@ -1,0 +1,179 @@
+"""A finished run or an export, loaded as a model to predict and evaluate with.
+
+A run (`model_dir`) is rebuilt from its config.yaml: the registered task gives the model,
+its host preprocessing, loss and metrics, built under the run's strategy resolution and
+precision; the weights come from the run's export (its final weights, checked against
+summary.json's checksum, or the best ones it exported) or else from model_dir/best. An
+export alone (`export_dir`) is called as it is: on the inputs its serving signature takes.
+"""
+
+import dataclasses
+import logging
+import os
+from typing import Any, Callable
+
+import tensorflow as tf
+
+from keras_tpu import checks
+from keras_tpu.engine import config_yaml
+from keras_tpu.engine import registry
+from keras_tpu.engine.conclude import summary as summary_lib
+from keras_tpu.engine.task import task_builds
+from keras_tpu.runtime.strategy import resolver
+from keras_tpu.runtime.compat import keras
+from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
+
+log = logging.getLogger(__name__)
+
+WEIGHTS = ("auto", "export", "best")
+DEFAULT_BATCH = 32  # Per replica, for an export alone (a run uses its own).
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """A model ready to run over data: what to call, how to prepare its inputs, what it is.
+
+    Attributes:
+      call: features batch -> outputs (the model).
+      preprocess: the task's host preprocessing of (features, labels) batches, or None.
+      task: the run's Task (loss, metrics), or None for an export alone.
+      strategy: where `call` runs.
+      per_replica_batch: the run's batch per replica (DEFAULT_BATCH for an export).
+      description: what the weights are, for reports: "export /x", "best weights /r/best".
+      summary: the run's summary.json, or None.
+    """
+
+    call: Callable
+    preprocess: Any
+    task: Any
+    strategy: Any
+    per_replica_batch: int
+    description: str
+    summary: dict | None = None
+
+    @property
+    def from_logits(self):
+        """True if the task's loss reads logits, False if not, None when unknown (an export)."""
+        if self.task is None:
+            return None
+        loss = self.task.loss
+        return bool(isinstance(loss, keras.losses.Loss) and loss.get_config().get("from_logits"))
+
+
+def _has_export(export_dir):
+    return bool(export_dir) and tf.io.gfile.exists(os.path.join(export_dir, "saved_model.pb"))
+
+
+def _revive(export_dir):
+    """Return the export as a tf_keras model (text exports need tensorflow_text's ops first)."""
+    try:
+        import tensorflow_text  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    except ImportError:
+        pass  # Only an export holding text ops needs it; loading then says which op is missing.
+    return keras.models.load_model(export_dir, compile=False)
+
+
+def load_export(export_dir, *, strategy=None, per_replica_batch=None):
+    """Return the Loaded of an export alone, run on `strategy` (default: the resolved one).
+
+    A TPU cannot run an export's host ops (text tokenising), so on a TPU host an export
+    runs on the host's CPU; a run's `model_dir` runs its model on the TPU.
+    """
+    if not _has_export(export_dir):
+        raise checks.MissingFileError(
+            f"export_dir {export_dir} holds no SavedModel (saved_model.pb); pass the directory "
+            f"a run exported to (its --export_dir), or --model_dir of the run."
+        )
+    strategy = strategy or resolver.resolve_strategy()
+    if StrategyInfo.of(strategy).is_tpu:
+        log.warning("keras_tpu: an export runs on this host's CPU (its serving ops are host ops)")
+        strategy = tf.distribute.get_strategy()
+    model = _revive(export_dir)
+    return Loaded(model, None, None, strategy, per_replica_batch or DEFAULT_BATCH,
+                  f"export {export_dir}")  # fmt: skip
+
+
+def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"):
+    """Return the Loaded of the finished run in `model_dir`, rebuilt from its config.yaml.
+
+    Args:
+      model_dir: a run's directory whose summary.json says status "ok".
+      strategy: run on this strategy (default: the run's config resolves it, as training did).
+      per_replica_batch: default the run's.
+      weights: "auto" (the export if the run wrote one, else best/), "export" or "best".
+
+    Raises:
+      ConfigError: not a finished run; a run of an unnamed Task (nothing to rebuild it
+        from); no weights kept; an export whose weights do not fit the rebuilt model.
+    """
+    from keras_tpu.engine import trainer  # pylint: disable=g-import-not-at-top  (a cycle)
+
+    checks.one_of("weights", weights, WEIGHTS)
+    summary = summary_lib.read(model_dir)
+    if not summary or summary.get("status") != "ok":
+        raise checks.ConfigError(
+            f"model_dir {model_dir} holds no finished run (no summary.json with status 'ok'); "
+            f"finish it first (rerun its command: it resumes), or pass an export_dir."
+        )
+    path = os.path.join(model_dir, "config.yaml")
+    ref = config_yaml.read_task(path)
+    if not (ref.task or summary.get("task")):
+        raise checks.ConfigError(
+            f"the run in {model_dir} trained a Task object, not a named task, so it cannot be "
+            f"rebuilt from its config.yaml; pass its export_dir (or register the task: "
+            f"keras_tpu.register_task)."
+        )
+    registry.import_modules(ref.imports)
+    entry = registry.get_task(ref.task or summary["task"])
+    config = config_yaml.load_config(path, entry.config_cls)
+    strategy = strategy or trainer.strategy_for(config)
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(summary["precision_policy"])  # As the run computed.
+    try:
+        task = entry.build(config)
+        with strategy.scope():
+            model = task_builds.check_built_model(task.build_model())
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    export_dir, best = config.export_dir, os.path.join(model_dir, "best", "checkpoint")
+    if weights == "auto":
+        weights = "export" if _has_export(export_dir) else "best"
+    if weights == "export":
+        _weights_from_export(model, export_dir, summary)
+        description = f"export {export_dir}"
+    elif tf.io.gfile.exists(best + ".index"):
+        model.load_weights(best).expect_partial()  # Weights only: no optimizer to restore.
+        description = f"best weights {os.path.dirname(best)}"
+        if summary.get("test_weights") != "best":
+            log.warning("keras_tpu: the run kept no export; using its best weights (%s), not "
+                        "the final ones its summary evaluated", best)  # fmt: skip
+    else:
+        raise checks.ConfigError(
+            f"the run in {model_dir} kept no weights: no export (--export_dir) and no "
+            f"{best}; train it again with --export_dir (or --keep_best)."
+        )
+    return Loaded(model, task.preprocess, task, strategy,
+                  per_replica_batch or config.per_replica_batch_size, description, summary)  # fmt: skip
+
+
+def _weights_from_export(model, export_dir, summary):
+    """Give `model` the export's weights (same order and shapes); check the final checksum."""
+    if not _has_export(export_dir):
+        raise checks.ConfigError(
+            f"the run wrote no export ({export_dir or 'no --export_dir'}); use weights='best'."
+        )
+    exported = _revive(export_dir).weights
+    shapes = [tuple(w.shape) for w in model.weights]
+    if [tuple(w.shape) for w in exported] != shapes:
+        raise checks.ConfigError(
+            f"the export in {export_dir} holds {len(exported)} weights that do not match the "
+            f"{len(shapes)} of the model its run's config.yaml builds; pass export_dir= alone."
+        )
+    model.set_weights([w.numpy() for w in exported])
+    checksum = summary_lib.weights_checksum(model)
+    if summary.get("test_weights") == "final" and checksum != summary["weights_sha256"]:
+        raise checks.ConfigError(
+            f"the export in {export_dir} holds weights {checksum}, not the run's final "
+            f"{summary['weights_sha256']} (summary.json): it was replaced; pass export_dir= "
+            f"alone, or weights='best'."
+        )

@@ -1,0 +1,191 @@
+"""Bring a pretrained Hugging Face BERT into the TF Hub format, without PyTorch.
+
+A Hugging Face BERT folder (what `save_pretrained` writes, or a downloaded snapshot)
+becomes a pair of TF Hub SavedModels: the native encoder of `models.bert`
+with every checkpoint tensor assigned, and the matching WordPiece preprocessing.
+
+    paths = hf_bert.export_hf_bert("bert-base-uncased/", "/tmp/bert_hub", seq_length=128)
+    preprocess = text.hub_preprocess(paths.preprocess, seq_length=128)
+    model = bert.build_bert_classifier(paths.encoder, num_classes=2, seq_length=128)
+
+The folder needs `config.json` (model_type "bert": BERT and BERT-shaped variants such
+as MiniLM), `model.safetensors` (or a sharded `model.safetensors.index.json`) and, for
+the preprocessing, `vocab.txt` or `tokenizer.json` plus `tokenizer_config.json`.
+Weights are read with `safetensors.numpy`, never from pickles (`pytorch_model.bin`):
+unpickling runs arbitrary code. The variable mapping is the table in the docstring of
+`models.bert`.
+
+Tokenisation matches Hugging Face's `BertTokenizer` (uncased and cased) except where
+tensorflow_text's BertTokenizer differs by design: lower-casing is Unicode NFKC case
+folding (compatibility characters such as "ﬁ", "…" or full-width letters are folded
+too, and "ß" becomes "ss"); control characters, which transformers deletes, separate
+words instead; and the 100-character limit beyond which a word becomes [UNK] counts
+UTF-8 bytes, so long non-ASCII words turn into [UNK] sooner.
+"""
+
+import contextlib
+import os
+import tempfile
+import typing
+
+
+from keras_tpu import checks
+from models.bert.bert_config import check_seq_length
+from models.bert import bert_text as text
+from keras_tpu import keras
+from models import bert
+from models.bert.hf.hf_config import (  # noqa: F401  (hf_bert.read_hf_config, ...)
+    CONFIG_FILE,
+    TOKENIZER_CONFIG_FILE,
+    TOKENIZER_FILE,
+    VOCAB_FILE,
+    read_hf_config,
+    read_hf_lower_case,
+    vocab_from_tokenizer_json,
+)
+from models.bert.hf.hf_weights import (  # noqa: F401  (hf_bert.load_hf_weights, ...)
+    KNOWN_HEAD_PREFIXES,
+    WEIGHTS_FILE,
+    WEIGHTS_INDEX_FILE,
+    assign_hf_weights,
+    load_hf_weights,
+    weight_files,
+)
+
+
+class HubExport(typing.NamedTuple):
+    """The two SavedModel directories of an export."""
+
+    encoder: str
+    preprocess: str
+
+
+@contextlib.contextmanager
+def _float32_policy():
+    """Build under float32 so an exported handle suits any caller's policy."""
+    # export_encoder keeps the policy the encoder was built under; a mixed policy a
+    # caller set globally would otherwise leak into the general-purpose SavedModel.
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("float32")
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+
+
+def convert(folder):
+    """Build a native BERT encoder holding a Hugging Face checkpoint's weights.
+
+    Like `bert.build_bert_encoder`, call it inside `strategy.scope()` to fine-tune on
+    several replicas; it computes in the global dtype policy.
+
+    Args:
+      folder: Hugging Face BERT folder with `config.json` and `model.safetensors`.
+
+    Returns:
+      A `models.bert` encoder (see `bert.build_bert_encoder`) whose outputs
+      match `transformers.BertModel` (`sequence_output` = `last_hidden_state`,
+      `pooled_output` = `pooler_output`) at unmasked positions, under float32.
+
+    Raises:
+      ValueError: see `read_hf_config`, `load_hf_weights` and `assign_hf_weights`.
+      FileNotFoundError: the folder, its config.json or its weights are missing.
+    """
+    return _build(read_hf_config(folder), load_hf_weights(folder))
+
+
+def _build(config, weights):
+    encoder = bert.build_bert_encoder(config)
+    assign_hf_weights(encoder, weights, config)
+    return encoder
+
+
+def _check_export_dir(export_dir):
+    paths = HubExport(os.path.join(export_dir, "encoder"), os.path.join(export_dir, "preprocess"))
+    for path in paths:
+        if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+            # Saving over an old export could leave its stale assets or variables behind.
+            raise checks.ConfigError(
+                f"{path} already exists; choose a new export_dir or delete it."
+            )
+    return paths
+
+
+def _export(encoder, preprocessor, export_dir):
+    paths = _check_export_dir(export_dir)
+    bert.export_encoder(encoder, paths.encoder)
+    preprocessor.export(paths.preprocess)
+    return paths
+
+
+def _check_seq_length(seq_length, config):
+    check_seq_length(seq_length, maximum=config.max_position_embeddings)
+
+
+def export_hf_bert(folder, export_dir, seq_length=128):
+    """Export a Hugging Face BERT folder as a TF Hub encoder and preprocessing pair.
+
+    Args:
+      folder: Hugging Face BERT folder: `config.json`, `model.safetensors`, and
+        `vocab.txt` or `tokenizer.json` (plus `tokenizer_config.json` for
+        `do_lower_case`, default True).
+      export_dir: output directory; `encoder/` and `preprocess/` must not exist yet.
+      seq_length: packed length of the preprocessing (3..max_position_embeddings).
+
+    Returns:
+      HubExport(encoder, preprocess): the two SavedModel directories, for
+      `hub.KerasLayer(paths.encoder)` and `text.hub_preprocess(paths.preprocess)`.
+
+    Raises:
+      ValueError: the checkpoint or tokenizer cannot be converted exactly (see
+        `read_hf_config`, `load_hf_weights`, `assign_hf_weights`, `read_hf_lower_case`),
+        the vocabulary is larger than the embedding table, or export_dir is in use.
+      FileNotFoundError: a required file is missing.
+    """
+    config = read_hf_config(folder)
+    weight_files(folder)  # Refuse pickles before any other complaint.
+    _check_seq_length(seq_length, config)
+    _check_export_dir(export_dir)
+    lower_case = read_hf_lower_case(folder)
+    weights = load_hf_weights(folder)
+    with tempfile.TemporaryDirectory() as scratch:
+        vocab_file = os.path.join(folder, VOCAB_FILE)
+        if not os.path.isfile(vocab_file):
+            tokenizer_json = os.path.join(folder, TOKENIZER_FILE)
+            if not os.path.isfile(tokenizer_json):
+                raise checks.MissingFileError(
+                    f"{folder} has neither {VOCAB_FILE} nor {TOKENIZER_FILE} for the preprocessing."
+                )
+            vocab_file = vocab_from_tokenizer_json(tokenizer_json, scratch)
+        # The preprocessor copies the vocabulary into its SavedModel's assets on export.
+        preprocessor = text.BertPreprocessor(vocab_file, seq_length, lower_case)
+        if preprocessor.vocab_size > config.vocab_size:
+            raise checks.ConfigError(
+                f"The vocabulary has {preprocessor.vocab_size} tokens but the checkpoint's "
+                f"embedding table has vocab_size={config.vocab_size} rows."
+            )
+        with _float32_policy():
+            encoder = _build(config, weights)
+        return _export(encoder, preprocessor, export_dir)
+
+
+def export_preset_bert(preset, vocab_file, export_dir, seq_length=128, lower_case=True):
+    """Export a randomly initialised preset encoder and its preprocessing (demos, tests).
+
+    Args:
+      preset: a name from `bert.PRESETS` (tiny, mini, small, medium, base).
+      vocab_file: WordPiece vocabulary; its length sets the encoder's vocab_size.
+      export_dir: output directory; `encoder/` and `preprocess/` must not exist yet.
+      seq_length: packed length of the preprocessing (3..512).
+      lower_case: lower-case and strip accents in preprocessing (uncased vocabularies).
+
+    Returns:
+      HubExport(encoder, preprocess), as `export_hf_bert`.
+    """
+    config = bert.bert_config(preset, vocab_size=len(text.read_vocab(vocab_file)))
+    _check_seq_length(seq_length, config)
+    _check_export_dir(export_dir)
+    preprocessor = text.BertPreprocessor(vocab_file, seq_length, lower_case)
+    with _float32_policy():
+        encoder = bert.build_bert_encoder(config)
+    return _export(encoder, preprocessor, export_dir)
