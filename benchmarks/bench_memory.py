@@ -1,4 +1,4 @@
-"""Compare models.bert.memory.memory's estimate with the measured peak of a real training step on CPU.
+"""Compare models.bert.memory.planner's estimate with the measured peak of a real training step on CPU.
 
 Usage: python benchmarks/bench_memory.py [--presets tiny,mini,small] [--batches 8,32,64]
            [--precisions fp32,bf16] [--seq_length 128] [--xla_batches 8,64] [--json PATH]
@@ -130,7 +130,7 @@ def child(preset, batch, seq_length, precision, profile, steps, xla_dump=None):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
-    from models.bert.memory import memory  # pylint: disable=g-import-not-at-top
+    from models.bert.memory import planner  # pylint: disable=g-import-not-at-top
     from models import bert  # pylint: disable=g-import-not-at-top
 
     if precision != "fp32":
@@ -143,7 +143,7 @@ def child(preset, batch, seq_length, precision, profile, steps, xla_dump=None):
     ids = rng.integers(0, config.vocab_size, (batch, seq_length)).astype("int32")
     inputs = {"input_word_ids": ids, "input_mask": np.ones_like(ids), "input_type_ids": 0 * ids}
     labels = rng.integers(0, 2, (batch,)).astype("int32")
-    est = memory.estimate(model, batch, seq_length, "adamw", precision, runtime="tf")
+    est = planner.estimate(model, batch, seq_length, "adamw", precision, runtime="tf")
 
     start = time.perf_counter()
     model.train_on_batch(inputs, labels)  # traces the step and creates the Adam slots
@@ -169,7 +169,7 @@ def child(preset, batch, seq_length, precision, profile, steps, xla_dump=None):
         xla_model = _train_model(bert, keras, config, jit_compile=True)
         xla_model.train_on_batch(inputs, labels)
         result["xla_total"] = _xla_total_bytes(xla_dump)
-        result["xla_estimate"] = memory.estimate(
+        result["xla_estimate"] = planner.estimate(
             xla_model, batch, seq_length, "adamw", precision, runtime="xla"
         ).total
     result["seconds"] = round(time.perf_counter() - start, 1)

@@ -7,7 +7,7 @@ Memory is measured three ways, because TensorFlow's allocator statistics
   - state bytes per device: the bytes of the weight and optimizer-slot shards each
     device holds, read from the mesh (dtensor.unpack of every variable) — the part
     model parallelism divides;
-  - the planner's per-device estimate (memory.estimate(..., model_parallel=K));
+  - the planner's per-device estimate (planner.estimate(..., model_parallel=K));
   - the process's peak RSS (all 4 logical devices share the host's memory, so this
     is the whole mesh, not one device: expect it to fall less than the per-device state).
 Expect lower examples/s on CPU as K grows (the point is the memory column).
@@ -46,7 +46,7 @@ import numpy as np, tensorflow as tf
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 4)
 from tensorflow.experimental import dtensor
-from models.bert.memory import memory
+from models.bert.memory import planner
 from keras_tpu.parallel.mesh import layout as mesh_layout
 from models.bert.mesh import mesh_classifier
 from keras_tpu.runtime.compat import keras
@@ -78,7 +78,7 @@ for repeat in range(args["repeats"]):
     seconds.append(time.perf_counter() - start)
 state = mesh_layout.per_device_weight_bytes(model)
 state += sum(mesh_layout.device_bytes(v) for v in (optimizer.variables() if callable(optimizer.variables) else optimizer.variables) if v.shape.rank)
-planned = memory.estimate(model, b * k // 4, s, "adamw", "fp32", runtime="tf", model_parallel=k)
+planned = planner.estimate(model, b * k // 4, s, "adamw", "fp32", runtime="tf", model_parallel=k)
 print("RESULT " + json.dumps({{
     "examples_per_second": b * args["steps"] / float(np.median(seconds)),
     "state_bytes_per_device": int(state),

@@ -3,7 +3,7 @@
 Usage: python benchmarks/bert_sizes.py [--json PATH] [--check PRESET]
 
 Training state per replica (data parallelism keeps a full copy on every replica):
-weights + gradients + Adam's two slots (m and v), from models.bert.memory.memory.estimate (its
+weights + gradients + Adam's two slots (m and v), from models.bert.memory.planner.estimate (its
 batch-independent part). Under Keras "mixed_bfloat16" the variables stay float32 master
 copies, so the gradients (taken w.r.t. those float32 variables) and the Adam slots are
 float32 too: 16 bytes per parameter as in float32. Mixed precision adds the bfloat16
@@ -21,7 +21,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from models.bert.memory import memory  # noqa: E402
+from models.bert.memory import planner  # noqa: E402
 from models import bert  # noqa: E402
 
 FP32_STATE_BYTES = 4 + 4 + 2 * 4  # weights, gradients, Adam m and v.
@@ -29,7 +29,7 @@ FP32_STATE_BYTES = 4 + 4 + 2 * 4  # weights, gradients, Adam m and v.
 
 def _state(config, precision):
     # The state does not depend on batch or length; any valid pair gives it.
-    return memory.estimate(config, 1, 1, "adam", precision).state
+    return planner.estimate(config, 1, 1, "adam", precision).state
 
 
 def sizes(preset):

@@ -22,12 +22,12 @@ else:  # python scripts/plan_memory.py
     import flag_utils  # noqa: E402
 from keras_tpu.runtime import accelerators  # noqa: E402  (after quieting TensorFlow's C++ logs)
 from keras_tpu import checks  # noqa: E402
-from models.bert.memory import memory  # noqa: E402
+from models.bert.memory import planner  # noqa: E402
 from models import bert  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum(
-    "preset", "base", [*bert.PRESETS, *memory.PLANNING_PRESETS], "BERT size to plan for."
+    "preset", "base", [*bert.PRESETS, *planner.PLANNING_PRESETS], "BERT size to plan for."
 )
 flags.DEFINE_integer("seq_length", 128, "Tokens per example.", lower_bound=1)
 flags.DEFINE_enum(
@@ -37,9 +37,9 @@ flags.DEFINE_enum("accelerator", "v3", list(accelerators.ACCELERATORS), "Device 
 flags.DEFINE_integer(
     "per_replica_batch", None, "Batch to check; default: the largest that fits.", lower_bound=1
 )
-flags.DEFINE_enum("optimizer", "adamw", list(memory.OPTIMIZER_SLOTS), "Optimizer (slot count).")
+flags.DEFINE_enum("optimizer", "adamw", list(planner.OPTIMIZER_SLOTS), "Optimizer (slot count).")
 flags.DEFINE_enum(
-    "runtime", None, list(memory.RUNTIMES), "xla or tf; default: xla on TPUs, tf elsewhere."
+    "runtime", None, list(planner.RUNTIMES), "xla or tf; default: xla on TPUs, tf elsewhere."
 )
 flags.DEFINE_float("margin", 0.1, "Fraction of the device's memory kept free.")
 flags.DEFINE_integer(
@@ -53,9 +53,9 @@ flags.DEFINE_bool("json", False, "Print one JSON object instead of the table.")
 
 def result():
     """Return (estimate, plan, warning or None) for the flags."""
-    config = memory.config_from_name(FLAGS.preset)
-    runtime = FLAGS.runtime or memory.default_runtime(FLAGS.accelerator)
-    best = memory.plan(
+    config = planner.config_from_name(FLAGS.preset)
+    runtime = FLAGS.runtime or planner.default_runtime(FLAGS.accelerator)
+    best = planner.plan(
         config,
         FLAGS.seq_length,
         FLAGS.precision,
@@ -67,7 +67,7 @@ def result():
     )
     if FLAGS.per_replica_batch is None:
         return best.estimate, best, None
-    est = memory.estimate(
+    est = planner.estimate(
         config,
         FLAGS.per_replica_batch,
         FLAGS.seq_length,
@@ -76,7 +76,7 @@ def result():
         runtime=runtime,
         model_parallel=FLAGS.model_parallel,
     )
-    warning = memory.check_fits(
+    warning = planner.check_fits(
         config,
         FLAGS.per_replica_batch,
         FLAGS.seq_length,

@@ -240,14 +240,14 @@ def test_verification_table_names_real_code():
 
 def test_name_check_finds_stale_names():
     code = (
-        "import keras_tpu\nfrom keras_tpu import data, text\nfrom models.bert import memory\n"
+        "import keras_tpu\nfrom keras_tpu import data, text\nfrom models.bert.memory import planner\n"
         "keras_tpu.compile_model\nkeras_tpu.runtime.strategy.resolver.no_such_function(x).y\n"
-        "memory.estimate\nmemory.gone\ninfo.kind\n"
+        "planner.estimate\nplanner.gone\ninfo.kind\n"
     )
     assert unresolved_names(code) == [
         "from keras_tpu import text",
         "keras_tpu.runtime.strategy.resolver.no_such_function",
-        "memory.gone",
+        "planner.gone",
     ]
 
 

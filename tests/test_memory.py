@@ -1,4 +1,4 @@
-"""Tests for models.bert.memory.memory: exact variable bytes, linear/quadratic terms, plan and check."""
+"""Tests for models.bert.memory.planner: exact variable bytes, linear/quadratic terms, plan and check."""
 
 import json
 
@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from keras_tpu.runtime import accelerators
 from keras_tpu import keras
-from models.bert.memory import memory
+from models.bert.memory import planner
 from models import bert
 from tests.conftest import run_script
 
@@ -48,23 +48,23 @@ def device(monkeypatch):
 def test_weights_counted_exactly_from_a_built_model():
     config = _tiny()
     encoder = bert.build_bert_encoder(config)
-    est = memory.estimate(encoder, 4, SEQ)
+    est = planner.estimate(encoder, 4, SEQ)
     assert est.weights == _variable_bytes(encoder.variables)
     assert est.parameters == encoder.count_params() == bert.count_parameters(config)
-    assert est.weights == memory.estimate(config, 4, SEQ).weights == 4 * est.parameters
+    assert est.weights == planner.estimate(config, 4, SEQ).weights == 4 * est.parameters
     # Gradients: one per trainable variable, its size and dtype; Adam keeps two slots.
     trainable = _variable_bytes(encoder.trainable_variables)
     assert est.gradients == trainable
     assert est.optimizer_slots == 2 * trainable
-    assert memory.estimate(encoder, 4, SEQ, "sgd").optimizer_slots == 0
-    assert memory.estimate(encoder, 4, SEQ, "momentum").optimizer_slots == trainable
+    assert planner.estimate(encoder, 4, SEQ, "sgd").optimizer_slots == 0
+    assert planner.estimate(encoder, 4, SEQ, "momentum").optimizer_slots == trainable
     assert est.architecture == config and est.precision == "fp32"
 
 
 def test_frozen_variables_have_no_gradients_or_slots():
     encoder = bert.build_bert_encoder(_tiny())
     encoder.get_layer("embeddings").trainable = False
-    est = memory.estimate(encoder, 4, SEQ)
+    est = planner.estimate(encoder, 4, SEQ)
     trainable = _variable_bytes(encoder.trainable_variables)
     assert 0 < trainable < est.weights == _variable_bytes(encoder.variables)
     assert (est.gradients, est.optimizer_slots) == (trainable, 2 * trainable)
@@ -93,17 +93,17 @@ def test_mixed_bfloat16_keeps_variables_gradients_and_slots_float32(policy):
     grads = tape.gradient(loss, model.trainable_variables)
     assert {g.dtype for g in grads} == {tf.float32}
 
-    est = memory.estimate(model, 4, SEQ)  # precision read from the model
+    est = planner.estimate(model, 4, SEQ)  # precision read from the model
     assert est.precision == "bf16"
     assert est.weights == _variable_bytes(model.variables)
     assert est.optimizer_slots == _variable_bytes(slots)
     with pytest.raises(ValueError, match="computes in bf16"):
-        memory.estimate(model, 4, SEQ, precision="fp32")
+        planner.estimate(model, 4, SEQ, precision="fp32")
 
 
 def test_bf16_activations_are_smaller_but_the_state_is_not():
-    fp32 = memory.estimate("base", 32, 128, precision="fp32")
-    bf16 = memory.estimate("base", 32, 128, precision="bf16")
+    fp32 = planner.estimate("base", 32, 128, precision="fp32")
+    bf16 = planner.estimate("base", 32, 128, precision="bf16")
     assert bf16.activations < fp32.activations
     for kind, fp32_bytes in fp32.activation_breakdown.items():
         assert bf16.activation_breakdown[kind] <= fp32_bytes, kind
@@ -116,11 +116,11 @@ def test_bf16_activations_are_smaller_but_the_state_is_not():
     assert bf16.total < fp32.total
 
 
-@pytest.mark.parametrize("runtime", memory.RUNTIMES)
+@pytest.mark.parametrize("runtime", planner.RUNTIMES)
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_estimate_is_linear_in_batch(runtime, precision):
     def est(batch):
-        return memory.estimate(_tiny(), batch, SEQ, precision=precision, runtime=runtime)
+        return planner.estimate(_tiny(), batch, SEQ, precision=precision, runtime=runtime)
 
     for b in (1, 3, 8):
         one, two, three = est(b), est(2 * b), est(3 * b)
@@ -135,7 +135,7 @@ def test_estimate_is_linear_in_batch(runtime, precision):
 
 def test_attention_term_is_quadratic_in_sequence_length():
     def parts(seq):
-        return memory.estimate("base", 4, seq, precision="bf16").activation_breakdown
+        return planner.estimate("base", 4, seq, precision="bf16").activation_breakdown
 
     s1, s2, s3 = parts(64), parts(128), parts(192)
     assert s2[ATTENTION] == 4 * s1[ATTENTION] and s3[ATTENTION] == 9 * s1[ATTENTION]
@@ -149,27 +149,27 @@ def test_attention_term_is_quadratic_in_sequence_length():
 
 def test_tf_runtime_has_sparse_embedding_gradients_and_update_temporaries():
     config = bert.bert_config("tiny")
-    xla = memory.estimate(config, 8, 128, runtime="xla")
-    tf_ = memory.estimate(config, 8, 128, runtime="tf")
+    xla = planner.estimate(config, 8, 128, runtime="xla")
+    tf_ = planner.estimate(config, 8, 128, runtime="tf")
     word, types = 4 * config.vocab_size * 128, 4 * config.type_vocab_size * 128
     rows = 8 * 128 * (4 * 128 + 4)
     assert tf_.gradients == xla.gradients - word - types + 2 * rows
     assert tf_.update_temporaries == 3 * word and xla.update_temporaries == 0
-    assert memory.estimate(config, 8, 128, "sgd", runtime="tf").update_temporaries == 0
+    assert planner.estimate(config, 8, 128, "sgd", runtime="tf").update_temporaries == 0
     assert tf_.activations == xla.activations
 
 
 @pytest.mark.parametrize("accelerator", ["v3", "v5e", "cpu"])
 def test_plan_returns_the_largest_batch_that_fits(accelerator):
-    result = memory.plan("base", 128, "bf16", accelerator)
+    result = planner.plan("base", 128, "bf16", accelerator)
     budget = int(accelerators.ACCELERATORS[accelerator].memory_bytes * 0.9)
     assert result.budget_bytes == budget and result.fits
     b = result.max_per_replica_batch
-    runtime = memory.default_runtime(accelerator)
+    runtime = planner.default_runtime(accelerator)
     assert result.runtime == runtime == ("tf" if accelerator == "cpu" else "xla")
 
     def total(batch):
-        return memory.estimate("base", batch, 128, "adamw", "bf16", runtime=runtime).total
+        return planner.estimate("base", batch, 128, "adamw", "bf16", runtime=runtime).total
 
     assert total(b) <= budget < total(b + 1)
     assert result.estimate.total == total(b)
@@ -179,41 +179,41 @@ def test_plan_returns_the_largest_batch_that_fits(accelerator):
 
 def test_plan_on_a_small_device(device):
     config = _tiny()
-    key = device(10 * memory.MiB)
-    result = memory.plan(config, SEQ, "fp32", key, margin=0.0, runtime="xla")
+    key = device(10 * planner.MiB)
+    result = planner.plan(config, SEQ, "fp32", key, margin=0.0, runtime="xla")
     b = result.max_per_replica_batch
-    assert memory.estimate(config, b, SEQ).total <= 10 * memory.MiB
-    assert memory.estimate(config, b + 1, SEQ).total > 10 * memory.MiB
+    assert planner.estimate(config, b, SEQ).total <= 10 * planner.MiB
+    assert planner.estimate(config, b + 1, SEQ).total > 10 * planner.MiB
 
 
 def test_plan_reports_bytes_over_when_batch_one_does_not_fit(device):
-    key = device(1 * memory.GiB)
-    result = memory.plan("base", 512, "fp32", key, runtime="xla")
-    one = memory.estimate("base", 1, 512, precision="fp32")
+    key = device(1 * planner.GiB)
+    result = planner.plan("base", 512, "fp32", key, runtime="xla")
+    one = planner.estimate("base", 1, 512, precision="fp32")
     assert not result.fits and result.max_per_replica_batch == 0
     assert result.bytes_over == one.total - result.budget_bytes > 0
     assert result.fixed_bytes > result.budget_bytes  # the state alone is too big
     assert "batch 1 does not fit" in result.message
     assert "model parallelism" in result.message
-    assert f"{result.bytes_over / memory.GiB:,.2f} GiB over" in result.message
+    assert f"{result.bytes_over / planner.GiB:,.2f} GiB over" in result.message
     # Activations alone too big for batch 1: a different reason, the same report.
-    key = device(int(1.05 * memory.estimate("base", 1, 512).state / 0.9))
-    result = memory.plan("base", 512, "fp32", key, runtime="xla")
+    key = device(int(1.05 * planner.estimate("base", 1, 512).state / 0.9))
+    result = planner.plan("base", 512, "fp32", key, runtime="xla")
     assert not result.fits and "shorter sequence" in result.message
 
 
 def test_check_fits():
-    assert memory.check_fits("base", 8, 128, "bf16", "v3") is None
-    warning = memory.check_fits("base", 512, 512, "bf16", "v3")
-    best = memory.plan("base", 512, "bf16", "v3").max_per_replica_batch
+    assert planner.check_fits("base", 8, 128, "bf16", "v3") is None
+    warning = planner.check_fits("base", 512, 512, "bf16", "v3")
+    best = planner.plan("base", 512, "bf16", "v3").max_per_replica_batch
     assert "per_replica_batch=512" in warning and "TPU v3" in warning
     assert f"per_replica_batch <= {best}" in warning
-    warning = memory.check_fits("large", 1, 512, "fp32", "v2", margin=0.5)
+    warning = planner.check_fits("large", 1, 512, "fp32", "v2", margin=0.5)
     assert "even batch 1" in warning and "model parallelism" in warning
 
 
 def test_table_and_dict_list_every_component():
-    est = memory.estimate("mini", 16, 128, precision="bf16")
+    est = planner.estimate("mini", 16, 128, precision="bf16")
     text = est.table()
     for name, value in est.components():
         assert name in text and f"{value:,}" in text
@@ -225,11 +225,11 @@ def test_table_and_dict_list_every_component():
 
 
 def test_planning_preset_large():
-    large = memory.config_from_name("large")
+    large = planner.config_from_name("large")
     assert (large.num_layers, large.hidden_size, large.num_heads) == (24, 1024, 16)
     assert "large" not in bert.PRESETS  # planning only: models/bert is unchanged
     # BERT-large has about 335M parameters (Devlin et al. 2019: 340M).
-    assert 330e6 < memory.estimate("large", 1, 128).parameters < 340e6
+    assert 330e6 < planner.estimate("large", 1, 128).parameters < 340e6
 
 
 def test_sizes_read_from_variable_names_when_layers_keep_no_config():
@@ -246,32 +246,32 @@ def test_sizes_read_from_variable_names_when_layers_keep_no_config():
         ]
         trainable_variables = variables
 
-    est = memory.estimate(Encoder(), 2, SEQ)
+    est = planner.estimate(Encoder(), 2, SEQ)
     arch = est.architecture
     assert (arch.vocab_size, arch.hidden_size, arch.num_layers) == (100, 64, 3)
     assert (arch.intermediate_size, arch.num_heads, arch.max_position_embeddings) == (256, 1, 128)
     assert est.weights == _variable_bytes(Encoder.variables)
     assert any("num_heads=1 assumed" in note for note in est.notes)
-    override = memory.estimate(Encoder(), 2, SEQ, config=_tiny(hidden_size=64, num_layers=3))
+    override = planner.estimate(Encoder(), 2, SEQ, config=_tiny(hidden_size=64, num_layers=3))
     assert override.architecture.num_heads == 2 and not override.notes
 
 
 @pytest.mark.parametrize(
     "call, match",
     [
-        (lambda: memory.estimate("base", 0, 128), "per_replica_batch=0 must be an integer >= 1"),
-        (lambda: memory.estimate("base", 8, 1.5), r"seq_length=1.5 must be an integer in 3\.\.512"),
+        (lambda: planner.estimate("base", 0, 128), "per_replica_batch=0 must be an integer >= 1"),
+        (lambda: planner.estimate("base", 8, 1.5), r"seq_length=1.5 must be an integer in 3\.\.512"),
         (
-            lambda: memory.estimate("base", 8, 513),
+            lambda: planner.estimate("base", 8, 513),
             r"seq_length=513 must be an integer in 3\.\.512\. .*max_position_embeddings=512",
         ),
-        (lambda: memory.estimate("base", 8, 128, "lamb"), "optimizer='lamb' is not one of"),
-        (lambda: memory.estimate("base", 8, 128, precision="int8"), "precision='int8'"),
-        (lambda: memory.estimate("huge", 8, 128), "preset='huge' is not one of"),
-        (lambda: memory.estimate("base", 8, 128, runtime="gpu"), "runtime='gpu' is not one of"),
-        (lambda: memory.plan("base", 128, "bf16", "v9"), "accelerator='v9' is not one of"),
-        (lambda: memory.plan("base", 128, "bf16", "v3", margin=1.0), "margin=1.0 must be"),
-        (lambda: memory.check_fits("base", 8, 128, "bf16", "v3", margin=-0.1), "margin=-0.1"),
+        (lambda: planner.estimate("base", 8, 128, "lamb"), "optimizer='lamb' is not one of"),
+        (lambda: planner.estimate("base", 8, 128, precision="int8"), "precision='int8'"),
+        (lambda: planner.estimate("huge", 8, 128), "preset='huge' is not one of"),
+        (lambda: planner.estimate("base", 8, 128, runtime="gpu"), "runtime='gpu' is not one of"),
+        (lambda: planner.plan("base", 128, "bf16", "v9"), "accelerator='v9' is not one of"),
+        (lambda: planner.plan("base", 128, "bf16", "v3", margin=1.0), "margin=1.0 must be"),
+        (lambda: planner.check_fits("base", 8, 128, "bf16", "v3", margin=-0.1), "margin=-0.1"),
     ],
 )
 def test_bad_inputs_name_the_value_and_the_fix(call, match):
@@ -281,14 +281,14 @@ def test_bad_inputs_name_the_value_and_the_fix(call, match):
 
 def test_bad_models():
     with pytest.raises(TypeError, match="got int"):
-        memory.estimate(3, 8, 128)
+        planner.estimate(3, 8, 128)
     unbuilt = keras.Sequential([keras.layers.Dense(4)], name="unbuilt")
     with pytest.raises(ValueError, match="'unbuilt' has no variables yet"):
-        memory.estimate(unbuilt, 8, 128)
+        planner.estimate(unbuilt, 8, 128)
     cnn = keras.Sequential([keras.layers.Dense(4)], name="cnn")
     cnn.build((None, 3))
     with pytest.raises(ValueError, match="Cannot tell the BERT sizes of model 'cnn'.*config="):
-        memory.estimate(cnn, 8, 128)
+        planner.estimate(cnn, 8, 128)
 
 
 @pytest.mark.slow
@@ -299,9 +299,9 @@ def test_script_json_and_errors():
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert set(result) >= {"preset", "accelerator", "estimate", "plan", "fits", "warning"}
-    assert result["accelerator"]["memory_bytes"] == 16 * memory.GiB
+    assert result["accelerator"]["memory_bytes"] == 16 * planner.GiB
     assert result["fits"] and result["warning"] is None
-    plan = memory.plan("tiny", 128, "bf16", "v5e")
+    plan = planner.plan("tiny", 128, "bf16", "v5e")
     assert result["plan"]["max_per_replica_batch"] == plan.max_per_replica_batch
     assert result["estimate"]["total"] == plan.estimate.total
 
@@ -314,9 +314,9 @@ def test_script_json_and_errors():
 
 
 def test_model_parallel_divides_sharded_state_only():
-    one = memory.estimate("large", 1, 512, precision="bf16")
-    two = memory.estimate("large", 1, 512, precision="bf16", model_parallel=2)
-    c = memory.config_from_name("large")
+    one = planner.estimate("large", 1, 512, precision="bf16")
+    two = planner.estimate("large", 1, 512, precision="bf16", model_parallel=2)
+    c = planner.config_from_name("large")
     h, i = c.hidden_size, c.intermediate_size
     sharded = 4 * c.num_layers * (4 * h * h + 3 * h + 2 * h * i + i)
     assert one.weights - two.weights == sharded // 2
@@ -326,16 +326,16 @@ def test_model_parallel_divides_sharded_state_only():
     assert split["layer norms (float32)"] == parts["layer norms (float32)"]
     assert split["one-hot embedding lookups [b, s, V]"] == 2 * 512 * (c.vocab_size + 2)
     with pytest.raises(ValueError, match="num_heads=16 is not divisible by model_parallel=3"):
-        memory.estimate("large", 1, 512, model_parallel=3)
+        planner.estimate("large", 1, 512, model_parallel=3)
 
 
 def test_plan_suggests_the_smallest_model_parallel_that_fits():
     # BERT-large at seq 512 on a v2 core without XLA: batch 1 needs ~8.8 GiB of 7.2.
-    best = memory.plan("large", 512, "fp32", "v2", runtime="tf")
+    best = planner.plan("large", 512, "fp32", "v2", runtime="tf")
     assert not best.fits and best.suggested_model_parallel == 2
     assert "With model_parallel=2" in best.message
-    assert memory.plan("large", 512, "fp32", "v2", runtime="tf", model_parallel=2).fits
-    warning = memory.check_fits("large", 1, 512, "fp32", "v2", runtime="tf")
+    assert planner.plan("large", 512, "fp32", "v2", runtime="tf", model_parallel=2).fits
+    warning = planner.check_fits("large", 1, 512, "fp32", "v2", runtime="tf")
     assert "--model_parallel=2" in warning
     # Fits with data parallelism alone: nothing suggested.
-    assert memory.plan("large", 512, "bf16", "v3").suggested_model_parallel is None
+    assert planner.plan("large", 512, "bf16", "v3").suggested_model_parallel is None

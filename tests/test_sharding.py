@@ -7,7 +7,7 @@ from tensorflow.experimental import dtensor
 
 import keras_tpu
 from keras_tpu.engine.backup import backup_contents
-from models.bert.memory import memory
+from models.bert.memory import planner
 from models import datasets as recipe_inputs
 from keras_tpu.parallel.mesh import layout as mesh_layout
 from models.bert.mesh import mesh_classifier
@@ -171,15 +171,15 @@ def test_planner_weight_bytes_equal_what_the_mesh_holds():
     model = mesh_classifier.build_classifier(CONFIG, 2, mesh=mesh)
     held = mesh_layout.per_device_weight_bytes(model)
     # From the model's variables, and from the config alone (+ the 2-class head).
-    assert memory.estimate(model, 4, SEQ, model_parallel=2).weights == held
+    assert planner.estimate(model, 4, SEQ, model_parallel=2).weights == held
     head = 4 * (CONFIG.hidden_size * 2 + 2)
-    assert memory.estimate(CONFIG, 4, SEQ, model_parallel=2).weights + head == held
+    assert planner.estimate(CONFIG, 4, SEQ, model_parallel=2).weights + head == held
     assert held == 183_304  # 315_656 unsharded, 264_704 of it split in two
-    assert memory.estimate(model, 4, SEQ).weights == 315_656
+    assert planner.estimate(model, 4, SEQ).weights == 315_656
     # The planner's name pattern picks exactly the variables laid out on "model".
     for variable in model.variables:
         on_model = "model" in dtensor.fetch_layout(variable).sharding_specs
-        assert bool(memory.SHARDED_VARIABLE.search(variable.name)) == on_model, variable.name
+        assert bool(planner.SHARDED_VARIABLE.search(variable.name)) == on_model, variable.name
 
 
 WORDS = "good bad great awful fine dull moving lifeless film plot".split()
@@ -502,7 +502,7 @@ def test_plan_memory_script_plans_a_given_model_parallel():
     result = run_script("plan_memory.py", *flags, "--model_parallel=2", "--json")
     assert result.returncode == 0, result.stderr[-2000:]
     planned = json.loads(result.stdout)["plan"]
-    expected = memory.plan(memory.config_from_name("large"), 512, "bf16", "v3", model_parallel=2)
+    expected = planner.plan(planner.config_from_name("large"), 512, "bf16", "v3", model_parallel=2)
     assert planned["model_parallel"] == 2
     assert planned["max_per_replica_batch"] == expected.max_per_replica_batch > 0
     refused = run_script("plan_memory.py", "--preset=base", "--model_parallel=5")

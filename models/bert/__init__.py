@@ -9,7 +9,7 @@ One module per part, as keras-hub lays out its BERT:
   bert_flops.py            training FLOPs per example (for MFU)
   bert_memory.py           the memory model: bytes per replica of a training step
                            (with bert_memory_estimate.py and bert_introspect.py;
-                           models.bert.memory.memory plans batches with it)
+                           models.bert.memory.planner plans batches with it)
   memory.py                the memory planner: estimate, plan (batch_search.py), check_fits
                            (fit_warning.py)
   bert_optimizer.py        bert_adamw: AdamW with BERT's warm-up and linear decay

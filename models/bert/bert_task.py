@@ -19,7 +19,7 @@ from models.bert import bert_optimizer
 from models.bert import bert_vocab
 from models.bert.glue import extra_eval
 from models.bert.glue import glue
-from models.bert.memory import memory
+from models.bert.memory import planner
 from models.bert.bert_config import check_seq_length
 
 
@@ -137,7 +137,7 @@ def _check_memory(model_or_config, info, policy, config):
         accelerator = info.accelerator
     except checks.ConfigError as e:  # A GPU the planner does not know: say so, do not stop the run.
         return f"memory check skipped: {e}"
-    return memory.check_fits(
+    return planner.check_fits(
         model_or_config, config.per_replica_batch_size, config.seq_length, policy, accelerator,
         model_parallel=config.model_parallel,
     )  # fmt: skip

@@ -2,7 +2,7 @@
 
     from models.bert.memory import bert_memory
     est = bert_memory.estimate("base", per_replica_batch=32, seq_length=128, precision="bf16")
-    print(est.table())   # the largest batch that fits: models.bert.memory.memory.plan
+    print(est.table())   # the largest batch that fits: models.bert.memory.planner.plan
 
 Everything is bytes per replica (one TensorFlow device: a TPU v2/v3 core, a v4/v5p
 megacore chip, a v5e/v6e chip, a GPU): data parallelism keeps a full copy of the

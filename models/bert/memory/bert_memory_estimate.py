@@ -1,7 +1,7 @@
 """The BERT memory estimate's vocabulary: its constants, presets and `MemoryEstimate`.
 
 bert_memory.py computes the estimate (the memory model; docs/memory.md lists every
-term); models.bert.memory.memory is the planner's public entry point.
+term); models.bert.memory.planner is the planner's public entry point.
 """
 
 import dataclasses

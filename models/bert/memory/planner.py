@@ -1,9 +1,9 @@
 """Plan per-replica memory for BERT training: will it fit on this device, and at what batch?
 
-    from models.bert.memory import memory
-    est = memory.estimate("base", per_replica_batch=32, seq_length=128, precision="bf16")
+    from models.bert.memory import planner
+    est = planner.estimate("base", per_replica_batch=32, seq_length=128, precision="bf16")
     print(est.table())
-    print(memory.plan("base", 512, "bf16", "v3").message)
+    print(planner.plan("base", 512, "bf16", "v3").message)
 
 Everything is bytes per replica. The memory model (what each byte is, and the
 "xla" and "tf" runtimes) is explained in models/bert/memory/bert_memory.py and
