@@ -23,6 +23,7 @@ from keras_tpu.engine.stops import early_stopping
 from keras_tpu.engine.conclude import final_evaluation
 from keras_tpu.engine.rundir import leftovers
 from keras_tpu.engine.rundir import output_paths
+from keras_tpu.engine.stops import nan_stop
 from keras_tpu.engine.stops import preemption as preemption_lib
 from keras_tpu.engine import registry
 from keras_tpu.engine.rundir import run_dir
@@ -213,7 +214,7 @@ class TrainingRun:
             return
         log.warning("keras_tpu: evaluating epoch %d, backed up before its evaluation", epoch + 1)
         logs = dict(backup.records.epoch_logs)
-        if self.shape.has_eval and backup_contents.finite_loss(logs):
+        if self.shape.has_eval and nan_stop.finite_loss(logs):
             logs.update(self.backend.validation_logs())
         # The progress line needs fit's start; every other callback ends the epoch as
         # fit would have: exact val_loss, throughput, best weights, TensorBoard, history.

@@ -1,14 +1,13 @@
-"""What a backup holds and costs: finite steps only, the model, its random generators.
+"""What a backup holds and costs: the model and its random generators.
 
-A step whose loss is not finite is never backed up nor kept as best (`finite_loss`);
-a backup's `tf.train.Checkpoint` holds the model (weights, optimizer and its step) and
+(A step whose loss is not finite is never backed up: stops/nan_stop.finite_loss.)
+A backup's `tf.train.Checkpoint` holds the model (weights, optimizer and its step) and
 each layer's `tf.random.Generator` state (`random_generators`), so dropout resumes with
 the uninterrupted run's masks; `checkpoint_bytes` is about the size of one, for the
 free-space checks. checkpointing.Backup writes and restores them.
 """
 
 import logging
-import math
 
 import numpy as np
 import tensorflow as tf
@@ -16,12 +15,6 @@ import tensorflow as tf
 from keras_tpu.runtime.compat import keras
 
 log = logging.getLogger(__name__)
-
-
-def finite_loss(logs):
-    """Return False if `logs` hold a non-finite loss (NaNGuard, Backup and best use this)."""
-    loss = (logs or {}).get("loss")
-    return loss is None or math.isfinite(float(np.asarray(loss)))
 
 
 def random_generators(model):

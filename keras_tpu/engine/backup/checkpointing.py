@@ -38,6 +38,7 @@ from keras_tpu.engine.backup import backup_contents
 from keras_tpu.engine.backup import backup_store
 from keras_tpu.engine.rundir import run_dir
 from keras_tpu.engine.backup import run_records
+from keras_tpu.engine.stops import nan_stop
 from keras_tpu.engine.stops import stop as stops
 from keras_tpu.runtime.strategy import cluster
 from keras_tpu.runtime.compat import keras
@@ -257,7 +258,7 @@ class Backup(keras.callbacks.Callback):
             self._add_metrics = False
             if self.start_step % self.params["steps"]:
                 run_records.add_metric_sums(self.model, self.records.metrics)
-        if not backup_contents.finite_loss(logs):
+        if not nan_stop.finite_loss(logs):
             if self.nan_step is None:
                 self.nan_step = int(self.model.optimizer.iterations.numpy())
             return

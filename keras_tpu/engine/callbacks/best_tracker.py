@@ -14,7 +14,6 @@ or the new one whole (a `.best.tmp-*` left by a kill is removed at the next star
 """
 
 import dataclasses
-import math
 import os
 import shutil
 import tempfile
@@ -23,6 +22,7 @@ import numpy as np
 
 from keras_tpu import checks
 from keras_tpu.engine.rundir import atomic_writes
+from keras_tpu.engine.stops import nan_stop
 from keras_tpu.engine.stops import stop as stops
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
@@ -62,10 +62,6 @@ def resolve_mode(monitor, mode=AUTO):
 WEIGHTS = "checkpoint"  # best/checkpoint.index, .data-*: `model.load_weights(best/checkpoint)`.
 
 
-def _finite(value):
-    return value is not None and math.isfinite(float(np.asarray(value)))
-
-
 @dataclasses.dataclass
 class BestTracker:
     """The best finite epoch by `monitor` ("min" or "max"), updated at each epoch's end.
@@ -86,7 +82,7 @@ class BestTracker:
         """Count epoch `epoch` (0-based) with its end-of-epoch `logs`; return True if it is best."""
         logs = logs or {}
         value = logs.get(self.monitor)
-        if not (_finite(value) and ("loss" not in logs or _finite(logs["loss"]))):
+        if not (nan_stop.finite(value) and nan_stop.finite_loss(logs)):
             return False
         value = float(np.asarray(value))
         if self.value is not None and not (
@@ -114,7 +110,7 @@ class BestTracker:
     def load_state_dict(self, state):
         best = state.get("best")
         # Records written before this tracker hold only {"best": inf or -inf} for "none yet".
-        self.value = float(best) if _finite(best) else None
+        self.value = float(best) if nan_stop.finite(best) else None
         self.epoch = state.get("epoch")
 
 

@@ -1,7 +1,7 @@
 """A run's callback list, in `fit` order: log callbacks, the user's, best, TensorBoard, backups.
 
 The callbacks that add to the epoch logs (throughput and MFU, the exact val_loss,
-the learning rate, the NaN stop) are log_callbacks.py's; this module orders them
+the learning rate) are log_callbacks.py's, the NaN stop stops/nan_stop.py's; this module orders them
 with the user's, the progress lines, best weights, TensorBoard, the run's history
 and its backups, and says where a remote TPU writes (`io_options`).
 """
@@ -16,6 +16,7 @@ from keras_tpu import checks
 from keras_tpu.engine.callbacks import best_tracker
 from keras_tpu.engine.backup import checkpointing
 from keras_tpu.engine.callbacks import log_callbacks
+from keras_tpu.engine.stops import nan_stop
 from keras_tpu.engine.stops import preemption as preemption_lib
 from keras_tpu.engine.callbacks import progress
 from keras_tpu.engine.backup import run_records
@@ -38,7 +39,7 @@ class RunCallbacks:
     """The standard callbacks of a run, by name, and all of them in `fit` order."""
 
     meter: log_callbacks.ThroughputMeter
-    nan_guard: log_callbacks.NaNGuard
+    nan_guard: nan_stop.NaNGuard
     progress: progress.ProgressLogger | None  # None unless progress_seconds is given.
     backup: checkpointing.Backup | None  # None without model_dir or with backup=False.
     history: run_records.RunHistory  # The whole run's per-epoch logs, across resumes.
@@ -99,7 +100,7 @@ def make_callbacks(
       A RunCallbacks; pass `list(result.all)` to model.fit.
     """
     meter = log_callbacks.ThroughputMeter(global_batch, flops_per_example, peak_flops)
-    guard = log_callbacks.NaNGuard()
+    guard = nan_stop.NaNGuard()
     callbacks = [
         log_callbacks.ExactValidationLoss(), meter, log_callbacks.LearningRateLogger(), guard,
         *extra,

@@ -1,4 +1,4 @@
-"""The callbacks that add to a run's epoch logs: throughput and MFU, exact val_loss, NaN stop.
+"""The callbacks that add to a run's epoch logs: throughput and MFU, exact val_loss, the rate.
 
 Each runs early in the run's callback list (callbacks.make_callbacks orders them):
 what they add to `logs` is what the progress lines, TensorBoard, the history, the
@@ -8,7 +8,6 @@ best-weights monitor and the backups then see.
 import logging
 import time
 
-from keras_tpu.engine.backup import backup_contents
 from keras_tpu.engine.steps import compiling
 from keras_tpu.engine.callbacks import progress
 from keras_tpu.runtime.compat import keras
@@ -135,29 +134,3 @@ class LearningRateLogger(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
             logs["learning_rate"] = progress.current_learning_rate(self.model.optimizer)
-
-
-class NaNGuard(keras.callbacks.Callback):
-    """Stop training at the first non-finite loss and name the epoch and step."""
-
-    def __init__(self):
-        super().__init__()
-        self._epoch = 0
-        self.stopped_at = None
-        self.step = None  # Optimizer step at the end of the execution with the NaN.
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
-
-    def on_train_batch_end(self, batch, logs=None):
-        if not backup_contents.finite_loss(logs):
-            self.stopped_at = (self._epoch, batch)
-            self.step = int(self.model.optimizer.iterations.numpy())
-            log.error(
-                "keras_tpu: loss became %s at epoch %d, step %d; stopping. Lower the learning "
-                "rate, enable gradient clipping, or use fp32 to find the overflow.",
-                logs["loss"],
-                self._epoch + 1,
-                batch + 1,
-            )
-            self.model.stop_training = True

@@ -25,7 +25,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from keras_tpu.engine.backup import backup_contents
 from keras_tpu.engine.backup import checkpointing
 from keras_tpu.runtime.compat import keras
 
@@ -146,7 +145,7 @@ def _epochs(model, steps, callback_list, means, epochs, steps_per_execution, pos
             step += n
             callback_list.on_train_batch_end(step - 1, _epoch_logs(means, steps))
         logs = _epoch_logs(means, steps)
-        if steps.evaluate is not None and backup_contents.finite_loss(logs):
+        if steps.evaluate is not None:  # A NaN epoch too, as fit (stops/nan_stop.py).
             logs.update({f"val_{k}": v for k, v in steps.evaluate().items() if k != "examples"})
         callback_list.on_epoch_end(epoch, logs)
         if model.stop_training:

@@ -61,10 +61,6 @@ class ExecutionResult:
     step: int
     losses: tuple
 
-    @property
-    def finite(self):
-        return bool(np.isfinite(self.losses).all())
-
 
 @dataclasses.dataclass(frozen=True)
 class Evaluation:
