@@ -132,3 +132,12 @@ class SettingError(ConfigError):
 
 class MissingFileError(ConfigError, FileNotFoundError):
     """A file or folder the configuration names does not exist."""
+
+
+def first_line(error):
+    """Return the first line of `error`'s message (its type's name if it has none).
+
+    TensorFlow's errors carry pages of context; a one-line message quotes this.
+    """
+    text = getattr(error, "message", None) or str(error)
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__

@@ -15,12 +15,12 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.engine.callbacks import callback_list as callbacks_lib
-from keras_tpu.engine.backup import backup_contents
 from keras_tpu.engine.task import class_weights
 from keras_tpu.engine import config_yaml
 from keras_tpu.engine.task import data_checks
 from keras_tpu.engine.stops import early_stopping
 from keras_tpu.engine.conclude import final_evaluation
+from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.rundir import leftovers
 from keras_tpu.engine.rundir import output_paths
 from keras_tpu.engine.stops import nan_stop
@@ -166,7 +166,7 @@ class TrainingRun:
                 identity=identity,
                 overwrite=config.overwrite,
                 # The kept backups and the one being written, before the oldest is pruned.
-                needed_bytes=(config.keep_backups + 1) * backup_contents.checkpoint_bytes(self.model),
+                needed_bytes=(config.keep_backups + 1) * disk_space.checkpoint_bytes(self.model),
             )
         try:
             if self.info.is_chief:  # Under the lock: no live run writes these.

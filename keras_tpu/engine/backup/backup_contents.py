@@ -3,13 +3,12 @@
 (A step whose loss is not finite is never backed up: stops/nan_stop.finite_loss.)
 A backup's `tf.train.Checkpoint` holds the model (weights, optimizer and its step) and
 each layer's `tf.random.Generator` state (`random_generators`), so dropout resumes with
-the uninterrupted run's masks; `checkpoint_bytes` is about the size of one, for the
-free-space checks. checkpointing.Backup writes and restores them.
+the uninterrupted run's masks (what one costs: rundir/disk_space.checkpoint_bytes).
+checkpointing.Backup writes and restores them.
 """
 
 import logging
 
-import numpy as np
 import tensorflow as tf
 
 from keras_tpu.runtime.compat import keras
@@ -42,13 +41,3 @@ def random_generators(model):
                     "(tf_keras's private _random_generator._generator): backups hold no dropout "
                     "state, so a resumed run draws other masks.", random_layers)  # fmt: skip
     return generators
-
-
-def checkpoint_bytes(model):
-    """Return about the bytes of one backup: weights, and Adam-like slots if not built yet."""
-    weights = sum(int(np.prod(v.shape)) * v.dtype.size for v in model.weights)
-    optimizer = getattr(model, "optimizer", None)
-    variables = getattr(optimizer, "variables", None) or []
-    variables = variables() if callable(variables) else variables  # Legacy optimizers.
-    slots = sum(int(np.prod(v.shape)) * v.dtype.size for v in variables)
-    return weights + (slots if slots > weights else 2 * weights)

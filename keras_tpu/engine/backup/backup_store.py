@@ -24,7 +24,6 @@ import re
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.engine.rundir import run_dir
 from keras_tpu.engine.backup import run_records
 
 STATE_FILE = "checkpoint"  # tf.train.CheckpointManager's name, so tf.train tools find backups.
@@ -144,7 +143,7 @@ class BackupStore:
             with tf.io.gfile.GFile(path, "rb") as f:
                 lines = [line for line in f.read().decode("utf-8").splitlines() if line.strip()]
         except (UnicodeDecodeError, tf.errors.OpError) as e:
-            return set(), run_dir.first_line(e)
+            return set(), checks.first_line(e)
         if not lines or not all(map(_STATE_LINE.match, lines)):
             return set(), "not a checkpoint state"
         names = [m.group(1) for m in map(_STATE_PATH.match, lines) if m]
@@ -162,7 +161,7 @@ class BackupStore:
                 try:
                     records = run_records.read(self.directory, step)
                 except (ValueError, TypeError, tf.errors.OpError) as e:
-                    reason = f"records-{step}.json: {run_dir.first_line(e)}"
+                    reason = f"records-{step}.json: {checks.first_line(e)}"
             if reason is not None:
                 damaged.append(Damage(step, reason))
                 continue
@@ -180,12 +179,12 @@ class BackupStore:
         try:
             reader = tf.train.load_checkpoint(self.prefix(step))
         except (tf.errors.OpError, ValueError, IndexError) as e:
-            return f"ckpt-{step}.index: {run_dir.first_line(e)}"
+            return f"ckpt-{step}.index: {checks.first_line(e)}"
         try:
             for key in sorted(reader.get_variable_to_shape_map()):
                 reader.get_tensor(key)  # Checks the bytes against the index's CRC32C.
         except (tf.errors.OpError, ValueError, IndexError) as e:
-            return f"reading {', '.join(data) or f'ckpt-{step}.data'}: {run_dir.first_line(e)}"
+            return f"reading {', '.join(data) or f'ckpt-{step}.data'}: {checks.first_line(e)}"
         return None
 
     def save(self, checkpoint, step, options=None):

@@ -36,7 +36,8 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu.engine.backup import backup_contents
 from keras_tpu.engine.backup import backup_store
-from keras_tpu.engine.rundir import run_dir
+from keras_tpu.engine.rundir import disk_space
+from keras_tpu.engine.rundir import output_paths
 from keras_tpu.engine.backup import run_records
 from keras_tpu.engine.stops import nan_stop
 from keras_tpu.engine.stops import stop as stops
@@ -208,19 +209,19 @@ class Backup(keras.callbacks.Callback):
         self.saved_step = step
 
     def _write_error(self, directory, error):
-        needed = backup_contents.checkpoint_bytes(self.model)
+        needed = disk_space.checkpoint_bytes(self.model)
         kept = (
             f"the last good backup (step {self.saved_step}) is kept"
             if self.saved_step
             else ("no backup was written yet")
         )
-        where = directory if "://" in directory else _existing(directory)
+        where = directory if "://" in directory else output_paths.existing_ancestor(directory)
         free = shutil.disk_usage(where).free if "://" not in directory else None
         if free is not None and free < 2 * needed:
             return (f"no space left on the device of {directory}: a backup needs about "
-                    f"{run_dir.megabytes(needed)} free, {run_dir.megabytes(free)} is; free space "
+                    f"{disk_space.megabytes(needed)} free, {disk_space.megabytes(free)} is; free space "
                     f"there or use another --model_dir ({kept}).")  # fmt: skip
-        return f"cannot write a backup to {directory}: {run_dir.first_line(error)} ({kept})."
+        return f"cannot write a backup to {directory}: {checks.first_line(error)} ({kept})."
 
     def finish(self):
         """Delete the backups: call once the run's summary and export are safely written."""
@@ -284,9 +285,3 @@ class Backup(keras.callbacks.Callback):
             # A failed export then finds the trained weights, not an older step; a signal
             # that came after the last execution (during its evaluation) loses nothing.
             self.save()
-
-
-def _existing(path):
-    while path and not os.path.exists(path):
-        path = os.path.dirname(path)
-    return path or "/"

@@ -22,6 +22,7 @@ import numpy as np
 
 from keras_tpu import checks
 from keras_tpu.engine.rundir import atomic_writes
+from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.stops import nan_stop
 from keras_tpu.engine.stops import stop as stops
 from keras_tpu.runtime.compat import keras
@@ -153,7 +154,7 @@ class BestWeights(keras.callbacks.Callback):
         except atomic_writes.WRITE_ERRORS as e:
             if not atomic_writes.is_write_error(e):
                 raise
-            weights = sum(w.shape.num_elements() * w.dtype.size for w in self.model.weights)
+            weights = disk_space.weights_bytes(self.model)
             written = atomic_writes.tree_bytes(temp) if temp else 0
             error = atomic_writes.write_error(
                 self.directory, e, needed_bytes=weights, written_bytes=written

@@ -16,6 +16,7 @@ import tempfile
 
 import tensorflow as tf
 
+from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.rundir import output_paths
 from keras_tpu.engine.stops import stop as stops
 
@@ -60,10 +61,6 @@ def tree_bytes(path):
     return total
 
 
-def _size_text(n):
-    return f"{n / 2**20:.1f} MB" if n >= 2**20 else f"{n / 2**10:.0f} kB"
-
-
 def write_error(path, error, *, needed_bytes, written_bytes=0):
     """Return the WriteFailed naming `path`, the reason, the space needed and the space free."""
     reason = getattr(error, "strerror", None) or getattr(error, "message", None) or str(error)
@@ -74,9 +71,9 @@ def write_error(path, error, *, needed_bytes, written_bytes=0):
     if not output_paths.is_remote(path):
         free = shutil.disk_usage(output_paths.existing_ancestor(path)).free
         message += (
-            f" It needs at least {_size_text(max(needed_bytes, written_bytes))} free (the model's "
-            f"weights; {_size_text(written_bytes)} were written before the failure) and "
-            f"{_size_text(free)} are free there."
+            f" It needs at least {disk_space.size_text(max(needed_bytes, written_bytes))} free (the model's "
+            f"weights; {disk_space.size_text(written_bytes)} were written before the failure) and "
+            f"{disk_space.size_text(free)} are free there."
         )
     return WriteFailed(message + " Free space or fix the permissions, or choose another path.")
 
@@ -160,7 +157,7 @@ def save_atomically(save_fn, export_dir, model, *, overwrite):
         write failed (full disk, no permission), with the space needed.
     """
     output_paths.check_export_dir(export_dir, overwrite=overwrite, model=model)
-    weights_bytes = sum(w.shape.num_elements() * w.dtype.size for w in model.weights)
+    weights_bytes = disk_space.weights_bytes(model)
     if output_paths.is_remote(export_dir):
         # Object stores (gs://) cannot rename directories: replace in place.
         if tf.io.gfile.exists(export_dir):

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.engine.rundir import atomic_writes
+from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.rundir import run_identity
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ def check_writable(model_dir, needed_bytes):
     try:
         tf.io.gfile.makedirs(model_dir)
     except (tf.errors.OpError, OSError) as e:
-        raise RunDirError(f"cannot create model_dir {model_dir}: {first_line(e)}") from e
+        raise RunDirError(f"cannot create model_dir {model_dir}: {checks.first_line(e)}") from e
     if "://" in model_dir:
         return
     if not os.access(model_dir, os.W_OK):
@@ -182,18 +183,9 @@ def check_writable(model_dir, needed_bytes):
     free = shutil.disk_usage(model_dir).free
     if free < needed_bytes:
         raise RunDirError(
-            f"model_dir {model_dir} has {megabytes(free)} free; its backups need about "
-            f"{megabytes(needed_bytes)}. Free space there or use another --model_dir."
+            f"model_dir {model_dir} has {disk_space.megabytes(free)} free; its backups need about "
+            f"{disk_space.megabytes(needed_bytes)}. Free space there or use another --model_dir."
         )
-
-
-def first_line(error):
-    text = getattr(error, "message", None) or str(error)
-    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
-
-
-def megabytes(nbytes):
-    return f"{nbytes / 2**20:.1f} MB"
 
 
 def open_run(model_dir, *, identity, overwrite, needed_bytes):
