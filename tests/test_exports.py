@@ -16,6 +16,7 @@ import tf_keras
 
 import keras_tpu
 from keras_tpu import keras
+from keras_tpu.engine.rundir import output_paths
 from models.bert import bert_export
 from models.bert import bert_text as text
 from models import bert
@@ -80,12 +81,17 @@ def _keras3_layer(export_dir, endpoint):
     [keras.losses.SparseCategoricalCrossentropy(from_logits=True), HalvedCrossentropy()],
     ids=["keras_loss_instance", "own_loss_class"],
 )
-def test_dict_features_and_a_loss_instance_load_by_every_route(tmp_path, loss):
+def test_dict_features_and_a_loss_instance_load_by_every_route(tmp_path, loss, monkeypatch):
     task = keras_tpu.Task(
         build_model=_two_inputs, loss=loss, metrics=["accuracy"],
         train_data=(FEATURES, LABELS), eval_data=(FEATURES, LABELS),
     )  # fmt: skip
+    checked = []  # The export's preflight runs once in a run: before training, not again.
+    check = output_paths.check_export_dir
+    monkeypatch.setattr(output_paths, "check_export_dir", lambda *a, **k: checked.append(
+        (a, k.get("model") is not None)) or check(*a, **k))  # fmt: skip
     model, export_dir = _fit_and_keep_model(task, tmp_path)
+    assert checked == [((export_dir,), True)]
     sample = {k: v[:5] for k, v in FEATURES.items()}
     want = model(sample).numpy()
     _holds_nothing_of_keras_tpu(export_dir)

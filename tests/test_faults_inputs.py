@@ -120,8 +120,9 @@ def _other_savedmodel(path):
 
 def test_export_dir_holding_another_savedmodel_is_refused_without_overwrite(tmp_path):
     target = _other_savedmodel(tmp_path / "export")
+    models.CNNConfig(export_dir=target)  # The path is one; what it holds is the preflight's.
     with pytest.raises(ValueError, match="already holds files keras_tpu did not export"):
-        models.CNNConfig(export_dir=target)
+        saved_model_export.preflight(target, overwrite=False)
     model = cnn.build_cnn((8, 8, 1), 10, variant="seed")
     strategy = tf.distribute.get_strategy()
     with pytest.raises(ValueError, match="Pass --overwrite to replace it"):

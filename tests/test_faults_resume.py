@@ -64,7 +64,7 @@ class Fault(keras.callbacks.Callback):
                 f.write(b"0" * max(0, free - 2048))
 
 if mode.startswith("SIGTERM:"):  # A signal while writing best/, or in the final phases.
-    from keras_tpu.engine.rundir import atomic_writes as outputs
+    from keras_tpu.engine.conclude import saved_model_export as outputs
     from keras_tpu.engine.steps import backend
     from keras_tpu.engine.callbacks import best_tracker
     def signalled(fn):

@@ -24,7 +24,7 @@ import keras_tpu
 from keras_tpu.engine.steps import backend
 from keras_tpu.engine.backup import checkpointing
 from keras_tpu.engine import config_yaml as config_files
-from keras_tpu.engine.rundir import atomic_writes
+from keras_tpu.engine.conclude import saved_model_export
 from keras_tpu.engine.rundir import output_paths as outputs
 from keras_tpu.engine.backup import run_records
 from keras_tpu import keras
@@ -107,9 +107,9 @@ def test_a_run_stopped_at_each_phase_reports_the_uninterrupted_run(tmp_path, mon
         patch.setattr(backend.KerasBackend, "evaluate", _killed)  # During the final evaluation.
         _run(run, **exporting)
     with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
-        save_atomically = atomic_writes.save_atomically
+        save_atomically = saved_model_export.save_atomically
         killed = lambda save, *a, **k: save_atomically(_killed, *a, **k)  # noqa: E731
-        patch.setattr(atomic_writes, "save_atomically", killed)
+        patch.setattr(saved_model_export, "save_atomically", killed)
         _run(run, **exporting)  # During the export.
     assert not (tmp_path / "export").exists()
     resumed, seen = _run(run, **exporting)

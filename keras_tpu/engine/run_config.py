@@ -241,7 +241,9 @@ class RunConfig:
         if self.cache_budget_mb is not None:
             checks.positive("cache_budget_mb", self.cache_budget_mb, unit="MB")
         output_paths.check_directory_path("model_dir", self.model_dir)
-        output_paths.check_export_dir(self.export_dir, overwrite=self.overwrite)
+        # The export's own check reads what export_dir holds, once, before training
+        # (saved_model_export.preflight); here only the path, as model_dir's.
+        output_paths.check_directory_path("export_dir", self.export_dir)
         checks.positive("collective_timeout", self.collective_timeout, unit="s")
         if self.worker_hosts is not None or self.task_index is not None:
             if self.task_index is None or self.worker_hosts is None:

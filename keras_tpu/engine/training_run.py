@@ -117,7 +117,7 @@ class TrainingRun:
             replica_batch_norm.warn_of_per_replica_statistics(self.model, self.info.replicas)
         if config.export_dir and task.export is None:
             raise checks.ConfigError("this task has no export; drop --export_dir.")
-        output_paths.check_export_dir(
+        saved_model_export.preflight(
             config.export_dir, overwrite=config.overwrite, model=self.model,
             run=output_paths.run_owner(config.model_dir),
         )  # fmt: skip
@@ -263,7 +263,9 @@ class TrainingRun:
         test = final_evaluation.evaluate(self, trained, weights, checksum)
         if config.export_dir:
             self.preemption.enter("exporting")
-            with output_paths.exporting_run(config.model_dir):
+            with output_paths.exporting_run(config.model_dir), saved_model_export.preflighted(
+                config.export_dir
+            ):
                 saved_model_export.export_on_every_worker(
                     lambda export_dir: self.backend.export(export_dir, overwrite=config.overwrite),
                     config.export_dir,

@@ -4,9 +4,15 @@ An export holds the model's layers, weights and serving signature, and nothing
 of its training: no optimizer, no compiled loss or metrics. So it loads with
 `tf.saved_model.load`, `tf_keras.models.load_model` (no custom_objects) and Keras
 3's `keras.layers.TFSMLayer`, on a machine without keras_tpu (docs/guide.md, "Exports").
+
+The export whole, here: its one check before training (`preflight`: a run calls it
+once, before anything is written, and its writer then trusts it), its writer
+(`save_atomically`: a temp directory beside export_dir, renamed into place; its
+temporary directory is named by atomic_writes.temp_prefix) and what is saved.
 """
 
 import contextlib
+import contextvars
 import os
 import shutil
 import tempfile
@@ -14,8 +20,91 @@ import tempfile
 import tensorflow as tf
 
 from keras_tpu.engine.rundir import atomic_writes
+from keras_tpu.engine.rundir import disk_space
+from keras_tpu.engine.rundir import output_paths
 from keras_tpu.runtime import compat
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
+
+
+# The export_dir a run preflighted before training (`preflighted`): its writer does not
+# check it again hours later.
+_PREFLIGHTED = contextvars.ContextVar("keras_tpu_preflighted_export", default=None)
+
+
+def preflight(export_dir, *, overwrite, model=None, run=None):
+    """Refuse an export_dir holding something other than this run's export of `model`.
+
+    The export's one check (output_paths.check_export_dir): a run calls it before
+    anything is written; `export_model` alone calls it as it writes.
+
+    Raises:
+      OutputError: export_dir is a file, in memory, or holds another model's or
+        another run's export (or files keras_tpu did not write), without `overwrite`.
+    """
+    output_paths.check_export_dir(export_dir, overwrite=overwrite, model=model, run=run)
+
+
+@contextlib.contextmanager
+def preflighted(export_dir):
+    """Within this context the writer trusts `preflight`'s check of `export_dir` (a run's)."""
+    token = _PREFLIGHTED.set(export_dir)
+    try:
+        yield
+    finally:
+        _PREFLIGHTED.reset(token)
+
+
+def save_atomically(save_fn, export_dir, model, *, overwrite):
+    """Call save_fn(directory) on a temp dir beside export_dir, then rename it into place.
+
+    A failed or interrupted save leaves export_dir as it was and no temp files; an
+    old export is replaced whole, so none of its files (e.g. a stale assets/vocab.txt)
+    survives into the new one.
+
+    Args:
+      save_fn: writes a SavedModel into the directory it is given.
+      export_dir: the final directory.
+      model: the exported model (for the identity marker and the size estimate).
+      overwrite: replace an export_dir holding something else.
+
+    Returns:
+      export_dir.
+
+    Raises:
+      OutputError: export_dir holds something else (see `preflight`; not checked again
+        in a run that preflighted it), or the write failed (full disk, no permission),
+        with the space needed.
+    """
+    if _PREFLIGHTED.get() != export_dir:
+        preflight(export_dir, overwrite=overwrite, model=model)
+    weights_bytes = disk_space.weights_bytes(model)
+    if output_paths.is_remote(export_dir):
+        # Object stores (gs://) cannot rename directories: replace in place.
+        if tf.io.gfile.exists(export_dir):
+            tf.io.gfile.rmtree(export_dir)
+        save_fn(export_dir)
+        output_paths.write_marker(export_dir, model)
+        return export_dir
+    export_dir = os.path.abspath(export_dir)
+    parent = os.path.dirname(export_dir)
+    temp_dir = None
+    try:
+        os.makedirs(parent, exist_ok=True)
+        temp_dir = tempfile.mkdtemp(prefix=atomic_writes.temp_prefix(export_dir), dir=parent)
+        save_fn(temp_dir)
+        output_paths.write_marker(temp_dir, model)
+        atomic_writes.replace_directory(temp_dir, export_dir)
+    except atomic_writes.WRITE_ERRORS as e:
+        if not atomic_writes.is_write_error(e):
+            raise
+        written = atomic_writes.tree_bytes(temp_dir) if temp_dir and os.path.isdir(temp_dir) else 0
+        raise atomic_writes.write_error(
+            export_dir, e, needed_bytes=weights_bytes, written_bytes=written
+        ) from e
+    finally:
+        if temp_dir:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+    return export_dir
 
 
 def _save_options(strategy, export_dir):
@@ -69,7 +158,7 @@ def export_model(
 
     For a remote TPU node the files are written by this host, so a local
     export_dir works (tensorflow/tensorflow#36447). The SavedModel is written
-    beside export_dir and renamed into place (`atomic_writes.save_atomically`); an
+    beside export_dir and renamed into place (`save_atomically`); an
     export_dir holding something else is refused unless `overwrite`.
 
     Args:
@@ -96,7 +185,7 @@ def export_model(
                 options=_save_options(strategy, directory),
             )
 
-    return atomic_writes.save_atomically(save, export_dir, model, overwrite=overwrite)
+    return save_atomically(save, export_dir, model, overwrite=overwrite)
 
 
 def export_on_every_worker(export_fn, export_dir, strategy):

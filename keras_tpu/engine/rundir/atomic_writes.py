@@ -44,7 +44,7 @@ _WRITE_ERRNOS = (
 class WriteFailed(output_paths.OutputError, stops.RunStopped):
     """A write failed (a full disk, no permission): one line, and a "disk" stop (exit 2).
 
-    Both kinds: a caller of `save_atomically` catches a ConfigError (a ValueError), and
+    Both kinds: a caller of the export's writer (saved_model_export.save_atomically) catches a ConfigError (a ValueError), and
     `fit`'s caller, whose export failed after training, the `keras_tpu.RunStopped` of
     every other stop.
     """
@@ -70,8 +70,9 @@ def write_error(path, error, *, needed_bytes, written_bytes=0):
     message = f"cannot write {path}: {reason}."
     if not output_paths.is_remote(path):
         free = shutil.disk_usage(output_paths.existing_ancestor(path)).free
+        needed = disk_space.size_text(max(needed_bytes, written_bytes))
         message += (
-            f" It needs at least {disk_space.size_text(max(needed_bytes, written_bytes))} free (the model's "
+            f" It needs at least {needed} free (the model's "
             f"weights; {disk_space.size_text(written_bytes)} were written before the failure) and "
             f"{disk_space.size_text(free)} are free there."
         )
@@ -134,52 +135,3 @@ def replace_directory(temp_dir, target):
         raise
     finally:
         shutil.rmtree(old, ignore_errors=True)
-
-
-def save_atomically(save_fn, export_dir, model, *, overwrite):
-    """Call save_fn(directory) on a temp dir beside export_dir, then rename it into place.
-
-    A failed or interrupted save leaves export_dir as it was and no temp files; an
-    old export is replaced whole, so none of its files (e.g. a stale assets/vocab.txt)
-    survives into the new one.
-
-    Args:
-      save_fn: writes a SavedModel into the directory it is given.
-      export_dir: the final directory.
-      model: the exported model (for the identity marker and the size estimate).
-      overwrite: replace an export_dir holding something else.
-
-    Returns:
-      export_dir.
-
-    Raises:
-      OutputError: export_dir holds something else (see check_export_dir), or the
-        write failed (full disk, no permission), with the space needed.
-    """
-    output_paths.check_export_dir(export_dir, overwrite=overwrite, model=model)
-    weights_bytes = disk_space.weights_bytes(model)
-    if output_paths.is_remote(export_dir):
-        # Object stores (gs://) cannot rename directories: replace in place.
-        if tf.io.gfile.exists(export_dir):
-            tf.io.gfile.rmtree(export_dir)
-        save_fn(export_dir)
-        output_paths.write_marker(export_dir, model)
-        return export_dir
-    export_dir = os.path.abspath(export_dir)
-    parent = os.path.dirname(export_dir)
-    temp_dir = None
-    try:
-        os.makedirs(parent, exist_ok=True)
-        temp_dir = tempfile.mkdtemp(prefix=temp_prefix(export_dir), dir=parent)
-        save_fn(temp_dir)
-        output_paths.write_marker(temp_dir, model)
-        replace_directory(temp_dir, export_dir)
-    except WRITE_ERRORS as e:
-        if not is_write_error(e):
-            raise
-        written = tree_bytes(temp_dir) if temp_dir and os.path.isdir(temp_dir) else 0
-        raise write_error(export_dir, e, needed_bytes=weights_bytes, written_bytes=written) from e
-    finally:
-        if temp_dir:
-            shutil.rmtree(temp_dir, ignore_errors=True)
-    return export_dir

@@ -23,7 +23,7 @@ from keras_tpu import checks
 EXPORT_MARKER = os.path.join("assets.extra", "keras_tpu_export.json")
 # The run directory of the run exporting now (None: a run without model_dir): the marker
 # records it, so another run's export is not replaced without --overwrite. A context
-# value, so a Task's own export function (which calls save_atomically) needs no argument.
+# value, so a Task's own export function (which calls export_model) needs no argument.
 _EXPORTING_RUN = contextvars.ContextVar("keras_tpu_exporting_run", default=None)
 
 

@@ -37,7 +37,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu import data
-from keras_tpu.engine.rundir import atomic_writes
+from keras_tpu.engine.conclude import saved_model_export as export_lib
 from keras_tpu.engine.steps import backend as backend_lib
 from keras_tpu.engine.steps import execution_loop
 from keras_tpu.engine.task import task as task_lib
@@ -208,7 +208,7 @@ class ShardedBackend(backend_lib.Backend):
             with tf.device("/CPU:0"):
                 self.model_spec.write_export(weights, directory)
 
-        return atomic_writes.save_atomically(save, export_dir, self.model, overwrite=overwrite)
+        return export_lib.save_atomically(save, export_dir, self.model, overwrite=overwrite)
 
     def weights_checksum(self):
         return self.loop.weights_checksum()
