@@ -337,3 +337,35 @@ def test_setup_ships_both_packages():
     assert not config.has_option("options", "package_dir")
     include = config.get("options.packages.find", "include").replace(" ", "").split(",")
     assert include == ["keras_tpu", "keras_tpu.*", "models", "models.*"]
+
+
+# Each concept has one owner: the function or class that decides it is defined once in the
+# packages (keras_tpu, models, scripts), in the module that owns the concept; the others call it.
+ONE_OWNER = {
+    "finite_loss": "keras_tpu/engine/stops/nan_stop.py",  # The NaN predicate.
+    "NaNGuard": "keras_tpu/engine/stops/nan_stop.py",  # The NaN stop decision.
+    "weights_bytes": "keras_tpu/engine/rundir/disk_space.py",  # The model-bytes formula.
+    "checkpoint_bytes": "keras_tpu/engine/rundir/disk_space.py",
+    "first_line": "keras_tpu/checks.py",  # An error's one line.
+    "save_atomically": "keras_tpu/engine/conclude/saved_model_export.py",  # The export's writer.
+    "preflight": "keras_tpu/engine/conclude/saved_model_export.py",  # The export's one check.
+    "build_metrics": "keras_tpu/engine/task/task_builds.py",  # What a run builds from its Task.
+    "check_metric_name": "keras_tpu/engine/task/task_builds.py",
+}
+
+
+def definitions(folders=("keras_tpu", "models", "scripts")):
+    """Return {name: [paths]} of every function and class defined (at any depth) in `folders`."""
+    found = {}
+    for path in _python_files(*folders):
+        for node in ast.walk(_parse(path)):
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                found.setdefault(node.name, []).append(path)
+    return found
+
+
+def test_each_concept_is_decided_in_one_place():
+    defined = definitions()
+    wrong = {name: defined.get(name, []) for name in ONE_OWNER}
+    wrong = {name: paths for name, paths in wrong.items() if paths != [ONE_OWNER[name]]}
+    assert not wrong, f"defined elsewhere or more than once (ONE_OWNER names the owner): {wrong}"

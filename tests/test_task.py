@@ -5,7 +5,6 @@ import pytest
 
 import keras_tpu
 from keras_tpu import keras
-from keras_tpu.engine.task import task as task_lib
 from keras_tpu.engine.task import task_builds
 
 
@@ -28,7 +27,7 @@ def test_optimizer_forms():
 
 def test_metrics_are_fresh_per_run_and_monitor_must_be_logged():
     auc = keras.metrics.AUC(name="auc")
-    first, second = task_lib.build_metrics([auc, "mae"]), task_lib.build_metrics([auc, "mae"])
+    first, second = task_builds.build_metrics([auc, "mae"]), task_builds.build_metrics([auc, "mae"])
     assert first[0] is not auc and first[0] is not second[0] and first[0].name == "auc"
     assert task_builds.metric_names(["acc", auc]) == ["accuracy", "auc"]
     task_builds.check_monitor("val_auc", [auc], has_eval=True)

@@ -26,7 +26,7 @@ from keras_tpu import checks
 from keras_tpu.inference import batched_outputs
 from keras_tpu.engine.steps import compiling
 from keras_tpu.inference import finished_run
-from keras_tpu.engine.task import task as task_lib
+from keras_tpu.engine.task import task_builds
 from keras_tpu.runtime.compat import keras
 
 
@@ -260,7 +260,7 @@ def _metrics(task, predictions, examples):
     from keras_tpu import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
 
     if task is not None:
-        specs = task_lib.build_metrics(task.metrics)
+        specs = task_builds.build_metrics(task.metrics)
     elif predictions.scores is not None:
         specs = [metrics_lib.PearsonCorrelation(examples), metrics_lib.SpearmanCorrelation(examples)]
     else:

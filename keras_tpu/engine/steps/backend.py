@@ -21,7 +21,6 @@ from keras_tpu.engine.backup import run_position
 from keras_tpu.engine.conclude import saved_model_export as export_lib
 from keras_tpu.engine.steps import single_trace
 from keras_tpu.engine.conclude import summary as summary_lib
-from keras_tpu.engine.task import task as task_lib
 from keras_tpu.engine.task import task_builds
 from keras_tpu.engine.steps import compiling
 from keras_tpu.runtime import determinism
@@ -132,7 +131,7 @@ class KerasBackend(Backend):
                 total_steps=self.inputs.steps_per_epoch * config.epochs,
                 learning_rate=config.learning_rate,
             )
-            metrics = task_lib.build_metrics(task.metrics)
+            metrics = task_builds.build_metrics(task.metrics)
         task_builds.check_monitor(
             task.monitor, metrics, has_eval=self.inputs.eval is not None,
             outputs=list(getattr(self.model, "output_names", None) or ()),

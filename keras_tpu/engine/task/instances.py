@@ -5,7 +5,7 @@ write `metrics=[keras.metrics.AUC()]` or `optimizer=keras.optimizers.Adam(1e-3)`
 as in plain Keras:
 
   - metric instances are rebuilt from their config inside the scope, fresh for
-    every run (`task.build_metrics`); loss instances hold no variables and are
+    every run (`task_builds.build_metrics`); loss instances hold no variables and are
     used as they are;
   - an optimizer instance is refused when the Task is created, before any run:
     its config does not carry everything (e.g. AdamW's `exclude_from_weight_decay`),

@@ -15,11 +15,10 @@ build_metrics), a Task only *describes*; the engine decides when each part is
 built: the model, optimizer and metrics inside `strategy.scope()`, the data after
 a backup is restored (so the stream starts at the restored step). What a run
 builds from a Task (its model checked, optimizer, callbacks, monitor) is
-task_builds.py's; its metrics, `build_metrics` here.
+task_builds.py's, its metrics included.
 """
 
 import dataclasses
-import difflib
 from typing import Any, Callable, Sequence
 
 from keras_tpu import checks
@@ -159,43 +158,3 @@ class Task:
             raise checks.ConfigError(
                 f"monitor={self.monitor!r} needs eval_data; give eval_data or monitor 'loss'."
             )
-
-
-def build_metrics(spec):
-    """Return fresh metric objects (or names) for one run; call inside the strategy scope."""
-    metrics = spec() if callable(spec) else spec
-    fresh = []
-    for metric in metrics or ():
-        if isinstance(metric, keras.metrics.Metric):
-            # A fresh copy per run: metric variables must be created in the run's scope,
-            # and two runs of one Task must not share state.
-            metric = type(metric).from_config(metric.get_config())
-        elif isinstance(metric, str):
-            check_metric_name(metric)
-        fresh.append(metric)
-    return fresh
-
-
-# Names compile resolves by the labels' and outputs' shapes (tf_keras compile_utils).
-_SHAPE_RESOLVED = ("accuracy", "acc", "crossentropy", "ce")
-
-
-def check_metric_name(name):
-    """Raise ConfigError unless compile knows the metric `name` (else it fails at the first step).
-
-    tf_keras's `metrics.get` hands an unknown name back as a string, and compile
-    fails only when the training step is traced, after the run directory is written.
-    """
-    try:
-        known_name = name.lower() in _SHAPE_RESOLVED or callable(keras.metrics.get(name))
-    except ValueError:  # A capitalised name is looked up as a class, and may be refused.
-        known_name = False
-    if known_name:
-        return
-    known = sorted({n for n in dir(keras.metrics) if n.islower() and not n.startswith("_")})
-    close = difflib.get_close_matches(name.lower(), [*known, *_SHAPE_RESOLVED], n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise checks.ConfigError(
-        f"metric {name!r} is not a Keras metric name{hint}; pass a name Keras knows (e.g. "
-        f"'accuracy', 'mae', 'mse') or a metric instance (keras_tpu.keras.metrics.AUC())."
-    )

@@ -1,11 +1,12 @@
-"""What a run builds from its Task: the model checked, the optimizer, callbacks, monitor.
+"""What a run builds from its Task: the model checked, the optimizer, metrics, callbacks, monitor.
 
 Each is built for one run, inside the strategy scope where it makes variables, and
 checked before anything is written: a `build_model` that returns a layer, a monitor
 the run will not log, a callback that is not tf_keras's, an optimizer factory that
-cannot take the mesh. (The metrics: task.build_metrics.)
+cannot take the mesh, a metric name Keras does not know.
 """
 
+import difflib
 import inspect
 
 from keras_tpu import checks
@@ -123,3 +124,43 @@ def build_optimizer(spec, *, total_steps, learning_rate, mesh=None):
             f"mesh=mesh)`."
         )
     return spec(total_steps, **on_mesh) if required else spec(**on_mesh)
+
+
+def build_metrics(spec):
+    """Return fresh metric objects (or names) for one run; call inside the strategy scope."""
+    metrics = spec() if callable(spec) else spec
+    fresh = []
+    for metric in metrics or ():
+        if isinstance(metric, keras.metrics.Metric):
+            # A fresh copy per run: metric variables must be created in the run's scope,
+            # and two runs of one Task must not share state.
+            metric = type(metric).from_config(metric.get_config())
+        elif isinstance(metric, str):
+            check_metric_name(metric)
+        fresh.append(metric)
+    return fresh
+
+
+# Names compile resolves by the labels' and outputs' shapes (tf_keras compile_utils).
+_SHAPE_RESOLVED = ("accuracy", "acc", "crossentropy", "ce")
+
+
+def check_metric_name(name):
+    """Raise ConfigError unless compile knows the metric `name` (else it fails at the first step).
+
+    tf_keras's `metrics.get` hands an unknown name back as a string, and compile
+    fails only when the training step is traced, after the run directory is written.
+    """
+    try:
+        known_name = name.lower() in _SHAPE_RESOLVED or callable(keras.metrics.get(name))
+    except ValueError:  # A capitalised name is looked up as a class, and may be refused.
+        known_name = False
+    if known_name:
+        return
+    known = sorted({n for n in dir(keras.metrics) if n.islower() and not n.startswith("_")})
+    close = difflib.get_close_matches(name.lower(), [*known, *_SHAPE_RESOLVED], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise checks.ConfigError(
+        f"metric {name!r} is not a Keras metric name{hint}; pass a name Keras knows (e.g. "
+        f"'accuracy', 'mae', 'mse') or a metric instance (keras_tpu.keras.metrics.AUC())."
+    )

@@ -40,7 +40,6 @@ from keras_tpu import data
 from keras_tpu.engine.conclude import saved_model_export as export_lib
 from keras_tpu.engine.steps import backend as backend_lib
 from keras_tpu.engine.steps import execution_loop
-from keras_tpu.engine.task import task as task_lib
 from keras_tpu.engine.task import task_builds
 from keras_tpu.parallel.mesh import laid_out
 from keras_tpu.parallel.mesh import run_setup as sharded_training
@@ -121,7 +120,7 @@ class ShardedBackend(backend_lib.Backend):
     def build(self):
         config, task = self.config, self.task
         task_builds.check_monitor(  # Before anything is built: a value the run never logs.
-            task.monitor, task_lib.build_metrics(task.metrics), has_eval=task.eval_data is not None
+            task.monitor, task_builds.build_metrics(task.metrics), has_eval=task.eval_data is not None
         )
         self.mesh = layout.make_mesh(self.model_parallel)
         rows = self.mesh.dim_size(layout.BATCH)

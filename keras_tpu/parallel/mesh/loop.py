@@ -22,7 +22,7 @@ from tensorflow.experimental import dtensor
 
 from keras_tpu import data
 from keras_tpu.engine.conclude import summary as summary_lib
-from keras_tpu.engine.task import task as task_lib
+from keras_tpu.engine.task import task_builds
 from keras_tpu.parallel.mesh import layout
 from keras_tpu.parallel.mesh import metrics as mesh_metrics
 from keras_tpu.runtime.compat import keras
@@ -107,7 +107,7 @@ class ShardedLoop:
         if not isinstance(loss, keras.losses.Loss):  # A function: the batch mean.
             loss = lambda labels, outputs, fn=loss: tf.reduce_mean(fn(labels, outputs))  # noqa: E731
         self.train_metrics = (
-            mesh_metrics.EpochMetrics(metrics) if task_lib.build_metrics(metrics) else None
+            mesh_metrics.EpochMetrics(metrics) if task_builds.build_metrics(metrics) else None
         )
         # With metrics, each step also gives its outputs, read back with the losses.
         self._step_fn = layout.make_train_step(

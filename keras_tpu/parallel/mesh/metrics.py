@@ -24,14 +24,14 @@ epoch and an evaluation). Its class lives in tf_keras's private
 import numpy as np
 import tensorflow as tf
 
-from keras_tpu.engine.task import task as task_lib
+from keras_tpu.engine.task import task_builds
 from keras_tpu.runtime.compat import keras
 
 
 def container(metrics):
     """Return a fresh, unbuilt metrics container of the Task's `metrics` (names or instances)."""
     holder = keras.Model()  # No layers, no weights: compile only makes its containers.
-    holder.compile(weighted_metrics=task_lib.build_metrics(metrics))
+    holder.compile(weighted_metrics=task_builds.build_metrics(metrics))
     return holder.compiled_metrics
 
 
