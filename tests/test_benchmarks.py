@@ -13,7 +13,6 @@ import sys
 import numpy as np
 import pytest
 
-from keras_tpu.engine.steps import compiling
 from keras_tpu.runtime import device_rules
 from tests.conftest import REPO
 from tests.conftest import subprocess_env
@@ -68,7 +67,7 @@ def test_bench_cnn(tmp_path):
     assert list(sides) == ["notebook", "baseline", "toolkit", "toolkit_progress"]
     assert sides["notebook"]["batch"] == 32 and sides["notebook"]["steps_per_execution"] == 1
     # The CPU "auto" value (30 steps an epoch: not capped).
-    assert sides["toolkit"]["steps_per_execution"] == compiling.AUTO_STEPS_PER_EXECUTION_CPU
+    assert sides["toolkit"]["steps_per_execution"] == device_rules.AUTO_STEPS_PER_EXECUTION_CPU
     for side in sides.values():
         assert side["images_per_second"] > 0
         assert side["timed_examples_per_repeat"] == 1920
@@ -167,7 +166,7 @@ def test_bench_steps_per_execution(tmp_path):
         "--bert_steps=2",
         "--repeats=1",
     )
-    assert results["auto_on_this_device"] == compiling.AUTO_STEPS_PER_EXECUTION_CPU
+    assert results["auto_on_this_device"] == device_rules.AUTO_STEPS_PER_EXECUTION_CPU
     assert [s["model"] for s in results["sweeps"]] == ["cnn_batch16", "bert_tiny_seq16"]
     for sweep in results["sweeps"]:
         assert [r["steps_per_execution"] for r in sweep["rows"]] == [1, 2]

@@ -351,6 +351,8 @@ ONE_OWNER = {
     "preflight": "keras_tpu/engine/conclude/saved_model_export.py",  # The export's one check.
     "build_metrics": "keras_tpu/engine/task/task_builds.py",  # What a run builds from its Task.
     "check_metric_name": "keras_tpu/engine/task/task_builds.py",
+    "steps_per_execution": "keras_tpu/runtime/device_rules.py",  # "auto" on each device kind.
+    "choose_precision": "keras_tpu/engine/steps/precision.py",  # A run chooses once.
 }
 
 

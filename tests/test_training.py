@@ -10,6 +10,7 @@ from keras_tpu import data
 from keras_tpu import keras
 from keras_tpu.engine.steps import compiling
 from keras_tpu.engine.steps import precision as precision_lib
+from keras_tpu.runtime import device_rules
 from tests.conftest import AMX_ONLY_FLAGS
 from tests.conftest import AVX2_FLAGS
 from tests.conftest import EPYC_BF16_FLAGS
@@ -152,6 +153,32 @@ def test_steps_per_execution_rule(mirrored, monkeypatch):
         compiling.resolve_steps_per_execution("many", mirrored, 10)
     pretend(monkeypatch, mirrored, kind="tpu")
     assert compiling.resolve_steps_per_execution("auto", mirrored, 1000) == 100
+    # The mesh asks the same rule by its devices' kind: a TPU mesh's 100, else the CPU's 16.
+    assert device_rules.steps_per_execution("auto", "tpu", 1000) == 100
+    assert device_rules.steps_per_execution("auto", "cpu", 1000) == 16
+
+
+def test_a_run_chooses_its_precision_once(mirrored, monkeypatch):
+    import keras_tpu  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.steps import backend as backend_lib  # pylint: disable=g-import-not-at-top
+
+    chosen, applied = [], []
+    choose = precision_lib.choose_precision
+    monkeypatch.setattr(precision_lib, "choose_precision", lambda *a, **k: chosen.append(
+        choose(*a, **k)) or chosen[-1])  # fmt: skip
+    monkeypatch.setattr(keras.mixed_precision, "set_global_policy",
+                        lambda policy: applied.append(str(getattr(policy, "name", policy))))
+
+    def stop_here(task, config, strategy, policy):
+        raise KeyboardInterrupt(policy)  # The run's policy, given to its backend.
+
+    monkeypatch.setattr(backend_lib, "backend_for", stop_here)
+    task = keras_tpu.Task(build_model=_tiny_model, loss="mse", monitor="loss", train_data=(
+        np.zeros((8, 4), np.float32), np.zeros((8, 1), np.float32)))  # fmt: skip
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        keras_tpu.fit(task, keras_tpu.RunConfig(mixed_precision="bf16", cpu_replicas=4))
+    assert [c.policy for c in chosen] == ["mixed_bfloat16"] == [stopped.value.args[0]]
+    assert applied[0] == "mixed_bfloat16" and len(applied) == 2  # Set, then given back.
 
 
 def test_loss_is_not_scaled_by_the_replica_count(mirrored):

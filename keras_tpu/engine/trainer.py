@@ -112,7 +112,7 @@ def fit(task, config=None, *, strategy=None):
     try:
         supported = backend_lib.supported_policies(task)
         choice = precision.choose_precision(config.mixed_precision, strategy, supported=supported)
-        policy = precision.set_precision(config.mixed_precision, strategy, supported=supported)
+        policy = precision.apply_precision(choice)  # Chosen once: the reason is this choice's.
         backend = backend_lib.backend_for(task, config, strategy, policy)
         finished = summary_lib.finished_run(config, backend.global_batch())
         if finished is not None:

@@ -5,6 +5,7 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu.data import autotune
 from keras_tpu.runtime import compat
+from keras_tpu.runtime import device_rules
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
 from keras_tpu.readiness.tpu_rehearsal import rehearse_or_raise  # noqa: F401  (compiling.*)
 from keras_tpu.readiness.tpu_rehearsal import rehearse_tpu  # noqa: F401
@@ -13,25 +14,10 @@ keras = compat.keras
 
 WEIGHTED_LOSS = "weighted_loss"
 
-# steps_per_execution="auto": how many steps one host round trip runs. On a TPU
-# each round trip costs far more than a small step, so run many. On a CPU short
-# steps still pay a per-call overhead: for the reference CNN at batch 128 on 2
-# cores, 1 -> 4 -> 16 -> 64 steps gave 1.00 -> 1.07 -> 1.08 -> 1.19x (batch 32:
-# 1.10, 1.17, 1.30x) while BERT-tiny stayed within 4% (its steps are long), and
-# train_cnn went from 0.85x to 0.96x the hand-tuned tf.data baseline moving from
-# 4 to 16 (benchmarks/bench_steps_per_execution.py, bench_cnn.py; README).
-AUTO_STEPS_PER_EXECUTION = {"tpu": 100, "one_device": 16, "mirrored": 16, "multi_worker": 4}
-AUTO_STEPS_PER_EXECUTION_CPU = 16
-
-
 def resolve_steps_per_execution(steps_per_execution, strategy, steps_per_epoch):
-    """Return the integer steps per execution for "auto" or a user value (capped)."""
-    if steps_per_execution == "auto":
-        kind = StrategyInfo.of(strategy).kind
-        steps_per_execution = AUTO_STEPS_PER_EXECUTION.get(kind, AUTO_STEPS_PER_EXECUTION_CPU)
-    checks.integer("steps_per_execution", steps_per_execution, fix="Or pass 'auto'.")
-    # More steps per execution than per epoch would only delay the epoch's end.
-    return min(steps_per_execution, steps_per_epoch)
+    """Return the integer steps per execution under `strategy` (device_rules' rule)."""
+    kind = StrategyInfo.of(strategy).kind
+    return device_rules.steps_per_execution(steps_per_execution, kind, steps_per_epoch)
 
 
 def _weighted_loss_metric(loss):

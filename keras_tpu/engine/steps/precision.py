@@ -1,8 +1,8 @@
 """The mixed-precision policy a run computes in: chosen by the device's rule or asked for.
 
 `choose_precision` says which policy and why, without setting it (a run's summary and
-progress lines carry the reason); `set_precision` sets Keras's global policy before the
-models are built.
+progress lines carry the reason); `apply_precision` sets that choice as Keras's global
+policy before the models are built (`set_precision`: both at once).
 """
 
 import dataclasses
@@ -82,6 +82,14 @@ def set_precision(precision, strategy, *, supported=None):
     Returns:
       The policy name set, e.g. "mixed_bfloat16" (`choose_precision` says why).
     """
-    policy = choose_precision(precision, strategy, supported=supported).policy
-    keras.mixed_precision.set_global_policy(policy)
-    return policy
+    return apply_precision(choose_precision(precision, strategy, supported=supported))
+
+
+def apply_precision(choice):
+    """Set Keras's global policy to the PrecisionChoice `choice`; return its policy name.
+
+    A run chooses once (`choose_precision`: its reason goes to the summary) and applies
+    that choice; `set_precision` does both.
+    """
+    keras.mixed_precision.set_global_policy(choice.policy)
+    return choice.policy

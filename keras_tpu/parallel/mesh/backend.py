@@ -44,6 +44,7 @@ from keras_tpu.engine.task import task_builds
 from keras_tpu.parallel.mesh import laid_out
 from keras_tpu.parallel.mesh import run_setup as sharded_training
 from keras_tpu.parallel.mesh import layout
+from keras_tpu.runtime import device_rules
 
 MESH_POLICIES = ("float32",)  # What the mesh can lay out (see the module docstring).
 
@@ -129,8 +130,10 @@ class ShardedBackend(backend_lib.Backend):
             train_examples, config.per_replica_batch_size, self.mesh
         )
         steps_per_epoch = config.steps_per_epoch or full_pass
-        steps_per_execution = sharded_training.resolve_steps_per_execution(
-            config.steps_per_execution, self.mesh, steps_per_epoch
+        steps_per_execution = device_rules.steps_per_execution(
+            config.steps_per_execution,
+            "tpu" if self.mesh.device_type().upper() == "TPU" else "cpu",
+            steps_per_epoch,
         )
         model = self.model_spec.build(self.mesh, config)
         optimizer = task_builds.build_optimizer(

@@ -12,7 +12,6 @@ map), its loss, metrics and optimizer the Task's.
 """
 
 from keras_tpu import checks
-from keras_tpu.engine.steps import compiling
 from keras_tpu.parallel.mesh import layout as mesh_layout
 from keras_tpu.parallel.mesh.loop import ShardedLoop
 
@@ -37,22 +36,6 @@ def epoch_steps(examples, per_replica_batch, mesh):
             f"{rows}x{mesh.dim_size(mesh_layout.MODEL)} mesh); {fix}."
         )
     return examples // global_batch
-
-
-def resolve_steps_per_execution(steps_per_execution, mesh, steps_per_epoch):
-    """Return the integer steps per execution on `mesh` for "auto" or a user value (capped).
-
-    "auto" is engine.compiling's choice for the mesh's devices (TPU or CPU/GPU).
-    """
-    if steps_per_execution == "auto":
-        on_tpu = mesh.device_type().upper() == "TPU"
-        steps_per_execution = (
-            compiling.AUTO_STEPS_PER_EXECUTION["tpu"]
-            if on_tpu
-            else compiling.AUTO_STEPS_PER_EXECUTION_CPU
-        )
-    checks.integer("steps_per_execution", steps_per_execution, fix="Or pass 'auto'.")
-    return min(steps_per_execution, steps_per_epoch)
 
 
 def build_loop(config, mesh, model, optimizer, *, loss, metrics, train_data, preprocess):
