@@ -12,18 +12,25 @@ here (no internet).
 
 Without the thread, AUTOTUNE parallelism is min(16, cores) and prefetch buffers
 still grow on demand (tf.data's legacy autotuner): what these pipelines need.
+
+Applied once for the toolkit's datasets: `distribute` is how keras_tpu distributes
+every dataset it builds (training, evaluation, predictions), and `compile_model`
+applies it for the datasets Keras distributes itself in a hand-written run. The
+private module is imported then, never at `import keras_tpu`: a TensorFlow that
+moves it warns once at a run's start, and keras_tpu still imports.
 """
 
 import functools
+import importlib
 import logging
 
 import tensorflow as tf
-from tensorflow.python.data.ops import multi_device_iterator_ops
 
 log = logging.getLogger(__name__)
 
-# TensorFlow's private function this module wraps (TF 2.20-2.21); tests/test_data.py
-# fails if TensorFlow renames it.
+# TensorFlow's private module and function this module wraps (TF 2.20-2.21);
+# tests/test_autotune.py fails if TensorFlow moves or renames them.
+PRIVATE_MODULE = "tensorflow.python.data.ops.multi_device_iterator_ops"
 PRIVATE_NAME = "_create_device_dataset"
 _MARK = "keras_tpu_without_autotune_thread"
 _warned = False
@@ -38,6 +45,24 @@ def without_autotune_thread(dataset):
     return dataset.with_options(options)
 
 
+def private_module():
+    """Return TensorFlow's multi_device_iterator_ops, or None where it cannot be imported."""
+    try:
+        return importlib.import_module(PRIVATE_MODULE)
+    except ImportError:
+        return None
+
+
+def distribute(strategy, dataset_fn):
+    """Return `strategy.distribute_datasets_from_function(dataset_fn)`, without the thread.
+
+    The one way keras_tpu distributes a dataset it builds: the per-replica datasets
+    are built without tf.data's autotune thread (`drop_per_device_autotune`).
+    """
+    drop_per_device_autotune()
+    return strategy.distribute_datasets_from_function(dataset_fn)
+
+
 def drop_per_device_autotune():
     """Build MultiDeviceIterator's per-device datasets on CPUs without the thread, from now on.
 
@@ -49,7 +74,7 @@ def drop_per_device_autotune():
     an options dataset may be placed on a GPU or TPU is not exercised here.
 
     Not done at import (importing keras_tpu changes nothing in TensorFlow): called
-    where a run builds its distributed datasets; idempotent. Iterators created from
+    when a dataset is distributed (`distribute`) or a model compiled; idempotent. Iterators created from
     then on in this process get it. If TensorFlow no longer has the private function,
     one warning says so and the run goes on with the thread (only slower to end).
 
@@ -57,14 +82,16 @@ def drop_per_device_autotune():
       True if the per-device datasets are built without the thread.
     """
     global _warned
-    create = getattr(multi_device_iterator_ops, PRIVATE_NAME, None)
+    module = private_module()
+    create = getattr(module, PRIVATE_NAME, None)
     if create is None:
         if not _warned:
             _warned = True
             log.warning(
-                "keras_tpu: TensorFlow %s has no multi_device_iterator_ops.%s, so the per-replica "
-                "datasets keep tf.data's autotune thread: a run may wait up to tens of seconds "
-                "after its last step (keras_tpu/data/autotune.py).", tf.__version__, PRIVATE_NAME,
+                "keras_tpu: TensorFlow %s has no %s.%s, so the per-replica datasets keep "
+                "tf.data's autotune thread: a run may wait up to tens of seconds after its "
+                "last step (keras_tpu/data/autotune.py).", tf.__version__, PRIVATE_MODULE,
+                PRIVATE_NAME,
             )  # fmt: skip
         return False
     if getattr(create, _MARK, False):
@@ -77,5 +104,5 @@ def drop_per_device_autotune():
         return without_autotune_thread(dataset) if device.device_type in (None, "CPU") else dataset
 
     setattr(create_device_dataset, _MARK, True)
-    setattr(multi_device_iterator_ops, PRIVATE_NAME, create_device_dataset)
+    setattr(module, PRIVATE_NAME, create_device_dataset)
     return True

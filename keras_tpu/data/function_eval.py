@@ -56,7 +56,7 @@ def _count_per_pipeline(strategy, dataset_fn):
         return ds.take(0)
 
     # The strategy calls `counting` with the very contexts the evaluation will get.
-    strategy.distribute_datasets_from_function(counting)
+    autotune.distribute(strategy, counting)
     return counts, pipelines_in_all[0]
 
 
@@ -102,5 +102,5 @@ def eval_function_data(strategy, dataset_fn, batching, *, preprocess=None):
         ds = _examples(dataset_fn, context)
         return pipelines.padded_eval_batches(ds, steps, batching, context, preprocess=preprocess)
 
-    dataset = strategy.distribute_datasets_from_function(dataset_fn_exact)
+    dataset = autotune.distribute(strategy, dataset_fn_exact)
     return pipelines.EvalData(dataset, steps, examples, batching)

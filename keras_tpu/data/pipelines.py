@@ -229,9 +229,8 @@ def eval_dataset(strategy, data, per_replica_batch, *, preprocess=None):
     source = as_source(data)
     check_readable_by_tpu_host(source, strategy)
     batching = Batching.for_strategy(per_replica_batch, strategy)
-    autotune.drop_per_device_autotune()  # The strategy's per-replica datasets (autotune.py).
     dataset_fn, steps, n = eval_dataset_fn(source, batching, preprocess=preprocess)
-    return EvalData(strategy.distribute_datasets_from_function(dataset_fn), steps, n, batching)
+    return EvalData(autotune.distribute(strategy, dataset_fn), steps, n, batching)
 
 
 def eval_dataset_fn(data, batching, *, preprocess=None):

@@ -74,9 +74,8 @@ def train_dataset(strategy, data, per_replica_batch, **options):
     source = as_source(data)
     check_readable_by_tpu_host(source, strategy)
     batching = Batching.for_strategy(per_replica_batch, strategy)
-    autotune.drop_per_device_autotune()  # The strategy's per-replica datasets (autotune.py).
     dataset_fn, steps = train_dataset_fn(source, batching, **options)
-    return strategy.distribute_datasets_from_function(dataset_fn), steps
+    return autotune.distribute(strategy, dataset_fn), steps
 
 
 def train_dataset_fn(

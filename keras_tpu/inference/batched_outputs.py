@@ -115,9 +115,9 @@ def run(strategy, call, data, per_replica_batch, *, preprocess=None, on_batch=No
     if examples < 1:
         raise checks.ConfigError(f"{source.name!r} holds no examples to run the model on.")
     steps = math.ceil(examples / batching.global_batch)
-    autotune.drop_per_device_autotune()
-    dataset = strategy.distribute_datasets_from_function(
-        lambda context: _with_positions(source, steps, batching.per_replica, context, preprocess)
+    dataset = autotune.distribute(
+        strategy,
+        lambda context: _with_positions(source, steps, batching.per_replica, context, preprocess),
     )
 
     @tf.function

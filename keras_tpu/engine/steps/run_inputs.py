@@ -49,7 +49,6 @@ def build(task, config, strategy):
       ConfigError: a split smaller than one global batch, or a dataset function
         without `steps_per_epoch`.
     """
-    autotune.drop_per_device_autotune()  # The run's iterators must not stall at their deletion.
     batching = data.Batching.for_strategy(config.per_replica_batch_size, strategy)
     class_weight = class_weights.class_weights(task.class_weight)
     if _is_dataset_fn(task.train_data):
@@ -134,7 +133,7 @@ def _from_function(dataset_fn, strategy):
                 dataset = dataset.skip(start_step * per_step)
             return dataset
 
-        return strategy.distribute_datasets_from_function(positioned)
+        return autotune.distribute(strategy, positioned)
 
     return train
 
