@@ -34,7 +34,7 @@ def test_a_compiled_keras3_model_is_rejected_by_evaluate_with_the_reason():
     model = keras3.Sequential([keras3.Input((3,)), keras3.layers.Dense(1)])
     model.compile(loss="mse", metrics=["mae"])
     with pytest.raises(TypeError, match="is a Keras 3 object .*from keras_tpu import keras"):
-        compiling.evaluate(model, eval_data=None)
+        compiling.evaluate_compiled(model, eval_data=None)
 
 
 def test_keras3_layer_is_rejected_by_the_training_api():

@@ -66,7 +66,7 @@ def test_a_run_stopped_early_and_killed_resumes_to_the_same_stop(tmp_path, monke
         _run(run, stop=(15, "kill"), early_stopping_patience=1)  # Backed up at 14: wait 0.
     with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
         # After the stop, in the final evaluation (the last epoch's: nothing is evaluated again).
-        patch.setattr(final_evaluation, "evaluate", _killed)
+        patch.setattr(final_evaluation, "final_test", _killed)
         _run(run, early_stopping_patience=1)
     caplog.clear()
     resumed, seen = _run(run, early_stopping_patience=1)

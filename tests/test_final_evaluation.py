@@ -69,7 +69,7 @@ def test_the_final_evaluation_reuses_the_last_epochs_and_equals_a_full_pass(tmp_
     summary = keras_tpu.fit(_task(counted.source, built), config)
     assert counted.passes == 2  # One per epoch; the final evaluation read nothing more.
     strategy = trainer.strategy_for(config)
-    full = compiling.evaluate(built[-1], data.eval_dataset(strategy, (DEV_X, DEV_Y), 2))
+    full = compiling.evaluate_compiled(built[-1], data.eval_dataset(strategy, (DEV_X, DEV_Y), 2))
     assert summary["test"] == {k: v for k, v in full.items() if k != "examples"}  # Bit-equal.
     assert summary["test_examples"] == 29
 
@@ -116,7 +116,7 @@ def test_more_evaluation_splits_reach_the_summarys_test(tmp_path):
     summary = keras_tpu.fit(task, config)
     test, history = summary["test"], summary["history"]
     assert set(test) == {"loss", "accuracy", "mismatched_loss", "mismatched_accuracy"}
-    full = compiling.evaluate(built[-1], data.eval_dataset(trainer.strategy_for(config), other, 2))
+    full = compiling.evaluate_compiled(built[-1], data.eval_dataset(trainer.strategy_for(config), other, 2))
     assert test["mismatched_accuracy"] == full["accuracy"] == history["val_mismatched_accuracy"][-1]
     assert test["mismatched_loss"] == pytest.approx(full["loss"], rel=1e-6)
     # The best weights (another epoch's) are evaluated on both splits again.

@@ -353,6 +353,7 @@ ONE_OWNER = {
     "check_metric_name": "keras_tpu/engine/task/task_builds.py",
     "steps_per_execution": "keras_tpu/runtime/device_rules.py",  # "auto" on each device kind.
     "choose_precision": "keras_tpu/engine/steps/precision.py",  # A run chooses once.
+    "final_test": "keras_tpu/engine/conclude/final_evaluation.py",  # A run's summary["test"].
 }
 
 
@@ -371,3 +372,18 @@ def test_each_concept_is_decided_in_one_place():
     wrong = {name: defined.get(name, []) for name in ONE_OWNER}
     wrong = {name: paths for name, paths in wrong.items() if paths != [ONE_OWNER[name]]}
     assert not wrong, f"defined elsewhere or more than once (ONE_OWNER names the owner): {wrong}"
+
+
+def test_one_evaluate_name_per_meaning():
+    """`evaluate` is keras_tpu.evaluate; a compiled model's is evaluate_compiled, a run's final_test.
+
+    (A backend's and the mesh loop's `evaluate` methods are the run's exact evaluation of
+    its split, behind the Backend seam.)
+    """
+    functions = {}
+    for path in _python_files("keras_tpu", "models", "scripts"):
+        for node in _parse(path).body:
+            if isinstance(node, ast.FunctionDef) and "evaluat" in node.name:
+                functions.setdefault(node.name, []).append(path)
+    assert functions["evaluate"] == ["keras_tpu/inference/predict_evaluate.py"], functions
+    assert functions["evaluate_compiled"] == ["keras_tpu/engine/steps/compiling.py"]

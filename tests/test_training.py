@@ -62,7 +62,7 @@ def test_evaluation_is_exact_over_the_whole_split(mirrored, n):
         metrics=["accuracy"],
     )
     # 37 examples in global batches of 32: the last batch is padded with 27 zero-weight rows.
-    results = compiling.evaluate(model, data.eval_dataset(mirrored, split, per_replica_batch=8))
+    results = compiling.evaluate_compiled(model, data.eval_dataset(mirrored, split, per_replica_batch=8))
     probs = model.predict(split.x, verbose=0)
     expected_accuracy = np.mean(probs.argmax(-1) == split.y)
     expected_loss = -np.mean(np.log(probs[np.arange(n), split.y]))
@@ -248,7 +248,7 @@ def test_evaluate_works_on_a_plainly_compiled_model(mirrored):
     with mirrored.scope():
         model = keras.Sequential([keras.layers.Dense(1, input_shape=(4,))])
         model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
-    results = compiling.evaluate(model, data.eval_dataset(mirrored, split, per_replica_batch=8))
+    results = compiling.evaluate_compiled(model, data.eval_dataset(mirrored, split, per_replica_batch=8))
     errors = model.predict(split.x, verbose=0) - split.y
     assert results["examples"] == 37 and set(results) == {"loss", "mae", "examples"}
     assert results["mae"] == pytest.approx(np.mean(np.abs(errors)), rel=1e-5)

@@ -260,7 +260,7 @@ class TrainingRun:
         self.preemption.enter("evaluating")
         checksum = self.backend.weights_checksum()  # Of the final weights, whatever is exported.
         weights = self._load_exported_weights()
-        test = final_evaluation.evaluate(self, trained, weights, checksum)
+        test = final_evaluation.final_test(self, trained, weights, checksum)
         if config.export_dir:
             self.preemption.enter("exporting")
             with output_paths.exporting_run(config.model_dir), saved_model_export.preflighted(

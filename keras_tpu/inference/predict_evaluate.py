@@ -166,7 +166,7 @@ def evaluate(data, eval_data=None, *, model_dir=None, export_dir=None, loaded=No
     """Score a finished run or an export exactly on every labelled example of `data`.
 
     `keras_tpu.evaluate(model, eval_data)` (a compiled model and `data.eval_dataset`)
-    is the in-memory form and returns compiling.evaluate's dict.
+    is the in-memory form and returns compiling.evaluate_compiled's dict.
 
     Args:
       data: labelled examples in any Source form (see `predict`), or a mapping of split
@@ -181,7 +181,7 @@ def evaluate(data, eval_data=None, *, model_dir=None, export_dir=None, loaded=No
       for a mapping, an Evaluations: one Evaluation per split name.
     """
     if isinstance(data, keras.Model):
-        return compiling.evaluate(data, eval_data)
+        return compiling.evaluate_compiled(data, eval_data)
     if isinstance(data, collections.abc.Mapping):
         if not data or name is not None:
             raise checks.ConfigError(

@@ -31,7 +31,7 @@ def last_epoch_logs(run, trained, weights, checksum):
     return {k: v[-1] for k, v in history.items() if k.startswith("val_")}
 
 
-def evaluate(run, trained, weights, checksum):
+def final_test(run, trained, weights, checksum):
     """Return the run's summary["test"]: {metric: value, "examples": n}, exact ({} without eval)."""
     if not run.shape.has_eval:
         return {}

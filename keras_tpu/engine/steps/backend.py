@@ -175,11 +175,11 @@ class KerasBackend(Backend):
         return history.history
 
     def evaluate(self):
-        return compiling.evaluate(self.model, self.inputs.eval)
+        return compiling.evaluate_compiled(self.model, self.inputs.eval)
 
     def evaluation_from_logs(self, logs):
         # fit validates with model.evaluate on the same data, steps and compiled metrics as
-        # compiling.evaluate, and ExactValidationLoss puts the same exact loss in val_loss;
+        # compiling.evaluate_compiled, and ExactValidationLoss puts the same exact loss in val_loss;
         # only the compiled metrics' names are read (not extra ones, e.g. MNLI's mismatched).
         names = compiling.evaluation_names(self.model)
         if not names or any(f"val_{n}" not in logs for n in names):

@@ -153,7 +153,7 @@ def compile_model(
     return model
 
 
-def evaluate(model, eval_data):
+def evaluate_compiled(model, eval_data):
     """Evaluate on every example of `eval_data` exactly once.
 
     Works on any compiled tf_keras model. One compiled by `compile_model` is
@@ -180,7 +180,7 @@ def evaluate(model, eval_data):
 
 
 def evaluation_names(model):
-    """Return the keys `evaluate` gives for a model compiled by compile_model (not "examples").
+    """Return the keys `evaluate_compiled` gives a model compiled by compile_model (no "examples").
 
     Read from what compile was given, so also before any step has built the metrics
     (a resumed run that trains no more). None for several outputs (per-output names).
