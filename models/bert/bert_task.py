@@ -117,9 +117,9 @@ class BertRunConfig(keras_tpu.RunConfig):
         if self.tfds_eval_split is None:
             self.tfds_eval_split = ",".join(known.eval_splits) if known else "test"
         if self.metrics is None:
-            default = known.metrics if known else glue.DEFAULT_METRICS[self.task_type]
+            default = known.metrics if known else glue.default_metrics(self.task_type)
             self.metrics = ",".join(default)
-        glue.parse_metrics(self.metrics, self.task_type)
+        glue.parse_metrics(self.metrics, self.task_type, None if regression else self.num_classes)
         if self.text_keys is not None or self.no_header or self.column_names:
             text_sources.TextColumns.parse(
                 self.text_keys, self.label_key, no_header=self.no_header,
@@ -161,21 +161,11 @@ def _sharded(config, preprocessor, pair, class_names=None):
 
 
 def _metrics(config, eval_examples):
-    """Return the task's metric objects and the monitor choosing the best weights."""
-    names = glue.parse_metrics(config.metrics, config.task_type)
-    build = {
-        "accuracy": lambda: "accuracy",
-        "f1": keras_tpu.metrics.BinaryF1,
-        "matthews_correlation": lambda: keras_tpu.metrics.MatthewsCorrelation(config.num_classes),
-        "pearson": lambda: keras_tpu.metrics.PearsonCorrelation(eval_examples),
-        "spearman": lambda: keras_tpu.metrics.SpearmanCorrelation(eval_examples),
-    }
-    if "f1" in names and config.num_classes != 2:
-        raise checks.ConfigError(
-            f"metric 'f1' is the binary F1; this task has {config.num_classes} classes. "
-            f"Drop it from --metrics."
-        )
-    return [build[name]() for name in names], f"val_{glue.monitor_for(names)}"
+    """Return the task's metrics, the monitor choosing the best weights and its mode."""
+    classes = None if config.regression else config.num_classes
+    names = glue.parse_metrics(config.metrics, config.task_type, classes)
+    monitor, mode = glue.monitor_for(names)
+    return glue.build_metrics(names, classes, eval_examples), f"val_{monitor}", mode
 
 
 @keras_tpu.register_task("bert")
@@ -190,7 +180,7 @@ def bert_task(config: BertRunConfig) -> keras_tpu.Task:
         _sharded(config, preprocessor, splits.pair, splits.label_names)
         if config.model_parallel > 1 else {}
     )  # fmt: skip
-    metrics, monitor = _metrics(config, data.count_examples(splits.eval))
+    metrics, monitor, mode = _metrics(config, data.count_examples(splits.eval))
     if config.regression:
         build_model = lambda: bert.build_bert_regressor(  # noqa: E731
             config.encoder_handle, config.seq_length, dropout=config.dropout
@@ -221,7 +211,7 @@ def bert_task(config: BertRunConfig) -> keras_tpu.Task:
         eval_data=splits.eval,
         preprocess=preprocessor.preprocess,
         monitor=monitor,
-        mode="max",
+        mode=mode,  # GLUE's table says which way its metric is better (glue.METRICS).
         callbacks=callbacks if splits.extra_eval and config.model_parallel == 1 else (),
         flops_per_example=lambda model: bert.training_flops_per_example(model, config.seq_length),
         check_memory=lambda model, info, policy: _check_memory(model, info, policy, config),

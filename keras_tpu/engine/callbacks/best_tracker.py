@@ -31,10 +31,12 @@ from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
 BEST_DIR = "best"
 MODES = ("min", "max")
 AUTO = "auto"
-# A monitored name's words that say which way is better (Keras's and the toolkit's
-# metric names: val_sparse_categorical_accuracy, val_top2, val_matthews_corrcoef, ...).
-_HIGHER_IS_BETTER = ("accuracy", "acc", "auc", "precision", "recall", "f1", "fmeasure",
-                     "matthews", "mcc", "pearson", "spearman", "iou", "top")  # fmt: skip
+# A monitored name's words that say which way is better: Keras's own metric names
+# (val_sparse_categorical_accuracy, val_top_k_categorical_accuracy, val_auc, val_f1_score,
+# val_mean_absolute_error, ...). A model family's metrics (GLUE's correlations) are not
+# guessed here: its Task passes their mode (models/bert/glue/glue.py's table).
+_HIGHER_IS_BETTER = ("accuracy", "acc", "auc", "precision", "recall", "f1", "fmeasure", "iou",
+                     "top")  # fmt: skip
 _LOWER_IS_BETTER = ("loss", "error", "crossentropy", "hinge", "divergence", "poisson",
                     "logcosh", "mae", "mse", "mape", "msle", "rmse")  # fmt: skip
 
