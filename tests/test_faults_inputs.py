@@ -22,7 +22,7 @@ from keras_tpu.engine.conclude import saved_model_export
 from models.bert.hf import hf_bert
 from keras_tpu import keras
 import models
-from keras_tpu.engine.steps import compiling
+from keras_tpu.engine.conclude import summary as summary_lib
 from models import bert
 from models import cnn
 from tests.conftest import REPO
@@ -187,11 +187,11 @@ def test_export_to_a_full_or_read_only_disk_is_one_error_without_temp_files(
 
 
 def test_chance_warning_only_when_evaluation_is_at_chance_and_training_is_not():
-    warning = compiling.chance_warning(train_accuracy=0.81, eval_accuracy=0.10, num_classes=10)
+    warning = summary_lib.chance_warning(train_accuracy=0.81, eval_accuracy=0.10, num_classes=10)
     assert warning.startswith("evaluation accuracy 0.100 is at chance (1/10 = 0.100) while")
-    assert compiling.chance_warning(train_accuracy=0.81, eval_accuracy=0.6, num_classes=10) is None
-    assert compiling.chance_warning(train_accuracy=0.3, eval_accuracy=0.1, num_classes=10) is None
-    assert compiling.chance_warning(train_accuracy=0.9, eval_accuracy=0.5, num_classes=2)
+    assert summary_lib.chance_warning(train_accuracy=0.81, eval_accuracy=0.6, num_classes=10) is None
+    assert summary_lib.chance_warning(train_accuracy=0.3, eval_accuracy=0.1, num_classes=10) is None
+    assert summary_lib.chance_warning(train_accuracy=0.9, eval_accuracy=0.5, num_classes=2)
 
 
 def _digits_config(**overrides):

@@ -41,7 +41,7 @@ def test_the_monitor_and_its_mode_come_from_the_table():
     assert glue.monitor_for(("accuracy", "matthews_correlation")) == ("matthews_correlation", "max")
     assert glue.monitor_for(("pearson", "spearman")) == ("spearman", "max")
     assert glue.monitor_for(()) == ("loss", "min")
-    built = glue.build_metrics(("accuracy", "f1"), 2, 10)
+    built = glue.glue_metrics(("accuracy", "f1"), 2, 10)
     assert built[0] == "accuracy" and isinstance(built[1], keras_tpu.metrics.BinaryF1)
     with pytest.raises(keras_tpu.ConfigError, match="metric 'f1' takes 2 classes; this task has 3"):
         glue.parse_metrics("accuracy,f1", glue.CLASSIFICATION, 3)

@@ -42,9 +42,9 @@ def test_identity_names_what_differs_and_ignores_how_it_runs():
 
 def test_identity_and_help_are_said_on_each_runconfig_field():
     fields = dataclasses.fields(keras_tpu.RunConfig)
-    assert len(fields) == 33 and all(run_config.IDENTITY in f.metadata for f in fields)
+    assert len(fields) == 33 and all(run_identity.IDENTITY in f.metadata for f in fields)
     assert all(run_config.help_text(keras_tpu.RunConfig, f.name) for f in fields)
-    assert run_config.identity_names(keras_tpu.RunConfig) == {
+    assert run_identity.identity_names(keras_tpu.RunConfig) == {
         "early_stopping_min_delta", "early_stopping_patience", "learning_rate",
         "mixed_precision", "per_replica_batch_size", "seed",
     }  # fmt: skip
@@ -57,7 +57,7 @@ def test_a_subclass_keeps_the_settings_of_fields_it_redefines_and_says_its_own()
         log_every: int = run_config.setting(5, "Log every N steps.", identity=False)
         epochs: int = 4  # BERT's 3, RunConfig's 30: still not identity, still its help.
 
-    names = run_config.identity_names(Mine)
+    names = run_identity.identity_names(Mine)
     assert "epochs" not in names and "log_every" not in names and "seq_length" in names
     assert run_config.help_text(Mine, "epochs") == "Training epochs."
     assert run_config.help_text(Mine, "log_every") == "Log every N steps."

@@ -8,7 +8,7 @@ What is said of a field is said on it (`setting`): its flag's help, and whether 
 the run's identity (run.json: a restart in the same model_dir that changes it is refused).
 A task's subclass may do the same (`setting`); a field it adds without one is identity, so a
 field added later is protected by default, and one it redefines with a plain default (BERT's
-`epochs: int = 3`) keeps RunConfig's help and identity (`field_settings`).
+`epochs: int = 3`) keeps RunConfig's help and identity (run_identity.field_settings).
 """
 
 import dataclasses
@@ -17,12 +17,12 @@ from keras_tpu import checks
 from keras_tpu.data import cache_policy
 from keras_tpu.runtime.strategy import cluster
 from keras_tpu.engine.rundir import output_paths
+from keras_tpu.engine.rundir import run_identity
 from keras_tpu.runtime.tpu import tpu_connect
 
 
 EXPORT_WEIGHTS = ("final", "best")
 HELP = "help"  # dataclasses.field metadata keys (setting).
-IDENTITY = "identity"
 
 
 def setting(default, help_text, *, identity=True):
@@ -35,32 +35,12 @@ def setting(default, help_text, *, identity=True):
         (devices, paths, epochs, logging): it may change between a run and its resumption.
         True: run.json records it and a restart that changes it is refused.
     """
-    return dataclasses.field(default=default, metadata={HELP: help_text, IDENTITY: identity})
-
-
-def field_settings(config):
-    """Return {field name: its `setting` metadata} of a config dataclass (class or instance).
-
-    A field a subclass redefines with a plain default (`epochs: int = 3`) keeps its base
-    class's help and identity: only metadata given again replaces them.
-    """
-    cls = config if isinstance(config, type) else type(config)
-    settings = {}
-    for klass in reversed(cls.__mro__):
-        for field in dataclasses.fields(klass) if dataclasses.is_dataclass(klass) else ():
-            if field.metadata or field.name not in settings:
-                settings[field.name] = field.metadata
-    return settings
-
-
-def identity_names(config):
-    """Return the names of `config`'s fields that are its run's identity (unless said not)."""
-    return frozenset(n for n, meta in field_settings(config).items() if meta.get(IDENTITY, True))
+    return dataclasses.field(default=default, metadata={HELP: help_text, run_identity.IDENTITY: identity})
 
 
 def help_text(config, name):
     """Return the help of `config`'s field `name`, or None if it has none."""
-    return field_settings(config)[name].get(HELP)
+    return run_identity.field_settings(config)[name].get(HELP)
 
 
 @dataclasses.dataclass

@@ -165,7 +165,7 @@ def _metrics(config, eval_examples):
     classes = None if config.regression else config.num_classes
     names = glue.parse_metrics(config.metrics, config.task_type, classes)
     monitor, mode = glue.monitor_for(names)
-    return glue.build_metrics(names, classes, eval_examples), f"val_{monitor}", mode
+    return glue.glue_metrics(names, classes, eval_examples), f"val_{monitor}", mode
 
 
 @keras_tpu.register_task("bert")

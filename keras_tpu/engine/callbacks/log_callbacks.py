@@ -8,11 +8,41 @@ best-weights monitor and the backups then see.
 import logging
 import time
 
-from keras_tpu.engine.steps import compiling
 from keras_tpu.engine.callbacks import progress
 from keras_tpu.runtime.compat import keras
 
 log = logging.getLogger(__name__)
+
+# The exact loss's metric name: compiling.compile_model adds it, weighted by sample weight.
+WEIGHTED_LOSS = "weighted_loss"
+
+
+def exact_loss(logs, prefix="", *, keep_outputs=True):
+    """Pop the exact loss terms compile_model logs and return their sum (the exact loss).
+
+    Args:
+      logs: Keras logs, e.g. {"val_weighted_loss": ...} or, for outputs a and b,
+        {"val_a_weighted_loss": ..., "val_b_weighted_loss": ...}.
+      prefix: "val_" for validation logs, "" for training or evaluate's.
+      keep_outputs: put each output's exact loss in place of Keras's padded
+        "<prefix><output>_loss".
+
+    Returns:
+      The summed loss, or None when the logs hold no exact loss.
+    """
+    total = None
+    for key in list(logs):
+        rest = key[len(prefix):] if key.startswith(prefix) else None
+        if rest is None or not rest.endswith(WEIGHTED_LOSS):
+            continue
+        if not prefix and rest.startswith("val_"):
+            continue
+        value = logs.pop(key)
+        total = value if total is None else total + value
+        output = rest[: -len(WEIGHTED_LOSS)]  # "" for one output, "a_" for output a.
+        if output and keep_outputs:
+            logs[f"{prefix}{output}loss"] = value
+    return total
 
 
 class ThroughputMeter(keras.callbacks.Callback):
@@ -115,17 +145,17 @@ class ExactValidationLoss(keras.callbacks.Callback):
         if not logs:
             return
         exact = dict(logs)
-        total = compiling.exact_loss(exact)
+        total = exact_loss(exact)
         if total is not None:
             logs.update({k: v for k, v in exact.items() if k.endswith("loss")}, loss=total)
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is None:
             return
-        val_loss = compiling.exact_loss(logs, "val_")
+        val_loss = exact_loss(logs, "val_")
         if val_loss is not None:
             logs["val_loss"] = val_loss
-        compiling.exact_loss(logs, keep_outputs=False)  # Training's: full batches, not padded.
+        exact_loss(logs, keep_outputs=False)  # Training's: full batches, not padded.
 
 
 class LearningRateLogger(keras.callbacks.Callback):

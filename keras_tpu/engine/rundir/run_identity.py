@@ -13,9 +13,28 @@ import os
 
 import tensorflow as tf
 
-from keras_tpu.engine import run_config
-
 IDENTITY_FILE = "run.json"
+IDENTITY = "identity"  # The dataclasses.field metadata key (run_config.setting).
+
+
+def field_settings(config):
+    """Return {field name: its `setting` metadata} of a config dataclass (class or instance).
+
+    A field a subclass redefines with a plain default (`epochs: int = 3`) keeps its base
+    class's help and identity: only metadata given again replaces them.
+    """
+    cls = config if isinstance(config, type) else type(config)
+    settings = {}
+    for klass in reversed(cls.__mro__):
+        for field in dataclasses.fields(klass) if dataclasses.is_dataclass(klass) else ():
+            if field.metadata or field.name not in settings:
+                settings[field.name] = field.metadata
+    return settings
+
+
+def identity_names(config):
+    """Return the names of `config`'s fields that are its run's identity (unless said not)."""
+    return frozenset(n for n, meta in field_settings(config).items() if meta.get(IDENTITY, True))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,12 +81,12 @@ class RunIdentity:
 
 def not_identity(config):
     """Return the names of `config`'s fields that say how or where it trains, not what."""
-    return frozenset(f.name for f in dataclasses.fields(config)) - run_config.identity_names(config)
+    return frozenset(f.name for f in dataclasses.fields(config)) - identity_names(config)
 
 
 def identity_fields(config, global_batch):
     """Return the ((name, value), ...) of `config` that say what a run learns."""
-    fields = {name: getattr(config, name) for name in run_config.identity_names(config)}
+    fields = {name: getattr(config, name) for name in identity_names(config)}
     fields["global_batch"] = int(global_batch)
     return tuple(sorted(fields.items()))
 

@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.data import autotune
+from keras_tpu.engine.callbacks import log_callbacks
 from keras_tpu.runtime import compat
 from keras_tpu.runtime import device_rules
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
@@ -12,7 +13,7 @@ from keras_tpu.readiness.tpu_rehearsal import rehearse_tpu  # noqa: F401
 
 keras = compat.keras
 
-WEIGHTED_LOSS = "weighted_loss"
+WEIGHTED_LOSS = log_callbacks.WEIGHTED_LOSS
 
 def resolve_steps_per_execution(steps_per_execution, strategy, steps_per_epoch):
     """Return the integer steps per execution under `strategy` (device_rules' rule)."""
@@ -33,7 +34,7 @@ def _weighted_metrics(model, loss, metrics):
 
     A model with several outputs (dict labels) gets, for each output, its own copy
     of every metric and the mean of that output's loss; Keras logs them as
-    "<output>_<metric>", and `exact_loss` sums the outputs' losses.
+    "<output>_<metric>", and `log_callbacks.exact_loss` sums the outputs' losses.
     """
     names = list(getattr(model, "output_names", None) or ())
     if len(names) < 2:
@@ -57,34 +58,6 @@ def _fresh(metric):
     if isinstance(metric, keras.metrics.Metric):
         return type(metric).from_config(metric.get_config())
     return metric
-
-
-def exact_loss(logs, prefix="", *, keep_outputs=True):
-    """Pop the exact loss terms compile_model logs and return their sum (the exact loss).
-
-    Args:
-      logs: Keras logs, e.g. {"val_weighted_loss": ...} or, for outputs a and b,
-        {"val_a_weighted_loss": ..., "val_b_weighted_loss": ...}.
-      prefix: "val_" for validation logs, "" for training or evaluate's.
-      keep_outputs: put each output's exact loss in place of Keras's padded
-        "<prefix><output>_loss".
-
-    Returns:
-      The summed loss, or None when the logs hold no exact loss.
-    """
-    total = None
-    for key in list(logs):
-        rest = key[len(prefix):] if key.startswith(prefix) else None
-        if rest is None or not rest.endswith(WEIGHTED_LOSS):
-            continue
-        if not prefix and rest.startswith("val_"):
-            continue
-        value = logs.pop(key)
-        total = value if total is None else total + value
-        output = rest[: -len(WEIGHTED_LOSS)]  # "" for one output, "a_" for output a.
-        if output and keep_outputs:
-            logs[f"{prefix}{output}loss"] = value
-    return total
 
 
 def check_built_in_scope(model, strategy):
@@ -174,7 +147,7 @@ def evaluate_compiled(model, eval_data):
     results = {k: float(v) for k, v in results.items()}
     # Keras's own "loss" divides the padded last batch by its padded size; the
     # weighted mean loss compiled by compile_model counts real examples only.
-    results["loss"] = exact_loss(results)  # Each output's loss is replaced too.
+    results["loss"] = log_callbacks.exact_loss(results)  # Each output's loss is replaced too.
     results["examples"] = eval_data.examples
     return results
 
@@ -233,31 +206,3 @@ def _exactly_weighted(model):
         shared = _SharedLayers(model)
         shared.compile(loss=model.loss, weighted_metrics=clones + [_weighted_loss_metric(model.loss)])
     return shared
-
-
-def chance_warning(*, train_accuracy, eval_accuracy, num_classes):
-    """Return a warning if evaluation is at chance while training is far above it, else None.
-
-    A short run can look fine in training and still be useless: e.g. BatchNorm's
-    moving statistics (used only at evaluation) need hundreds of steps at momentum
-    0.99, so a 3-epoch run on digits evaluated at 0.10 while training reached 0.8.
-
-    Args:
-      train_accuracy: the last epoch's training accuracy (None: no check).
-      eval_accuracy: the final evaluation accuracy (None: no check).
-      num_classes: classes of the task; chance is 1 / num_classes.
-    """
-    if train_accuracy is None or eval_accuracy is None or num_classes < 2:
-        return None
-    chance = 1.0 / num_classes
-    # "At chance": within a tenth of the way from chance to perfect; "far above":
-    # at least half of the way.
-    if eval_accuracy > chance + 0.1 * (1 - chance) or train_accuracy < chance + 0.5 * (1 - chance):
-        return None
-    return (
-        f"evaluation accuracy {eval_accuracy:.3f} is at chance (1/{num_classes} = {chance:.3f}) "
-        f"while training accuracy is {train_accuracy:.3f}: the trained model does not work on "
-        f"the evaluation data. In a short run, BatchNorm's moving statistics may not have "
-        f"settled yet (train longer, or lower the BatchNorm momentum); otherwise check that "
-        f"the evaluation data is preprocessed and labelled like the training data."
-    )

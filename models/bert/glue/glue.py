@@ -133,7 +133,7 @@ def parse_metrics(value, task_type, num_classes=None):
     return names
 
 
-def build_metrics(names, num_classes, eval_examples):
+def glue_metrics(names, num_classes, eval_examples):
     """Return the metrics `names` (parse_metrics'), built for the Task, in their order."""
     return [METRICS[name].build(num_classes, eval_examples) for name in names]
 
