@@ -26,6 +26,8 @@ import logging
 
 import tensorflow as tf
 
+from keras_tpu.runtime import private_names
+
 log = logging.getLogger(__name__)
 
 # TensorFlow's private module and function this module wraps (TF 2.20-2.21);
@@ -100,7 +102,8 @@ def drop_per_device_autotune():
     @functools.wraps(create)
     def create_device_dataset(*args, **kwargs):
         dataset = create(*args, **kwargs)
-        device = tf.DeviceSpec.from_string(dataset._variant_tensor.device or "")  # pylint: disable=protected-access
+        variant = private_names.read(dataset, "_variant_tensor")
+        device = tf.DeviceSpec.from_string(getattr(variant, "device", "") or "")
         return without_autotune_thread(dataset) if device.device_type in (None, "CPU") else dataset
 
     setattr(create_device_dataset, _MARK, True)

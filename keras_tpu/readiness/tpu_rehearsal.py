@@ -34,6 +34,7 @@ import sys
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.runtime import private_names
 from keras_tpu.runtime import compat
 from keras_tpu.readiness import graph_inspect
 from keras_tpu.readiness import rehearsal_findings as findings_lib
@@ -126,7 +127,12 @@ def _rehearsal_copy(model):
         ) from e
     # The objects compile() was given (tf_keras keeps them; get_compile_config()
     # serialises them and loses Python functions such as a loss's bound `call`).
-    given = model._compile_config.config
+    given = getattr(private_names.read(model, "_compile_config"), "config", None)
+    if given is None:
+        raise checks.ConfigError(
+            f"rehearse_tpu cannot read what model {model.name!r} was compiled with in "
+            f"{private_names.versions()}; rehearse a copy you compile yourself."
+        )
     copy.compile(
         optimizer=_fresh_optimizer(model.optimizer),
         loss=given.get("loss"),
@@ -146,10 +152,11 @@ def _fresh_metric(metric):
     """Return an unbuilt copy of a compiled metric (names and functions pass through)."""
     if not isinstance(metric, keras.metrics.Metric):
         return metric
-    if isinstance(metric, keras.metrics.MeanMetricWrapper):
-        return keras.metrics.MeanMetricWrapper(
-            metric._fn, name=metric.name, dtype=metric.dtype, **metric._fn_kwargs
-        )
+    fn = private_names.read(metric, "_fn") if isinstance(
+        metric, keras.metrics.MeanMetricWrapper) else None  # fmt: skip
+    if fn is not None:
+        kwargs = private_names.read(metric, "_fn_kwargs", {})
+        return keras.metrics.MeanMetricWrapper(fn, name=metric.name, dtype=metric.dtype, **kwargs)
     return type(metric).from_config(metric.get_config())
 
 

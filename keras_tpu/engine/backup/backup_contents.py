@@ -11,6 +11,7 @@ import logging
 
 import tensorflow as tf
 
+from keras_tpu.runtime import private_names
 from keras_tpu.runtime.compat import keras
 
 log = logging.getLogger(__name__)
@@ -31,8 +32,8 @@ def random_generators(model):
     generators, random_layers = [], 0
     for layer in [model, *model.submodules]:
         random_layers += isinstance(layer, keras.__internal__.layers.BaseRandomLayer)
-        holder = getattr(layer, "_random_generator", None)  # tf_keras BaseRandomLayer.
-        generator = getattr(holder, "_generator", None)
+        holder = private_names.read(layer, "_random_generator", warn=False)  # BaseRandomLayer.
+        generator = private_names.read(holder, "_generator", warn=False)
         if isinstance(generator, tf.random.Generator):
             generators.append(generator)
     generator_mode = keras.backend.experimental.is_tf_random_generator_enabled()

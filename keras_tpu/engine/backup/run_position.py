@@ -15,6 +15,9 @@ the epoch length so that nobody derives it twice:
 import contextlib
 import dataclasses
 
+from keras_tpu import checks
+from keras_tpu.runtime import private_names
+
 
 @dataclasses.dataclass(frozen=True)
 class RunPosition:
@@ -62,13 +65,24 @@ class _FitCounters:
 
 
 def start_fit_at(model, position):
-    """Make the next `model.fit` start at `position` (epoch and step in it)."""
-    model._training_state = _FitCounters(position)  # pylint: disable=protected-access
+    """Make the next `model.fit` start at `position` (epoch and step in it).
+
+    Raises:
+      ConfigError: this tf_keras has no such hook and the position is mid-run: `fit`
+        would start at step 0, so an exact resume is off (refused, not silent).
+    """
+    if position.step and not private_names.has(model, "_training_state"):
+        raise checks.ConfigError(
+            f"{private_names.versions()} has no Model._training_state, through which fit "
+            f"starts at a restored step: exact resume is off in this tf_keras. Start over "
+            f"(--overwrite) or use the tf_keras keras_tpu supports (setup.cfg)."
+        )
+    private_names.write(model, "_training_state", _FitCounters(position))
 
 
 def clear_fit_start(model):
     """Let `model.fit` start at its `initial_epoch` again."""
-    model._training_state = None  # pylint: disable=protected-access
+    private_names.write(model, "_training_state", None)
 
 
 @contextlib.contextmanager

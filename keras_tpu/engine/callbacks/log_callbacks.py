@@ -9,6 +9,7 @@ import logging
 import time
 
 from keras_tpu.engine.callbacks import progress
+from keras_tpu.runtime import private_names
 from keras_tpu.runtime.compat import keras
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,8 @@ class ThroughputMeter(keras.callbacks.Callback):
           peak_flops: the devices' combined peak FLOP/s, for model FLOPs utilisation.
         """
         super().__init__()
-        self._supports_tf_logs = True  # Batch hooks never read logs: no tensor-to-host copy.
+        # Batch hooks never read logs: no tensor-to-host copy.
+        private_names.write(self, "_supports_tf_logs", True)
         self.global_batch = global_batch
         self.flops_per_example = flops_per_example
         self.peak_flops = peak_flops

@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from keras_tpu.runtime import private_names
 from keras_tpu.runtime.compat import keras
 
 # Logged by the other callbacks or derived from others; not worth a column.
@@ -66,7 +67,7 @@ class ProgressLogger(keras.callbacks.Callback):
           print_fn: where lines go (default: print to stdout, flushed).
         """
         super().__init__()
-        self._supports_tf_logs = True  # Keep logs as tensors: no per-step host copy.
+        private_names.write(self, "_supports_tf_logs", True)  # Logs as tensors: no host copy.
         self.meter = meter
         self.interval = interval
         self.print_fn = print_fn or (lambda line: print(line, file=sys.stdout, flush=True))

@@ -22,6 +22,7 @@ import tensorflow as tf
 from keras_tpu.engine.rundir import atomic_writes
 from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.rundir import output_paths
+from keras_tpu.runtime import private_names
 from keras_tpu.runtime import compat
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
 
@@ -123,12 +124,12 @@ def serving_only(model):
     while `_is_compiled` is set (tf_keras/engine/training.py; tf_keras 2.x is in
     maintenance, so stable), the attribute `model.save` itself leaves untouched.
     """
-    compiled = getattr(model, "_is_compiled", False)
-    model._is_compiled = False  # pylint: disable=protected-access
+    compiled = private_names.read(model, "_is_compiled", False)
+    private_names.write(model, "_is_compiled", False)
     try:
         yield model
     finally:
-        model._is_compiled = compiled  # pylint: disable=protected-access
+        private_names.write(model, "_is_compiled", compiled)
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu.data import autotune
 from keras_tpu.engine.callbacks import log_callbacks
+from keras_tpu.runtime import private_names
 from keras_tpu.runtime import compat
 from keras_tpu.runtime import device_rules
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
@@ -174,7 +175,8 @@ def _compiled_metric_names(model):
     # tf_keras keeps the metrics given to compile on its MetricsContainer
     # (tf_keras/engine/compile_utils.py); tf_keras 2.x is in maintenance, so stable.
     # Flattened: a model with several outputs holds a dict of lists per output.
-    user = tf.nest.flatten([container._user_metrics, container._user_weighted_metrics])
+    user = tf.nest.flatten([private_names.read(container, "_user_metrics"),
+                            private_names.read(container, "_user_weighted_metrics")])  # fmt: skip
     return [getattr(m, "name", m) for m in user if m is not None]
 
 
@@ -192,7 +194,8 @@ class _SharedLayers(keras.Model):
 def _exactly_weighted(model):
     """Return a model sharing `model`'s weights, compiled with its loss and metrics, weighted."""
     container = model.compiled_metrics
-    metrics = [*(container._user_metrics or []), *(container._user_weighted_metrics or [])]
+    metrics = [*(private_names.read(container, "_user_metrics") or []),
+               *(private_names.read(container, "_user_weighted_metrics") or [])]  # fmt: skip
     if any(isinstance(m, (dict, list, tuple)) for m in metrics) or isinstance(model.loss, (dict, list)):
         raise checks.ConfigError(
             f"model {model.name!r} has per-output losses or metrics; keras_tpu.evaluate "

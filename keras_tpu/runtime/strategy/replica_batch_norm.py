@@ -37,11 +37,14 @@ import logging
 
 import tensorflow as tf
 
+from keras_tpu.runtime import private_names
 from keras_tpu.runtime.compat import keras
 
 log = logging.getLogger(__name__)
 
 MOVING_STATISTICS = ("moving_mean", "moving_variance")
+# tf_keras's private method overridden below (runtime/private_names.py lists it).
+_SYNCED_MOMENTS = "_sync_calculate_mean_and_var"
 
 
 @keras.utils.register_keras_serializable(package="keras_tpu")
@@ -54,6 +57,8 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
     def __init__(self, **kwargs):
         kwargs["synchronized"] = True
         super().__init__(**kwargs)
+        if not private_names.has_method(keras.layers.BatchNormalization, _SYNCED_MOMENTS):
+            private_names.warn_missing(_SYNCED_MOMENTS)  # Its override would never be called.
 
     def add_weight(self, name=None, *args, **kwargs):  # pylint: disable=keyword-arg-before-vararg
         if name in MOVING_STATISTICS:
