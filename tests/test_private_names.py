@@ -65,22 +65,32 @@ def _private_imports(path):
     return found
 
 
-def test_private_modules_are_imported_only_by_their_adapters():
+def _used_by_file(use):
+    """Return {path: use(path)} over the checked folders' modules, where it finds any."""
     found = {}
     for root, _, files in (w for folder in CHECKED for w in os.walk(os.path.join(REPO, folder))):
         for name in sorted(files):
             if name.endswith(".py"):
                 path = os.path.join(root, name)
-                modules = _private_imports(path)
-                if modules:
-                    found[os.path.relpath(path, REPO)] = modules
-    unlisted = {path: modules for path, modules in found.items() if path not in ADAPTERS}
-    assert not unlisted, (
-        f"private TensorFlow/tf_keras imports outside an adapter: {unlisted}; put the use "
-        f"behind one adapter with a tripwire test and a fallback, and list it in ADAPTERS"
-    )
-    for path, (modules, why) in ADAPTERS.items():
-        assert found.get(path) == modules, f"{path} ({why}) now imports {found.get(path)}"
+                used = use(path)
+                if used:
+                    found[os.path.relpath(path, REPO).replace(os.sep, "/")] = used
+    return found
+
+
+def _only_adapters(found, adapters, what, fix):
+    unlisted = {path: used for path, used in found.items() if path not in adapters}
+    assert not unlisted, f"private TensorFlow/tf_keras {what} outside an adapter: {unlisted}; {fix}"
+    for path, (used, why) in adapters.items():
+        assert found.get(path) == used, f"{path} ({why}) now uses {found.get(path)}"
+
+
+def test_private_modules_are_imported_only_by_their_adapters():
+    _only_adapters(
+        _used_by_file(_private_imports), ADAPTERS, "imports",
+        "put the use behind one adapter with a tripwire test and a fallback, and list it in "
+        "ADAPTERS",
+    )  # fmt: skip
 
 
 def test_the_check_sees_both_forms(tmp_path):
@@ -180,22 +190,12 @@ def private_attributes(path, base_privates):
 
 
 def test_private_attributes_are_read_only_by_their_adapters():
-    privates, found = _base_privates(), {}
-    for root, _, files in (w for folder in CHECKED for w in os.walk(os.path.join(REPO, folder))):
-        for name in sorted(files):
-            if name.endswith(".py"):
-                path = os.path.join(root, name)
-                used = private_attributes(path, privates)
-                if used:
-                    found[os.path.relpath(path, REPO).replace(os.sep, "/")] = used
-    unlisted = {path: used for path, used in found.items() if path not in ATTRIBUTE_ADAPTERS}
-    assert not unlisted, (
-        f"private attributes of TensorFlow/tf_keras read outside an adapter: {unlisted}; read "
-        f"them with keras_tpu.runtime.private_names.read/write (list them in PRIVATE_ATTRIBUTES "
-        f"with a fallback) or add a tested adapter to ATTRIBUTE_ADAPTERS"
-    )
-    for path, (names, why) in ATTRIBUTE_ADAPTERS.items():
-        assert found.get(path) == names, f"{path} ({why}) now uses {found.get(path)}"
+    privates = _base_privates()
+    _only_adapters(
+        _used_by_file(lambda path: private_attributes(path, privates)), ATTRIBUTE_ADAPTERS,
+        "attributes", "read them with keras_tpu.runtime.private_names.read/write (list them in "
+        "PRIVATE_ATTRIBUTES with a fallback) or add a tested adapter to ATTRIBUTE_ADAPTERS",
+    )  # fmt: skip
 
 
 def test_the_attribute_check_sees_every_form(tmp_path):
