@@ -5,6 +5,7 @@ so scripts import it before anything that imports TensorFlow.
 """
 
 import dataclasses
+import importlib.util
 import os
 import sys
 import typing
@@ -28,6 +29,37 @@ def _log_level_from_argv(argv, default):
     values = argv_values(argv, "log_level")
     return values[-1] if values else default
 
+
+def models_problem(spec=None):
+    """Return the one line refusing a `models` that is not keras_tpu's model garden, or None.
+
+    `models` is a generic name: another project's package of that name first on the
+    path would make every script fail deep in an import. Read without importing it.
+    """
+    spec = spec if spec is not None else importlib.util.find_spec("models")
+    if spec is None:
+        return (
+            "keras_tpu's model garden (`models`) is not installed: run `pip install -e .` in "
+            "the repository (README), or run the scripts from it."
+        )
+    origin = spec.origin or ""
+    try:
+        with open(origin, encoding="utf-8") as f:
+            ours = 'MODEL_GARDEN = "keras_tpu"' in f.read()
+    except OSError:
+        ours = False
+    if ours:
+        return None
+    return (
+        f"`models` on this path is {origin or spec.name!r}, another project's package, not "
+        f"keras_tpu's model garden; remove it from PYTHONPATH (or the current directory), or "
+        f"install keras_tpu in its own environment."
+    )
+
+
+_problem = models_problem()
+if _problem:
+    sys.exit(f"error: {_problem}")
 
 # Read by keras_tpu.runtime.logs.quiet_startup when keras_tpu is first imported (just below).
 os.environ["KERAS_TPU_LOG_LEVEL"] = _log_level_from_argv(
