@@ -541,3 +541,16 @@ def test_readme_bert_block_runs_as_written(tmp_path):
     served = json.loads(probe.stdout.strip().splitlines()[-1])
     assert len(served["probabilities"]) == 2
     assert all(abs(sum(p) - 1) < 1e-5 for p in served["probabilities"])
+
+
+def test_where_a_change_goes_names_ten_real_places():
+    """docs/guide.md's "Where a change goes": ten changes, each first file real (but a new family's)."""
+    with open(os.path.join(REPO, "docs", "guide.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index("## Where a change goes"):text.index("## Architecture")]
+    rows = [row.split("|") for row in section.splitlines() if row.startswith("| ")][1:]
+    assert len(rows) == 10, rows
+    for row in rows:
+        first = re.findall(r"`([\w/]+\.py)`", row[2])[0]
+        new_family = first.startswith("models/") and row[1].strip().startswith("a new built-in")
+        assert new_family or os.path.isfile(os.path.join(REPO, first)), (row[1], first)
