@@ -407,6 +407,12 @@ ONE_OWNER = {
     "steps_per_execution": "keras_tpu/runtime/device_rules.py",  # "auto" on each device kind.
     "choose_precision": "keras_tpu/engine/steps/precision.py",  # A run chooses once.
     "final_test": "keras_tpu/engine/conclude/final_evaluation.py",  # A run's summary["test"].
+    "drop_per_device_autotune": "keras_tpu/data/autotune.py",  # The per-device switch.
+    "apply_precision": "keras_tpu/engine/steps/precision.py",
+    "GlueMetric": "models/bert/glue/glue.py",  # GLUE's metrics table's row.
+    "identity_names": "keras_tpu/engine/rundir/run_identity.py",  # Where identity is owned.
+    "exact_loss": "keras_tpu/engine/callbacks/log_callbacks.py",  # The exact loss in the logs.
+    "chance_warning": "keras_tpu/engine/conclude/summary.py",
 }
 
 
