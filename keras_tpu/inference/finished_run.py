@@ -132,7 +132,7 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
     try:
         task = entry.build(config)
         with strategy.scope():
-            model = task_builds.check_built_model(task.build_model())
+            model = task_builds.build_model(task)
     finally:
         keras.mixed_precision.set_global_policy(previous)
     export_dir, best = config.export_dir, os.path.join(model_dir, "best", "checkpoint")

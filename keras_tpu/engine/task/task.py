@@ -140,6 +140,7 @@ class Task:
         if isinstance(self.build_model, keras.Model):
             raise checks.ConfigError("Task.build_model got a model; pass a function that builds it.")
         best_tracker.resolve_mode(self.monitor, self.mode)  # Refused now, not after training.
+        instances.refuse_keras3_in_task(self)
         instances.refuse_optimizer_instance(self.optimizer)
         if not callable(self.callbacks):
             for callback in self.callbacks or ():
@@ -172,6 +173,8 @@ def build_metrics(spec):
             metric = type(metric).from_config(metric.get_config())
         elif isinstance(metric, str):
             check_metric_name(metric)
+        else:
+            instances.refuse_keras3(metric, "Task.metrics")
         fresh.append(metric)
     return fresh
 
