@@ -99,10 +99,16 @@ class TextSplits:
     label_names: tuple | None = None
 
 
-def text_splits(config):
-    """Return the TextSplits of a BertRunConfig: TSV files or a tfds dataset."""
+def text_splits(config, finished=None):
+    """Return the TextSplits of a BertRunConfig: TSV files or a tfds dataset.
+
+    `finished`: a finished run's stored facts (its task rebuilt to predict): nothing is
+    read; the splits stand for the run's, and its label names are the run's.
+    """
     columns = _columns(config)
     pair = columns is not None and len(columns.text) == 2
+    if finished is not None:
+        return TextSplits(finished.train_data, finished.eval_data, (), pair, finished.class_names)
     if config.tfds_name:
         if config.train_file or config.eval_file:
             raise checks.ConfigError(

@@ -29,8 +29,10 @@ from keras_tpu.engine.rundir import run_dir
 from keras_tpu.engine.rundir import run_identity
 from keras_tpu.engine.backup import run_position
 from keras_tpu.engine.conclude import saved_model_export
+from keras_tpu.engine.conclude import scoring
 from keras_tpu.engine.stops import stop as stops
 from keras_tpu.engine.conclude import summary as summary_lib
+from keras_tpu.engine.task import task as task_lib
 from keras_tpu.engine.task import task_builds
 from keras_tpu.runtime.strategy import cluster
 from keras_tpu.runtime import determinism
@@ -262,7 +264,12 @@ class TrainingRun:
         test = final_evaluation.evaluate(self, trained, weights, checksum)
         if config.export_dir:
             self.preemption.enter("exporting")
-            with output_paths.exporting_run(config.model_dir):
+            record = scoring.Scoring.of(self.model, self.task.loss,
+                                        task_lib.build_metrics(self.task.metrics),
+                                        self.task.class_names)  # fmt: skip
+            with output_paths.exporting_run(config.model_dir), (
+                saved_model_export.scoring_recorded(record)
+            ):
                 saved_model_export.export_on_every_worker(
                     lambda export_dir: self.backend.export(export_dir, overwrite=config.overwrite),
                     config.export_dir,

@@ -179,18 +179,24 @@ def _metrics(config, eval_examples):
 
 
 @keras_tpu.register_task("bert")
-def bert_task(config: BertRunConfig) -> keras_tpu.Task:
-    """Return the Task fine-tuning `config.encoder_handle` on its sentence (pair) splits."""
+def bert_task(config: BertRunConfig, finished=None) -> keras_tpu.Task:
+    """Return the Task fine-tuning `config.encoder_handle` on its sentence (pair) splits.
+
+    `finished`: a finished run's stored facts (keras_tpu.predict rebuilding it): its files
+    are not read, its label names are the run's.
+    """
     if not config.encoder_handle:
         raise checks.ConfigError("BERT needs --encoder_handle (a TF Hub handle or a local export).")
-    splits = datasets.text_splits(config)
+    splits = datasets.text_splits(config, finished)
     preprocessor = datasets.bert_preprocessor(config)
     # model_parallel > 1: the weights split over a DTensor mesh (parallel.mesh.backend).
     sharded = (
         _sharded(config, preprocessor, splits.pair, splits.label_names)
         if config.model_parallel > 1 else {}
     )  # fmt: skip
-    metrics, monitor = _metrics(config, data.count_examples(splits.eval))
+    # A finished run's rebuild scores splits of its own size (inference sizes the metrics).
+    eval_examples = 1 if finished is not None else data.count_examples(splits.eval)
+    metrics, monitor = _metrics(config, eval_examples)
     if config.regression:
         build_model = lambda: bert.build_bert_regressor(  # noqa: E731
             config.encoder_handle, config.seq_length, dropout=config.dropout

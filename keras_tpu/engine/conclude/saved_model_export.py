@@ -4,9 +4,11 @@ An export holds the model's layers, weights and serving signature, and nothing
 of its training: no optimizer, no compiled loss or metrics. So it loads with
 `tf.saved_model.load`, `tf_keras.models.load_model` (no custom_objects) and Keras
 3's `keras.layers.TFSMLayer`, on a machine without keras_tpu (docs/guide.md, "Exports").
+A run's export also carries, beside the SavedModel, what scoring it needs (scoring.py).
 """
 
 import contextlib
+import contextvars
 import os
 import shutil
 import tempfile
@@ -16,6 +18,23 @@ import tensorflow as tf
 from keras_tpu.engine.rundir import atomic_writes
 from keras_tpu.runtime import compat
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
+
+
+_SCORING = contextvars.ContextVar("keras_tpu_export_scoring", default=None)
+
+
+@contextlib.contextmanager
+def scoring_recorded(record):
+    """Write `record` (a scoring.Scoring, or None) into each export saved in this context.
+
+    The run sets it around the task's export function (which calls `export_model`), so
+    the record lands inside the same atomic write as the SavedModel.
+    """
+    token = _SCORING.set(record)
+    try:
+        yield
+    finally:
+        _SCORING.reset(token)
 
 
 def _save_options(strategy, export_dir):
@@ -95,6 +114,8 @@ def export_model(
                 signatures=signatures,
                 options=_save_options(strategy, directory),
             )
+        if _SCORING.get() is not None:
+            _SCORING.get().write(directory)
 
     return atomic_writes.save_atomically(save, export_dir, model, overwrite=overwrite)
 
