@@ -54,7 +54,8 @@ class BertRunConfig(keras_tpu.RunConfig):
     metrics: str | None = None  # e.g. "accuracy,f1"; default: glue's, else accuracy (regression:
     # pearson,spearman).
     seq_length: int = 128
-    num_classes: int | None = None  # Default: glue's, else 2 (a regression has none).
+    num_classes: int | None = None  # Default: glue's, else a training file's label names' count
+    # (labels that are names), else 2 (a regression has none).
     dropout: float = 0.1
     warmup_fraction: float = 0.1
     per_replica_batch_size: int = 32
@@ -103,7 +104,10 @@ class BertRunConfig(keras_tpu.RunConfig):
         if not regression:
             if self.num_classes is None and names:
                 self.num_classes = len(names)
-            if self.num_classes is None:
+            # Training files without --label_names: their label names (if names) decide, when
+            # the task is built (datasets.text_splits); config.yaml records what they decided.
+            by_file = self.train_file and not self.tfds_name
+            if self.num_classes is None and not by_file:
                 self.num_classes = known.num_classes if known and known.num_classes else 2
             if names and len(names) != self.num_classes:
                 raise checks.ConfigError(
@@ -111,7 +115,8 @@ class BertRunConfig(keras_tpu.RunConfig):
                     f"num_classes={self.num_classes}; give one name per class or drop "
                     f"--num_classes."
                 )
-            checks.integer("num_classes", self.num_classes, minimum=2)
+            if self.num_classes is not None:
+                checks.integer("num_classes", self.num_classes, minimum=2)
         if self.text_keys is None and known and not self.tfds_keys:
             self.text_keys = ",".join(known.text_keys)
         if self.tfds_eval_split is None:
