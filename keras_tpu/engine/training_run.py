@@ -266,7 +266,7 @@ class TrainingRun:
             self.preemption.enter("exporting")
             record = scoring.Scoring.of(self.model, self.task.loss,
                                         task_lib.build_metrics(self.task.metrics),
-                                        self.task.class_names)  # fmt: skip
+                                        self.task.class_names, config)  # fmt: skip
             with output_paths.exporting_run(config.model_dir), (
                 saved_model_export.scoring_recorded(record)
             ):

@@ -159,7 +159,7 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
             f"{best}; train it again with --export_dir (or --keep_best)."
         )
     record = scoring_lib.Scoring.of(model, task.loss, task_lib.build_metrics(task.metrics),
-                                    task.class_names)  # fmt: skip
+                                    task.class_names, config)  # fmt: skip
     return Loaded(model, task.preprocess, task, strategy,
                   per_replica_batch or config.per_replica_batch_size, description, summary,
                   record)  # fmt: skip

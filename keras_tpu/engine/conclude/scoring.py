@@ -40,6 +40,9 @@ class Scoring:
       metrics: each metric's name or tf_keras serialisation, in the task's order.
       class_names: each class's name, in label order, when known.
       unknown: what cannot be rebuilt from this record (a loss or metric of your own).
+      text_keys: the text columns the run read (e.g. ("sentence1", "sentence2")), when its
+        config names them: a file to predict on is read by the same columns.
+      label_key: the label column the run read, when its config names it.
     """
 
     output: str
@@ -48,26 +51,39 @@ class Scoring:
     metrics: tuple = ()
     class_names: tuple | None = None
     unknown: tuple = ()
+    text_keys: tuple | None = None
+    label_key: str | None = None
 
     @classmethod
-    def of(cls, model, loss, metrics, class_names=None):
+    def of(cls, model, loss, metrics, class_names=None, run_config=None):
         """Return the Scoring of `model` trained with `loss` and `metrics` (fresh objects or
-        names), or None for a model with several outputs (each would need its own)."""
-        if isinstance(model.output_shape, (list, dict)) or isinstance(loss, (list, dict)):
+        names), or None for a model with several outputs (each would need its own).
+
+        `run_config`: the run's config; its `text_keys` and `label_key`, if any, are kept.
+        """
+        try:
+            shape = model.output_shape
+        except (AttributeError, RuntimeError):  # A model without one defined output.
+            return None
+        if not isinstance(shape, tuple) or isinstance(loss, (list, dict)):
             return None
         unknown = []
         loss_object = keras.losses.get(loss)
         saved_loss = _serialised(loss, keras.losses, unknown, "loss")
         config = loss_object.get_config() if isinstance(loss_object, keras.losses.Loss) else {}
-        units = model.output_shape[-1] if len(model.output_shape) > 1 else 1
+        units = shape[-1] if len(shape) > 1 else 1
         name = config.get("fn") or config.get("name") or getattr(loss_object, "__name__", "")
         if units != 1:
             output = CLASSES
         else:
             output = SIGMOID if any(n in str(name) for n in _BINARY_LOSSES) else SCORE
         saved_metrics = tuple(_serialised(m, keras.metrics, unknown, "metric") for m in metrics)
+        text_keys = getattr(run_config, "text_keys", None)
+        label_key = getattr(run_config, "label_key", None)
         return cls(output, bool(config.get("from_logits", False)), saved_loss, saved_metrics,
-                   tuple(class_names) if class_names else None, tuple(unknown))  # fmt: skip
+                   tuple(class_names) if class_names else None, tuple(unknown),
+                   tuple(text_keys.split(",")) if isinstance(text_keys, str) else None,
+                   label_key if isinstance(label_key, str) else None)  # fmt: skip
 
     def loss_object(self, where):
         """Return the loss to score with; raise ConfigError if it cannot be rebuilt."""
@@ -83,10 +99,14 @@ class Scoring:
         # (Imported for its registered classes: BinaryF1, PearsonCorrelation, ... deserialise.)
         if any(m is None for m in self.metrics):
             raise self._unknown(where, "metric")
-        return [m if isinstance(m, str) else keras.metrics.deserialize(m) for m in self.metrics]
+        built = [m if isinstance(m, str) else keras.metrics.deserialize(m) for m in self.metrics]
+        for saved, metric in zip(self.metrics, built):
+            if isinstance(saved, dict) and isinstance(metric, str):  # Its class is not here.
+                raise self._unknown(where, f"metric {saved.get('class_name')!r}")
+        return built
 
     def _unknown(self, where, kind):
-        what = "; ".join(u for u in self.unknown if u.startswith(kind)) or kind
+        what = "; ".join(u for u in self.unknown if u.startswith(kind.split()[0])) or kind
         return checks.ConfigError(
             f"{where} cannot score as its run did: its {what} is not one tf_keras or keras_tpu "
             f"can rebuild from its record; evaluate the run itself (model_dir=, which rebuilds "
@@ -106,9 +126,10 @@ def read(export_dir):
     if not tf.io.gfile.exists(path):
         return None
     with tf.io.gfile.GFile(path) as f:
-        fields = json.load(f)
+        known = {field.name for field in dataclasses.fields(Scoring)}
+        fields = {k: v for k, v in json.load(f).items() if k in known}
     checks.one_of("scoring output", fields.get("output"), OUTPUTS)
-    for key in ("metrics", "class_names", "unknown"):
+    for key in ("metrics", "class_names", "unknown", "text_keys"):
         fields[key] = tuple(fields[key]) if fields.get(key) is not None else None
     fields["unknown"] = fields["unknown"] or ()
     return Scoring(**fields)
@@ -128,10 +149,12 @@ def _serialised(obj, module, unknown, kind):
             warnings.simplefilter("ignore")  # tf_keras warns for what it cannot serialise.
             saved = module.serialize(obj)
         try:
-            module.deserialize(json.loads(json.dumps(saved)))
-            return saved
+            rebuilt = module.deserialize(json.loads(json.dumps(saved)))
         except (ValueError, TypeError):
-            pass
+            rebuilt = None
+        # (Under legacy serialisation tf_keras may hand back the class name: not the object.)
+        if type(rebuilt).__name__ == type(obj).__name__:
+            return saved
     where = getattr(obj, "__module__", None) or type(obj).__module__
     unknown.append(f"{kind} {name!r} ({where}.{getattr(obj, '__qualname__', type(obj).__qualname__)})")
     return None
