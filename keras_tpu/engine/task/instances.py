@@ -125,7 +125,7 @@ def refuse_keras3_in_model(model):
     ops the layer ran as op layers and never tracks the layer's weights (never
     trained, never saved). Its weights show in those op layers' arguments.
     """
-    for layer in [model, *model.submodules]:
+    for layer in _layers(model):
         refuse_keras3(layer, f"the model's layer {getattr(layer, 'name', '')!r}")
         for node in getattr(layer, "inbound_nodes", None) or ():
             for value in tf.nest.flatten((node.call_args, node.call_kwargs)):
@@ -152,3 +152,14 @@ def refuse_keras3_in_task(task):
         if not callable(spec):
             for value in tf.nest.flatten(list(spec or ())):
                 refuse_keras3(value, f"Task.{field}")
+
+
+def _layers(model):
+    """Return `model` and its layers, nested models' too (not tf.Module's deep object walk:
+    a TF Hub layer holds a whole restored SavedModel)."""
+    found, stack = [], [model]
+    while stack:
+        layer = stack.pop()
+        found.append(layer)
+        stack.extend(getattr(layer, "layers", None) or ())
+    return found
