@@ -10,7 +10,8 @@ the function's config class is read from its first parameter's annotation
 (default `RunConfig`). `--import=module` imports user modules that register
 tasks (MMF's user_dir). The model garden's tasks ("cnn", "bert") register themselves
 when their package is imported (scripts/train.py imports it); the registry itself
-knows no task by name.
+knows no task by name. A builder may take a keyword `finished` (a `FinishedRun`): then a
+finished run's task is rebuilt to predict from what the run stored, reading no data.
 """
 
 import dataclasses
