@@ -99,10 +99,18 @@ class TextSplits:
     label_names: tuple | None = None
 
 
-def text_splits(config):
-    """Return the TextSplits of a BertRunConfig: TSV files or a tfds dataset."""
+def text_splits(config, finished=None):
+    """Return the TextSplits of a BertRunConfig: TSV files or a tfds dataset.
+
+    `finished`: a finished run's stored facts (its task rebuilt to predict): nothing is
+    read; the splits stand for the run's, and its label names are the run's.
+    """
     columns = _columns(config)
     pair = columns is not None and len(columns.text) == 2
+    if finished is not None:
+        if config.num_classes is None and not config.regression and finished.class_names:
+            config.num_classes = len(finished.class_names)
+        return TextSplits(finished.train_data, finished.eval_data, (), pair, finished.class_names)
     if config.tfds_name:
         if config.train_file or config.eval_file:
             raise checks.ConfigError(
@@ -149,12 +157,16 @@ def text_splits(config):
                 "another order)", config.train_file,
                 ", ".join(f"{name}={i}" for i, name in enumerate(names)),
             )  # fmt: skip
+            if config.num_classes is None:  # Not given: the names say how many (config.yaml too).
+                config.num_classes = len(names)
             if len(names) != config.num_classes:
                 raise checks.ConfigError(
                     f"{config.train_file} has {len(names)} label names ({','.join(names)}), "
-                    f"num_classes={config.num_classes}; pass --num_classes={len(names)} or "
-                    f"--label_names naming each class in order."
+                    f"num_classes={config.num_classes}; drop --num_classes (the names set it) or "
+                    f"pass --label_names naming each class in order."
                 )
+    if config.num_classes is None and not config.regression:
+        config.num_classes = 2  # Class ids in the file: the default.
     train, test = (
         text_sources.text_split(
             texts, raw, columns, regression=config.regression,

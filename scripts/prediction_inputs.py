@@ -87,6 +87,12 @@ def run_settings(model_dir, loaded):
     if not run["class_names"] and callable(getattr(loaded.call, "class_names", None)):
         # An export alone names its classes itself (saved_model_export.class_names_function).
         run["class_names"] = [n.decode() for n in loaded.call.class_names().numpy()]
+    scoring = getattr(loaded, "scoring", None)
+    if not model_dir and scoring is not None:  # An export alone: the columns its run read.
+        run.setdefault("text_keys", ",".join(scoring.text_keys) if scoring.text_keys else None)
+        run.setdefault("label_key", scoring.label_key or "label")
+        if scoring.output == "score":
+            run.setdefault("task_type", "regression")
     return run
 
 

@@ -57,7 +57,8 @@ flag_utils.define_flags(
         "metrics": "Comma-separated: accuracy, f1, matthews_correlation, pearson, spearman "
         "(default: GLUE's for glue/*, else accuracy; regression: pearson,spearman).",
         "seq_length": "Tokens per example, [CLS] and [SEP] included.",
-        "num_classes": "Number of label classes (default: glue's, else 2).",
+        "num_classes": "Number of label classes (default: glue's, else the training file's label "
+        "names' count when its labels are names, else 2).",
         "dropout": "Dropout on the pooled output.",
         "warmup_fraction": "Share of steps with linear learning-rate warm-up.",
     },

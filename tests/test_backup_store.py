@@ -7,6 +7,7 @@ is then shown end to end by an in-process `keras_tpu.fit` that ends with the
 uninterrupted run's weights.
 """
 
+import json
 import logging
 import os
 
@@ -65,11 +66,23 @@ def _garble_records(chief):
     (chief / "records-20.json").write_bytes(b"\x00{")
 
 
+def _lose_records(chief):  # An object store losing one object: the weights are intact.
+    os.remove(chief / "records-20.json")
+
+
+def _records_of_another_step(chief):  # A copy gone wrong: step 10's records under step 20's name.
+    records = json.loads((chief / "records-20.json").read_text())
+    (chief / "records-20.json").write_text(json.dumps({**records, "step": 10}))
+
+
 DAMAGES = {  # How each shows in the one line.
     "truncated": (_truncate, f"reading {DATA}: Read less bytes than requested"),
     "no index": (_remove_index, "ckpt-20.index is missing"),
     "deleted": (_delete, "ckpt-20.index is missing"),
     "records": (_garble_records, "records-20.json: Expecting value: line 1 column 1 (char 0)"),
+    "records lost": (_lose_records, "records-20.json is missing"),
+    "records of another step": (
+        _records_of_another_step, "records-20.json holds the records of step 10"),
 }
 
 
@@ -224,22 +237,46 @@ def _fit(model_dir, kill=None):
     return keras_tpu.fit(task, config)
 
 
-def test_fit_resumes_past_a_truncated_newest_backup_to_the_uninterrupted_weights(tmp_path, caplog):
-    whole = _fit(tmp_path / "whole")
+def _truncate_step_10(chief):
+    data = chief / "ckpt-10.data-00000-of-00001"
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) - 8)
+
+
+def _lose_records_10(chief):
+    os.remove(chief / "records-10.json")
+
+
+FIT_DAMAGES = {  # What is damaged in the newest backup, and how its one line says it.
+    "truncated": (_truncate_step_10, "reading ckpt-10.data-00000-of-00001: Read less bytes than "
+                                     "requested"),
+    "records lost": (_lose_records_10, "records-10.json is missing"),
+}
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    """The uninterrupted run's summary (one for the module)."""
+    return _fit(tmp_path_factory.mktemp("whole"))
+
+
+@pytest.mark.parametrize("damage", list(FIT_DAMAGES))
+def test_fit_resumes_past_a_damaged_newest_backup_to_the_uninterrupted_run(tmp_path, caplog,
+                                                                            damage, whole):
+    """Weights and records: the history, best, test and per-epoch rows of the summary."""
     run = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         _fit(run, kill=11)  # Backups at steps 8 and 10 (4 steps an epoch).
     chief = run / "backup" / "chief"
     assert sorted(n for n in os.listdir(chief) if n.endswith(".index")) == [
         "ckpt-10.index", "ckpt-8.index"]  # fmt: skip
-    data = chief / "ckpt-10.data-00000-of-00001"
-    with open(data, "r+b") as f:
-        f.truncate(os.path.getsize(data) - 8)
+    make, reason = FIT_DAMAGES[damage]
+    make(chief)
     with caplog.at_level(logging.WARNING, logger="keras_tpu"):
         resumed = _fit(run)
     assert resumed["resumed_from_step"] == 8 and resumed["final_step"] == 16
     lost = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
-    assert lost == [f"keras_tpu: the backup of step 10 in {chief} is damaged (reading "
-                    f"ckpt-10.data-00000-of-00001: Read less bytes than requested); resuming from "
-                    f"step 8 (2 steps lost)."]  # fmt: skip
+    assert lost == [f"keras_tpu: the backup of step 10 in {chief} is damaged ({reason}); "
+                    f"resuming from step 8 (2 steps lost)."]  # fmt: skip
     assert without_timing(resumed) == without_timing(whole)  # weights_sha256 among them.
+    assert resumed["test"] == pytest.approx(whole["test"], rel=1e-6)

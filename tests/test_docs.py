@@ -369,6 +369,28 @@ def test_script_commands_parse_with_the_scripts_flags():
     assert not problems, problems
 
 
+def _flag(args, name):
+    return next((a.split("=", 1)[1] for a in args if a.startswith(f"--{name}=")), None)
+
+
+def readme_runs_read_but_not_made(text=None):
+    """Return the README's `predict.py --model_dir` runs that no README command trains."""
+    blocks = [b for b in markdown_blocks("README.md") if b.language == "bash"] if text is None else [
+        Block("README.md", 1, "bash", text, None)]  # fmt: skip
+    commands = [classify(c) for b in blocks for c in shell_commands(b.text)]
+    scripts = [(os.path.basename(k[1]), k[2]) for k in commands if k[0] == "script"]
+    made = {_flag(args, "model_dir") for script, args in scripts if script != "predict.py"}
+    return [_flag(args, "model_dir") for script, args in scripts
+            if script == "predict.py" and _flag(args, "model_dir") not in made]  # fmt: skip
+
+
+def test_the_readmes_predict_lines_name_runs_a_readme_command_trains():
+    assert readme_runs_read_but_not_made() == []
+    made_elsewhere = ("python scripts/train_cnn.py --model_dir=/tmp/a\n"
+                      "python scripts/predict.py --model_dir=/tmp/b --image_dir=x\n")  # fmt: skip
+    assert readme_runs_read_but_not_made(made_elsewhere) == ["/tmp/b"]
+
+
 def test_flag_check_catches_a_wrong_flag():
     jobs = [("scripts/plan_memory.py", ["--preset=base", "--seq_lenght=512"]),
             ("scripts/tpu_info.py", ["--log_level=info", "--json"])]  # fmt: skip

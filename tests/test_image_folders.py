@@ -208,7 +208,9 @@ def test_images_to_predict_on_are_read_as_trained_with_their_paths_as_ids(folder
         data.image_inputs(str(flat), 8, labelled=True)
 
 
-def test_a_cnn_run_on_an_image_folder_keeps_its_class_names_and_predicts_as_its_export(folder, tmp_path):
+def test_a_cnn_run_on_an_image_folder_keeps_its_class_names_and_predicts_as_its_export(
+        folder, tmp_path, predict_script, capsys):  # fmt: skip
+    """... and predicts from its run directory with its training folder moved away."""
     from sklearn import metrics as sk_metrics  # pylint: disable=g-import-not-at-top
 
     import models  # pylint: disable=g-import-not-at-top
@@ -230,7 +232,16 @@ def test_a_cnn_run_on_an_image_folder_keeps_its_class_names_and_predicts_as_its_
     assert [n.decode() for n in loaded.class_names().numpy()] == list(CLASSES)
     assert [n.decode() for n in keras.models.load_model(export_dir).class_names().numpy()] == list(CLASSES)
 
-    # After training: every image of the folder, labelled by its class folder's name.
+    # After training, the training folder moved: the run's task is rebuilt from what the
+    # run stored, never from its training data.
+    root = str(tmp_path / "moved")
+    os.rename(folder[0], root)
+    rows_file = tmp_path / "rows.tsv"
+    predict_script.run(predict_script.PredictConfig(model_dir=run_dir, image_dir=root,
+                                                    output_file=str(rows_file)))  # fmt: skip
+    assert "predict: 30 examples" in capsys.readouterr().out
+    assert len(rows_file.read_text().splitlines()) == 31
+    # Every image of the folder, labelled by its class folder's name.
     inputs = data.image_inputs(root, 8, class_names=summary["class_names"], labelled=True)
     report = keras_tpu.evaluate(inputs, model_dir=run_dir)
     p = report.predictions

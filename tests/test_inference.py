@@ -163,3 +163,44 @@ def test_a_finished_run_asked_for_other_data_points_to_evaluate(classifier_run):
     with pytest.raises(keras_tpu.ConfigError, match=r"That run finished: .*predict\.py "
                        rf"--model_dir={model_dir} --mode=evaluate"):  # fmt: skip
         keras_tpu.fit("inference_test_classifier", config)
+
+
+# An export alone is scored as its run was: the record it carries (engine/conclude/scoring.py).
+
+SIG_Y = (X @ np.array([1.0, -2.0, 1.5]) > 0.2).astype(np.float32)  # Two classes, one unit.
+
+
+def test_an_export_alone_scores_a_from_logits_model_as_its_run_did(classifier_run, tmp_path):
+    summary, _, model_dir = classifier_run
+    export = f"{model_dir}/export"
+    report = keras_tpu.evaluate((DEV_X, DEV_Y), export_dir=export)
+    assert set(report.metrics) == {"accuracy", "loss"}
+    for name in ("accuracy", "loss"):
+        assert report.metrics[name] == pytest.approx(summary["test"][name], abs=1e-5), name
+    # Without its record an export's raw outputs are not guessed at: one line.
+    import shutil  # pylint: disable=g-import-not-at-top
+
+    bare = tmp_path / "bare"
+    shutil.copytree(export, bare)
+    (bare / "assets.extra" / "keras_tpu_scoring.json").unlink()
+    with pytest.raises(keras_tpu.ConfigError, match=r"^the export .* carries no scoring record "
+                       r"\(assets.extra/keras_tpu_scoring.json\): whether its outputs are logits "
+                       r"or probabilities"):  # fmt: skip
+        keras_tpu.evaluate((DEV_X, DEV_Y), export_dir=str(bare))
+
+
+def test_an_export_alone_scores_a_sigmoid_classifier_as_its_run_did(tmp_path):
+    task = keras_tpu.Task(
+        build_model=lambda: keras.Sequential(
+            [keras.layers.Dense(1, activation="sigmoid", input_shape=(3,))]),
+        loss="binary_crossentropy", metrics=lambda: ["accuracy", keras.metrics.AUC(name="auc")],
+        train_data=(X, SIG_Y), eval_data=(DEV_X, SIG_Y[:37]), class_names=("no", "yes"),
+    )  # fmt: skip
+    summary = keras_tpu.fit(task, _config(tmp_path, epochs=1))
+    report = keras_tpu.evaluate((DEV_X, SIG_Y[:37]), export_dir=str(tmp_path / "run" / "export"))
+    assert set(report.metrics) == {"accuracy", "auc", "loss"}  # A classifier's, not pearson.
+    for name in report.metrics:
+        assert report.metrics[name] == pytest.approx(summary["test"][name], abs=1e-5), name
+    p = report.predictions
+    assert p.scores is None and p.probabilities.shape == (37, 2)
+    assert p.class_ids.tolist() == (p.probabilities[:, 1] > 0.5).astype(int).tolist()

@@ -61,3 +61,23 @@ def test_builders_must_take_a_run_config_and_names_are_not_taken_twice():
     assert registry.get_task("mine_once").config_cls is Mine
     with pytest.raises(keras_tpu.ConfigError, match="takes a Mine"):
         registry.get_task("mine_once").build(keras_tpu.RunConfig())
+
+
+def test_a_finished_runs_bert_task_is_rebuilt_without_reading_its_files(tmp_path):
+    """predict/evaluate from a run directory: the builder gets the run's facts, reads no file."""
+    from models.bert import bert_task  # pylint: disable=g-import-not-at-top
+
+    config = bert_task.BertRunConfig(
+        encoder_handle=str(tmp_path / "encoder"), vocab_file=str(tmp_path / "vocab.txt"),
+        train_file=str(tmp_path / "gone" / "train.tsv"), eval_file=str(tmp_path / "gone" / "dev.tsv"),
+        text_keys="sentence1,sentence2", label_names="no,yes",
+    )  # fmt: skip
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nfilm\n")
+    finished = registry.FinishedRun(str(tmp_path / "run"), ("no", "yes"))
+    task = registry.get_task("bert").build(config, finished=finished)
+    assert task.class_names == ("no", "yes") and task.task_name == "bert"
+    with pytest.raises(keras_tpu.ConfigError, match=r"^the training data of the finished run in "
+                       r".*/run is not read: its task was rebuilt to predict"):  # fmt: skip
+        task.train_data.open_shard(1, 0, False)
+    with pytest.raises(keras_tpu.ConfigError, match="train.tsv"):  # Training reads them.
+        registry.get_task("bert").build(config)

@@ -8,6 +8,7 @@ export serving the names, is the slow pair recipe
 
 import csv
 import dataclasses
+import logging
 import os
 import sys
 
@@ -79,6 +80,39 @@ def test_a_file_without_a_header_row(tmp_path):
         text_sources.TextColumns.parse("text", "label", column_names="id,label")
 
 
+def test_a_header_less_file_of_sentences_to_predict_gets_the_no_header_hint(tmp_path):
+    path = tmp_path / "new.tsv"  # New sentences, no header and no labels.
+    path.write_text("a fine film\ndull\n", encoding="utf-8")
+    with pytest.raises(checks.ConfigError) as error:
+        text_sources.load_text_inputs(str(path), ("sentence",))
+    assert str(error.value) == (
+        f"{path}:1: ['a fine film'] looks like an example, not a header naming the columns; for "
+        f"a file without a header row pass --no_header (columns sentence in that order) or "
+        f"--column_names=... naming each column."
+    )
+    assert text_sources.load_text_inputs(str(path), ("sentence",), no_header=True).x.tolist() == [
+        "a fine film", "dull"]  # fmt: skip
+
+
+def test_a_tsv_whose_fields_are_quoted_says_so_once(tmp_path, caplog):
+    path = tmp_path / "quoted.tsv"  # Written with CSV quoting, named .tsv: quotes kept as text.
+    path.write_text('sentence\tlabel\n"a fine film"\t1\n"dull"\t0\n"so, so"\t0\n',
+                    encoding="utf-8")  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="keras_tpu"):
+        split = text_sources.load_text_tsv(str(path), SENTENCE)
+    assert split.x.tolist() == ['"a fine film"', '"dull"', '"so, so"']
+    assert [r.getMessage() for r in caplog.records] == [
+        f"keras_tpu: {path}: 3 of 3 text fields are in double quotes, read as part of the text "
+        f"(a .tsv keeps quotes as text, as GLUE's do); if they are quoting, write the file as "
+        f".csv (standard quoting) or without the quotes."]  # fmt: skip
+    caplog.clear()
+    glue = tmp_path / "glue.tsv"  # A quotation in a sentence is text: nothing to say.
+    glue.write_text('sentence\tlabel\n"quoted" start\t1\nplain\t0\n', encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="keras_tpu"):
+        text_sources.load_text_tsv(str(glue), SENTENCE)
+    assert not caplog.records
+
+
 def test_csv_quoting_is_read_as_csv_writer_wrote_it_and_tsv_keeps_glue_quotes(tmp_path):
     path = _write(tmp_path / "quoted.csv", [("sentence", "label"), (QUOTED, "1"), ("a, b", "0")],
                   delimiter=",")  # fmt: skip
@@ -105,11 +139,16 @@ def test_bert_text_splits_infer_names_from_the_training_file_for_both(tmp_path, 
     with pytest.raises(checks.ConfigError, match=r"u.tsv:2: label 'mixed' is not one of"):
         datasets.text_splits(_config(tmp_path, train, unseen))
     three = _write(tmp_path / "three.tsv", NAMED)
-    with pytest.raises(checks.ConfigError) as error:
-        datasets.text_splits(_config(tmp_path, three, dev))
+    config = _config(tmp_path, three, dev)  # k names need no --num_classes=k: they set it.
+    assert datasets.text_splits(config).label_names == ("negative", "neutral", "positive")
+    assert config.num_classes == 3  # What config.yaml records: a rerun of it reads the same.
+    assert datasets.text_splits(_config(tmp_path, train, dev)).label_names and (
+        _config(tmp_path, train, dev).num_classes is None)  # Decided by the file, when read.
+    with pytest.raises(checks.ConfigError) as error:  # Given, and not the names' count.
+        datasets.text_splits(_config(tmp_path, three, dev, num_classes=2))
     assert str(error.value) == (
-        f"{three} has 3 label names (negative,neutral,positive), num_classes=2; pass "
-        f"--num_classes=3 or --label_names naming each class in order."
+        f"{three} has 3 label names (negative,neutral,positive), num_classes=2; drop "
+        f"--num_classes (the names set it) or pass --label_names naming each class in order."
     )
 
 

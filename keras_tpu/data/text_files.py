@@ -9,12 +9,15 @@ columns are a `text_sources.TextColumns`; this module only reads its fields.
 """
 
 import csv
+import logging
 import os
 
 import numpy as np
 
 from keras_tpu import checks
 from keras_tpu.data import sources
+
+log = logging.getLogger(__name__)
 
 
 def _label(value, where, regression, num_classes, label_names=None):
@@ -143,7 +146,25 @@ def read_text_rows(path, columns, *, labelled=True):
     if not texts:
         what = "no rows" if columns.file_columns else "a header but no examples"
         raise checks.ConfigError(f"{path} has {what}.")
+    if quoting == csv.QUOTE_NONE:
+        _say_if_quoted(path, texts)
     return texts, (labels if labelled else None)
+
+
+def _say_if_quoted(path, texts):
+    """Log one line if the text fields of a TSV are in double quotes (kept as text).
+
+    GLUE's TSVs hold quote characters as text, so a .tsv is read with quotes as text;
+    a TSV written with CSV quoting then trains on sentences wrapped in quotes, silently.
+    """
+    fields = [field for row in texts for field in row if field]
+    quoted = sum(len(f) >= 2 and f[0] == f[-1] == '"' for f in fields)
+    if fields and quoted * 2 > len(fields):  # Most fields: quoting, not a quotation.
+        log.warning(
+            "keras_tpu: %s: %d of %d text fields are in double quotes, read as part of the "
+            "text (a .tsv keeps quotes as text, as GLUE's do); if they are quoting, write the "
+            "file as .csv (standard quoting) or without the quotes.", path, quoted, len(fields)
+        )  # fmt: skip
 
 
 def _read(path, reader, columns, labelled):
@@ -154,7 +175,7 @@ def _read(path, reader, columns, labelled):
             raise checks.ConfigError(f"{path} is empty; expected a header row and examples.")
         for column in (*columns.text, *([columns.label] if labelled else [])):
             if column not in header:
-                raise checks.ConfigError(_missing_column(path, header, column, columns))
+                raise checks.ConfigError(_missing_column(path, header, column, columns, labelled))
     widths = {len(header)}
     if not labelled and columns.file_columns and columns.label and header[-1] == columns.label:
         widths.add(len(header) - 1)  # New text to predict on, without its label.
@@ -176,11 +197,13 @@ def _read(path, reader, columns, labelled):
     return texts, labels
 
 
-def _missing_column(path, header, column, columns):
+def _missing_column(path, header, column, columns, labelled=True):
     """Return the message for a header without `column`: a header-less file, or a wrong name."""
-    if any(_is_number(field) for field in header):
-        # A first row holding a number (a label) is an example: the file has no header row.
-        order = ",".join((*columns.text, *([columns.label] if columns.label else [])))
+    if any(_is_number(field) or len(field.split()) > 1 for field in header):
+        # A first row holding a number (a label) or a sentence (words, which a column name
+        # is not: new text to predict on, without labels) is an example: no header row.
+        label = [columns.label] if columns.label and labelled else []
+        order = ",".join((*columns.text, *label))
         return (
             f"{path}:1: {header} looks like an example, not a header naming the columns; for "
             f"a file without a header row pass --no_header (columns {order} in that order) or "

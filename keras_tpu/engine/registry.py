@@ -10,7 +10,8 @@ the function's config class is read from its first parameter's annotation
 (default `RunConfig`). `--import=module` imports user modules that register
 tasks (MMF's user_dir). The model garden's tasks ("cnn", "bert") register themselves
 when their package is imported (scripts/train.py imports it); the registry itself
-knows no task by name.
+knows no task by name. A builder may take a keyword `finished` (a `FinishedRun`): then a
+finished run's task is rebuilt to predict from what the run stored, reading no data.
 """
 
 import dataclasses
@@ -24,6 +25,7 @@ import typing
 from typing import Callable
 
 from keras_tpu import checks
+from keras_tpu.data import sources
 from keras_tpu.engine.run_config import RunConfig
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,47 @@ class ImportFailedError(checks.ConfigError):
 
 
 @dataclasses.dataclass(frozen=True)
+class FinishedRun:
+    """What a finished run stored, given to a builder that rebuilds its task to predict.
+
+    A builder taking a keyword `finished` gets one when keras_tpu.predict/evaluate (and
+    scripts/predict.py) rebuild a finished run's task from its config.yaml: it then builds
+    the model, preprocessing, loss and metrics from the config and these, and reads no
+    data (the training files may be gone: predicting needs none of them). A builder
+    without the keyword is called as for training.
+
+    Attributes:
+      model_dir: the run's directory.
+      class_names: each class's name in label order, as the run recorded them, or None.
+      train_data, eval_data: Sources standing for the run's splits, for the Task's fields:
+        they hold the class names and refuse to be read.
+    """
+
+    model_dir: str
+    class_names: tuple | None = None
+
+    @property
+    def train_data(self):
+        return self._not_read("training")
+
+    @property
+    def eval_data(self):
+        return self._not_read("evaluation")
+
+    def _not_read(self, split):
+        def refuse(*_):
+            raise checks.ConfigError(
+                f"the {split} data of the finished run in {self.model_dir} is not read: its task "
+                f"was rebuilt to predict; train with keras_tpu.fit and the run's config instead."
+            )
+
+        names = self.class_names
+        return sources.Source(name=f"{split} data (not read)", num_examples=None,
+                              open_shard=refuse, num_classes=len(names) if names else None,
+                              class_names=names)  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
 class TaskEntry:
     """A task builder and what a run of it is configured with."""
 
@@ -48,14 +91,24 @@ class TaskEntry:
     config_cls: type  # A RunConfig dataclass: the YAML keys and flags of the task.
     module: str  # Where the builder lives: config.yaml imports it on a rerun.
 
-    def build(self, config):
-        """Return the Task for `config`, tagged with this entry's name."""
+    def build(self, config, *, finished=None):
+        """Return the Task for `config`, tagged with this entry's name.
+
+        Args:
+          config: the run's config.
+          finished: a FinishedRun to rebuild a finished run's task to predict; passed to a
+            builder that takes a `finished` keyword (see FinishedRun).
+        """
         if not isinstance(config, self.config_cls):
             raise checks.ConfigError(
                 f"task {self.name!r} takes a {self.config_cls.__name__}, got "
                 f"{type(config).__name__}."
             )
-        task = self.builder(config)
+        takes_finished = "finished" in inspect.signature(self.builder).parameters
+        if finished is not None and takes_finished:
+            task = self.builder(config, finished=finished)
+        else:
+            task = self.builder(config)
         return dataclasses.replace(task, task_name=self.name)
 
     @property

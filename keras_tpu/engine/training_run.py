@@ -30,8 +30,10 @@ from keras_tpu.engine.rundir import run_dir
 from keras_tpu.engine.rundir import run_identity
 from keras_tpu.engine.backup import run_position
 from keras_tpu.engine.conclude import saved_model_export
+from keras_tpu.engine.conclude import scoring
 from keras_tpu.engine.stops import stop as stops
 from keras_tpu.engine.conclude import summary as summary_lib
+from keras_tpu.engine.task import task as task_lib
 from keras_tpu.engine.task import task_builds
 from keras_tpu.runtime.strategy import cluster
 from keras_tpu.runtime import determinism
@@ -263,7 +265,12 @@ class TrainingRun:
         test = final_evaluation.final_test(self, trained, weights, checksum)
         if config.export_dir:
             self.preemption.enter("exporting")
-            with output_paths.exporting_run(config.model_dir), saved_model_export.preflighted(
+            record = scoring.Scoring.of(self.model, self.task.loss,
+                                        task_builds.build_metrics(self.task.metrics),
+                                        self.task.class_names, config)  # fmt: skip
+            with output_paths.exporting_run(config.model_dir), (
+                saved_model_export.scoring_recorded(record)
+            ), saved_model_export.preflighted(
                 config.export_dir
             ):
                 saved_model_export.export_on_every_worker(

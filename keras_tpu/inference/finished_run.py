@@ -2,7 +2,8 @@
 
 A run (`model_dir`) is rebuilt from its config.yaml: the registered task gives the model,
 its host preprocessing, loss and metrics, built under the run's strategy resolution and
-precision; the weights come from the run's export (its final weights, checked against
+precision, from what the run stored (a builder taking `finished` reads none of its data:
+registry.FinishedRun); the weights come from the run's export (its final weights, checked against
 summary.json's checksum, or the best ones it exported) or else from model_dir/best. An
 export alone (`export_dir`) is called as it is: on the inputs its serving signature takes.
 """
@@ -17,7 +18,9 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu.engine import config_yaml
 from keras_tpu.engine import registry
+from keras_tpu.engine.conclude import scoring as scoring_lib
 from keras_tpu.engine.conclude import summary as summary_lib
+from keras_tpu.engine.task import task as task_lib
 from keras_tpu.engine.task import task_builds
 from keras_tpu.runtime.strategy import resolver
 from keras_tpu.runtime.compat import keras
@@ -41,6 +44,9 @@ class Loaded:
       per_replica_batch: the run's batch per replica (DEFAULT_BATCH for an export).
       description: what the weights are, for reports: "export /x", "best weights /r/best".
       summary: the run's summary.json, or None.
+      scoring: how its outputs are read and scored (the task's loss and metrics, logits or
+        not, classes, a sigmoid or a score): the run's task's, or what its export carries
+        (None: an export written without it, engine/conclude/scoring.py).
     """
 
     call: Callable
@@ -50,14 +56,12 @@ class Loaded:
     per_replica_batch: int
     description: str
     summary: dict | None = None
+    scoring: scoring_lib.Scoring | None = None
 
     @property
     def from_logits(self):
-        """True if the task's loss reads logits, False if not, None when unknown (an export)."""
-        if self.task is None:
-            return None
-        loss = self.task.loss
-        return bool(isinstance(loss, keras.losses.Loss) and loss.get_config().get("from_logits"))
+        """True if the loss reads logits, False if not, None when unknown (an unrecorded export)."""
+        return None if self.scoring is None else self.scoring.from_logits
 
 
 def _has_export(export_dir):
@@ -90,7 +94,7 @@ def load_export(export_dir, *, strategy=None, per_replica_batch=None):
         strategy = tf.distribute.get_strategy()
     model = _revive(export_dir)
     return Loaded(model, None, None, strategy, per_replica_batch or DEFAULT_BATCH,
-                  f"export {export_dir}")  # fmt: skip
+                  f"export {export_dir}", scoring=scoring_lib.read(export_dir))  # fmt: skip
 
 
 def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"):
@@ -130,9 +134,11 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(summary["precision_policy"])  # As the run computed.
     try:
-        task = entry.build(config)
+        names = summary.get("class_names")
+        finished = registry.FinishedRun(model_dir, tuple(names) if names else None)
+        task = entry.build(config, finished=finished)
         with strategy.scope():
-            model = task_builds.check_built_model(task.build_model())
+            model = task_builds.build_model(task)
     finally:
         keras.mixed_precision.set_global_policy(previous)
     export_dir, best = config.export_dir, os.path.join(model_dir, "best", "checkpoint")
@@ -152,8 +158,11 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
             f"the run in {model_dir} kept no weights: no export (--export_dir) and no "
             f"{best}; train it again with --export_dir (or --keep_best)."
         )
+    record = scoring_lib.Scoring.of(model, task.loss, task_lib.build_metrics(task.metrics),
+                                    task.class_names, config)  # fmt: skip
     return Loaded(model, task.preprocess, task, strategy,
-                  per_replica_batch or config.per_replica_batch_size, description, summary)  # fmt: skip
+                  per_replica_batch or config.per_replica_batch_size, description, summary,
+                  record)  # fmt: skip
 
 
 def _weights_from_export(model, export_dir, summary):

@@ -10,7 +10,10 @@
 
 Every input is run once, batched per replica under the run's strategy resolution
 (batched_outputs.py: a padded last batch, nothing dropped); the metrics are the
-task's own, computed over all the outputs at once, so they are exact.
+task's own, computed over all the outputs at once, so they are exact. An export alone
+is scored with what it carries (engine/conclude/scoring.py: the task's loss and metrics,
+logits or probabilities, classes, a sigmoid or a score); one without it is refused
+rather than guessed.
 `keras_tpu.evaluate(model, eval_data)`, the in-memory form, is unchanged.
 """
 
@@ -24,6 +27,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.inference import batched_outputs
+from keras_tpu.engine.conclude import scoring as scoring_lib
 from keras_tpu.engine.steps import compiling
 from keras_tpu.inference import finished_run
 from keras_tpu.engine.task import task_builds
@@ -194,15 +198,22 @@ def evaluate(data, eval_data=None, *, model_dir=None, export_dir=None, loaded=No
                             for key, split in data.items()})  # fmt: skip
     predictions, outputs, loaded = _run(data, model_dir, export_dir, loaded, None, on_batch,
                                         load_args)  # fmt: skip
+    if loaded.scoring is None and not isinstance(outputs.outputs, dict):
+        raise checks.ConfigError(
+            f"the {loaded.description} carries no scoring record ({scoring_lib.FILE}): whether "
+            f"its outputs are logits or probabilities, a sigmoid's or a score, and its loss and "
+            f"metrics are unknown, so it cannot be scored as its run was; evaluate the run "
+            f"(model_dir=), or export it with keras_tpu.fit, whose exports carry one."
+        )
     raw = _metric_inputs(outputs.outputs, predictions, loaded.from_logits)
     labels, weights = np.asarray(outputs.labels), outputs.weights
     if labels.ndim == 1 and raw.ndim == 2 and raw.shape[-1] == 1:
         labels = labels[:, None]  # As Keras reads a score's labels: one column, as the outputs.
     metrics = {}
-    for metric in _metrics(loaded.task, predictions, outputs.examples):
+    for metric in _metrics(loaded, predictions, outputs.examples):
         metric.update_state(labels, raw, sample_weight=weights)
         metrics[metric.name] = float(metric.result())
-    metrics["loss"] = _loss(loaded.task, predictions, labels, raw, weights)
+    metrics["loss"] = _loss(loaded, predictions, labels, raw, weights)
     name = name or batched_outputs.as_input_source(data).name
     return Evaluation(metrics, outputs.examples, name, predictions)
 
@@ -214,7 +225,7 @@ def _run(data, model_dir, export_dir, loaded, class_names, on_batch, load_args):
         loaded.strategy, loaded.call, source, loaded.per_replica_batch,
         preprocess=loaded.preprocess, on_batch=on_batch,
     )  # fmt: skip
-    class_ids, probabilities, scores = _read_outputs(outputs.outputs, loaded.from_logits)
+    class_ids, probabilities, scores = _read_outputs(outputs.outputs, loaded.scoring)
     # Ids in the data (a GLUE example's idx) come from the same read as the outputs.
     ids = source.example_ids if outputs.ids is None else tuple(outputs.ids.tolist())
     predictions = Predictions(class_ids, probabilities, scores,
@@ -223,8 +234,9 @@ def _run(data, model_dir, export_dir, loaded, class_names, on_batch, load_args):
     return predictions, outputs, loaded
 
 
-def _read_outputs(outputs, from_logits):
+def _read_outputs(outputs, scoring):
     """Return (class_ids, probabilities, scores) of a model's or an export's outputs."""
+    from_logits = None if scoring is None else scoring.from_logits
     if isinstance(outputs, dict):
         if "score" in outputs:
             return None, None, np.asarray(outputs["score"], np.float32).reshape(-1)
@@ -236,6 +248,10 @@ def _read_outputs(outputs, from_logits):
         probabilities = np.asarray(outputs["probabilities"], np.float32)
     else:
         values = np.asarray(outputs, np.float32)
+        if scoring is not None and scoring.output == scoring_lib.SIGMOID:  # Class 1's, or its logit.
+            p = tf.sigmoid(values).numpy() if from_logits else values
+            p = p.reshape(-1)
+            return (p > 0.5).astype(np.int64), np.stack([1 - p, p], axis=-1), None
         if values.ndim == 1 or values.shape[-1] == 1:
             return None, None, values.reshape(-1)
         if from_logits is None:  # An export alone: rows of probabilities, or logits.
@@ -255,20 +271,25 @@ def _metric_inputs(outputs, predictions, from_logits):
     return np.log(np.maximum(p, np.finfo(np.float32).tiny)) if from_logits else p
 
 
-def _metrics(task, predictions, examples):
+def _metrics(loaded, predictions, examples):
     """Return fresh metric objects: the task's (sized for `examples`), else the defaults."""
     from keras_tpu import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
 
-    if task is not None:
-        specs = task_builds.build_metrics(task.metrics)
+    scoring = loaded.scoring
+    if loaded.task is not None:
+        specs = task_builds.build_metrics(loaded.task.metrics)
+    elif scoring is not None:
+        specs = scoring.metric_objects(loaded.description)
     elif predictions.scores is not None:
         specs = [metrics_lib.PearsonCorrelation(examples), metrics_lib.SpearmanCorrelation(examples)]
     else:
         specs = ["accuracy"]
     built = []
     for metric in specs:
-        if isinstance(metric, str):
-            metric = _named_metric(metric, predictions.scores is None)
+        if isinstance(metric, str):  # As compile resolves it, by the output's units.
+            one_unit = predictions.scores is not None or (
+                scoring is not None and scoring.output != scoring_lib.CLASSES)
+            metric = _named_metric(metric, classes=not one_unit)
         config = metric.get_config()
         if "max_examples" in config:  # Gathering metrics: room for this split's examples.
             metric = type(metric).from_config({**config, "max_examples": examples})
@@ -282,17 +303,20 @@ def _named_metric(name, classes):
         return (keras.metrics.SparseCategoricalAccuracy if classes
                 else keras.metrics.BinaryAccuracy)(name=name)  # fmt: skip
     if name in ("crossentropy", "ce"):
-        return keras.metrics.SparseCategoricalCrossentropy(name=name)
+        return (keras.metrics.SparseCategoricalCrossentropy if classes
+                else keras.metrics.BinaryCrossentropy)(name=name)  # fmt: skip
     metric = keras.metrics.get(name)
     return metric if isinstance(metric, keras.metrics.Metric) else keras.metrics.MeanMetricWrapper(
         metric, name=name
     )
 
 
-def _loss(task, predictions, labels, raw, weights):
+def _loss(loaded, predictions, labels, raw, weights):
     """Return the weighted mean per-example loss: the task's, else the default for the outputs."""
-    if task is not None:
-        loss = keras.losses.get(task.loss)
+    if loaded.task is not None:
+        loss = keras.losses.get(loaded.task.loss)
+    elif loaded.scoring is not None:
+        loss = loaded.scoring.loss_object(loaded.description)
     elif predictions.scores is not None:
         loss = keras.losses.MeanSquaredError()
     else:

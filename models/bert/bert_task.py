@@ -54,7 +54,8 @@ class BertRunConfig(keras_tpu.RunConfig):
     metrics: str | None = None  # e.g. "accuracy,f1"; default: glue's, else accuracy (regression:
     # pearson,spearman).
     seq_length: int = 128
-    num_classes: int | None = None  # Default: glue's, else 2 (a regression has none).
+    num_classes: int | None = None  # Default: glue's, else a training file's label names' count
+    # (labels that are names), else 2 (a regression has none).
     dropout: float = 0.1
     warmup_fraction: float = 0.1
     per_replica_batch_size: int = 32
@@ -103,7 +104,10 @@ class BertRunConfig(keras_tpu.RunConfig):
         if not regression:
             if self.num_classes is None and names:
                 self.num_classes = len(names)
-            if self.num_classes is None:
+            # Training files without --label_names: their label names (if names) decide, when
+            # the task is built (datasets.text_splits); config.yaml records what they decided.
+            by_file = self.train_file and not self.tfds_name
+            if self.num_classes is None and not by_file:
                 self.num_classes = known.num_classes if known and known.num_classes else 2
             if names and len(names) != self.num_classes:
                 raise checks.ConfigError(
@@ -111,7 +115,8 @@ class BertRunConfig(keras_tpu.RunConfig):
                     f"num_classes={self.num_classes}; give one name per class or drop "
                     f"--num_classes."
                 )
-            checks.integer("num_classes", self.num_classes, minimum=2)
+            if self.num_classes is not None:
+                checks.integer("num_classes", self.num_classes, minimum=2)
         if self.text_keys is None and known and not self.tfds_keys:
             self.text_keys = ",".join(known.text_keys)
         if self.tfds_eval_split is None:
@@ -169,18 +174,24 @@ def _metrics(config, eval_examples):
 
 
 @keras_tpu.register_task("bert")
-def bert_task(config: BertRunConfig) -> keras_tpu.Task:
-    """Return the Task fine-tuning `config.encoder_handle` on its sentence (pair) splits."""
+def bert_task(config: BertRunConfig, finished=None) -> keras_tpu.Task:
+    """Return the Task fine-tuning `config.encoder_handle` on its sentence (pair) splits.
+
+    `finished`: a finished run's stored facts (keras_tpu.predict rebuilding it): its files
+    are not read, its label names are the run's.
+    """
     if not config.encoder_handle:
         raise checks.ConfigError("BERT needs --encoder_handle (a TF Hub handle or a local export).")
-    splits = datasets.text_splits(config)
+    splits = datasets.text_splits(config, finished)
     preprocessor = datasets.bert_preprocessor(config)
     # model_parallel > 1: the weights split over a DTensor mesh (parallel.mesh.backend).
     sharded = (
         _sharded(config, preprocessor, splits.pair, splits.label_names)
         if config.model_parallel > 1 else {}
     )  # fmt: skip
-    metrics, monitor, mode = _metrics(config, data.count_examples(splits.eval))
+    # A finished run's rebuild scores splits of its own size (inference sizes the metrics).
+    eval_examples = 1 if finished is not None else data.count_examples(splits.eval)
+    metrics, monitor, mode = _metrics(config, eval_examples)
     if config.regression:
         build_model = lambda: bert.build_bert_regressor(  # noqa: E731
             config.encoder_handle, config.seq_length, dropout=config.dropout

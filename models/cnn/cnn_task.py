@@ -34,7 +34,7 @@ class CNNConfig(keras_tpu.RunConfig):
 
 
 @keras_tpu.register_task("cnn")
-def cnn_task(config: CNNConfig, train=None, test=None) -> keras_tpu.Task:
+def cnn_task(config: CNNConfig, train=None, test=None, finished=None) -> keras_tpu.Task:
     """Return the Task of the CNN on `config.dataset`, or on the given in-memory splits.
 
     Args:
@@ -43,8 +43,14 @@ def cnn_task(config: CNNConfig, train=None, test=None) -> keras_tpu.Task:
         an (images, labels) tuple of arrays (float32 images, integer labels
         0..K-1) or a Source; with `test`.
       test: the matching evaluation split.
+      finished: a finished run's stored facts (keras_tpu.predict rebuilding it): an image
+        folder run is rebuilt from its class names, its folders not read.
     """
-    if train is None and test is None and config.image_dir:
+    if finished is not None and config.image_dir and finished.class_names:
+        train, test = finished.train_data, finished.eval_data
+        preprocess, num_classes = None, len(finished.class_names)
+        image_shape, name = (config.image_size, config.image_size, 3), config.image_dir
+    elif train is None and test is None and config.image_dir:
         train, test = data.image_folder_sources(
             config.image_dir, config.image_size, validation_dir=config.validation_dir,
             validation_split=config.validation_split, seed=config.seed,

@@ -7,9 +7,12 @@ rewritten after them. Object stores and preempted writers leave partial files, a
 a state file can name a step whose files are gone or be garbage itself, so the
 state file is not trusted: the candidates are the steps it names and the steps
 that have checkpoint files, newest first, and the first one whose every tensor
-reads back (each against the CRC32C its index holds) and whose records parse is
-used. The others are damaged: a run falls back to an older backup, which is why
-`keep` (RunConfig.keep_backups) backups are kept.
+reads back (each against the CRC32C its index holds) and whose records are there,
+parse and are of its step is used. Records are part of the backup: without them a
+resume would silently report another history, best epoch and training metrics (the
+weights alone are exact), so a backup whose records are missing or damaged is a
+damaged backup. The others are damaged: a run falls back to an older backup, which
+is why `keep` (RunConfig.keep_backups) backups are kept.
 
 Choosing only reads: every worker of a cluster, choosing from the chief's files,
 restores the same step. Files are removed only by the writer, after a save
@@ -46,7 +49,7 @@ class StoredBackup:
     Attributes:
       step: the optimizer step it holds.
       prefix: the checkpoint's path prefix (`.../ckpt-N`), for `Checkpoint.restore`.
-      records: the run's records at that step, or None (a backup written without them).
+      records: the run's records at that step (a backup without them is damaged).
     """
 
     step: int
@@ -158,10 +161,7 @@ class BackupStore:
         for step in sorted(listed | state_steps, reverse=True):
             reason = self._verify(step, names)
             if reason is None:
-                try:
-                    records = run_records.read(self.directory, step)
-                except (ValueError, TypeError, tf.errors.OpError) as e:
-                    reason = f"records-{step}.json: {checks.first_line(e)}"
+                records, reason = self._records(step, names)
             if reason is not None:
                 damaged.append(Damage(step, reason))
                 continue
@@ -170,6 +170,21 @@ class BackupStore:
             backup = StoredBackup(step, self.prefix(step), records)
             return Choice(self.directory, backup, tuple(damaged), state_problem)
         return Choice(self.directory, None, tuple(damaged), state_problem)
+
+    def _records(self, step, names):
+        """Return (the Records of `step`, None), or (None, why they cannot be used)."""
+        name = os.path.basename(run_records.path(self.directory, step))
+        if name not in names:
+            return None, f"{name} is missing"
+        try:
+            records = run_records.read(self.directory, step)
+        except (ValueError, TypeError, tf.errors.OpError) as e:
+            return None, f"{name}: {run_dir.first_line(e)}"
+        if records is None:  # Gone between the listing and the read.
+            return None, f"{name} is missing"
+        if records.step != step:
+            return None, f"{name} holds the records of step {records.step}"
+        return records, None
 
     def _verify(self, step, names):
         """Return why the checkpoint of `step` cannot be restored, or None if every tensor reads."""

@@ -6,7 +6,8 @@ throughput records, the training time, and the state a user's callback declares.
 `checkpointing.Backup` writes these records as `records-<step>.json` beside the
 checkpoint of the same step, *before* the checkpoint (the checkpoint's index is
 the commit point: a backup on disk always has its records); `backup_store` keeps
-and deletes them with their checkpoints. When the epoch whose
+and deletes them with their checkpoints, and counts a backup whose records are
+missing or damaged (an object store losing one object) as a damaged backup. When the epoch whose
 last step was backed up is then evaluated, the records of that same step are
 replaced atomically (the weights did not change).
 
@@ -211,11 +212,26 @@ def write(directory, records):
     tf.io.gfile.rename(temp, target, overwrite=True)
 
 
+_FIELD_TYPES = {"step": int, "epochs_done": int, "epoch_logs": dict,
+                "train_seconds": (int, float), "callbacks": dict, "metrics": list}  # fmt: skip
+
+
 def read(directory, step):
-    """Return the Records saved with the checkpoint of `step`, or None (an older backup)."""
+    """Return the Records saved with the checkpoint of `step`, or None if there are none.
+
+    Raises:
+      ValueError: the file is not JSON, or not Records (a field missing or of another type).
+      TypeError: a field Records does not have.
+    """
     target = path(directory, step)
     if not tf.io.gfile.exists(target):
         return None
     with tf.io.gfile.GFile(target) as f:
-        return Records(**json.load(f))
+        fields = json.load(f)
+    if not isinstance(fields, dict):
+        raise ValueError(f"holds a {type(fields).__name__}, not the run's records")
+    for name, kind in _FIELD_TYPES.items():
+        if not isinstance(fields.get(name), kind) or isinstance(fields.get(name), bool):
+            raise ValueError(f"field {name!r} is {fields.get(name)!r}, not the run's records")
+    return Records(**fields)
 

@@ -9,6 +9,7 @@ The export whole, here: its one check before training (`preflight`: a run calls 
 once, before anything is written, and its writer then trusts it), its writer
 (`save_atomically`: a temp directory beside export_dir, renamed into place; its
 temporary directory is named by atomic_writes.temp_prefix) and what is saved.
+It also carries, beside the SavedModel, what scoring it needs (scoring.py).
 """
 
 import contextlib
@@ -108,6 +109,23 @@ def save_atomically(save_fn, export_dir, model, *, overwrite):
     return export_dir
 
 
+_SCORING = contextvars.ContextVar("keras_tpu_export_scoring", default=None)
+
+
+@contextlib.contextmanager
+def scoring_recorded(record):
+    """Write `record` (a scoring.Scoring, or None) into each export saved in this context.
+
+    The run sets it around the task's export function (which calls `export_model`), so
+    the record lands inside the same atomic write as the SavedModel.
+    """
+    token = _SCORING.set(record)
+    try:
+        yield
+    finally:
+        _SCORING.reset(token)
+
+
 def _save_options(strategy, export_dir):
     device = StrategyInfo.of(strategy).io_device(export_dir)
     return tf.saved_model.SaveOptions(experimental_io_device=device)
@@ -185,6 +203,8 @@ def export_model(
                 signatures=signatures,
                 options=_save_options(strategy, directory),
             )
+        if _SCORING.get() is not None:
+            _SCORING.get().write(directory)
 
     return save_atomically(save, export_dir, model, overwrite=overwrite)
 

@@ -125,7 +125,7 @@ class KerasBackend(Backend):
             config.steps_per_execution, strategy, self.inputs.steps_per_epoch
         )
         with strategy.scope():
-            self.model = task_builds.check_built_model(task.build_model())
+            self.model = task_builds.build_model(task)
             optimizer = task_builds.build_optimizer(
                 task.optimizer,
                 total_steps=self.inputs.steps_per_epoch * config.epochs,

@@ -139,6 +139,7 @@ class Task:
         if isinstance(self.build_model, keras.Model):
             raise checks.ConfigError("Task.build_model got a model; pass a function that builds it.")
         best_tracker.resolve_mode(self.monitor, self.mode)  # Refused now, not after training.
+        instances.refuse_keras3_in_task(self)
         instances.refuse_optimizer_instance(self.optimizer)
         if not callable(self.callbacks):
             for callback in self.callbacks or ():

@@ -8,12 +8,32 @@ cannot take the mesh, a metric name Keras does not know.
 
 import difflib
 import inspect
+import re
 
 from keras_tpu import checks
 from keras_tpu.engine.stops import early_stopping
 from keras_tpu.engine.task import instances
 from keras_tpu.runtime import compat
 from keras_tpu.runtime.compat import keras
+
+
+def build_model(task):
+    """Return the model `task.build_model()` builds, checked (`check_built_model`).
+
+    tf_keras refuses a Keras 3 layer added to a Sequential with a TypeError naming its
+    class: that is one ConfigError naming it and its tf_keras equivalent.
+    """
+    try:
+        model = task.build_model()
+    except TypeError as e:
+        found = re.search(r"<class '(keras\.src\.[\w.]+)'>", str(e))
+        if not found:
+            raise
+        module, _, name = found.group(1).rpartition(".")
+        keras3 = type(name, (), {"__module__": module})  # Names it as refuse_keras3 does.
+        instances.refuse_keras3(keras3, "a layer Task.build_model adds")
+        raise
+    return check_built_model(model)
 
 
 def check_built_model(model):
@@ -23,6 +43,7 @@ def check_built_model(model):
     AttributeError or a TypeError, with no word on what to return instead.
     """
     if isinstance(model, keras.Model):
+        instances.refuse_keras3_in_model(model)
         return model
     if compat.is_keras3_object(model):
         compat.ensure_tf_keras(model)  # Its TypeError says why not Keras 3, and how to switch.
@@ -40,6 +61,7 @@ def build_callbacks(spec):
     """Return the task's callbacks for one run, refusing anything but tf_keras callbacks."""
     callbacks = list(spec() if callable(spec) else spec or ())
     for callback in callbacks:
+        instances.refuse_keras3(callback, "Task.callbacks")
         early_stopping.refuse_stock_stateful(callback)
         if not isinstance(callback, keras.callbacks.Callback):
             raise checks.ConfigError(
@@ -102,6 +124,7 @@ def build_optimizer(spec, *, total_steps, learning_rate, mesh=None):
             return type(optimizer)(learning_rate=learning_rate, mesh=mesh)
         optimizer.learning_rate = learning_rate
         return optimizer
+    instances.refuse_keras3(spec, "Task.optimizer")
     instances.refuse_optimizer_instance(spec)
     if isinstance(spec, type):
         return spec(learning_rate=learning_rate, **on_mesh)
@@ -123,7 +146,9 @@ def build_optimizer(spec, *, total_steps, learning_rate, mesh=None):
             f"it and pass it on: `lambda total_steps, mesh=None: keras.optimizers.AdamW(..., "
             f"mesh=mesh)`."
         )
-    return spec(total_steps, **on_mesh) if required else spec(**on_mesh)
+    optimizer = spec(total_steps, **on_mesh) if required else spec(**on_mesh)
+    instances.refuse_keras3(optimizer, "the optimizer Task.optimizer builds")
+    return optimizer
 
 
 def build_metrics(spec):
@@ -137,6 +162,8 @@ def build_metrics(spec):
             metric = type(metric).from_config(metric.get_config())
         elif isinstance(metric, str):
             check_metric_name(metric)
+        else:
+            instances.refuse_keras3(metric, "Task.metrics")
         fresh.append(metric)
     return fresh
 

@@ -56,7 +56,7 @@ class LaidOutModel:
         # LayoutMap lays out a dropout's RNG state only as a tf.random.Generator variable.
         keras.backend.experimental.enable_tf_random_generator()
         with self.layout_map(mesh).scope():
-            return task_builds.check_built_model(self.task.build_model())
+            return task_builds.build_model(self.task)
 
     def export(self, weights, export_dir, *, overwrite):
         """Write the Task's export of an unsharded copy holding `weights`; return its directory.
@@ -70,7 +70,7 @@ class LaidOutModel:
         if self.task.export is None:
             raise checks.ConfigError("this task has no export; drop --export_dir.")
         with tf.device("/CPU:0"):
-            model = task_builds.check_built_model(self.task.build_model())
+            model = task_builds.build_model(self.task)
             values = list(weights.values())
             if [tuple(v.shape) for v in model.variables] != [value.shape for value in values]:
                 raise AssertionError(
