@@ -15,7 +15,6 @@ per-collective timeout thread) and aborted at epoch 27-28 of 30.
 """
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,26 +33,16 @@ flags.DEFINE_integer("timeout", 1800, "Seconds the whole cluster run may take.")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from keras_tpu.engine.callbacks import resource_use  # noqa: E402  pylint: disable=g-import-not-at-top
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from keras_tpu.engine.callbacks import resource_use  # noqa: E402
+from keras_tpu.runtime.strategy import cluster  # noqa: E402
 
 REPORTED_EPOCH = 5
 
 
-def _hosts(n):
-    """Return "127.0.0.1:p1,..." with n ports free right now."""
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return ",".join(f"127.0.0.1:{s.getsockname()[1]}" for s in sockets)
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def run_cluster(workdir):
     """Run the 2-worker cluster; return ([returncode, ...], [{epoch: Resources}, ...], seconds)."""
-    hosts = _hosts(2)
+    hosts = cluster.free_loopback_hosts(2)
     flags_ = [
         "--dataset=digits", f"--epochs={FLAGS.epochs}", "--verbose=0", "--log_level=info",
         f"--model_dir={os.path.join(workdir, 'run')}", f"--worker_hosts={hosts}",

@@ -4,10 +4,8 @@ On a real cluster: tests/test_multiworker.py::test_a_stuck_worker_fails_the_othe
 (the abort) and tests/test_cluster_soak.py (threads flat over 40 epochs).
 """
 
-import ast
 import functools
 import importlib
-import inspect
 import logging
 import threading
 import time
@@ -16,6 +14,7 @@ import tensorflow as tf
 
 from keras_tpu.runtime.strategy import cluster
 from keras_tpu.runtime.strategy import collective_deadline
+from tests.conftest import top_level_imports
 
 
 def test_the_private_tensorflow_names_it_calls_exist_in_this_tensorflow():
@@ -28,13 +27,7 @@ def test_the_private_tensorflow_names_it_calls_exist_in_this_tensorflow():
 
 
 def test_the_private_module_is_read_when_a_cluster_strategy_is_built_not_at_import():
-    tree = ast.parse(inspect.getsource(collective_deadline))
-    imported = [
-        node.module if isinstance(node, ast.ImportFrom) else alias.name
-        for node in tree.body
-        if isinstance(node, (ast.Import, ast.ImportFrom))
-        for alias in node.names
-    ]
+    imported = top_level_imports(collective_deadline)
     assert not [name for name in imported if name.startswith("tensorflow.python")], imported
 
 

@@ -7,7 +7,6 @@ bounds every wait: a stuck worker is killed and the test fails, never hangs.
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,16 +28,7 @@ DIGITS_TRAIN = 1437  # load_digits: 80% of sklearn's 1,797 images.
 FAILURE_BOUND = 60  # Seconds a surviving worker may take to stop after a peer dies.
 
 
-def _hosts(n):
-    """Return "127.0.0.1:p1,..." with n ports free right now (held together: distinct)."""
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return ",".join(f"127.0.0.1:{s.getsockname()[1]}" for s in sockets)
-    finally:
-        for s in sockets:
-            s.close()
+_hosts = cluster.free_loopback_hosts  # "127.0.0.1:p1,..." with n distinct free ports.
 
 
 def _start(command, hosts, index, log_path, env=None):

@@ -115,6 +115,21 @@ def set_tf_config(worker_hosts, task_index, environ):
     environ["TF_CONFIG"] = config
 
 
+def free_loopback_hosts(n):
+    """Return "127.0.0.1:p1,..." with `n` ports free now, for a cluster rehearsed on one host.
+
+    The sockets are held together while their ports are chosen, so the ports differ.
+    """
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return ",".join(f"127.0.0.1:{s.getsockname()[1]}" for s in sockets)
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def _answers(host, port, timeout=1.0):
     try:
         with socket.create_connection((host, port), timeout=timeout):
