@@ -30,7 +30,7 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu.runtime.strategy import collective_deadline
 
-DEFAULT_COLLECTIVE_TIMEOUT = 300.0  # Seconds one all-reduce may wait for its peers.
+DEFAULT_COLLECTIVE_TIMEOUT = 300.0  # Seconds a worker may go without progress (a stuck peer).
 _POLL_SECONDS = 0.2
 # Errors a collective raises when a peer is gone, restarted, stuck or aborted.
 FAILURE_ERRORS = (
