@@ -57,6 +57,7 @@ from keras_tpu.runtime.strategy.resolver import StrategyError  # noqa: E402
 from keras_tpu.runtime.strategy.resolver import DeviceConfigError  # noqa: E402
 from keras_tpu.runtime.strategy.resolver import TPUConnectionError  # noqa: E402
 from keras_tpu.runtime.strategy.resolver import TPUUnusableError  # noqa: E402
+from keras_tpu.runtime.strategy.collective_deadline import CollectiveDeadline  # noqa: E402
 from keras_tpu.runtime.compat import keras  # noqa: E402
 from keras_tpu import data  # noqa: E402
 from keras_tpu import metrics  # noqa: E402
@@ -89,6 +90,7 @@ __all__ = [
     "DeviceConfigError",
     "TPUConnectionError",
     "TPUUnusableError",
+    "CollectiveDeadline",
     "keras",
     "data",
     "metrics",

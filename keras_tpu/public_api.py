@@ -42,6 +42,7 @@ TOP_LEVEL = (
     "keras_tpu.runtime.strategy.resolver:DeviceConfigError",
     "keras_tpu.runtime.strategy.resolver:TPUConnectionError",
     "keras_tpu.runtime.strategy.resolver:TPUUnusableError",
+    "keras_tpu.runtime.strategy.collective_deadline:CollectiveDeadline",
     "keras_tpu.runtime.compat:keras",
     # Data, metrics and the layers a model builds with: modules, their names in MODULES.
     "keras_tpu.data",

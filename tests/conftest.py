@@ -8,9 +8,11 @@ whatever the test order. Tests that need a different device set-up (or a
 fresh interpreter) run in a subprocess via `run_python` / `run_script`.
 """
 
+import ast
 import fcntl
 import hashlib
 import importlib
+import inspect
 import json
 import os
 import signal
@@ -53,6 +55,17 @@ def _signal_handlers_given_back():
     for s, handler in zip(signals, before):
         signal.signal(s, handler)
     assert not left, f"the test left signal handlers installed: {left}"
+
+
+def top_level_imports(module):
+    """Return the module names `module` imports at its top level (not inside functions)."""
+    tree = ast.parse(inspect.getsource(module))
+    return [
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in tree.body
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    ]
 
 
 def subprocess_env(**overrides):

@@ -264,6 +264,18 @@ def test_bench_stall(tmp_path):
     assert "stall median s" in stdout
 
 
+@pytest.mark.serial  # A loopback cluster: its peers and time-outs need the cores.
+def test_bench_soak(tmp_path):
+    results, stdout = run_benchmark(
+        tmp_path, "bench_soak.py", "--epochs=6", "--steps_per_epoch=1", timeout=600
+    )
+    assert [w["index"] for w in results["workers"]] == [0, 1]
+    for worker in results["workers"]:
+        assert sorted(worker["per_epoch"], key=int) == [str(e) for e in range(1, 7)]
+        assert worker["epoch_5"]["threads"] > 0 and worker["epoch_6"]["rss_mb"] > 0
+    assert "threads/epoch" in stdout and "goal: flat" in stdout
+
+
 def test_bench_scale(tmp_path):
     results, stdout = run_benchmark(
         tmp_path, "bench_scale.py", "--examples=4000", "--features=8", "--files=4",

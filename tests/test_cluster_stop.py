@@ -4,10 +4,8 @@ The agreement itself runs on a real 2-worker cluster in
 tests/test_multiworker.py::test_a_sigterm_to_one_worker_backs_up_one_step_on_all_and_the_rerun_is_exact.
 """
 
-import ast
 import functools
 import importlib
-import inspect
 import signal
 
 import pytest
@@ -15,6 +13,7 @@ import pytest
 import keras_tpu
 from keras_tpu.engine.stops import cluster_stop
 from keras_tpu.engine.stops import stop as stops
+from tests.conftest import top_level_imports
 
 
 def test_the_private_tensorflow_names_it_reads_exist_in_this_tensorflow():
@@ -27,13 +26,7 @@ def test_the_private_tensorflow_names_it_reads_exist_in_this_tensorflow():
 
 
 def test_the_private_module_is_imported_when_a_cluster_run_starts_not_at_import():
-    tree = ast.parse(inspect.getsource(cluster_stop))
-    imported = [
-        node.module if isinstance(node, ast.ImportFrom) else alias.name
-        for node in tree.body
-        if isinstance(node, (ast.Import, ast.ImportFrom))
-        for alias in node.names
-    ]
+    imported = top_level_imports(cluster_stop)
     assert not [name for name in imported if "failure_handling" in name], imported
 
 

@@ -7,13 +7,13 @@ bounds every wait: a stuck worker is killed and the test fails, never hangs.
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
+from keras_tpu.engine.callbacks import resource_use
 from keras_tpu.runtime.strategy import cluster
 from keras_tpu.runtime import detect
 from keras_tpu.runtime import device_rules
@@ -28,16 +28,7 @@ DIGITS_TRAIN = 1437  # load_digits: 80% of sklearn's 1,797 images.
 FAILURE_BOUND = 60  # Seconds a surviving worker may take to stop after a peer dies.
 
 
-def _hosts(n):
-    """Return "127.0.0.1:p1,..." with n ports free right now (held together: distinct)."""
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return ",".join(f"127.0.0.1:{s.getsockname()[1]}" for s in sockets)
-    finally:
-        for s in sockets:
-            s.close()
+_hosts = cluster.free_loopback_hosts  # "127.0.0.1:p1,..." with n distinct free ports.
 
 
 def _start(command, hosts, index, log_path, env=None):
@@ -339,6 +330,39 @@ def test_worker_that_never_starts_fails_within_the_connect_timeout(tmp_path):
     assert hosts.split(",")[1] in last
 
 
+SOAK_EPOCHS = 40
+
+
+@pytest.mark.slow
+@pytest.mark.serial  # A loopback cluster: its peers and time-outs need the cores.
+def test_a_long_cluster_run_holds_each_workers_threads_and_memory_flat(tmp_path):
+    # 40 short epochs (2 steps, the exact evaluation, a backup each): TensorFlow's
+    # per-collective timeout once added a sleeping thread per collective, ~600 threads
+    # an epoch of the full digits CNN, until a worker could start no more (exit 134).
+    hosts = _hosts(2)
+    command = [
+        *_script("train_cnn.py"),
+        "--dataset=digits",
+        f"--epochs={SOAK_EPOCHS}",
+        "--steps_per_epoch=2",
+        "--verbose=0",
+        "--log_level=info",  # The engine's per-epoch resource lines (resource_use.py).
+        f"--model_dir={tmp_path / 'run'}",
+    ]
+    workers, logs = _start_two(command, hosts, tmp_path)
+    results = _finish(workers, logs, timeout=600)
+    assert [rc for rc, _ in results] == [0, 0], results[0][1][-3000:] + results[1][1][-3000:]
+    for index, (_, log) in enumerate(results):
+        epochs = resource_use.parse(log)
+        assert sorted(epochs) == list(range(1, SOAK_EPOCHS + 1)), sorted(epochs)
+        early, last = epochs[2], epochs[SOAK_EPOCHS]
+        print(f"worker {index}: after epoch 2 {early}; after epoch {SOAK_EPOCHS} {last}")
+        assert last.threads - early.threads <= 50, (early, last)
+        assert last.rss_mb - early.rss_mb <= 100, (early, last)
+        assert last.open_files - early.open_files <= 10, (early, last)
+    assert "triggered tf.function retracing" not in results[0][1]  # One gather per backup.
+
+
 def _reference(cnn_cluster_run):
     """Return (checksum, history) of the uninterrupted cluster run."""
     tmp_path, _, [(rc, log), _] = cnn_cluster_run
@@ -445,6 +469,7 @@ _STUCK_PROGRAM = """
 import sys, time
 import numpy as np
 import keras_tpu
+from keras_tpu.engine.callbacks import resource_use
 from keras_tpu.runtime.strategy import cluster
 from keras_tpu import keras
 hosts, index = sys.argv[1], int(sys.argv[2])
@@ -459,9 +484,12 @@ class Stall(keras.callbacks.Callback):
             time.sleep(120)  # Alive (its heartbeats go on) but never reaches the next all-reduce.
 
 x = np.ones((64, 8), np.float32)
+deadline = keras_tpu.CollectiveDeadline(timeout=3)  # One watchdog, not a thread per collective.
 start = time.monotonic()
 try:
-    model.fit(x, x[:, :1], batch_size=8, steps_per_epoch=8, verbose=0, callbacks=[Stall()])
+    with deadline:
+        model.fit(x, x[:, :1], batch_size=8, steps_per_epoch=8, verbose=0,
+                  callbacks=[deadline, Stall()])
 except cluster.FAILURE_ERRORS as e:
     print(f"stopped after {time.monotonic() - start:.1f} s", flush=True)
     print(cluster.worker_failure(e, keras_tpu.runtime.strategy.resolver.strategy_info(strategy)), flush=True)
@@ -484,6 +512,7 @@ def test_a_stuck_worker_fails_the_others_after_the_collective_timeout(tmp_path):
     assert seconds < 30  # 3 s timeout; the stalled worker sleeps 120 s.
     assert "did not reach an all-reduce within collective_timeout=3 s" in log
     assert "DeadlineExceededError" in log
+    assert "made no progress for" in log  # The deadline's abort, not TensorFlow's timeout.
 
 
 @pytest.mark.slow

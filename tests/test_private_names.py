@@ -36,6 +36,12 @@ ADAPTERS = {
         {"tensorflow.python.distribute.failure_handling.failure_handling_util"},
         "read when a cluster run starts; tests/test_cluster_stop.py (tripwire, fallback)",
     ),
+    "keras_tpu/runtime/strategy/collective_deadline.py": (
+        {"tensorflow.python.eager.context"},
+        "abort_collective_ops, read when a cluster strategy is built; "
+        "tests/test_collective_deadline.py (tripwire; without it one warning and TensorFlow's "
+        "per-collective timeout)",
+    ),
     "keras_tpu/runtime/determinism.py": (
         {"tensorflow.python.framework.config"},
         "is/disable_op_determinism, read when a run asks (TensorFlow's public switch only turns "

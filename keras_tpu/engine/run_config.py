@@ -79,7 +79,8 @@ class RunConfig:
     )
     collective_timeout: float = setting(
         cluster.DEFAULT_COLLECTIVE_TIMEOUT,
-        "Multi-worker: seconds one all-reduce may wait for a stuck peer.",
+        "Multi-worker: seconds a worker may go without progress (a stuck peer) before it "
+        "aborts its collectives.",
         identity=False,
     )
     per_replica_batch_size: int = setting(64, "Batch per replica; global batch = this x replicas.")

@@ -36,6 +36,7 @@ from keras_tpu.engine.conclude import summary as summary_lib
 from keras_tpu.engine.task import task as task_lib
 from keras_tpu.engine.task import task_builds
 from keras_tpu.runtime.strategy import cluster
+from keras_tpu.runtime.strategy import collective_deadline
 from keras_tpu.runtime import determinism
 from keras_tpu.runtime.strategy import replica_batch_norm
 from keras_tpu.runtime.compat import keras
@@ -79,9 +80,13 @@ class TrainingRun:
 
     def _run(self):
         self._prepare()
+        with self.deadline:
+            return self._claim_train_conclude()
+
+    def _claim_train_conclude(self):
         lock, position = self._claim_and_restore()
         try:
-            self.preemption.enter("training")
+            self._enter("training")
             trained = self._train(position)
             summary = self._conclude(trained)
         except cluster.FAILURE_ERRORS as e:
@@ -101,6 +106,11 @@ class TrainingRun:
             if lock:
                 lock.release()
         return summary
+
+    def _enter(self, phase):
+        """Move to `phase`: progress for the collective deadline, and a pending signal stops."""
+        self.deadline.kick()
+        self.preemption.enter(phase)
 
     def _prepare(self):
         """Build data, model and callbacks and run every check; write nothing."""
@@ -130,6 +140,12 @@ class TrainingRun:
             log.warning("keras_tpu: %s", self.memory_warning)
         if config.rehearse_tpu:  # Before anything is written to model_dir.
             backend.rehearse()
+        # A cluster worker's collectives are bounded by one watchdog, kicked at every
+        # execution, evaluation batch and phase (collective_deadline.py explains why).
+        self.deadline = _no_deadline
+        if self.info.is_multi_worker and collective_deadline.available():
+            self.deadline = collective_deadline.CollectiveDeadline(self.info.role.collective_timeout)
+            backend.evaluation_callbacks = (self.deadline,)
         self.callbacks = callbacks_lib.make_callbacks(
             config.model_dir,
             self.strategy,
@@ -146,6 +162,7 @@ class TrainingRun:
             progress_seconds=config.progress_seconds if config.verbose == 2 else None,
             extra=task_builds.build_callbacks(task.callbacks),
             preemption=self.preemption,
+            deadline=self.deadline if self.deadline is not _no_deadline else None,
             early_stop=config.early_stopping_patience and early_stopping.EarlyStop(
                 task.monitor, task.best_mode, config.early_stopping_patience,
                 config.early_stopping_min_delta,
@@ -259,12 +276,12 @@ class TrainingRun:
     def _conclude(self, trained):
         """Evaluate, export, write the summary, then delete the backups; return the summary."""
         config = self.config
-        self.preemption.enter("evaluating")
+        self._enter("evaluating")
         checksum = self.backend.weights_checksum()  # Of the final weights, whatever is exported.
         weights = self._load_exported_weights()
         test = final_evaluation.final_test(self, trained, weights, checksum)
         if config.export_dir:
-            self.preemption.enter("exporting")
+            self._enter("exporting")
             record = scoring.Scoring.of(self.model, self.task.loss,
                                         task_builds.build_metrics(self.task.metrics),
                                         self.task.class_names, config)  # fmt: skip
@@ -279,7 +296,7 @@ class TrainingRun:
                     self.strategy,
                 )
         summary = summary_lib.run_summary(self, trained, test, weights=weights, checksum=checksum)
-        self.preemption.enter("finishing")
+        self._enter("finishing")
         if self.info.is_chief:
             summary_lib.write(summary, config.model_dir)
         if self.callbacks.backup:  # Only now: a failed export leaves the backup for the rerun.
@@ -297,6 +314,22 @@ class TrainingRun:
             return "final"
         self.model.load_weights(path).expect_partial()  # The weights; not the optimizer's slots.
         return "best"
+
+
+class _NoDeadline:
+    """The collective deadline of a run that has none (one process, or no abort in this TF)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def kick(self):
+        pass
+
+
+_no_deadline = _NoDeadline()
 
 
 def _close_tensorboard(callbacks):

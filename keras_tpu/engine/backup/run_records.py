@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import time
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -134,18 +135,15 @@ def replica_metric_sums(model):
 
     Each replica (each worker's, on a cluster) holds its own share of an epoch's sums,
     and the epoch's mean is their total: a resume mid-epoch needs every one of them. A
-    worker holds only its own replicas', so on a cluster they are gathered from all.
+    worker holds only its own replicas', so on a cluster they are gathered from all,
+    by one compiled gather per model (`_gather_function`), reused at every backup.
     """
     strategy = model.distribute_strategy
     variables = _metric_variables(model)
     local = [strategy.experimental_local_results(v) for v in variables]
     if not variables or len(local[0]) == strategy.num_replicas_in_sync:
         return [[np.asarray(part.numpy()).tolist() for part in parts] for parts in local]
-
-    def flat():  # This replica's sums, one row; float64 holds float32 and int32 exactly.
-        return tf.concat([tf.reshape(tf.cast(v, tf.float64), [1, -1]) for v in variables], 1)
-
-    rows = strategy.gather(strategy.run(flat), axis=0).numpy()
+    rows = _gather_function(model, variables)().numpy()
     metrics, start = [], 0
     for variable in variables:
         size = int(np.prod(variable.shape))
@@ -155,6 +153,31 @@ def replica_metric_sums(model):
         )
         start += size
     return metrics
+
+
+# model -> (its metric variables, the tf.function gathering them), built at its first backup.
+_GATHERS = weakref.WeakKeyDictionary()
+
+
+def _gather_function(model, variables):
+    """Return a tf.function gathering every replica's `variables` as rows, one per model.
+
+    Eager `strategy.gather(strategy.run(...))` would trace a new all-gather function at
+    every call (TensorFlow's `_batch_all_gather` defines it inside: "N out of the last N
+    calls ... triggered tf.function retracing", each one new graph and collective keys).
+    Traced once, it runs the same collectives at every backup.
+    """
+    cached = _GATHERS.get(model)
+    if cached is not None and cached[0] == [id(v) for v in variables]:
+        return cached[1]
+    strategy = model.distribute_strategy
+
+    def flat():  # This replica's sums, one row; float64 holds float32 and int32 exactly.
+        return tf.concat([tf.reshape(tf.cast(v, tf.float64), [1, -1]) for v in variables], 1)
+
+    gather = tf.function(lambda: strategy.gather(strategy.run(flat), axis=0))
+    _GATHERS[model] = ([id(v) for v in variables], gather)
+    return gather
 
 
 def load(records, callbacks, history):

@@ -20,6 +20,7 @@ from keras_tpu.engine.stops import nan_stop
 from keras_tpu.engine.stops import preemption as preemption_lib
 from keras_tpu.engine.callbacks import progress
 from keras_tpu.engine.backup import run_records
+from keras_tpu.engine.callbacks import resource_use
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
 
@@ -66,6 +67,7 @@ def make_callbacks(
     progress_seconds=None,
     extra=(),
     preemption=None,
+    deadline=None,
     early_stop=None,
 ):
     """Return the standard callback list for a run writing under `model_dir`.
@@ -90,6 +92,8 @@ def make_callbacks(
         guard (their logs hold those values), before the progress lines, best
         weights, TensorBoard, the run's history and backups (which see what they
         add to logs). Those with `state_dict`/`load_state_dict` are backed up.
+      deadline: the run's `collective_deadline.CollectiveDeadline` on a cluster (first:
+        every hook is progress), or None.
       early_stop: an `early_stopping.EarlyStop`, after the history and before the
         backup (which holds its state at each epoch's end), or None.
       preemption: the run's `preemption.Preemption` (it owns SIGTERM/SIGINT): the
@@ -102,6 +106,7 @@ def make_callbacks(
     meter = log_callbacks.ThroughputMeter(global_batch, flops_per_example, peak_flops)
     guard = nan_stop.NaNGuard()
     callbacks = [
+        *([deadline] if deadline is not None else []),
         log_callbacks.ExactValidationLoss(), meter, log_callbacks.LearningRateLogger(), guard,
         *extra,
     ]  # fmt: skip
@@ -116,7 +121,7 @@ def make_callbacks(
     if model_dir:
         callbacks += _file_callbacks(model_dir, strategy, tracker, tensorboard)
     history = run_records.RunHistory()
-    callbacks.append(history)
+    callbacks += [history, resource_use.ResourceUse()]
     if early_stop is not None:
         callbacks.append(early_stop)
     backup_callback = None

@@ -48,7 +48,9 @@ class Backend:
 
     Attributes set by `build`: `model` (with `model.optimizer`, whose
     `iterations` is the step and which the backups checkpoint with the model)
-    and `shape` (a Shape).
+    and `shape` (a Shape). Set by the run: `evaluation_callbacks`, Keras callbacks
+    for the backend's own evaluations outside `train` (a cluster run's collective
+    deadline, which each evaluation batch keeps alive).
     `supported_policies`: the mixed-precision policies the backend can build
     (None: every one); "auto" picks among them (`precision.choose_precision`). A
     `Task.backend` that is a factory function rather than a class (or a
@@ -60,6 +62,7 @@ class Backend:
     def __init__(self, task, config, strategy, policy):
         self.task, self.config, self.strategy, self.policy = task, config, strategy, policy
         self.model = self.shape = None
+        self.evaluation_callbacks = ()
 
     def check_config(self):
         """Raise ConfigError for a setting this backend cannot honour."""
@@ -175,7 +178,9 @@ class KerasBackend(Backend):
         return history.history
 
     def evaluate(self):
-        return compiling.evaluate_compiled(self.model, self.inputs.eval)
+        return compiling.evaluate_compiled(
+            self.model, self.inputs.eval, callbacks=list(self.evaluation_callbacks)
+        )
 
     def evaluation_from_logs(self, logs):
         # fit validates with model.evaluate on the same data, steps and compiled metrics as
@@ -189,8 +194,9 @@ class KerasBackend(Backend):
     def validation_logs(self):
         eval_data = self.inputs.eval  # As model.fit validates: the same data, steps and metrics.
         logs = self.model.evaluate(
-            eval_data.dataset, steps=eval_data.steps, return_dict=True, verbose=0
-        )
+            eval_data.dataset, steps=eval_data.steps, return_dict=True, verbose=0,
+            callbacks=list(self.evaluation_callbacks),
+        )  # fmt: skip
         return {f"val_{k}": v for k, v in logs.items()}
 
     def export(self, export_dir, *, overwrite):

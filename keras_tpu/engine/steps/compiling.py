@@ -127,13 +127,18 @@ def compile_model(
     return model
 
 
-def evaluate_compiled(model, eval_data):
+def evaluate_compiled(model, eval_data, callbacks=None):
     """Evaluate on every example of `eval_data` exactly once.
 
     Works on any compiled tf_keras model. One compiled by `compile_model` is
     evaluated as it is; for one compiled with plain `model.compile`, whose metrics
     would count the zero-weight padding, a model sharing its layers is compiled
     with the same loss and metrics, all weighted.
+
+    Args:
+      model: a compiled tf_keras model.
+      eval_data: a data.EvalData (the dataset, its steps and example count).
+      callbacks: Keras callbacks for `model.evaluate` (a cluster run's collective deadline).
 
     Returns:
       A dict of metric values weighted by the real examples only (so equal to
@@ -144,7 +149,9 @@ def evaluate_compiled(model, eval_data):
     compat.ensure_tf_keras(model)  # A Keras 3 model: the clear TypeError, as compile_model's.
     if not any(WEIGHTED_LOSS in str(name) for name in _compiled_metric_names(model)):
         model = _exactly_weighted(model)
-    results = model.evaluate(eval_data.dataset, steps=eval_data.steps, verbose=0, return_dict=True)
+    results = model.evaluate(
+        eval_data.dataset, steps=eval_data.steps, verbose=0, return_dict=True, callbacks=callbacks
+    )
     results = {k: float(v) for k, v in results.items()}
     # Keras's own "loss" divides the padded last batch by its padded size; the
     # weighted mean loss compiled by compile_model counts real examples only.

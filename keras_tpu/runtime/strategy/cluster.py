@@ -12,11 +12,12 @@ a "never hang" toolkit:
   starts hangs the others forever (measured with TF 2.20). Each worker
   therefore first listens on its own port and waits, bounded, until every
   peer's port answers.
-- A timeout on every collective (CommunicationOptions.timeout_seconds), for a
-  worker that is alive but stuck. A worker that dies or stops is caught by
-  TensorFlow's coordination-service heartbeats (on by default since TF 2.x):
-  the others' collectives fail with UnavailableError, which `worker_failure`
-  turns into a message that says what to do.
+- A bound on how long a worker waits for its peers, for a worker that is alive
+  but stuck: one watchdog thread per worker (collective_deadline.py), not
+  TensorFlow's per-collective timeout, which holds a thread per collective. A
+  worker that dies or stops is caught by TensorFlow's coordination-service
+  heartbeats (on by default since TF 2.x): the others' collectives fail with
+  UnavailableError, which `worker_failure` turns into a message that says what to do.
 """
 
 import json
@@ -27,8 +28,9 @@ import time
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.runtime.strategy import collective_deadline
 
-DEFAULT_COLLECTIVE_TIMEOUT = 300.0  # Seconds one all-reduce may wait for its peers.
+DEFAULT_COLLECTIVE_TIMEOUT = 300.0  # Seconds a worker may go without progress (a stuck peer).
 _POLL_SECONDS = 0.2
 # Errors a collective raises when a peer is gone, restarted, stuck or aborted.
 FAILURE_ERRORS = (
@@ -113,6 +115,21 @@ def set_tf_config(worker_hosts, task_index, environ):
     environ["TF_CONFIG"] = config
 
 
+def free_loopback_hosts(n):
+    """Return "127.0.0.1:p1,..." with `n` ports free now, for a cluster rehearsed on one host.
+
+    The sockets are held together while their ports are chosen, so the ports differ.
+    """
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return ",".join(f"127.0.0.1:{s.getsockname()[1]}" for s in sockets)
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def _answers(host, port, timeout=1.0):
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -176,14 +193,23 @@ def wait_for_workers(spec, timeout):
 
 
 def multi_worker_strategy(spec, collective_timeout=DEFAULT_COLLECTIVE_TIMEOUT):
-    """Return a MultiWorkerMirroredStrategy for `spec` with bounded collectives."""
+    """Return a MultiWorkerMirroredStrategy for `spec`.
+
+    Its collectives have no timeout of their own: a `collective_deadline.CollectiveDeadline`
+    of `collective_timeout` bounds them (the run's; yours in your own `model.fit`). Only
+    when this TensorFlow cannot abort collectives does every collective get TensorFlow's
+    timeout (one sleeping thread each, tensorflow/tensorflow#62466; after one warning).
+    """
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(spec.jobs),
         task_type=spec.task_type,
         task_id=spec.task_index,
         rpc_layer="grpc",
     )
-    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=collective_timeout)
+    options = tf.distribute.experimental.CommunicationOptions()
+    if not collective_deadline.available():
+        collective_deadline.warn_unavailable(collective_timeout)
+        options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=collective_timeout)
     return tf.distribute.MultiWorkerMirroredStrategy(
         cluster_resolver=resolver, communication_options=options
     )

@@ -97,9 +97,11 @@ def resolve_strategy(
       worker_hosts: "host:port,host:port,..." of every worker, the same on all of
         them; with task_index, writes TF_CONFIG into `environ` (worker 0 is the chief).
       task_index: this worker's position in worker_hosts.
-      collective_timeout: seconds one multi-worker all-reduce may wait for its
-        peers before failing (a worker that is alive but stuck); a worker that
-        dies is detected by TensorFlow's heartbeats within seconds.
+      collective_timeout: seconds a multi-worker worker may go without progress
+        (a peer alive but stuck) before its collectives are aborted: by the run's
+        one watchdog thread (`keras_tpu.CollectiveDeadline`; in your own
+        `model.fit`, pass one as a callback); a worker that dies is detected by
+        TensorFlow's heartbeats within seconds.
       environ: environment to read (tests); defaults to os.environ.
       root: filesystem root for device detection (tests); defaults to "/".
 
