@@ -153,7 +153,8 @@ flag_utils.define_flags(PredictConfig, {
     "tfds_split": "Or a tfds split, 'name:split' (e.g. glue/mrpc:validation); with --model_dir. "
     "--mode=evaluate: several, comma-separated, one report "
     "(glue/mnli:validation_matched,validation_mismatched).",
-    "image_dir": "Or images: a folder of class folders (labelled by their names) or of images.",
+    "image_dir": "Or images: every image under it, at any depth (--mode=evaluate: class folders, "
+    "labelled by their names); files that do not decode are listed, the others get rows.",
     "text_keys": "Text columns: 'sentence' or a pair 'sentence1,sentence2' (default: the run's).",
     "label_key": "Label column (default: the run's); --mode=evaluate needs it.",
     **flag_utils.TEXT_FILE_HELP,  # As train_bert.py's: the file is read as training reads it.

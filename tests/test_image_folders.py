@@ -4,7 +4,9 @@ The images are scikit-learn's 8x8 digits written as PNG files (tf.io.encode_png)
 folder per class, so nothing is downloaded. The slow test trains train_cnn.py on such a
 folder on 4 logical replicas, SIGKILLs it mid-run and resumes it to the uninterrupted
 run's weights (the fault injection of test_faults_resume.py); then one predict.py call scores
-the folder: its rows and report equal the export's own predictions and scikit-learn.
+the folder: its rows and report equal the export's own predictions and scikit-learn. A copy
+with an image one folder deeper, a TIFF and a truncated JPEG: predict.py writes a row for
+every image that decodes and lists the rest; train_cnn.py refuses it in one line, exit 2.
 """
 
 import dataclasses
@@ -372,3 +374,28 @@ def test_train_cnn_on_an_image_folder_on_4_replicas_resumes_exactly_after_sigkil
     assert report["metrics"]["accuracy"] == pytest.approx(
         sk_metrics.accuracy_score(labels, probabilities.argmax(1)), rel=1e-7)  # fmt: skip
     assert report["metrics"]["loss"] == pytest.approx(sk_metrics.log_loss(labels, probabilities), abs=1e-5)
+
+    # The folder as users have it: an image one folder deeper, a TIFF, a truncated JPEG.
+    import shutil  # pylint: disable=g-import-not-at-top
+    mixed = str(tmp_path / "mixed")
+    shutil.copytree(root, mixed)
+    os.makedirs(os.path.join(mixed, "zero", "more"))
+    shutil.copy(os.path.join(mixed, "zero", "000.png"), os.path.join(mixed, "zero", "more", "z.png"))
+    from PIL import Image  # pylint: disable=g-import-not-at-top
+    Image.new("RGB", (8, 8)).save(os.path.join(mixed, "one", "scan.tiff"))
+    with open(os.path.join(mixed, "one", "broken.jpg"), "wb") as f:
+        f.write(b"\xff\xd8\xff\xe0" + b"\0" * 60)  # A JPEG's first bytes, nothing after.
+    predicted = run_script("predict.py", f"--model_dir={killed_dir}", f"--image_dir={mixed}",
+                           f"--output_file={tmp_path / 'mixed.tsv'}")  # fmt: skip
+    assert predicted.returncode == 0, predicted.stderr[-3000:]
+    with open(tmp_path / "mixed.tsv", encoding="utf-8") as f:
+        ids = [line.split("\t")[0] for line in f][1:]
+    assert ids == sorted([f"{name}/{i:03d}.png" for name in CLASSES for i in range(40)] + ["zero/more/z.png"])
+    assert "left out 1 that do not decode: one/broken.jpg" in predicted.stdout
+    assert "left out 1 file(s) that are not images TensorFlow decodes" in predicted.stderr
+    assert "Traceback" not in predicted.stderr
+    refused = _script("train_cnn.py", str(tmp_path / "refused"), *flags, f"--image_dir={mixed}")
+    assert refused.returncode == 2 and not os.path.exists(tmp_path / "refused"), refused.stderr[-3000:]
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"error: the training data {mixed}: 1 cannot be read: {mixed}/one/broken.jpg; remove or "
+        f"replace them, then run again.")  # fmt: skip

@@ -52,7 +52,7 @@ def test_a_count_reads_the_records_unparsed_and_says_so_in_progress_lines(tmp_pa
     parsed = []
     source = _tfrecords(str(tmp_path), [70, 30, 50], parsed)
     assert source.num_examples is None
-    monkeypatch.setattr(surveys, "_CHUNK", 16)  # A progress check every 16 records.
+    monkeypatch.setattr(file_sources, "COUNT_CHUNK", 16)  # A progress check every 16 records.
     found = surveys.survey(source, progress_seconds=0)
     assert (found.examples, found.unreadable, parsed) == (150, (), [])  # Not one parse.
     lines = [r.getMessage() for r in caplog.records]

@@ -77,14 +77,19 @@ def tfrecord_source(pattern, parse_fn, num_examples=None, name=None, *, parses_b
     )  # fmt: skip
 
 
-def count_records(files):
-    """Return the dataset of the index of each record of `files`, unparsed: one record, one example.
+COUNT_CHUNK = 4096  # Records counted a batch: a map per record would cost 4x the read.
 
-    Counting needs no parse: records read from several files at once, in any order, cost
-    a fraction of parsing them (benchmarks/README.md, "Counting").
+
+def count_records(files):
+    """Return `files`' records' indices in vectors (a Source.survey): one record, one example.
+
+    Counting needs no parse: records read from several files at once, in any order, in
+    batches, cost a fraction of parsing them (benchmarks/bench_scale.py, part "count").
     """
     records = tf.data.TFRecordDataset(files, num_parallel_reads=min(len(files), 8))
-    return records.enumerate().map(lambda i, _: i)
+    return records.batch(COUNT_CHUNK).enumerate().map(
+        lambda b, chunk: b * COUNT_CHUNK + tf.range(tf.size(chunk, out_type=tf.int64))
+    )  # fmt: skip
 
 
 def _total_size(files):

@@ -44,6 +44,7 @@ IMAGE_EXTENSIONS = (
     + ((".jxl",) if hasattr(tf.io, "decode_jxl") else ())
 )
 _NAMES_SHOWN = 5  # Files named in a "left out" line; the count says the rest.
+SURVEY_CHUNK = 64  # Images checked between two looks at the survey's progress clock.
 # Examples held by the example shuffle when the files themselves are streamed in a
 # shuffled order: each file is one example, so the file order is already a full shuffle;
 # 100,000 decoded images (the stream's default buffer) would not fit in host memory.
@@ -248,7 +249,7 @@ def image_files_source(files, image_size, *, channels=3, name=None, example_ids=
         checked = tf.data.Dataset.from_tensor_slices(paths).enumerate().map(
             check, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
         )  # fmt: skip
-        return checked.ignore_errors().map(lambda index, pixel: index)
+        return checked.ignore_errors().map(lambda index, pixel: index).batch(SURVEY_CHUNK)
 
     def open_files(names):  # The training stream's shuffled file order: labels by folder.
         return read(names.map(lambda path: (path, label_of(path))))

@@ -88,11 +88,11 @@ class Source:
         open_shard's element-sharded elements, each with its id (an int64 scalar, e.g. a GLUE
         example's `idx`), so a prediction pass reads the ids with the examples, in one read
         (`Predictions.ids`), when they are in the data rather than known up front.
-      survey: optional () -> dataset of the int64 index of every example that can be read,
-        read as cheaply as that can be known (a TFRecord source: its records, unparsed;
-        image files: each decoded, a file that does not decode left out), for
-        `data.surveys` to count the examples and name the unreadable ones in one read.
-        Without it a count parses every example (`open_shard`).
+      survey: optional () -> dataset of int64 vectors: the indices of the examples that can
+        be read, in any order and chunks, read as cheaply as that can be known (a TFRecord
+        source: its records, unparsed; image files: each decoded, a file that does not
+        decode left out), for `data.surveys` to count the examples and name the unreadable
+        ones in one read. Without it a count parses every example (`open_shard`).
       left_out: the ids of examples left out because they cannot be read (images that do
         not decode), for a prediction's report (`Predictions.left_out`).
     """

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 PROGRESS_SECONDS = 30.0
 KEPT_FILE = "data_surveys.json"  # In the run directory.
-_CHUNK = 4096  # Indices read per host step: how often the progress clock is looked at.
+_CHUNK = 4096  # Examples counted a host step (without Source.survey): the progress clock's tick.
 _NAMES_SHOWN = 5  # Unreadable examples named in a message; the count says the rest.
 
 
@@ -67,10 +67,10 @@ def files_stamp(paths):
 
 
 def _indices(source):
-    """Return the dataset of the index of every readable example of `source`."""
+    """Return the dataset of vectors of the indices of the readable examples of `source`."""
     if source.survey is not None:
         return source.survey()
-    return source.open_shard(1, 0, False).enumerate().map(lambda i, *_: i)
+    return source.open_shard(1, 0, False).enumerate().map(lambda i, *_: i).batch(_CHUNK)
 
 
 def survey(source, *, progress_seconds=PROGRESS_SECONDS):
@@ -87,7 +87,7 @@ def survey(source, *, progress_seconds=PROGRESS_SECONDS):
     seen = np.zeros(known, bool) if known is not None else None
     count, start = 0, time.perf_counter()
     last = start
-    dataset = autotune.without_autotune_thread(_indices(source).batch(_CHUNK))
+    dataset = autotune.without_autotune_thread(_indices(source))
     for chunk in dataset.as_numpy_iterator():
         count += len(chunk)
         if seen is not None:
