@@ -5,22 +5,23 @@
     train.class_names  # ('cat', 'dog'): sorted folder names; label i is class_names[i]
     new = image_folders.image_inputs("new_photos/", (64, 64))  # to predict on: ids are paths
 
-The commonest form of a user's image data, read whole: class folders at the top, every
-image below each (at any depth) is of that class; to predict, every image at any depth,
-its id its path relative to the folder. An image is any file `tf.io.decode_image`
-decodes here (`IMAGE_EXTENSIONS`: JPEG, PNG, GIF, BMP, and WebP from TF 2.18 on); TIFF,
-HEIC, AVIF and the rest are not, and every file left out is listed in one line (count
-and first names); hidden files and folders (`.DS_Store`, `.ipynb_checkpoints/`) are
-passed over unsaid. A file that has an image's name but does not decode (truncated,
-an HTML page saved as .jpg) is found by `Source.survey`, which decodes each file once:
-a run refuses it before training, naming it (engine/steps/run_inputs.py);
-`image_inputs` leaves it out of a prediction and lists it (`Source.left_out`).
-Read as Keras's `image_dataset_from_directory` reads class folders, but as a file list
-with labels rather than a built dataset: each
-pipeline reads its own files, the training stream reorders them every epoch with
-that epoch's seed (so a resumed run reads what an uninterrupted one does) and
-evaluation reads every file exactly once. Files are decoded and resized inside
-tf.data, never all in host memory at once unless the cache policy decides so.
+The commonest form of a user's image data, read whole: class folders at the top, and
+every image below one, at any depth, is of that class; to predict, every image at any
+depth, its id its path relative to the folder. An image is a file `tf.io.decode_image`
+decodes here (`IMAGE_EXTENSIONS`: JPEG, PNG, GIF, BMP; WebP and JPEG XL in TF 2.21);
+TIFF, HEIC, AVIF and the rest are not, and every file left out is listed in one line
+(count and first names); hidden files and folders (`.DS_Store`, `.ipynb_checkpoints/`)
+are passed over. A file with an image's name that does not decode (truncated, an HTML
+page saved as .jpg) is found by `Source.survey`, which decodes each file once: a run
+refuses it before training, naming it (engine/steps/run_inputs.py), and `image_inputs`
+leaves it out of a prediction and lists it (`Source.left_out`).
+
+Class folders are read as Keras's `image_dataset_from_directory` reads them (sorted),
+but as a file list with labels rather than a built dataset: each pipeline reads its own
+files, the training stream reorders them every epoch with that epoch's seed (so a
+resumed run reads what an uninterrupted one does) and evaluation reads every file
+exactly once. Files are decoded and resized inside tf.data, never all in host memory
+at once unless the cache policy decides so.
 """
 
 import dataclasses
@@ -36,8 +37,8 @@ from keras_tpu.data.source_types import Source
 
 log = logging.getLogger(__name__)
 
-# What tf.io.decode_image decodes in this TensorFlow: WebP came with tf.io.decode_webp
-# (TF 2.18), JPEG XL with tf.io.decode_jxl. TIFF it does not decode (TF 2.21).
+# What tf.io.decode_image decodes in the installed TensorFlow: WebP and JPEG XL came with
+# tf.io.decode_webp and tf.io.decode_jxl (both in TF 2.21). It decodes no TIFF (2.21).
 IMAGE_EXTENSIONS = (
     (".jpg", ".jpeg", ".png", ".bmp", ".gif")
     + ((".webp",) if hasattr(tf.io, "decode_webp") else ())
