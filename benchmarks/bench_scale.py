@@ -1,7 +1,7 @@
 """At scale: resume cost, host memory and throughput of the training stream on TFRecords.
 
 A synthetic TFRecord dataset (`--examples`, default 2 M, `--features` float32 each, in
-`--files` files) is written once under `--data_dir` and reused. Three measurements:
+`--files` files) is written once under `--data_dir` and reused. Four measurements:
 
   (a) resume: time to the first batch of `data.train_dataset` started at epochs 0, 1, 2
       and 4 (and mid-epoch 1.5) of the same run, streamed (nothing cached); with
@@ -16,7 +16,10 @@ A synthetic TFRecord dataset (`--examples`, default 2 M, `--features` float32 ea
       tried) against the in-memory cached one (its second epoch, the cache filled), at
       `--throughput_size`; each stage's cost per example on one thread (read, batch,
       shuffle, parse: what a cache saves); and the same comparison in training terms
-      from (b).
+      from (b);
+  (d) count: seconds to count `--throughput_size` examples of a source given no
+      `num_examples`: from its records unparsed (data/surveys.py, what a run does once)
+      and parsing each (what it did three times a start before).
 
   python benchmarks/bench_scale.py --json=benchmarks/results/scale.json \\
       --png=benchmarks/results/scale.png
@@ -45,7 +48,7 @@ flags.DEFINE_list("resume_epochs", ["0", "1", "1.5", "2", "4"], "Epochs to start
 flags.DEFINE_list("old_skip_epochs", [], "Epochs to time the replaced skip() positioning at.")
 flags.DEFINE_list("sizes", ["200000", "1000000", "2000000"], "Dataset sizes for peak RSS.")
 flags.DEFINE_integer("throughput_size", 1_000_000, "Examples for the throughput comparison.")
-flags.DEFINE_list("parts", ["resume", "throughput", "memory"], "Which measurements to run.")
+flags.DEFINE_list("parts", ["resume", "throughput", "memory", "count"], "Which measurements to run.")
 flags.DEFINE_string("child", None, "Internal: run one 1-epoch fit as 'examples,cache'.")
 
 CHILD_MARK = "bench_scale child: "
@@ -199,6 +202,26 @@ def _stage_costs(source, examples=200_000):
     return {stage: value / examples * 1e6 for stage, value in costs.items()}
 
 
+def _count_seconds(examples):
+    """Return the seconds to count a source given no num_examples: parsing each, and unparsed.
+
+    Before data/surveys.py a count parsed every record (`open_shard(...).reduce`), three
+    times a start; a survey reads the records unparsed, several files at once.
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from keras_tpu.data import surveys  # pylint: disable=g-import-not-at-top
+
+    source = dataclasses.replace(_source(examples, parses_batches=False), num_examples=None)
+    start = time.perf_counter()
+    parsed = int(source.open_shard(1, 0, False).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+    parsing = time.perf_counter() - start
+    start = time.perf_counter()
+    found = surveys.survey(source)
+    unparsed = time.perf_counter() - start
+    assert parsed == found.examples, (parsed, found.examples)
+    return {"examples": parsed, "parsing_each_seconds": parsing, "records_unparsed_seconds": unparsed}
+
+
 def _peak_rss_bytes():
     """Return this process's peak resident memory (VmHWM).
 
@@ -304,6 +327,8 @@ def main(argv):
         }
     if "memory" in FLAGS.parts:
         results["memory"] = _memory()
+    if "count" in FLAGS.parts:
+        results["count"] = _count_seconds(FLAGS.throughput_size)
     _report(results)
     _reports.finish(results, load)
 
@@ -324,6 +349,11 @@ def _report(results):
               f"to a cached one's shuffle + batch = {costs['shuffle'] + costs['batch']:.2f} us")
     if "memory" in results:
         _report_memory(results["memory"])
+    if "count" in results:
+        c = results["count"]
+        print(f"counting {c['examples']:,} examples without num_examples: "
+              f"{c['records_unparsed_seconds']:.1f} s from the records unparsed, "
+              f"{c['parsing_each_seconds']:.1f} s parsing each (before)")  # fmt: skip
 
 
 def _report_resume(rows):

@@ -17,9 +17,11 @@ An export alone (its serving signature: one text column, or a pair as text_a/tex
 A tfds split, with the run's text features: --tfds_split=glue/mrpc:validation.
 The text columns, label column and task type default to the run's.
 Images (an image classifier's run or export): a folder of class folders (photos/cat/*.jpg;
-labelled by folder name through the run's class names, for --mode=evaluate too) or a flat
-folder of images; each is read as training read an image folder, at the model's input
-size and channels; a row's id is the image's path relative to --image_dir:
+labelled by folder name through the run's class names, for --mode=evaluate) or, to predict,
+every image under --image_dir at any depth; each is read as training read an image folder,
+at the model's input size and channels; a row's id is the image's path relative to
+--image_dir. Files that are not images, and images that do not decode, are left out and
+listed (count and first names); the others get their rows:
   python scripts/predict.py --model_dir=/tmp/cnn --image_dir=new_photos --output_file=p.tsv
   python scripts/predict.py --model_dir=/tmp/cnn --mode=evaluate --image_dir=photos_test
 TFRecord files need the parse function that training used (code, not a recorded config):
@@ -151,7 +153,8 @@ flag_utils.define_flags(PredictConfig, {
     "tfds_split": "Or a tfds split, 'name:split' (e.g. glue/mrpc:validation); with --model_dir. "
     "--mode=evaluate: several, comma-separated, one report "
     "(glue/mnli:validation_matched,validation_mismatched).",
-    "image_dir": "Or images: a folder of class folders (labelled by their names) or of images.",
+    "image_dir": "Or images: every image under it, at any depth (--mode=evaluate: class folders, "
+    "labelled by their names); files that do not decode are listed, the others get rows.",
     "text_keys": "Text columns: 'sentence' or a pair 'sentence1,sentence2' (default: the run's).",
     "label_key": "Label column (default: the run's); --mode=evaluate needs it.",
     **flag_utils.TEXT_FILE_HELP,  # As train_bert.py's: the file is read as training reads it.
@@ -266,9 +269,12 @@ def run(config):
         written = glue_submission.write(config.output_file, config.tfds_split, predictions)
     elif config.output_file:
         _write_rows(config.output_file, dataclasses.replace(predictions, class_names=class_names))
+    left_out = predictions.left_out  # Images that do not decode: listed, no row.
     print(f"{config.mode}: {predictions.examples} examples in {predictions.seconds:.2f} s, "
           f"{predictions.examples_per_second:.1f} examples/s"
-          + (f"; rows: {written}" if written else ""))  # fmt: skip
+          + (f"; rows: {written}" if written else "")
+          + (f"; left out {len(left_out)} that do not decode: {', '.join(left_out[:5])}"
+             f"{' ...' if len(left_out) > 5 else ''}" if left_out else ""))  # fmt: skip
 
 
 def main(argv):

@@ -84,9 +84,8 @@ def run_settings(model_dir, loaded):
     # The run's class names (given, or a training file's sorted label names): the rows name
     # the classes, and a labelled file may hold names instead of ids.
     run.setdefault("class_names", summary.get("class_names"))
-    if not run["class_names"] and callable(getattr(loaded.call, "class_names", None)):
-        # An export alone names its classes itself (saved_model_export.class_names_function).
-        run["class_names"] = [n.decode() for n in loaded.call.class_names().numpy()]
+    if not run["class_names"]:  # An export alone names its classes itself.
+        run["class_names"] = loaded.class_names
     scoring = getattr(loaded, "scoring", None)
     if not model_dir and scoring is not None:  # An export alone: the columns its run read.
         run.setdefault("text_keys", ",".join(scoring.text_keys) if scoring.text_keys else None)

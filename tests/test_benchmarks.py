@@ -296,3 +296,5 @@ def test_bench_scale(tmp_path):
     costs = results["throughput"]["microseconds_per_example_on_one_thread"]
     assert sorted(costs) == ["batch", "parse", "read", "shuffle"] and costs["batch"] > 0
     assert "a streamed epoch adds read + parse" in stdout
+    assert results["count"]["examples"] == 2000 and results["count"]["records_unparsed_seconds"] > 0
+    assert "counting 2,000 examples without num_examples" in stdout

@@ -4,7 +4,9 @@ The images are scikit-learn's 8x8 digits written as PNG files (tf.io.encode_png)
 folder per class, so nothing is downloaded. The slow test trains train_cnn.py on such a
 folder on 4 logical replicas, SIGKILLs it mid-run and resumes it to the uninterrupted
 run's weights (the fault injection of test_faults_resume.py); then one predict.py call scores
-the folder: its rows and report equal the export's own predictions and scikit-learn.
+the folder: its rows and report equal the export's own predictions and scikit-learn. A copy
+with an image one folder deeper, a TIFF and a truncated JPEG: predict.py writes a row for
+every image that decodes and lists the rest; train_cnn.py refuses it in one line, exit 2.
 """
 
 import dataclasses
@@ -135,6 +137,63 @@ def test_shards_cover_every_file_once_for_exact_evaluation(folder):
         image_folders.list_image_files(root), 0.2, 0)[0].labels)  # fmt: skip
 
 
+def write_mixed_folder(root):
+    """Write images as users have them: two depths, WebP, TIFF, a broken JPEG, text, hidden files.
+
+    Returns the ids (paths relative to `root`) of the images that decode, sorted.
+    """
+    from PIL import Image  # pylint: disable=g-import-not-at-top
+
+    pixels = np.random.default_rng(0).integers(0, 256, (6, 5, 3)).astype(np.uint8)
+    for name in ("cat/a.png", "cat/deep/er/b.png", "cat/c.webp", "cat/d.tiff", "dog/e.jpg",
+                 "dog/broken.jpg", "top.png", "dog/.hidden.png", ".ipynb_checkpoints/x.png"):
+        os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+        fmt = {"jpg": "JPEG", "tiff": "TIFF", "webp": "WEBP"}.get(name.rsplit(".", 1)[1], "PNG")
+        Image.fromarray(pixels).save(os.path.join(root, name), format=fmt)
+    broken = os.path.join(root, "dog", "broken.jpg")
+    with open(broken, "rb") as f:
+        head = f.read()[:200]  # A truncated download: a JPEG's start, no end.
+    with open(broken, "wb") as f:
+        f.write(head)
+    with open(os.path.join(root, "dog", "notes.txt"), "w") as f:
+        f.write("not an image")
+    return ("cat/a.png", "cat/c.webp", "cat/deep/er/b.png", "dog/e.jpg", "top.png")
+
+
+def test_a_folder_is_read_whole_and_what_cannot_be_read_is_listed_or_refused(tmp_path, caplog):
+    root = str(tmp_path / "photos")
+    readable = write_mixed_folder(root)
+    files = image_folders.list_image_files(root)
+    relative = [os.path.relpath(p, root) for p in files.paths]
+    assert relative == ["cat/a.png", "cat/c.webp", "cat/deep/er/b.png", "dog/broken.jpg", "dog/e.jpg"]
+    assert files.labels == (0, 0, 0, 1, 1) and files.skipped == ("cat/d.tiff", "dog/notes.txt", "top.png")
+    exts = " ".join(image_folders.IMAGE_EXTENSIONS)
+    assert (f"{root}: left out 2 file(s) that are not images TensorFlow decodes ({exts}): "
+            f"cat/d.tiff, dog/notes.txt") in caplog.messages[0]  # fmt: skip
+    assert caplog.messages[1].endswith("left out 1 file(s) outside the class folders (each class is a folder): top.png")
+    train, _ = data.image_folder_sources(root, (6, 5))
+    names = tf.data.Dataset.from_tensor_slices([p for p in train.paths if "broken" not in p])
+    assert [int(y) for _, y in train.open_files(names).as_numpy_iterator()] == [0, 0, 0, 1]  # By class folder.
+
+    # Training: refused before anything is written, in one line naming the file.
+    task = keras_tpu.Task(build_model=lambda: keras.Sequential([keras.layers.Flatten(input_shape=(6, 5, 3)),
+                                                                keras.layers.Dense(2)]),
+                          loss="sparse_categorical_crossentropy", train_data=train, monitor="loss")
+    with pytest.raises(checks.ConfigError) as refused:
+        keras_tpu.fit(task, keras_tpu.RunConfig(model_dir=str(tmp_path / "run"), verbose=0))
+    assert str(refused.value) == (f"the training data {root}: 1 cannot be read: {root}/dog/broken.jpg; "
+                                  f"remove or replace them, then run again.")  # fmt: skip
+    assert not os.path.exists(tmp_path / "run")
+
+    # Prediction: every image at any depth, a row each; the broken one left out and listed.
+    caplog.clear()
+    inputs = data.image_inputs(root, (6, 5))
+    assert inputs.example_ids == readable and inputs.left_out == ("dog/broken.jpg",)
+    assert inputs.num_examples == 5 and len(list(inputs.open_shard(1, 0, False))) == 5
+    assert caplog.messages[-1] == f"keras_tpu: {root}: left out 1 file(s) that do not decode (no row for them): dog/broken.jpg"
+    assert any("cat/d.tiff, dog/notes.txt" in m for m in caplog.messages)
+
+
 @pytest.mark.parametrize(
     "make, message",
     [
@@ -144,8 +203,10 @@ def test_shards_cover_every_file_once_for_exact_evaluation(folder):
          "validation_split=0.01 of the 10 images of class 'eight' leaves none for validation"),
         (lambda root, tmp: data.image_folder_sources(
             root, 8, validation_split=0.2, validation_dir=root), "not both"),
-        (lambda root, tmp: data.image_folder_sources(str(tmp), 8),
-         "has no class folders|holds no images"),
+        (lambda root, tmp: data.image_folder_sources(str(tmp / "none"), 8)
+         if os.makedirs(tmp / "none" / "cat" / "deeper") is None else None,
+         r"class folder .*none/cat holds no images"),  # Not at any depth.
+        (lambda root, tmp: data.image_folder_sources(root + "/eight", 8), "has no class folders"),
     ],
 )  # fmt: skip
 def test_folder_mistakes_are_one_line(folder, tmp_path, make, message):
@@ -253,9 +314,17 @@ def test_a_cnn_run_on_an_image_folder_keeps_its_class_names_and_predicts_as_its_
     assert report.metrics["accuracy"] == pytest.approx(sk_metrics.accuracy_score(labels, p.class_ids), rel=1e-7)
     loss = sk_metrics.log_loss(labels, p.probabilities, labels=[0, 1, 2])
     assert report.metrics["loss"] == pytest.approx(loss, rel=1e-5)
-    rows = dataclasses.replace(p, class_names=CLASSES).rows()
+    rows = p.rows()  # The run's class names, as predict.py's rows carry them.
     assert [r["id"] for r in rows] == list(inputs.example_ids) and rows[12]["id"] == "one/002.png"
     assert [r["class_name"] for r in rows] == [n.decode() for n in want["class_names"].numpy()]
+
+    # A folder as users have it: a row for each image that decodes, at any depth; the rest listed.
+    mixed = str(tmp_path / "mixed")
+    readable = write_mixed_folder(mixed)
+    predictions = keras_tpu.predict(data.image_inputs(mixed, 8), model_dir=run_dir)
+    assert [r["id"] for r in predictions.rows()] == list(readable)
+    assert predictions.left_out == ("dog/broken.jpg",) and predictions.class_names == CLASSES
+    assert {r["class_name"] for r in predictions.rows()} <= set(CLASSES)
 
 
 @pytest.mark.slow
@@ -316,3 +385,28 @@ def test_train_cnn_on_an_image_folder_on_4_replicas_resumes_exactly_after_sigkil
     assert report["metrics"]["accuracy"] == pytest.approx(
         sk_metrics.accuracy_score(labels, probabilities.argmax(1)), rel=1e-7)  # fmt: skip
     assert report["metrics"]["loss"] == pytest.approx(sk_metrics.log_loss(labels, probabilities), abs=1e-5)
+
+    # The folder as users have it: an image one folder deeper, a TIFF, a truncated JPEG.
+    import shutil  # pylint: disable=g-import-not-at-top
+    mixed = str(tmp_path / "mixed")
+    shutil.copytree(root, mixed)
+    os.makedirs(os.path.join(mixed, "zero", "more"))
+    shutil.copy(os.path.join(mixed, "zero", "000.png"), os.path.join(mixed, "zero", "more", "z.png"))
+    from PIL import Image  # pylint: disable=g-import-not-at-top
+    Image.new("RGB", (8, 8)).save(os.path.join(mixed, "one", "scan.tiff"))
+    with open(os.path.join(mixed, "one", "broken.jpg"), "wb") as f:
+        f.write(b"\xff\xd8\xff\xe0" + b"\0" * 60)  # A JPEG's first bytes, nothing after.
+    predicted = run_script("predict.py", f"--model_dir={killed_dir}", f"--image_dir={mixed}",
+                           f"--output_file={tmp_path / 'mixed.tsv'}")  # fmt: skip
+    assert predicted.returncode == 0, predicted.stderr[-3000:]
+    with open(tmp_path / "mixed.tsv", encoding="utf-8") as f:
+        ids = [line.split("\t")[0] for line in f][1:]
+    assert ids == sorted([f"{name}/{i:03d}.png" for name in CLASSES for i in range(40)] + ["zero/more/z.png"])
+    assert "left out 1 that do not decode: one/broken.jpg" in predicted.stdout
+    assert "left out 1 file(s) that are not images TensorFlow decodes" in predicted.stderr
+    assert "Traceback" not in predicted.stderr
+    refused = _script("train_cnn.py", str(tmp_path / "refused"), *flags, f"--image_dir={mixed}")
+    assert refused.returncode == 2 and not os.path.exists(tmp_path / "refused"), refused.stderr[-3000:]
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"error: the training data {mixed}: 1 cannot be read: {mixed}/one/broken.jpg; remove or "
+        f"replace them, then run again.")  # fmt: skip

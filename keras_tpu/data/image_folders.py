@@ -5,25 +5,47 @@
     train.class_names  # ('cat', 'dog'): sorted folder names; label i is class_names[i]
     new = image_folders.image_inputs("new_photos/", (64, 64))  # to predict on: ids are paths
 
-The commonest form of a user's image data, read the way Keras's
-`image_dataset_from_directory` reads it (sorted class folders, files of the known
-image extensions), but as a file list with labels rather than a built dataset: each
-pipeline reads its own files, the training stream reorders them every epoch with
-that epoch's seed (so a resumed run reads what an uninterrupted one does) and
-evaluation reads every file exactly once. Files are decoded and resized inside
-tf.data, never all in host memory at once unless the cache policy decides so.
+The commonest form of a user's image data, read whole: class folders at the top, and
+every image below one, at any depth, is of that class; to predict, every image at any
+depth, its id its path relative to the folder. An image is a file `tf.io.decode_image`
+decodes here (`IMAGE_EXTENSIONS`: JPEG, PNG, GIF, BMP; WebP and JPEG XL in TF 2.21);
+TIFF, HEIC, AVIF and the rest are not, and every file left out is listed in one line
+(count and first names); hidden files and folders (`.DS_Store`, `.ipynb_checkpoints/`)
+are passed over. A file with an image's name that does not decode (truncated, an HTML
+page saved as .jpg) is found by `Source.survey`, which decodes each file once: a run
+refuses it before training, naming it (engine/steps/run_inputs.py), and `image_inputs`
+leaves it out of a prediction and lists it (`Source.left_out`).
+
+Class folders are read as Keras's `image_dataset_from_directory` reads them (sorted),
+but as a file list with labels rather than a built dataset: each pipeline reads its own
+files, the training stream reorders them every epoch with that epoch's seed (so a
+resumed run reads what an uninterrupted one does) and evaluation reads every file
+exactly once. Files are decoded and resized inside tf.data, never all in host memory
+at once unless the cache policy decides so.
 """
 
 import dataclasses
+import logging
 import os
 
 import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.data import surveys
 from keras_tpu.data.source_types import Source
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+log = logging.getLogger(__name__)
+
+# What tf.io.decode_image decodes in the installed TensorFlow: WebP and JPEG XL came with
+# tf.io.decode_webp and tf.io.decode_jxl (both in TF 2.21). It decodes no TIFF (2.21).
+IMAGE_EXTENSIONS = (
+    (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+    + ((".webp",) if hasattr(tf.io, "decode_webp") else ())
+    + ((".jxl",) if hasattr(tf.io, "decode_jxl") else ())
+)
+_NAMES_SHOWN = 5  # Files named in a "left out" line; the count says the rest.
+SURVEY_CHUNK = 64  # Images checked between two looks at the survey's progress clock.
 # Examples held by the example shuffle when the files themselves are streamed in a
 # shuffled order: each file is one example, so the file order is already a full shuffle;
 # 100,000 decoded images (the stream's default buffer) would not fit in host memory.
@@ -32,23 +54,66 @@ STREAMED_SHUFFLE_BUFFER = 64
 
 @dataclasses.dataclass(frozen=True)
 class ImageFiles:
-    """Image files and their labels: `labels[i]` indexes `class_names` for `paths[i]`."""
+    """Image files and their labels: `labels[i]` indexes `class_names` for `paths[i]`.
+
+    Attributes:
+      paths, labels, class_names: as above; every path is under `root`.
+      root: the folder read (a path's class folder is its first folder below it).
+      skipped: the files under `root` left out (not images TensorFlow decodes, or, in
+        class folders, outside any class folder), relative to `root`.
+    """
 
     paths: tuple
     labels: tuple
     class_names: tuple
+    root: str = ""
+    skipped: tuple = ()
 
     def take(self, indices):
         """Return the files at `indices` (in that order), with the same class names."""
-        return ImageFiles(
-            tuple(self.paths[i] for i in indices),
-            tuple(self.labels[i] for i in indices),
-            self.class_names,
-        )
+        return dataclasses.replace(
+            self, paths=tuple(self.paths[i] for i in indices),
+            labels=tuple(self.labels[i] for i in indices),
+        )  # fmt: skip
+
+
+def walk_images(folder):
+    """Return (images, others): the files under `folder` at any depth, relative to it, sorted.
+
+    `images` have an IMAGE_EXTENSIONS name; `others` do not. Hidden files and folders
+    (a name starting with ".") are in neither.
+    """
+    images, others = [], []
+    for directory, subdirs, names in tf.io.gfile.walk(folder):
+        subdirs[:] = [d for d in subdirs if not d.startswith(".")]  # Pruned, not walked.
+        if any(part.startswith(".") for part in os.path.relpath(directory, folder).split(os.sep)
+               if part != "."):  # fmt: skip
+            continue  # gfile.walk of a remote folder may not honour the pruning.
+        for name in names:
+            if name.startswith("."):
+                continue
+            relative = os.path.relpath(os.path.join(directory, name.rstrip("/")), folder)
+            (images if name.lower().endswith(IMAGE_EXTENSIONS) else others).append(relative)
+    return sorted(images), sorted(others)
+
+
+def say_skipped(root, skipped, why):
+    """Log one line naming the files left out under `root` (count and first names)."""
+    if skipped:
+        more = f" and {len(skipped) - _NAMES_SHOWN} more" if len(skipped) > _NAMES_SHOWN else ""
+        log.warning("keras_tpu: %s: left out %d file(s) %s: %s%s", root, len(skipped), why,
+                    ", ".join(skipped[:_NAMES_SHOWN]), more)  # fmt: skip
+
+
+def _not_images():
+    return f"that are not images TensorFlow decodes ({' '.join(IMAGE_EXTENSIONS)})"
 
 
 def list_image_files(root, class_names=None):
-    """Return the ImageFiles of `root/<class>/<file>`, classes and files in sorted order.
+    """Return the ImageFiles of `root/<class>/.../<file>`, classes and files in sorted order.
+
+    Every image under a class folder, at any depth, is of that class. Files left out (not
+    images, or not in a class folder) are listed in one logged line.
 
     Args:
       root: a folder (local or gs://) with one subfolder per class.
@@ -62,10 +127,7 @@ def list_image_files(root, class_names=None):
     """
     if not tf.io.gfile.isdir(root):
         raise checks.MissingFileError(f"image folder {root} does not exist.")
-    folders = sorted(
-        name.rstrip("/") for name in tf.io.gfile.listdir(root)
-        if tf.io.gfile.isdir(os.path.join(root, name))
-    )  # fmt: skip
+    folders = _class_folders(root)
     if not folders:
         raise checks.ConfigError(
             f"image folder {root} has no class folders; put each class's images in a folder "
@@ -79,9 +141,10 @@ def list_image_files(root, class_names=None):
                 f"on ({list(class_names)}); rename or remove them."
             )
     class_names = tuple(class_names or folders)
-    paths, labels = [], []
+    paths, labels, skipped = [], [], []
     for folder in folders:
-        files = _image_names(os.path.join(root, folder))
+        files, others = walk_images(os.path.join(root, folder))
+        skipped += [os.path.join(folder, name) for name in others]
         if not files:
             raise checks.ConfigError(
                 f"class folder {os.path.join(root, folder)} holds no images "
@@ -89,12 +152,19 @@ def list_image_files(root, class_names=None):
             )
         paths += [os.path.join(root, folder, name) for name in files]
         labels += [class_names.index(folder)] * len(files)
-    return ImageFiles(tuple(paths), tuple(labels), class_names)
+    loose = [n.rstrip("/") for n in tf.io.gfile.listdir(root)
+             if not n.startswith(".") and n.rstrip("/") not in folders]  # fmt: skip
+    say_skipped(root, skipped, _not_images())
+    say_skipped(root, sorted(loose), "outside the class folders (each class is a folder)")
+    return ImageFiles(tuple(paths), tuple(labels), class_names, root, tuple(skipped + loose))
 
 
-def _image_names(folder):
-    """Return the sorted names of the image files (IMAGE_EXTENSIONS) directly in `folder`."""
-    return sorted(n for n in tf.io.gfile.listdir(folder) if n.lower().endswith(IMAGE_EXTENSIONS))
+def _class_folders(root):
+    """Return the sorted names of the folders in `root`, hidden ones (".name") left out."""
+    return sorted(
+        name.rstrip("/") for name in tf.io.gfile.listdir(root)
+        if not name.startswith(".") and tf.io.gfile.isdir(os.path.join(root, name))
+    )  # fmt: skip
 
 
 def split_files(files, validation_split, seed=0):
@@ -124,8 +194,12 @@ def split_files(files, validation_split, seed=0):
     return files.take(sorted(train)), files.take(sorted(validation))
 
 
-def image_files_source(files, image_size, *, channels=3, name=None, example_ids=None):
+def image_files_source(files, image_size, *, channels=3, name=None, example_ids=None,
+                       left_out=()):  # fmt: skip
     """Return a Source of (float32 image in [0, 1] of `image_size` x channels, int32 label).
+
+    Its `survey` decodes every file once, as the pipelines do (in parallel), and leaves
+    out the ones that do not decode, for `data.surveys` to name them.
 
     Args:
       files: the ImageFiles to read.
@@ -133,6 +207,7 @@ def image_files_source(files, image_size, *, channels=3, name=None, example_ids=
       channels: 3 (RGB) or 1 (grayscale); images are converted to it.
       name: a label for messages and the summary.
       example_ids: one id per file, for prediction rows (Source.example_ids).
+      left_out: the ids of files left out as unreadable (Source.left_out).
     """
     height, width = (int(v) for v in image_size)
     checks.one_of("channels", channels, (1, 3))
@@ -157,9 +232,25 @@ def image_files_source(files, image_size, *, channels=3, name=None, example_ids=
 
     class_names = tf.constant(list(files.class_names))
 
+    prefix = len(os.path.join(files.root, "")) if files.root else None
+
     def label_of(path):  # The class folder's index (list_image_files checked them all).
-        folder = tf.strings.split(path, "/")[-2]
+        if prefix is None:  # No root known: the image's own folder.
+            folder = tf.strings.split(path, "/")[-2]
+        else:  # The first folder below the root, however deep the image is.
+            folder = tf.strings.split(tf.strings.substr(path, prefix, -1), "/")[0]
         return tf.argmax(tf.cast(tf.equal(class_names, folder), tf.int32), output_type=tf.int32)
+
+    def survey():
+        def check(index, path):
+            image, _ = decode(path, 0)
+            # A value of the pixels keeps the decode from being pruned (the shape is static).
+            return index, tf.reduce_max(image)
+
+        checked = tf.data.Dataset.from_tensor_slices(paths).enumerate().map(
+            check, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )  # fmt: skip
+        return checked.ignore_errors().map(lambda index, pixel: index).batch(SURVEY_CHUNK)
 
     def open_files(names):  # The training stream's shuffled file order: labels by folder.
         return read(names.map(lambda path: (path, label_of(path))))
@@ -180,6 +271,8 @@ def image_files_source(files, image_size, *, channels=3, name=None, example_ids=
         class_names=files.class_names,
         shuffle_buffer=STREAMED_SHUFFLE_BUFFER,
         example_ids=example_ids,
+        survey=survey,
+        left_out=tuple(left_out),
     )
 
 
@@ -223,11 +316,15 @@ def image_inputs(root, image_size, *, channels=3, class_names=None, labelled=Fal
 
     Each image is decoded and resized as `image_folder_sources` does it (bilinear, [0, 1]),
     and its id (`Source.example_ids`, the prediction rows' id) is its path relative to
-    `root`. Class folders (`root/<class name>/<image>`) are read in sorted order; without
-    `labelled`, a flat folder of images (`root/<image>`) is read too, in sorted order.
+    `root`. To predict, every image under `root` is read, at any depth, in sorted order;
+    with `labelled`, class folders (`root/<class name>/.../<image>`). Files that are not
+    images are listed in one line; every image is decoded once first (with progress
+    lines), and one that does not decode is left out, listed in one line and in
+    `Source.left_out` (a prediction reports it: `Predictions.left_out`), so the others
+    still get their rows.
 
     Args:
-      root: a folder of class folders, or of images.
+      root: a folder of images, or of class folders of images.
       image_size: (height, width), or one int for a square: the run's input size.
       channels: 3 (RGB) or 1 (grayscale): the run's input channels.
       class_names: the run's classes; with `labelled`, each folder's name is its label's
@@ -237,23 +334,36 @@ def image_inputs(root, image_size, *, channels=3, class_names=None, labelled=Fal
     Raises:
       MissingFileError: `root` is not a folder.
       ConfigError: with `labelled`, no class folders or a folder that is not a class; no
-        images.
+        images, or none that decodes.
     """
     size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     if not tf.io.gfile.isdir(root):
         raise checks.MissingFileError(f"image folder {root} does not exist.")
-    if labelled or any(tf.io.gfile.isdir(os.path.join(root, n)) for n in tf.io.gfile.listdir(root)):
-        files = list_image_files(root, class_names if labelled else None)
-    else:
-        paths = tuple(os.path.join(root, name) for name in _image_names(root))
-        if not paths:
+    if labelled:
+        files = list_image_files(root, class_names)
+    else:  # Labels the model's outputs are not compared with: 0, as bare features get.
+        images, others = walk_images(root)
+        say_skipped(root, others, _not_images())
+        if not images:
             raise checks.ConfigError(
-                f"image folder {root} holds no images ({', '.join(IMAGE_EXTENSIONS)}) and no "
-                f"class folders; pass a folder of images, or of class folders of images."
+                f"image folder {root} holds no images ({', '.join(IMAGE_EXTENSIONS)}) at any "
+                f"depth; pass a folder of images, or of class folders of images."
             )
-        files = ImageFiles(paths, (0,) * len(paths), tuple(class_names or ("",)))
-    if not labelled:  # Labels the model's outputs are not compared with: 0, as bare features get.
-        files = ImageFiles(files.paths, (0,) * len(files.paths), files.class_names)
-    start = len(root.rstrip("/")) + 1
-    ids = tuple(path[start:] for path in files.paths)
-    return image_files_source(files, size, channels=channels, name=root, example_ids=ids)
+        paths = tuple(os.path.join(root, name) for name in images)
+        files = ImageFiles(paths, (0,) * len(paths), tuple(class_names or ("",)), root, tuple(others))
+    ids = tuple(os.path.relpath(path, root) for path in files.paths)
+    source = image_files_source(files, size, channels=channels, name=root, example_ids=ids)
+    found = surveys.survey(source)
+    if not found.unreadable:
+        return source
+    bad = set(found.unreadable)
+    keep = [i for i in range(len(ids)) if i not in bad]
+    left_out = [ids[i] for i in found.unreadable]
+    say_skipped(root, left_out, "that do not decode (no row for them)")
+    if not keep:
+        raise checks.ConfigError(
+            f"image folder {root}: none of its {len(ids)} images decodes; check the files "
+            f"(e.g. open one) or pass another folder."
+        )
+    return image_files_source(files.take(keep), size, channels=channels, name=root,
+                              example_ids=tuple(ids[i] for i in keep), left_out=left_out)  # fmt: skip

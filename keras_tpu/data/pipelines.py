@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.data import autotune
+from keras_tpu.data import surveys
 from keras_tpu.data.sources import ArraySplit  # noqa: F401  (re-exported: keras_tpu.data.pipelines.*)
 from keras_tpu.data.sources import DatasetUnavailableError  # noqa: F401
 from keras_tpu.data.sources import Source  # noqa: F401
@@ -122,11 +123,15 @@ def check_readable_by_tpu_host(source, strategy):
 
 
 def count_examples(data):
-    """Return the examples in `data`, reading it once if its source does not know."""
+    """Return the examples in `data`, reading it once if its source does not know (said in lines).
+
+    A run counts each split once and keeps the count with the run (data/surveys.py,
+    engine/steps/run_inputs.py); this counts every time it is called without one.
+    """
     source = as_source(data)
     if source.num_examples is not None:
         return source.num_examples
-    return int(source.open_shard(1, 0, False).reduce(0, lambda n, _: n + 1))
+    return surveys.survey(source).examples
 
 
 def _options(deterministic):

@@ -88,6 +88,13 @@ class Source:
         open_shard's element-sharded elements, each with its id (an int64 scalar, e.g. a GLUE
         example's `idx`), so a prediction pass reads the ids with the examples, in one read
         (`Predictions.ids`), when they are in the data rather than known up front.
+      survey: optional () -> dataset of int64 vectors: the indices of the examples that can
+        be read, in any order and chunks, read as cheaply as that can be known (a TFRecord
+        source: its records, unparsed; image files: each decoded, a file that does not
+        decode left out), for `data.surveys` to count the examples and name the unreadable
+        ones in one read. Without it a count parses every example (`open_shard`).
+      left_out: the ids of examples left out because they cannot be read (images that do
+        not decode), for a prediction's report (`Predictions.left_out`).
     """
 
     name: str
@@ -104,6 +111,8 @@ class Source:
     shuffle_buffer: int | None = None
     example_ids: tuple | None = None
     open_shard_with_ids: Callable[[int, int], tf.data.Dataset] | None = None
+    survey: Callable[[], tf.data.Dataset] | None = None
+    left_out: tuple = ()
 
     def __post_init__(self):
         if (self.open_records is None) != (self.parse_batch is None):

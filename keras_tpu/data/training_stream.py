@@ -24,6 +24,7 @@ any epoch directly:
 """
 
 import math
+import sys
 
 import tensorflow as tf
 
@@ -43,6 +44,7 @@ _MAX_PASSES_PER_EPOCH = 10_000
 _PRIME = 2**31 - 1
 # The graph-level half of every shuffle seed in the stream (see `one_pass`).
 _GRAPH_SEED = 1_234_567
+_FILL_CHUNK = 1024  # Examples counted per step of a memory cache fill's progress lines.
 
 
 def pass_seed(seed, pipeline_id, epoch, pass_index):
@@ -162,7 +164,8 @@ def train_dataset_fn(
 
         ds = tf.data.Dataset.range(first_epoch, 2**62).flat_map(one_epoch)
         if plan.cache is not None:
-            ds = _filled_first(open_pass(None), ds)
+            what = f"{source.name} (pipeline {pipeline_id + 1} of {pipelines})"
+            ds = _filled_first(open_pass(None), ds, what, math.ceil(n / pipelines))
         if step_in_epoch:
             ds = ds.skip(step_in_epoch * per_step)  # This epoch's trained steps only.
         return finish_batches(
@@ -172,15 +175,49 @@ def train_dataset_fn(
     return dataset_fn, steps
 
 
-def _filled_first(cached, stream):
-    """Return `stream` after one full read of `cached` that yields nothing.
+def _filled_first(cached, stream, what, expected):
+    """Return `stream` after one full read of `cached` that yields nothing, said in lines.
 
     tf.data keeps a cache only when an iterator read it to its end. An epoch takes
     `steps_per_epoch x batch` examples, fewer than a pass whenever the pass leaves some
     over, so no epoch would ever complete it: every epoch would read the source again
-    and drop what it had cached. Reading it through once, first, fills it.
+    and drop what it had cached. Reading it through once, first, fills it. That read
+    comes before the first step at every start and resume (124 s for 3 M records), so
+    it prints a line as it starts, one at each tenth of the `expected` examples and one
+    when done: from inside the pipeline (the host waits in the first step), on stderr,
+    counted in examples (op determinism forbids reading a clock there).
     """
-    return cached.filter(lambda *element: False).concatenate(stream)
+    # Marks: -1 (start), then the examples of each chunk read, then -2 (end).
+    start, end = tf.constant(-1, tf.int64), tf.constant(-2, tf.int64)
+    chunks = cached.map(lambda *element: tf.constant(1, tf.int64)).batch(_FILL_CHUNK)
+    marks = tf.data.Dataset.from_tensors(start).concatenate(chunks.map(tf.reduce_sum))
+    marks = marks.concatenate(tf.data.Dataset.from_tensors(end))
+    tenth = max(1, int(expected) // 10)
+
+    def line(*parts):
+        text = tf.strings.join([tf.strings.as_string(p) if isinstance(p, tf.Tensor) else p
+                                for p in ("keras_tpu: ", *parts)])  # fmt: skip
+        return tf.print(text, output_stream=sys.stderr)
+
+    def tick(state, mark):
+        count, due_at = state
+        count += tf.maximum(mark, 0)
+        due = tf.logical_and(mark > 0, count >= due_at)
+        op = tf.case([
+            (mark == start, lambda: line(f"filling the memory cache of {what}: one read of its "
+                                         f"{expected:,} examples before the first step")),
+            (due, lambda: line(f"filling the memory cache of {what}: ", count, " examples")),
+            (mark == end, lambda: line(f"memory cache of {what} filled: ", count, " examples")),
+        ], default=tf.no_op, exclusive=False)  # fmt: skip
+        with tf.control_dependencies([op] if op is not None else []):
+            due_at = tf.where(due, (count // tenth + 1) * tenth, due_at)
+        return (count, due_at), mark
+
+    filled = marks.scan((tf.constant(0, tf.int64), tf.constant(tenth, tf.int64)), tick)
+    # Nothing of the fill reaches the stream: zipped with none of the stream's elements, it
+    # takes the stream's structure and ends when the fill ends (the fill is read first).
+    nothing = tf.data.Dataset.zip((filled.filter(lambda mark: False), stream.take(0)))
+    return nothing.map(lambda mark, element: element).concatenate(stream)
 
 
 def _streams_files(source, cache, pipelines):

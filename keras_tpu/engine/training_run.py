@@ -25,6 +25,7 @@ from keras_tpu.engine.rundir import leftovers
 from keras_tpu.engine.rundir import output_paths
 from keras_tpu.engine.stops import nan_stop
 from keras_tpu.engine.stops import preemption as preemption_lib
+from keras_tpu.engine.steps import run_inputs
 from keras_tpu.engine import registry
 from keras_tpu.engine.rundir import run_dir
 from keras_tpu.engine.rundir import run_identity
@@ -114,6 +115,10 @@ class TrainingRun:
 
     def _prepare(self):
         """Build data, model and callbacks and run every check; write nothing."""
+        # Before any batch is read: a source read whole (counted, its images decoded) is
+        # read here once, or its result read from model_dir (a resume).
+        self.task, self.surveys = run_inputs.survey_task(self.task, self.config.model_dir)
+        self.backend.task = self.task
         config, task, backend = self.config, self.task, self.backend
         # Strings and NaN first: building the pipelines would refuse strings less precisely.
         # Before seeding: reading the samples must not move the seeds the model is built from.
@@ -190,6 +195,7 @@ class TrainingRun:
         try:
             if self.info.is_chief:  # Under the lock: no live run writes these.
                 leftovers.clean(config.model_dir, config.export_dir)
+                run_inputs.keep_surveys(config.model_dir, self.surveys)
             last_step = self.shape.steps_per_epoch * config.epochs
             start_step = backup.restore(self.model, last_step=last_step) if backup else 0
             if config.model_dir and self.info.is_chief:  # Even a killed run can be rerun.

@@ -59,6 +59,15 @@ class Loaded:
     scoring: scoring_lib.Scoring | None = None
 
     @property
+    def class_names(self):
+        """The classes' names: the run's (summary.json), an export's own, or None."""
+        names = (self.summary or {}).get("class_names")
+        if not names and callable(getattr(self.call, "class_names", None)):
+            # An export names its classes itself (saved_model_export.class_names_function).
+            names = [n.decode() for n in self.call.class_names().numpy()]
+        return tuple(names) if names else None
+
+    @property
     def from_logits(self):
         """True if the loss reads logits, False if not, None when unknown (an unrecorded export)."""
         return None if self.scoring is None else self.scoring.from_logits

@@ -49,6 +49,8 @@ class Predictions:
       ids: each input's id for `rows` (the source's `example_ids`, e.g. an image's
         relative path, or the ids its examples carry, e.g. a GLUE tfds example's `idx`), or
         None: rows are numbered from 0.
+      left_out: the ids of inputs left out because they cannot be read (images that do
+        not decode: `Source.left_out`); they have no row.
     """
 
     class_ids: np.ndarray | None
@@ -59,6 +61,7 @@ class Predictions:
     seconds: float
     model: str
     ids: tuple | None = None
+    left_out: tuple = ()
 
     @property
     def examples_per_second(self):
@@ -101,6 +104,7 @@ class Evaluation:
             "metrics": self.metrics, "examples": self.examples, "data": self.data,
             "model": p.model, "seconds": round(p.seconds, 3),
             "examples_per_second": round(p.examples_per_second, 1),
+            **({"left_out": list(p.left_out)} if p.left_out else {}),
         }  # fmt: skip
 
     def write(self, path):
@@ -157,7 +161,8 @@ def predict(data, *, model_dir=None, export_dir=None, loaded=None, class_names=N
       model_dir: a finished run (its export, else its best weights).
       export_dir: or an export.
       loaded: or a `load(...)` result, to run several passes with one load.
-      class_names: the classes' names, for `Predictions.rows`.
+      class_names: the classes' names, for `Predictions.rows` (default: the run's, from
+        its summary.json, or an export's own `class_names()`).
       on_batch: optional callback(examples_done, examples_total), e.g. progress lines.
       **load_args: strategy, per_replica_batch, weights (see `load`).
     """
@@ -228,9 +233,9 @@ def _run(data, model_dir, export_dir, loaded, class_names, on_batch, load_args):
     class_ids, probabilities, scores = _read_outputs(outputs.outputs, loaded.scoring)
     # Ids in the data (a GLUE example's idx) come from the same read as the outputs.
     ids = source.example_ids if outputs.ids is None else tuple(outputs.ids.tolist())
-    predictions = Predictions(class_ids, probabilities, scores,
-                              tuple(class_names) if class_names else None, outputs.examples,
-                              outputs.seconds, loaded.description, ids)  # fmt: skip
+    names = tuple(class_names) if class_names else loaded.class_names
+    predictions = Predictions(class_ids, probabilities, scores, names, outputs.examples,
+                              outputs.seconds, loaded.description, ids, source.left_out)  # fmt: skip
     return predictions, outputs, loaded
 
 

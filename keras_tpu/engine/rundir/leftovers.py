@@ -5,7 +5,7 @@ export: a temp copy beside the target, then a rename; backups: verified before
 use), so a kill can leave only these, each named with its writer's PID
 (`atomic_writes.temp_prefix`) and removed once that PID no longer runs on this host:
 
-  - `.summary.json.tmp-<pid>` (and run.json's, config.yaml's) and `.best.tmp-<pid>-*`
+  - `.summary.json.tmp-<pid>` (and run.json's, config.yaml's, data_surveys.json's) and `.best.tmp-<pid>-*`
     in model_dir, and
     `.<export>.tmp-<pid>-*` beside export_dir: a write that never reached its rename;
   - `.<target>.old-<pid>-*`: the previous copy, held while the new one was renamed in;
@@ -29,7 +29,7 @@ from keras_tpu.engine.rundir import run_dir
 log = logging.getLogger(__name__)
 
 _TEMP = re.compile(r"^\.(?P<target>.+?)\.(?P<kind>tmp|old)-(?P<pid>\d+)(?:-|$)")
-MODEL_DIR_TARGETS = ("summary.json", "best", "run.json", "config.yaml")
+MODEL_DIR_TARGETS = ("summary.json", "best", "run.json", "config.yaml", "data_surveys.json")
 
 
 def clean(model_dir=None, export_dir=None):

@@ -6,10 +6,16 @@ after the backup is restored (`RunInputs.train(start_step)`). tf_keras's
 BackupAndRestore and orbit's checkpoints hold no iterator state, and users of
 other trainers meet the same bug (huggingface/accelerate#2016,
 Lightning-AI/pytorch-lightning#18780).
+
+A Source read whole before the first step (counted, or its images decoded once to
+find any that do not decode) is read once per run: `survey_task`, before any batch
+is read, keeps the result in the run directory (`keep_surveys`, once the run holds
+it), so a resume reads the kept file instead of the data (data/surveys.py).
 """
 
 import dataclasses
 import logging
+import os
 from typing import Callable
 
 import tensorflow as tf
@@ -20,6 +26,8 @@ from keras_tpu.data import autotune
 from keras_tpu.data import cache_policy
 from keras_tpu.data import function_eval
 from keras_tpu.data import pipelines
+from keras_tpu.data import surveys
+from keras_tpu.engine.rundir import atomic_writes
 from keras_tpu.engine.task import class_weights
 
 log = logging.getLogger(__name__)
@@ -66,6 +74,8 @@ def build(task, config, strategy):
         train, steps, examples = _from_function(task.train_data, strategy), None, None
     else:
         source = data.as_source(task.train_data, "train")
+        if source.num_examples is None:  # Not surveyed (survey_task): counted once, here.
+            source = dataclasses.replace(source, num_examples=data.count_examples(source))
         if class_weight is not None:  # Now, before anything is written.
             pipelines.check_class_labels(source.open_shard(1, 0, True).element_spec[1])
         cache = cache_policy.plan(source, config.cache, _budget_bytes(config))
@@ -73,7 +83,7 @@ def build(task, config, strategy):
             log.warning("keras_tpu: %s", cache.reason)
         # Checks the split against one global batch before anything is built.
         _, steps = data.train_dataset_fn(source, batching, preprocess=task.preprocess, cache=cache)
-        examples = data.count_examples(source)
+        examples = data.count_examples(source)  # Known now: survey_task counted it.
 
         def train(start_step):
             dataset, _ = data.train_dataset(
@@ -97,6 +107,47 @@ def build(task, config, strategy):
         train_examples=examples,
         cache=None if _is_dataset_fn(task.train_data) else cache,
     )
+
+
+def survey_task(task, model_dir):
+    """Return (task, kept): the task with its Sources' example counts known, and the surveys.
+
+    A Source that does not know its size, or that can check its examples (`Source.survey`:
+    image files), is read whole once here, before any batch is read; a resumed run
+    (`model_dir`'s kept surveys, its files unchanged) reads none of it.
+
+    Raises:
+      ConfigError: examples of the training or evaluation data cannot be read (images
+        that do not decode), named; nothing is written before.
+    """
+    path = os.path.join(model_dir, surveys.KEPT_FILE) if model_dir else None
+    text = None
+    if path and tf.io.gfile.exists(path):
+        with tf.io.gfile.GFile(path) as f:
+            text = f.read()
+    kept = surveys.Kept.from_json(text)
+    changes = {}
+    for field, split in (("train_data", "training"), ("eval_data", "evaluation")):
+        source = getattr(task, field)
+        if not isinstance(source, data.Source) or (
+            source.num_examples is not None and source.survey is None
+        ):
+            continue
+        found = kept.survey(source)
+        if found.unreadable:
+            raise checks.ConfigError(
+                f"the {split} data {source.name}: {surveys.unreadable_line(found, source)}; "
+                f"remove or replace them, then run again."
+            )
+        changes[field] = dataclasses.replace(source, num_examples=found.examples)
+    return (dataclasses.replace(task, **changes) if changes else task), kept
+
+
+def keep_surveys(model_dir, kept):
+    """Write the run's surveys into `model_dir` (a run that holds it) when one was made."""
+    if model_dir and kept is not None and kept.changed:
+        atomic_writes.write_file(os.path.join(model_dir, surveys.KEPT_FILE), kept.to_json())
+        kept.changed = False
 
 
 def _budget_bytes(config):
