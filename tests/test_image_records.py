@@ -164,3 +164,63 @@ def test_the_augmentation_is_a_function_of_each_examples_seed():
         assert np.allclose(result, image) or np.allclose(result, image[:, ::-1])
     with pytest.raises(checks.ConfigError, match="aspect"):
         data.ImageAugment(32, aspect=(2, 1))
+
+
+@pytest.mark.slow
+def test_train_cnn_on_jpeg_records_with_a_backbone_resumes_exactly_after_sigkill(tmp_path):
+    import json  # pylint: disable=g-import-not-at-top
+    import os  # pylint: disable=g-import-not-at-top
+
+    from tests.test_faults_resume import _run_line  # pylint: disable=g-import-not-at-top
+    from tests.test_faults_resume import _script  # pylint: disable=g-import-not-at-top
+
+    images, labels = digit_images(160)
+    write_records(str(tmp_path / "train-%d.tfrecord"), images[:120], labels[:120], shards=4)
+    eval_images, eval_labels = images[120:], labels[120:]
+    write_records(str(tmp_path / "eval-%d.tfrecord"), eval_images, eval_labels, shards=2)
+    # 4 replicas x 4: 3 steps an epoch (of 7 a pass), 6 in all; streamed (records shuffled,
+    # decoded and augmented per batch); 40 evaluation images are 3 steps, the last padded.
+    flags = (f"--train_tfrecords={tmp_path}/train-*", f"--eval_tfrecords={tmp_path}/eval-*",
+             "--num_classes=10", "--backbone=mobilenet_v3_small", "--image_size=32",
+             "--cpu_replicas=4", "--per_replica_batch_size=4", "--epochs=2",
+             "--steps_per_epoch=3", "--steps_per_execution=1", "--cache=none",
+             "--optimizer=adamw", "--weight_decay=0.05", "--lr_schedule=cosine",
+             "--warmup_epochs=1", "--label_smoothing=0.1", "--learning_rate=0.002")  # fmt: skip
+    whole_dir = str(tmp_path / "whole")
+    whole = _script("train_cnn.py", whole_dir, *flags, timeout=1500)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    final_step, _, checksum = _run_line(whole)
+    assert final_step == 6 and "on 40 examples; 4 replica(s)" in whole.stdout
+    assert os.path.exists(os.path.join(whole_dir, "backbone.weights.h5"))
+
+    killed_dir, export_dir = str(tmp_path / "killed"), str(tmp_path / "export")
+    killed = _script("train_cnn.py", killed_dir, *flags, f"--export_dir={export_dir}",
+                     fault="SIGKILL", at=4, timeout=1500)  # fmt: skip
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    resumed = _script("train_cnn.py", killed_dir, *flags, f"--export_dir={export_dir}",
+                      timeout=1500)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _run_line(resumed) == (6, 3, checksum)  # From the epoch-1 backup, mid-epoch 2 again.
+    summaries = []
+    for run_dir in (whole_dir, killed_dir):
+        with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as f:
+            summaries.append(json.load(f))
+    assert summaries[0]["test"] == summaries[1]["test"]
+    assert summaries[0]["history"] == summaries[1]["history"]
+    test = summaries[1]["test"]
+    assert set(test) == {"loss", "accuracy", "top5_accuracy"}
+
+    # Exact evaluation: the export's predictions on the evaluation images (decoded as the
+    # run decodes them, never augmented), recomputed in NumPy.
+    source = data.image_tfrecord_source(str(tmp_path / "eval-*"), 32)
+    decoded, read_labels = _read(source)
+    served = tf.saved_model.load(export_dir).signatures["serving_default"]
+    probabilities = served(image=tf.constant(decoded, tf.float32))["probabilities"].numpy()
+    assert len(probabilities) == 40 and sorted(read_labels) == sorted(eval_labels.tolist())
+    assert test["accuracy"] == pytest.approx(np.mean(probabilities.argmax(1) == read_labels), abs=1e-6)
+    top5 = np.argsort(-probabilities, axis=1)[:, :5]
+    assert test["top5_accuracy"] == pytest.approx(
+        np.mean([label in row for row, label in zip(top5, read_labels)]), abs=1e-6)  # fmt: skip
+    target = np.full((40, 10), 0.1 / 10) + 0.9 * np.eye(10)[read_labels]
+    smoothed = -(target * np.log(np.clip(probabilities, 1e-7, 1.0))).sum(1).mean()
+    assert test["loss"] == pytest.approx(smoothed, rel=1e-4)
