@@ -224,3 +224,36 @@ def test_train_cnn_on_jpeg_records_with_a_backbone_resumes_exactly_after_sigkill
     target = np.full((40, 10), 0.1 / 10) + 0.9 * np.eye(10)[read_labels]
     smoothed = -(target * np.log(np.clip(probabilities, 1e-7, 1.0))).sum(1).mean()
     assert test["loss"] == pytest.approx(smoothed, rel=1e-4)
+
+
+def test_a_tasks_augment_reaches_training_batches_and_never_evaluation(tmp_path, mirrored):
+    import keras_tpu  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.steps import run_inputs  # pylint: disable=g-import-not-at-top
+
+    images, labels = digit_images(24)
+    write_records(str(tmp_path / "train-%d.tfrecord"), images, labels, encode="png")
+    source = data.image_tfrecord_source(str(tmp_path / "train-*"), 32)
+
+    def inverted(x, y, seeds):  # Recognisable: 255 - pixels, whatever the seed.
+        del seeds
+        return 255.0 - tf.cast(x, tf.float32), y
+
+    task = keras_tpu.Task(build_model=lambda: None, loss="mse", train_data=source,
+                          eval_data=source, augment=inverted)  # fmt: skip
+    config = keras_tpu.RunConfig(per_replica_batch_size=2, cache="none")
+    inputs = run_inputs.build(task, config, mirrored)
+    x, y = next(iter(inputs.train(0)))
+    train_x = np.concatenate([t.numpy() for t in mirrored.experimental_local_results(x)])
+    train_y = np.concatenate([t.numpy() for t in mirrored.experimental_local_results(y)])
+    by_label = {}
+    for image, label in zip(images, labels):
+        by_label.setdefault(int(label), []).append(image)
+    for image, label in zip(train_x, train_y):
+        assert any(np.array_equal(image, 255.0 - p) for p in by_label[int(label)])
+    seen = []
+    for x, _, weight in iter(inputs.eval.dataset):
+        for part, w in zip(mirrored.experimental_local_results(x),
+                           mirrored.experimental_local_results(weight)):  # fmt: skip
+            seen += [image for image, keep in zip(part.numpy(), w.numpy()) if keep]
+    assert len(seen) == 24
+    assert sorted(i.tobytes() for i in seen) == sorted(i.astype(np.float32).tobytes() for i in images)
