@@ -184,7 +184,9 @@ def _scaled(name, images):
     if name != "resnet50":
         return images  # Their own preprocessing layers take [0, 255].
     mean = tf.constant(_CAFFE_MEAN_BGR)
-    return keras.layers.Lambda(lambda x: tf.reverse(x, axis=[-1]) - mean, name="caffe_bgr")(images)
+    return keras.layers.Lambda(
+        lambda x: tf.reverse(x, axis=[-1]) - tf.cast(mean, x.dtype), name="caffe_bgr"
+    )(images)  # In the compute dtype: bf16 under a mixed policy.
 
 
 def build_classifier(

@@ -149,7 +149,7 @@ def _image_task(config, train, test, preprocess, image_shape, num_classes, name)
         exclude = ()
         if frozen:  # A fine-tuned backbone is not decayed towards zero, frozen or not.
             backbone = built["model"].get_layer("backbone")
-            exclude = tuple(f"^{re.escape(v.name)}$" for v in backbone.weights)
+            exclude = tuple(_exact_name(v) for v in backbone.weights)
         steps_per_epoch = total_steps // config.epochs
         global_batch = config.per_replica_batch_size * _replicas()
         return image_recipe.optimizer(recipe, total_steps, global_batch, steps_per_epoch, exclude)
@@ -185,6 +185,14 @@ def _image_task(config, train, test, preprocess, image_shape, num_classes, name)
         callbacks=lambda: list(callbacks),
         export=functools.partial(cnn_export.export_cnn, class_names=class_names),
     )
+
+
+def _exact_name(variable):
+    """Return a pattern matching `variable`'s name alone, and its replicas' ("name/replica_1:0").
+
+    tf_keras matches weight-decay exclusions against each replica's component variable.
+    """
+    return f"^{re.escape(variable.name.rsplit(':', 1)[0])}(/replica_\\d+)?:\\d+$"
 
 
 def _to_pixel_range(images, labels):
