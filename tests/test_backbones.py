@@ -43,12 +43,14 @@ def test_a_runs_backbone_weights_start_another_with_a_new_head(tmp_path):
         backbones.build_classifier("mobilenet_v3_small", SIZE, 3, weights=str(tmp_path / "no.h5"))
 
 
-def test_imagenet_weights_offline_are_one_line_naming_the_weights_file(monkeypatch):
-    def offline(*args, **kwargs):
-        raise Exception("URL fetch failure on https://storage.googleapis.com/...: None -- "
-                        "[Errno -3] Temporary failure in name resolution")  # fmt: skip
+def test_imagenet_weights_offline_are_one_line_naming_the_weights_file(monkeypatch, tmp_path):
+    import socket  # pylint: disable=g-import-not-at-top
 
-    monkeypatch.setattr(keras.utils, "get_file", offline)
+    def offline(*args, **kwargs):
+        raise socket.gaierror(-3, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", offline)  # Offline, whatever this host is.
+    monkeypatch.setenv("HOME", str(tmp_path))  # ~/.keras/models: no weights cached before.
     with pytest.raises(checks.ConfigError) as raised:
         backbones.build_classifier("mobilenet_v3_small", SIZE, 5, weights="imagenet")
     message = str(raised.value)
