@@ -17,6 +17,7 @@ __all__ = [
     "integer",
     "one_of",
     "optional_integer",
+    "share",
     "positive",
     "precision",
 ]
@@ -77,6 +78,14 @@ def fraction(name, value, *, low=0.0, high=1.0, example=""):
         return value
     hint = f", e.g. {example}" if example else ""
     raise ConfigError(f"{name}={value!r} must be in [{low:g}, {high:g}){hint}.")
+
+
+def share(name, value, *, example=""):
+    """Return `value` if 0 < value <= 1 (a share of a whole, all of it allowed), else raise."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < value <= 1:
+        return value
+    hint = f", e.g. {example}" if example else ""
+    raise ConfigError(f"{name}={value!r} must be in (0, 1]{hint}.")
 
 
 def one_of(name, value, choices):

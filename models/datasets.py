@@ -61,6 +61,95 @@ def check_image_folder_fields(config):
     checks.integer("image_size", config.image_size, minimum=4)
 
 
+# Backbones whose keras.applications builders refuse inputs under 32 x 32.
+_SMALLEST_APPLICATION_INPUT = 32
+
+
+def check_image_record_fields(config):
+    """Raise ConfigError unless a CNNConfig's TFRecord, backbone and fine-tuning fields fit."""
+    from models.cnn import backbones  # pylint: disable=g-import-not-at-top  (cnn imports this)
+
+    checks.one_of("backbone", config.backbone, backbones.BACKBONES)
+    checks.one_of("record_layout", config.record_layout, tuple(data.RECORD_LAYOUTS))
+    checks.integer("freeze_backbone_epochs", config.freeze_backbone_epochs, minimum=0)
+    checks.share("eval_crop_fraction", config.eval_crop_fraction, example="0.875")
+    checks.share("min_crop_area", config.min_crop_area, example="0.25")
+    checks.fraction("dropout", config.dropout, example="0.2")
+    if config.backbone == "cnn":
+        for field, unset in (("weights", "none"), ("freeze_backbone_epochs", 0)):
+            if getattr(config, field) != unset:
+                raise checks.ConfigError(
+                    f"--{field}={getattr(config, field)} is for a keras.applications backbone "
+                    f"(--backbone={'|'.join(backbones.APPLICATIONS)}); the cnn trains from scratch."
+                )
+    elif not (config.train_tfrecords or config.image_dir):
+        raise checks.ConfigError(
+            f"--backbone={config.backbone} trains on RGB images of {_SMALLEST_APPLICATION_INPUT}"
+            f"x{_SMALLEST_APPLICATION_INPUT} or more: give --train_tfrecords or --image_dir "
+            f"(--dataset={config.dataset} takes --backbone=cnn)."
+        )
+    elif config.image_size < _SMALLEST_APPLICATION_INPUT:
+        raise checks.ConfigError(
+            f"image_size={config.image_size} is too small for --backbone={config.backbone}; "
+            f"keras.applications backbones take {_SMALLEST_APPLICATION_INPUT} or more."
+        )
+    if config.eval_tfrecords and not config.train_tfrecords:
+        raise checks.ConfigError(
+            f"eval_tfrecords={config.eval_tfrecords!r} needs --train_tfrecords too."
+        )
+    if not config.train_tfrecords:
+        return
+    if config.image_dir:
+        raise checks.ConfigError(
+            "pass either --image_dir or --train_tfrecords, not both."
+        )
+    if config.num_classes is None and not config.class_names:
+        raise checks.ConfigError(
+            f"train_tfrecords={config.train_tfrecords!r}: name the classes with --num_classes=N "
+            f"or --class_names=a,b,c (or a file of one name per line)."
+        )
+    if config.num_classes is not None:
+        checks.integer("num_classes", config.num_classes, minimum=2)
+
+
+def record_class_names(value):
+    """Return the class names of --class_names: a file of one name per line, or "a,b,c"."""
+    if not value:
+        return None
+    if tf.io.gfile.exists(value):
+        with tf.io.gfile.GFile(value) as f:
+            names = [line.strip() for line in f if line.strip()]
+    else:
+        names = [name.strip() for name in value.split(",")]
+    if len(names) < 2 or len(set(names)) != len(names):
+        raise checks.ConfigError(
+            f"class_names={value!r} gives {names[:5]}; give two or more distinct names, in label "
+            f"order, comma-separated or one per line in a file."
+        )
+    return tuple(names)
+
+
+def image_record_sources(config):
+    """Return (train, test, None, image_shape, num_classes, name) of a CNNConfig's TFRecords."""
+    names = record_class_names(config.class_names)
+    common = {
+        "layout": config.record_layout, "image_key": config.image_key,
+        "label_key": config.label_key, "label_offset": config.label_offset,
+        "num_classes": config.num_classes, "class_names": names,
+    }  # fmt: skip
+    train = data.image_tfrecord_source(
+        config.train_tfrecords, config.image_size, num_examples=config.train_examples, **common
+    )
+    test = None
+    if config.eval_tfrecords:
+        test = data.image_tfrecord_source(
+            config.eval_tfrecords, config.image_size, num_examples=config.eval_examples,
+            crop_fraction=config.eval_crop_fraction, **common,
+        )  # fmt: skip
+    shape = (config.image_size, config.image_size, 3)
+    return train, test, None, shape, train.num_classes, config.train_tfrecords
+
+
 def in_memory_images(train, test):
     """Return (train, test, None, image_shape, num_classes) for caller-supplied splits."""
     if train is None or test is None:

@@ -6,8 +6,9 @@
 `training_stream` builds the training stream (an epoch per pass, started at any step,
 cached or streamed by `cache_policy`); `pipelines` the batch arithmetic and exact
 evaluation; `sources` reads examples (arrays, TSV, TFRecord, tfds, digits), `text_sources`
-text columns (TSV/CSV files through `text_files`, one reader for training and prediction)
-and `image_folders` class folders of images. Tokenising is the model's (e.g.
+text columns (TSV/CSV files through `text_files`, one reader for training and prediction),
+`image_folders` class folders of images and `image_records` image TFRecords; `augment`
+training augmentation that resumes exactly. Tokenising is the model's (e.g.
 models/bert/bert_text.py), passed as `preprocess`.
 """
 
@@ -22,6 +23,10 @@ from keras_tpu.data.sources import synthetic_images  # noqa: F401
 from keras_tpu.data.file_sources import tfds_source  # noqa: F401
 from keras_tpu.data.file_sources import tfrecord_source  # noqa: F401
 from keras_tpu.data.image_folders import image_folder_sources  # noqa: F401
+from keras_tpu.data.image_records import LAYOUTS as RECORD_LAYOUTS  # noqa: F401
+from keras_tpu.data.image_records import RecordLayout  # noqa: F401
+from keras_tpu.data.image_records import image_tfrecord_source  # noqa: F401
+from keras_tpu.data.augment import ImageAugment  # noqa: F401
 from keras_tpu.data.image_folders import image_inputs  # noqa: F401
 from keras_tpu.data.pipelines import Batching  # noqa: F401
 from keras_tpu.data.pipelines import to_device_dtypes  # noqa: F401
@@ -44,6 +49,9 @@ __all__ = [
     "DEFAULT_SHUFFLE_BUFFER",
     "DatasetUnavailableError",
     "EvalData",
+    "ImageAugment",
+    "RECORD_LAYOUTS",
+    "RecordLayout",
     "Source",
     "as_source",
     "check_readable_by_tpu_host",
@@ -51,6 +59,7 @@ __all__ = [
     "eval_dataset",
     "eval_dataset_fn",
     "image_folder_sources",
+    "image_tfrecord_source",
     "load_csv",
     "load_digits",
     "load_tsv",

@@ -16,7 +16,11 @@ from keras_tpu.data.source_types import Source
 PARSE_BATCH = 256  # Records parsed in one call by a parse_fn that takes batches.
 
 
-def tfrecord_source(pattern, parse_fn, num_examples=None, name=None, *, parses_batches=False):
+def tfrecord_source(
+    pattern, parse_fn, num_examples=None, name=None, *, parses_batches=False,
+    parallel_reads=None, size_bytes=None, num_classes=None, class_names=None,
+    shuffle_buffer=None,
+):  # fmt: skip
     """Return a Source over TFRecord files, sharded by file when there are enough.
 
     Args:
@@ -30,6 +34,12 @@ def tfrecord_source(pattern, parse_fn, num_examples=None, name=None, *, parses_b
       parses_batches: parse PARSE_BATCH records a call. Parsing one record a call
         costs more than the rest of a streamed pipeline: measured about 10x the
         streamed examples/s (benchmarks/bench_scale.py).
+      parallel_reads: read files in parallel (interleaved, in a fixed order); default
+        (None): only remote (gs://) files, see below. A source whose parsing dominates
+        (JPEG decoding, data/image_records.py) reads in parallel wherever it is.
+      size_bytes: the examples' size once parsed, for the cache policy (default: the
+        files' size on disk).
+      num_classes, class_names, shuffle_buffer: as `Source` has them.
     """
     files = sorted(tf.io.gfile.glob(pattern)) if isinstance(pattern, str) else list(pattern)
     if not files:
@@ -38,7 +48,7 @@ def tfrecord_source(pattern, parse_fn, num_examples=None, name=None, *, parses_b
     # Remote files (gs://...) are read in parallel, to hide each read's latency; local ones
     # in one thread: there a parallel interleave's per-record hand-off cost more than it hid
     # (a streamed epoch at 1.6x the examples/s without it, benchmarks/bench_scale.py).
-    remote = any("://" in f for f in files)
+    remote = any("://" in f for f in files) if parallel_reads is None else bool(parallel_reads)
 
     def read_files(names):
         # Deterministic whatever the op-determinism setting: the same files in the same
@@ -68,7 +78,9 @@ def tfrecord_source(pattern, parse_fn, num_examples=None, name=None, *, parses_b
 
     return Source(
         name or str(pattern), num_examples, open_shard, tuple(files),
-        size_bytes=_total_size(files), open_files=open_files,
+        size_bytes=_total_size(files) if size_bytes is None else size_bytes,
+        open_files=open_files, num_classes=num_classes, class_names=class_names,
+        shuffle_buffer=shuffle_buffer,
         # A batch parser lets a streamed training pipeline shuffle and batch the records
         # and parse each batch once (Source.parse_batch).
         open_records=read_files if parses_batches else None,

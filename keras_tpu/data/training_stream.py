@@ -29,6 +29,7 @@ import sys
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.data import augment as augment_lib
 from keras_tpu.data import autotune
 from keras_tpu.data import cache_policy
 from keras_tpu.data.pipelines import Batching
@@ -93,6 +94,7 @@ def train_dataset_fn(
     start_step=0,
     steps_per_epoch=None,
     class_weight=None,
+    augment=None,
 ):
     """Return (dataset_fn(input_context), steps per epoch) for training.
 
@@ -116,6 +118,11 @@ def train_dataset_fn(
         global batch`).
       class_weight: one weight per class (a sequence indexed by the integer label):
         each training example is weighted by its class's weight.
+      augment: optional (features, labels, seeds) -> (features, labels) on batches, after
+        parsing and before `preprocess`; `seeds` holds one stateless seed ([2] int64) per
+        example, made of (seed, pipeline, epoch, the example's position in the epoch)
+        (`augment.example_seeds`): a resumed stream augments each example as the
+        uninterrupted one did. Training only (e.g. `data.ImageAugment`).
 
     Raises:
       ConfigError: a split smaller than one global batch.
@@ -166,13 +173,37 @@ def train_dataset_fn(
         if plan.cache is not None:
             what = f"{source.name} (pipeline {pipeline_id + 1} of {pipelines})"
             ds = _filled_first(open_pass(None), ds, what, math.ceil(n / pipelines))
+        batch_fn = parse
+        if augment is not None:
+            ds, batch_fn = _with_seeds(
+                ds, augment, parse, seed, pipeline_id, first_epoch, steps_per_epoch * per_step
+            )
         if step_in_epoch:
             ds = ds.skip(step_in_epoch * per_step)  # This epoch's trained steps only.
         return finish_batches(
-            ds, batch, preprocess, deterministic=True, class_weight=class_weight, parse=parse
+            ds, batch, preprocess, deterministic=True, class_weight=class_weight, parse=batch_fn
         )
 
     return dataset_fn, steps
+
+
+def _with_seeds(ds, augment, parse, seed, pipeline_id, first_epoch, epoch_length):
+    """Return (the stream with each element's seed, batch fn parsing then augmenting).
+
+    Counted from the stream's first epoch, before any skip: every epoch holds exactly
+    `epoch_length` elements, so element i is at epoch first_epoch + i // epoch_length,
+    position i % epoch_length, wherever the stream starts.
+    """
+
+    def tag(index, element):
+        epoch = first_epoch + index // epoch_length
+        return element, augment_lib.example_seeds(seed, pipeline_id, epoch, index % epoch_length)
+
+    def parse_and_augment(element, seeds):
+        x, y, *weight = parse(element) if parse is not None else element
+        return (*augment(x, y, seeds), *weight)
+
+    return ds.enumerate().map(tag), parse_and_augment
 
 
 def _filled_first(cached, stream, what, expected):

@@ -3,17 +3,24 @@
     python scripts/train_cnn.py --dataset=digits          # or scripts/train.py --task=cnn
     models.train_cnn(models.CNNConfig(dataset="digits", epochs=2))
     python scripts/train_cnn.py --image_dir=photos/ --validation_split=0.2 --image_size=64
+    python scripts/train_cnn.py --train_tfrecords='gs://b/train*.tfrec' --eval_tfrecords=... \
+        --backbone=efficientnetv2_b0 --weights=imagenet --image_size=224   # configs/images_*.yaml
 """
 
 import dataclasses
 import functools
+import re
+
+import tensorflow as tf
 
 import keras_tpu
 from keras_tpu import data
 from keras_tpu import keras
 from models import cnn
 from models import datasets
+from models.cnn import backbones
 from models.cnn import cnn_export
+from models.cnn import image_recipe
 
 
 @dataclasses.dataclass
@@ -26,11 +33,53 @@ class CNNConfig(keras_tpu.RunConfig):
     image_dir: str | None = None  # Instead of dataset: image_dir/<class name>/<image>.png|jpg.
     validation_dir: str | None = None  # With image_dir: a validation folder of the same classes,
     validation_split: float | None = None  # or this fraction of each class of image_dir (by seed).
-    image_size: int = 64  # With image_dir: images are resized to image_size x image_size.
+    image_size: int = 64  # With image_dir or TFRecords: images are image_size x image_size.
+    # Image TFRecords (data.image_records): file patterns (gs:// too), keys, classes.
+    train_tfrecords: str | None = None
+    eval_tfrecords: str | None = None
+    record_layout: str = "kaggle"  # "kaggle" (image, class) or "imagenet" (image/encoded, ...).
+    image_key: str | None = None  # Replaces the layout's image feature.
+    label_key: str | None = None  # Replaces the layout's label feature (e.g. target).
+    label_offset: int = 0  # Subtracted from every label (1: ids from 1).
+    class_names: str | None = None  # "daisy,rose,..." or a file of one name per line.
+    num_classes: int | None = None  # Default: len(class_names), else the largest label + 1.
+    train_examples: int | None = None  # Examples in train_tfrecords, if known (else counted).
+    eval_examples: int | None = None
+    eval_crop_fraction: float = 1.0  # Evaluation keeps this central square (ImageNet: 0.875).
+    augment: bool = True  # With TFRecords: random resized crop, flip, colour jitter.
+    min_crop_area: float = 0.25  # The augmentation's smallest crop (fraction of the area).
+    # The model (models/cnn/backbones.py) and its start.
+    backbone: str = "cnn"
+    weights: str = "none"  # none, imagenet or a weights file (a run's backbone.weights.h5).
+    freeze_backbone_epochs: int = 0  # Train only the head for this many epochs, then all.
+    dropout: float = 0.2  # The backbone classifier's head dropout.
+    # The recipe (models/cnn/image_recipe.py).
+    optimizer: str = "adam"
+    lr_schedule: str = "constant"
+    lr_base_batch: int | None = None
+    warmup_epochs: float = 0.0
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.0
 
     def __post_init__(self):
         super().__post_init__()
         datasets.check_image_folder_fields(self)
+        datasets.check_image_record_fields(self)
+        self.recipe()  # Checked now, before TensorFlow starts.
+
+    def recipe(self):
+        """Return the run's image_recipe.Recipe."""
+        return image_recipe.Recipe(
+            optimizer=self.optimizer, learning_rate=self.learning_rate,
+            base_batch=self.lr_base_batch, schedule=self.lr_schedule,
+            warmup_epochs=self.warmup_epochs, weight_decay=self.weight_decay,
+            label_smoothing=self.label_smoothing,
+        )  # fmt: skip
+
+    @property
+    def image_route(self):
+        """True when the run takes the image recipe: TFRecords or a keras.applications backbone."""
+        return bool(self.train_tfrecords) or self.backbone != "cnn"
 
 
 @keras_tpu.register_task("cnn")
@@ -50,6 +99,8 @@ def cnn_task(config: CNNConfig, train=None, test=None, finished=None) -> keras_t
         train, test = finished.train_data, finished.eval_data
         preprocess, num_classes = None, len(finished.class_names)
         image_shape, name = (config.image_size, config.image_size, 3), config.image_dir
+    elif train is None and test is None and config.train_tfrecords:
+        return _image_task(config, *datasets.image_record_sources(config))
     elif train is None and test is None and config.image_dir:
         train, test = data.image_folder_sources(
             config.image_dir, config.image_size, validation_dir=config.validation_dir,
@@ -66,6 +117,8 @@ def cnn_task(config: CNNConfig, train=None, test=None, finished=None) -> keras_t
         train, test, preprocess, image_shape, num_classes = datasets.in_memory_images(train, test)
         name = "in-memory arrays"
     class_names = getattr(train, "class_names", None)  # An image folder's (a Source's).
+    if config.image_route:
+        return _image_task(config, train, test, preprocess, image_shape, num_classes, name)
     return keras_tpu.Task(
         build_model=lambda: cnn.build_cnn(image_shape, num_classes, variant=config.variant),
         loss="sparse_categorical_crossentropy",
@@ -80,6 +133,81 @@ def cnn_task(config: CNNConfig, train=None, test=None, finished=None) -> keras_t
         class_weight=config.class_weight,
         export=functools.partial(cnn_export.export_cnn, class_names=class_names),
     )
+
+
+def _image_task(config, train, test, preprocess, image_shape, num_classes, name):
+    """Return the image recipe's Task: a backbone, augmentation, the recipe's optimizer and loss."""
+    recipe = config.recipe()
+    frozen = config.freeze_backbone_epochs > 0
+    if config.image_dir and preprocess is None:  # Folders give [0, 1]; the backbones take [0, 255].
+        preprocess = _to_pixel_range
+    built = {}  # The model, for the optimizer's weight-decay exclusions (built just before).
+
+    def build_model():
+        built["model"] = backbones.build_classifier(
+            config.backbone, image_shape[0], num_classes, weights=config.weights,
+            channels=image_shape[-1], dropout=config.dropout, frozen_start=frozen,
+            variant=config.variant,
+        )  # fmt: skip
+        return built["model"]
+
+    def build_optimizer(total_steps):
+        exclude = ()
+        if frozen:  # A fine-tuned backbone is not decayed towards zero, frozen or not.
+            backbone = built["model"].get_layer("backbone")
+            exclude = tuple(_exact_name(v) for v in backbone.weights)
+        steps_per_epoch = total_steps // config.epochs
+        global_batch = config.per_replica_batch_size * _replicas()
+        return image_recipe.optimizer(recipe, total_steps, global_batch, steps_per_epoch, exclude)
+
+    callbacks = []
+    if config.backbone != "cnn":
+        if frozen:
+            callbacks.append(backbones.FreezeBackbone(config.freeze_backbone_epochs))
+        if config.model_dir:
+            callbacks.append(
+                backbones.SaveBackboneWeights(backbones.backbone_weights_path(config.model_dir))
+            )
+    augment = None
+    if config.train_tfrecords and config.augment:
+        augment = data.ImageAugment(image_shape[0], min_area=config.min_crop_area)
+    loss = "sparse_categorical_crossentropy"
+    if recipe.label_smoothing:
+        loss = image_recipe.SparseSmoothedCrossentropy(recipe.label_smoothing)
+    class_names = getattr(train, "class_names", None)
+    return keras_tpu.Task(
+        build_model=build_model,
+        loss=loss,
+        metrics=image_recipe.metrics(num_classes),
+        optimizer=build_optimizer,
+        train_data=train,
+        eval_data=test,
+        preprocess=preprocess,
+        augment=augment,
+        monitor="val_accuracy" if test is not None else "accuracy",
+        mode="max",
+        name=name,
+        class_weight=config.class_weight,
+        callbacks=lambda: list(callbacks),
+        export=functools.partial(cnn_export.export_cnn, class_names=class_names),
+    )
+
+
+def _exact_name(variable):
+    """Return a pattern matching `variable`'s name alone, and its replicas' ("name/replica_1:0").
+
+    tf_keras matches weight-decay exclusions against each replica's component variable.
+    """
+    return f"^{re.escape(variable.name.rsplit(':', 1)[0])}(/replica_\\d+)?:\\d+$"
+
+
+def _to_pixel_range(images, labels):
+    return images * 255.0, labels
+
+
+def _replicas():
+    """Return the replicas of the strategy in scope (the optimizer is built inside it)."""
+    return tf.distribute.get_strategy().num_replicas_in_sync
 
 
 def train_cnn(config, train=None, test=None):

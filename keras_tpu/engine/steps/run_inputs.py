@@ -60,6 +60,11 @@ def build(task, config, strategy):
     batching = data.Batching.for_strategy(config.per_replica_batch_size, strategy)
     class_weight = class_weights.class_weights(task.class_weight)
     if _is_dataset_fn(task.train_data):
+        if task.augment is not None:
+            raise checks.ConfigError(
+                "Task.augment needs train_data the engine batches (arrays, a Source); a "
+                "dataset function augments its own examples."
+            )
         if class_weight is not None:
             raise checks.ConfigError(
                 "Task.class_weight needs train_data the engine batches (arrays, a Source); a "
@@ -96,6 +101,7 @@ def build(task, config, strategy):
                 start_step=start_step,
                 steps_per_epoch=config.steps_per_epoch or steps,
                 class_weight=class_weight,
+                augment=task.augment,
             )
             return dataset
 

@@ -67,7 +67,12 @@ class Task:
         AdamW's excluded variables): pass `lambda: keras.optimizers.Adam(1e-3)`.
         A model-parallel run (keras_tpu.parallel.mesh) passes a factory `mesh=`
         too: write `lambda total_steps, mesh=None: ...Adam(..., mesh=mesh)`.
-      preprocess: (features, labels) -> (features, labels) on host batches.
+      preprocess: (features, labels) -> (features, labels) on host batches (training,
+        evaluation and prediction alike: nothing random belongs here).
+      augment: (features, labels, seeds) -> (features, labels) on training batches only,
+        before `preprocess`, with one stateless seed per example (e.g.
+        `data.ImageAugment`): a resumed run augments every example as the uninterrupted
+        run did (`data.augment`). Evaluation and prediction never see it.
       monitor: the value that chooses the best weights ("val_loss", "val_auc", ...).
       mode: "min" or "max" for `monitor`, or "auto" (the default): "max" for names
         of accuracies, AUC, precision, recall, F1 and correlations, "min" for losses
@@ -111,6 +116,7 @@ class Task:
     metrics: Sequence[Any] | Callable[[], Sequence[Any]] = ()
     optimizer: Any = "adam"
     preprocess: Callable | None = None
+    augment: Callable | None = None
     monitor: str = "val_loss"
     mode: str = best_tracker.AUTO
     export: Callable | None = export_lib.export_model

@@ -1,0 +1,260 @@
+"""Image TFRecords: Kaggle and ImageNet layouts, decoded pixels, counts, order and resume.
+
+The records are scikit-learn's digits upscaled to 32x32 RGB and encoded as JPEG (or PNG,
+lossless, where pixels are compared), written with tf.train.Example, so nothing is
+downloaded.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_tpu import checks
+from keras_tpu import data
+from keras_tpu.data import image_records
+
+
+def digit_images(count, offset=0, size=32):
+    """Return (uint8 [count, size, size, 3] RGB digits, int labels) from scikit-learn's digits."""
+    from sklearn import datasets as sk_datasets  # pylint: disable=g-import-not-at-top
+
+    digits = sk_datasets.load_digits()
+    images = digits.images[offset:offset + count] * (255.0 / 16.0)
+    images = tf.image.resize(images[..., None], (size, size), method="nearest").numpy()
+    rgb = np.repeat(images.round().astype(np.uint8), 3, axis=-1)
+    return rgb, digits.target[offset:offset + count].astype(np.int64)
+
+
+def write_records(pattern, images, labels, *, shards=1, layout="kaggle", encode="jpeg",
+                  label_offset=0):  # fmt: skip
+    """Write images and labels as tf.train.Examples in `shards` files `pattern % shard`."""
+    keys = image_records.LAYOUTS[layout]
+    encoder = tf.io.encode_jpeg if encode == "jpeg" else tf.io.encode_png
+    paths = []
+    for shard in range(shards):
+        path = pattern % shard
+        with tf.io.TFRecordWriter(path) as writer:
+            for i in range(shard, len(images), shards):
+                feature = {
+                    keys.image_key: tf.train.Feature(
+                        bytes_list=tf.train.BytesList(value=[encoder(images[i]).numpy()])
+                    ),
+                    keys.label_key: tf.train.Feature(
+                        int64_list=tf.train.Int64List(value=[int(labels[i]) + label_offset])
+                    ),
+                }
+                example = tf.train.Example(features=tf.train.Features(feature=feature))
+                writer.write(example.SerializeToString())
+        paths.append(path)
+    return paths
+
+
+def _read(source):
+    images, labels = [], []
+    for image, label in source.open_shard(1, 0, False):
+        images.append(image.numpy())
+        labels.append(int(label))
+    return np.stack(images), np.array(labels)
+
+
+@pytest.mark.parametrize("layout", ["kaggle", "imagenet"])
+def test_both_layouts_decode_every_record_in_file_order(tmp_path, layout):
+    images, labels = digit_images(12)
+    offset = 1 if layout == "imagenet" else 0
+    write_records(str(tmp_path / "part-%d.tfrecord"), images, labels, layout=layout,
+                  encode="png", label_offset=offset)  # fmt: skip
+    source = data.image_tfrecord_source(
+        str(tmp_path / "part-*"), 32, layout=layout, label_offset=offset, num_classes=10
+    )
+    assert source.num_examples is None and source.num_classes == 10
+    assert data.count_examples(source) == 12
+    decoded, read_labels = _read(source)
+    assert decoded.dtype == np.uint8 and decoded.shape == (12, 32, 32, 3)
+    np.testing.assert_array_equal(decoded, images)  # PNG: lossless, same size: the pixels.
+    np.testing.assert_array_equal(read_labels, labels)
+
+
+def test_other_keys_kaggle_counts_and_the_central_crop(tmp_path):
+    images, labels = digit_images(10)
+    keys = image_records.RecordLayout("pixels", "target")
+    paths = []
+    for shard, part in enumerate((slice(0, 6), slice(6, 10))):
+        path = str(tmp_path / f"train{shard:02d}-{len(images[part])}.tfrec")
+        with tf.io.TFRecordWriter(path) as writer:
+            for image, label in zip(images[part], labels[part]):
+                feature = {
+                    "pixels": tf.train.Feature(bytes_list=tf.train.BytesList(
+                        value=[tf.io.encode_png(image).numpy()])),
+                    "target": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                }  # fmt: skip
+                writer.write(tf.train.Example(features=tf.train.Features(feature=feature))
+                             .SerializeToString())  # fmt: skip
+        paths.append(path)
+    source = data.image_tfrecord_source(
+        str(tmp_path / "*.tfrec"), 16, image_key=keys.image_key, label_key="target",
+        crop_fraction=0.5, class_names=[str(d) for d in range(10)],
+    )  # fmt: skip
+    assert source.num_examples == 10  # From Kaggle's names: nothing read.
+    assert source.class_names == tuple("0123456789") and source.num_classes == 10
+    decoded, read_labels = _read(source)
+    np.testing.assert_array_equal(read_labels, labels)
+    # The central 16x16 of each 32x32 image, kept at 16: its pixels.
+    np.testing.assert_array_equal(decoded, images[:, 8:24, 8:24])
+    with pytest.raises(checks.ConfigError, match="record_layout"):
+        data.image_tfrecord_source(paths, 16, layout="coco")
+    with pytest.raises(checks.MissingFileError, match="no TFRecord files"):
+        data.image_tfrecord_source(str(tmp_path / "none-*"), 16)
+
+
+def _stream(source, strategy, augment, start_step, seed=0, steps=6):
+    """Return the first `steps` global training batches from `start_step` as NumPy."""
+    dataset, _ = data.train_dataset(
+        strategy, source, 4, seed=seed, start_step=start_step, steps_per_epoch=3,
+        augment=augment, cache="none",
+    )  # fmt: skip
+    batches = []
+    for x, y in iter(dataset):
+        x = np.concatenate([t.numpy() for t in strategy.experimental_local_results(x)])
+        y = np.concatenate([t.numpy() for t in strategy.experimental_local_results(y)])
+        batches.append((x, y))
+        if len(batches) == steps:
+            return batches
+    return batches
+
+
+def test_augmented_stream_resumes_exactly_and_epochs_differ(tmp_path, mirrored):
+    images, labels = digit_images(40)
+    write_records(str(tmp_path / "train-%d.tfrecord"), images, labels, shards=4)
+    source = data.image_tfrecord_source(str(tmp_path / "train-*"), 32, num_examples=40)
+    augment = data.ImageAugment(image_size=32)
+    replicas = mirrored.num_replicas_in_sync
+    whole = _stream(source, mirrored, augment, 0, steps=6)
+    # Streamed (the shuffled records parsed per batch) and started mid-epoch 1.
+    resumed = _stream(source, mirrored, augment, 4, steps=2)
+    for (x, y), (xr, yr) in zip(whole[4:], resumed, strict=True):
+        np.testing.assert_array_equal(y, yr)
+        np.testing.assert_array_equal(x, xr)
+    plain = _stream(source, mirrored, None, 0, steps=6)
+    assert all(np.array_equal(y, yp) for (_, y), (_, yp) in zip(whole, plain))  # Same order.
+    assert not np.array_equal(whole[0][0], plain[0][0])  # Augmented...
+    assert whole[0][0].dtype == np.float32 and whole[0][0].shape == (4 * replicas, 32, 32, 3)
+    assert 0.0 <= whole[0][0].min() and whole[0][0].max() <= 255.0
+    # ... differently each epoch: every example is in epochs 0 and 1 (40 examples, 3 steps of
+    # 4 x replicas); find each of epoch 1's examples in epoch 0 by its unaugmented pixels.
+    first = {plain_x.tobytes(): aug for step in range(3)
+             for plain_x, aug in zip(plain[step][0], whole[step][0])}  # fmt: skip
+    again = [(first[p.tobytes()], a) for step in range(3, 6)
+             for p, a in zip(plain[step][0], whole[step][0]) if p.tobytes() in first]  # fmt: skip
+    assert again and all(not np.array_equal(a, b) for a, b in again)
+
+
+def test_the_augmentation_is_a_function_of_each_examples_seed():
+    images, labels = digit_images(3)
+    augment = data.ImageAugment(image_size=24)
+    seeds = tf.constant([[1, 2], [3, 4], [1, 2]], tf.int64)
+    out, same_labels = augment(tf.constant(images), tf.constant(labels), seeds)
+    assert out.shape == (3, 24, 24, 3) and out.dtype == tf.float32
+    np.testing.assert_array_equal(same_labels, labels)
+    again, _ = augment(tf.constant(images[::-1]), tf.constant(labels), seeds[::-1])
+    np.testing.assert_array_equal(again.numpy()[::-1], out.numpy())  # Per example, not per batch.
+    flip_only = data.ImageAugment(32, min_area=1.0, aspect=(1, 1), brightness=0, contrast=0,
+                                  saturation=0)  # fmt: skip
+    flipped, _ = flip_only(tf.constant(images), labels, seeds)
+    for image, result in zip(images, flipped.numpy()):  # Only a flip (or nothing) remains.
+        assert np.allclose(result, image) or np.allclose(result, image[:, ::-1])
+    with pytest.raises(checks.ConfigError, match="aspect"):
+        data.ImageAugment(32, aspect=(2, 1))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)  # Three MobileNetV3 runs on 4 replicas: traced, compiled, exported.
+def test_train_cnn_on_jpeg_records_with_a_backbone_resumes_exactly_after_sigkill(tmp_path):
+    import json  # pylint: disable=g-import-not-at-top
+    import os  # pylint: disable=g-import-not-at-top
+
+    from tests.test_faults_resume import _run_line  # pylint: disable=g-import-not-at-top
+    from tests.test_faults_resume import _script  # pylint: disable=g-import-not-at-top
+
+    images, labels = digit_images(160)
+    write_records(str(tmp_path / "train-%d.tfrecord"), images[:120], labels[:120], shards=4)
+    eval_images, eval_labels = images[120:], labels[120:]
+    write_records(str(tmp_path / "eval-%d.tfrecord"), eval_images, eval_labels, shards=2)
+    # 4 replicas x 4: 3 steps an epoch (of 7 a pass), 6 in all; streamed (records shuffled,
+    # decoded and augmented per batch); 40 evaluation images are 3 steps, the last padded.
+    flags = (f"--train_tfrecords={tmp_path}/train-*", f"--eval_tfrecords={tmp_path}/eval-*",
+             "--num_classes=10", "--backbone=mobilenet_v3_small", "--image_size=32",
+             "--cpu_replicas=4", "--per_replica_batch_size=4", "--epochs=2",
+             "--steps_per_epoch=3", "--steps_per_execution=1", "--cache=none",
+             "--optimizer=adamw", "--weight_decay=0.05", "--lr_schedule=cosine",
+             "--warmup_epochs=1", "--label_smoothing=0.1", "--learning_rate=0.002")  # fmt: skip
+    whole_dir = str(tmp_path / "whole")
+    whole = _script("train_cnn.py", whole_dir, *flags, timeout=1500)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    final_step, _, checksum = _run_line(whole)
+    assert final_step == 6 and "on 40 examples; 4 replica(s)" in whole.stdout
+    assert os.path.exists(os.path.join(whole_dir, "backbone.weights.h5"))
+
+    killed_dir, export_dir = str(tmp_path / "killed"), str(tmp_path / "export")
+    killed = _script("train_cnn.py", killed_dir, *flags, f"--export_dir={export_dir}",
+                     fault="SIGKILL", at=4, timeout=1500)  # fmt: skip
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    resumed = _script("train_cnn.py", killed_dir, *flags, f"--export_dir={export_dir}",
+                      timeout=1500)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _run_line(resumed) == (6, 3, checksum)  # From the epoch-1 backup, mid-epoch 2 again.
+    summaries = []
+    for run_dir in (whole_dir, killed_dir):
+        with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as f:
+            summaries.append(json.load(f))
+    assert summaries[0]["test"] == summaries[1]["test"]
+    assert summaries[0]["history"] == summaries[1]["history"]
+    test = summaries[1]["test"]
+    assert set(test) == {"loss", "accuracy", "top5_accuracy"}
+
+    # Exact evaluation: the export's predictions on the evaluation images (decoded as the
+    # run decodes them, never augmented), recomputed in NumPy.
+    source = data.image_tfrecord_source(str(tmp_path / "eval-*"), 32)
+    decoded, read_labels = _read(source)
+    served = tf.saved_model.load(export_dir).signatures["serving_default"]
+    probabilities = served(image=tf.constant(decoded, tf.float32))["probabilities"].numpy()
+    assert len(probabilities) == 40 and sorted(read_labels) == sorted(eval_labels.tolist())
+    assert test["accuracy"] == pytest.approx(np.mean(probabilities.argmax(1) == read_labels), abs=1e-6)
+    top5 = np.argsort(-probabilities, axis=1)[:, :5]
+    assert test["top5_accuracy"] == pytest.approx(
+        np.mean([label in row for row, label in zip(top5, read_labels)]), abs=1e-6)  # fmt: skip
+    target = np.full((40, 10), 0.1 / 10) + 0.9 * np.eye(10)[read_labels]
+    smoothed = -(target * np.log(np.clip(probabilities, 1e-7, 1.0))).sum(1).mean()
+    assert test["loss"] == pytest.approx(smoothed, rel=1e-4)
+
+
+def test_a_tasks_augment_reaches_training_batches_and_never_evaluation(tmp_path, mirrored):
+    import keras_tpu  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.steps import run_inputs  # pylint: disable=g-import-not-at-top
+
+    images, labels = digit_images(24)
+    write_records(str(tmp_path / "train-%d.tfrecord"), images, labels, encode="png")
+    source = data.image_tfrecord_source(str(tmp_path / "train-*"), 32)
+
+    def inverted(x, y, seeds):  # Recognisable: 255 - pixels, whatever the seed.
+        del seeds
+        return 255.0 - tf.cast(x, tf.float32), y
+
+    task = keras_tpu.Task(build_model=lambda: None, loss="mse", train_data=source,
+                          eval_data=source, augment=inverted)  # fmt: skip
+    config = keras_tpu.RunConfig(per_replica_batch_size=2, cache="none")
+    inputs = run_inputs.build(task, config, mirrored)
+    x, y = next(iter(inputs.train(0)))
+    train_x = np.concatenate([t.numpy() for t in mirrored.experimental_local_results(x)])
+    train_y = np.concatenate([t.numpy() for t in mirrored.experimental_local_results(y)])
+    by_label = {}
+    for image, label in zip(images, labels):
+        by_label.setdefault(int(label), []).append(image)
+    for image, label in zip(train_x, train_y):
+        assert any(np.array_equal(image, 255.0 - p) for p in by_label[int(label)])
+    seen = []
+    for x, _, weight in iter(inputs.eval.dataset):
+        for part, w in zip(mirrored.experimental_local_results(x),
+                           mirrored.experimental_local_results(weight)):  # fmt: skip
+            seen += [image for image, keep in zip(part.numpy(), w.numpy()) if keep]
+    assert len(seen) == 24
+    assert sorted(i.tobytes() for i in seen) == sorted(i.astype(np.float32).tobytes() for i in images)
