@@ -38,6 +38,7 @@ from keras_tpu.engine.backup import backup_contents
 from keras_tpu.engine.backup import backup_store
 from keras_tpu.engine.rundir import run_dir
 from keras_tpu.engine.backup import run_records
+from keras_tpu.engine.stops import fault_points
 from keras_tpu.engine.stops import stop as stops
 from keras_tpu.runtime.strategy import cluster
 from keras_tpu.runtime.compat import keras
@@ -198,6 +199,7 @@ class Backup(keras.callbacks.Callback):
             run_records.write(write.directory, records)
             if step == self.saved_step:
                 return
+            fault_points.reach("backup")
             write.save(self._checkpoint, step, options=self.options)  # Then prunes.
         except (tf.errors.OpError, OSError) as e:
             write.discard(step)  # Never a kept backup: pruning follows a successful save only.
@@ -242,11 +244,6 @@ class Backup(keras.callbacks.Callback):
                 f"keras_tpu.fit, which does this."
             )
 
-    @property
-    def signal(self):
-        """The SIGTERM/SIGINT the run's Preemption received, or None."""
-        return self.preemption.signal if self.preemption is not None else None
-
     def close(self):
         """Drop a worker's scratch directory; idempotent."""
         if getattr(self, "_scratch", None):
@@ -272,7 +269,9 @@ class Backup(keras.callbacks.Callback):
                 self.save()
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.nan_step is not None or self.signal is not None:
+        # Whatever signal this worker received: on a cluster every worker saves here (the
+        # save runs collectives), and the agreed stop comes at an execution's end.
+        if self.nan_step is not None:
             return
         step = int(self.model.optimizer.iterations.numpy())
         if self.every_steps is None or step == self.saved_step:

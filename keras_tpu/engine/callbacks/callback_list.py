@@ -16,6 +16,7 @@ from keras_tpu import checks
 from keras_tpu.engine.callbacks import best_tracker
 from keras_tpu.engine.backup import checkpointing
 from keras_tpu.engine.callbacks import log_callbacks
+from keras_tpu.engine.stops import fault_points
 from keras_tpu.engine.stops import preemption as preemption_lib
 from keras_tpu.engine.callbacks import progress
 from keras_tpu.engine.backup import run_records
@@ -100,7 +101,9 @@ def make_callbacks(
     """
     meter = log_callbacks.ThroughputMeter(global_batch, flops_per_example, peak_flops)
     guard = log_callbacks.NaNGuard()
-    callbacks = [
+    # A test's fault point (fault_points.py) fires first, before any callback sees the moment.
+    callbacks = [fault_points.FaultCallback()] if fault_points.active() else []
+    callbacks += [
         log_callbacks.ExactValidationLoss(), meter, log_callbacks.LearningRateLogger(), guard,
         *extra,
     ]  # fmt: skip
