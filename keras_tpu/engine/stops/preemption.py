@@ -54,6 +54,20 @@ PHASES = {  # Phase name -> how the stop line says it.
 }
 
 
+class _Interrupt(BaseException):
+    """A signal's stop raised from the handler, wherever the main thread was; `installed` ends it.
+
+    A BaseException, as KeyboardInterrupt is: raised inside a framework's call, it passes
+    the `except Exception` wrappers that re-create errors with added context (tf_keras's
+    `traceback_utils.inject_argument_info_in_traceback` calls `type(e)(message)`, which
+    turned a RunStopped raised while the export traced a layer into an AttributeError).
+    """
+
+    def __init__(self, stopped):
+        super().__init__(stopped)
+        self.stopped = stopped
+
+
 class Preemption:
     """SIGTERM/SIGINT for one run: deferred to an execution's end while training, else at once.
 
@@ -112,6 +126,8 @@ class Preemption:
         self.install()
         try:
             yield self
+        except _Interrupt as interrupt:  # The handler's stop, through any framework's code.
+            raise interrupt.stopped from None
         finally:
             self.uninstall()
 
@@ -186,7 +202,7 @@ class Preemption:
             )  # fmt: skip
             log.warning("keras_tpu: %s: %s %s", name, what, when)
             return
-        raise self.stopped()
+        raise _Interrupt(self.stopped())
 
     def stopped(self):
         """Return the RunStopped for the received signal: one line of what was saved."""

@@ -82,8 +82,8 @@ class RunStopped(Exception):
     """
 
     def __init__(self, stop):
-        # The Stop is the exception's one argument: a copy or a pickle (`type(e)(*e.args)`,
-        # as TensorFlow's saving does to an error raised inside it) is this RunStopped again.
+        # The Stop is the exception's one argument: a copy or a pickle (`type(e)(*e.args)`)
+        # is this RunStopped again.
         super().__init__(stop)
         self.stop = stop
 
