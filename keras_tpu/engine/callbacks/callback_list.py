@@ -102,7 +102,10 @@ def make_callbacks(
     meter = log_callbacks.ThroughputMeter(global_batch, flops_per_example, peak_flops)
     guard = log_callbacks.NaNGuard()
     # A test's fault point (fault_points.py) fires first, before any callback sees the moment.
-    callbacks = [fault_points.FaultCallback()] if fault_points.active() else []
+    callbacks = []
+    if fault_points.active():
+        multi_worker = StrategyInfo.of(strategy).is_multi_worker
+        callbacks.append(fault_points.FaultCallback(steps_per_execution, multi_worker))
     callbacks += [
         log_callbacks.ExactValidationLoss(), meter, log_callbacks.LearningRateLogger(), guard,
         *extra,

@@ -13,7 +13,9 @@ The points, in run order (POINTS):
   connect          start-up: before the strategy is resolved (a cluster connects there)
   build            the model build (a cluster broadcasts the initial variables)
   step             a mid-epoch execution's end (count: which one; never an epoch's last)
-  last_step        an epoch's last execution's end, before its evaluation
+  last_step        where the stop lands on an epoch's last step, before its evaluation: that
+                   execution's end (a cluster: the one before, as the workers stop one
+                   execution after the signal, which is given 1.5 s to reach the agreement)
   evaluation       an epoch's evaluation, as it starts
   evaluated        an epoch's end, after its evaluation, before its backup
   backup           during a backup: its records written, the checkpoint not yet
@@ -28,6 +30,7 @@ lookup, and the engine adds `FaultCallback` only then. A test hook, not an API.
 import os
 import signal
 import threading
+import time
 
 from keras_tpu.runtime.compat import keras
 
@@ -39,6 +42,9 @@ POINTS = (
 )  # fmt: skip
 FAULTS = ("SIGTERM", "SIGTERM2", "SIGINT", "SIGKILL")
 SECOND_SIGNAL_SECONDS = 0.3  # SIGTERM2: the second signal, as an impatient supervisor sends it.
+
+# TensorFlow's PreemptionCheckpointHandler polls a worker's signal once a second.
+WATCH_SECONDS = 1.5
 
 _reached = {}
 
@@ -60,13 +66,19 @@ def active():
 
 
 def reach(name):
-    """Say the run reached point `name`: the fault fires here if this is the named time."""
+    """Say the run reached point `name`: the fault fires here if this is the named time.
+
+    Returns:
+      True if the fault fired here.
+    """
     wanted = target()
     if wanted is None or wanted[0] != name:
-        return
+        return False
     _reached[name] = _reached.get(name, 0) + 1
-    if _reached[name] == wanted[1]:
-        fire(os.environ.get(FAULT_VARIABLE, "SIGTERM"))
+    if _reached[name] != wanted[1]:
+        return False
+    fire(os.environ.get(FAULT_VARIABLE, "SIGTERM"))
+    return True
 
 
 def fire(fault):
@@ -85,9 +97,18 @@ def fire(fault):
 class FaultCallback(keras.callbacks.Callback):
     """The training points (step, last_step, evaluation, evaluated), first in the callback list."""
 
+    def __init__(self, steps_per_execution, cluster):
+        super().__init__()
+        # A cluster stops one execution after a signal (cluster_stop.py): to land there, earlier.
+        self.lead = steps_per_execution if cluster else 0
+        self.cluster = cluster
+
     def on_train_batch_end(self, batch, logs=None):
-        steps = (self.params or {}).get("steps") or 0  # fit's batch is the execution's last step.
-        reach("last_step" if steps and batch + 1 >= steps else "step")
+        steps = (self.params or {}).get("steps") or 0
+        end = batch + 1  # fit's batch is the execution's last step in the epoch.
+        last = end < steps <= end + self.lead if self.lead else end >= steps
+        if reach("last_step" if last else "step") and self.cluster:
+            time.sleep(WATCH_SECONDS)
 
     def on_test_begin(self, logs=None):
         reach("evaluation")
