@@ -193,16 +193,16 @@ def _chain(root, workers, reference, faults):
 # last step (its history was doubled), SIGTERM during the export (a traceback).
 CLUSTER_CHAIN = (
     ("build", "SIGKILL-worker", 1),  # Nothing trained: "restarts from step 0".
-    ("evaluated", "SIGTERM-worker", 1),  # Epoch 1's end: the backup there meets no one's.
-    ("last_step", "SIGTERM2-chief", 1),  # The resumed epoch's last step, signalled twice.
-    ("evaluation", "SIGTERM-chief", 1),  # The resumed run's first epoch evaluation.
-    ("export", "SIGTERM-worker", 1),  # Deferred to the next phase boundary: every worker, 143.
+    ("evaluated", "SIGTERM-worker", 1),  # Epoch 1's end: its backup meets no one's; stops at 19.
+    ("last_step", "SIGTERM2-chief", 1),  # Twice; the stop lands on step 33, not evaluated.
+    ("export", "SIGTERM-chief", 1),  # Deferred to the next phase boundary: every worker, 143.
     ("final_evaluation", "SIGKILL-chief", 1),
 )
 MACHINE_CHAIN = (
     ("connect", "SIGTERM", 1),
-    ("step", "SIGKILL", 2),
-    ("backup", "SIGKILL", 1),
+    ("step", "SIGKILL", 2),  # Step 8: before the first backup.
+    ("evaluation", "SIGTERM", 1),  # Epoch 1's evaluation: the stop comes at step 15.
+    ("backup", "SIGKILL", 1),  # Epoch 2's backup, half written.
     ("summary", "SIGTERM", 1),
 )
 

@@ -107,11 +107,14 @@ class FaultCallback(keras.callbacks.Callback):
         steps = (self.params or {}).get("steps") or 0
         end = batch + 1  # fit's batch is the execution's last step in the epoch.
         last = end < steps <= end + self.lead if self.lead else end >= steps
-        if reach("last_step" if last else "step") and self.cluster:
-            time.sleep(WATCH_SECONDS)
+        self._reach("last_step" if last else "step")
 
     def on_test_begin(self, logs=None):
-        reach("evaluation")
+        self._reach("evaluation")
 
     def on_epoch_end(self, epoch, logs=None):
-        reach("evaluated")
+        self._reach("evaluated")
+
+    def _reach(self, name):
+        if reach(name) and self.cluster:  # The agreement then starts at the next execution's end.
+            time.sleep(WATCH_SECONDS)
