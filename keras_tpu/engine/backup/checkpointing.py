@@ -191,7 +191,7 @@ class Backup(keras.callbacks.Callback):
         _, write = self.stores()
         try:
             records = run_records.collect(
-                self.model, step, self._logs, self.state_callbacks, self.history
+                self.model, step, self._epoch_logs(), self.state_callbacks, self.history
             )
             if step != self.saved_step:
                 write.discard(step)  # What an unfinished save of this step left, if any.
@@ -207,6 +207,18 @@ class Backup(keras.callbacks.Callback):
                 raise  # A worker died during the save: the run names it (cluster.worker_failure).
             raise stops.Stop.disk(self._write_error(write.directory, e)).error() from e
         self.saved_step = step
+
+    def _epoch_logs(self):
+        """Return the epoch's logs so far as fit's epoch end computes them (a pending epoch's).
+
+        On a multi-worker cluster tf_keras's batch-end logs are every replica's values summed
+        (`reduce_per_replica`: "auto" is "sum" there), so an epoch ended from them on restart
+        had its training loss and accuracy doubled on 2 workers; fit's epoch end reads the
+        metrics instead (`Model.get_metrics_result`, a collective: every worker saves here).
+        """
+        if not self.multi_worker:
+            return self._logs
+        return {**self._logs, **self.model.get_metrics_result()}
 
     def _write_error(self, directory, error):
         needed = backup_contents.checkpoint_bytes(self.model)
