@@ -40,6 +40,20 @@ tf.config.set_logical_device_configuration(
 )
 
 
+def pytest_collection_modifyitems(config, items):
+    """Deselect the full fault matrix unless the marker expression names it (`-m matrix`).
+
+    Its cases are clusters of loopback workers (serial by nature) but not CI's: neither the
+    default run nor `-m "slow and serial"` may pick them up.
+    """
+    if "matrix" in (config.option.markexpr or ""):
+        return
+    kept = [item for item in items if item.get_closest_marker("matrix") is None]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
+
+
 @pytest.fixture(autouse=True)
 def _signal_handlers_given_back():
     """Fail a test that leaves SIGTERM/SIGINT handlers behind, and give them back.

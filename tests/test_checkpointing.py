@@ -276,7 +276,7 @@ def test_a_backup_has_no_standalone_mode(tmp_path):
         )
     )
     _fit(model, backup, epochs=1, callbacks=[watch])
-    assert backup.preemption is None and backup.signal is None and backup.saved_step == 10
+    assert backup.preemption is None and backup.saved_step == 10
     assert seen == [(True, None)] * 10
     with pytest.raises(TypeError, match="handle_signals"):
         checkpointing.Backup(str(tmp_path), tf.distribute.get_strategy(), handle_signals=True)

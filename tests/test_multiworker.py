@@ -179,6 +179,10 @@ def test_worker_failure_message_names_the_peer():
     assert "training starts over" in str(cluster.worker_failure(error, info, None))
     named = str(cluster.worker_failure(error, info, "/runs/a", saved_step=22))
     assert "resumes from the last backup (step 22) in /runs/a/backup" in named
+    early = str(cluster.worker_failure(error, info, "/runs/a", saved_step=0,
+                                       phase="before training started"))  # fmt: skip
+    assert early.startswith("the cluster lost worker 1 (h:2) before training started (")
+    assert early.endswith("nothing was backed up yet, so training restarts from step 0 in /runs/a.")
 
 
 _SHARDING_PROGRAM = """
@@ -414,9 +418,8 @@ def test_a_killed_worker_stops_the_other_and_a_restart_resumes(tmp_path, victim,
     print(f"worker {survivor} stopped {stopped_after:.1f} s after the kill: {last}")
     assert last.startswith(f"error: the cluster lost worker {victim}"), last
     saved = backup_step(str(model_dir))
-    # The chief names the step of its last backup; worker 1's own writes were scratch copies.
-    step = f" (step {saved})" if survivor == 0 else ""
-    assert f"resumes from the last backup{step} in {model_dir}/backup" in last
+    # Every worker saves (and restores) the same steps: each names the chief's last backup.
+    assert f"resumes from the last backup (step {saved}) in {model_dir}/backup" in last
     assert saved is not None and saved % steps_per_epoch == 0 and saved >= 2 * steps_per_epoch
     assert not (model_dir / "summary.json").exists()
 

@@ -41,7 +41,7 @@ def test_a_signal_while_training_waits_for_the_execution_end():
 def test_a_signal_after_training_stops_at_once_naming_the_backup(phase, words):
     backup = types.SimpleNamespace(saved_step=12, directory="/runs/a/backup")
     handling = _preemption(backup)
-    with handling.installed(), pytest.raises(keras_tpu.RunStopped) as stopped:
+    with pytest.raises(keras_tpu.RunStopped) as stopped, handling.installed():
         handling.enter(phase)
         signal.raise_signal(signal.SIGINT)
     assert stopped.value.exit_code == 128 + signal.SIGINT
@@ -104,3 +104,50 @@ def test_one_stop_value_decides_the_exit_code_the_line_and_the_status(capsys):
         stopped.exit()
     assert exited.value.code == 3
     assert capsys.readouterr().err == "error: loss became NaN\n"
+
+
+def test_a_second_signal_while_stopping_is_ignored_and_a_third_kills(monkeypatch, caplog):
+    handling = _preemption()
+    raised = []
+    with handling.installed():
+        handling.enter("training")
+        signal.raise_signal(signal.SIGTERM)  # Deferred to the execution's end.
+        signal.raise_signal(signal.SIGTERM)  # Again, as a supervisor does: said, not obeyed.
+        assert handling.signal == signal.SIGTERM and handling.signals == 2
+        assert signal.getsignal(signal.SIGTERM) == handling._on_signal  # Still ours.
+        monkeypatch.setattr(signal, "raise_signal", raised.append)
+        handling._on_signal(signal.SIGTERM, None)  # A third: the default way.
+    assert raised == [signal.SIGTERM]
+    assert [r.getMessage() for r in caplog.records if "again" in r.getMessage()] == [
+        "keras_tpu: SIGTERM again: already stopping (while training); a third kills the "
+        "process without saving."
+    ]
+
+
+def test_a_run_stopped_survives_a_copy_and_a_pickle():
+    import copy  # pylint: disable=g-import-not-at-top
+    import pickle  # pylint: disable=g-import-not-at-top
+
+    stopped = stops.Stop.signal(signal.SIGTERM, "stopped by SIGTERM during the export").error()
+    for again in (copy.copy(stopped), pickle.loads(pickle.dumps(stopped)),
+                  type(stopped)(*stopped.args)):  # fmt: skip
+        assert again.stop == stopped.stop and str(again) == "stopped by SIGTERM during the export"
+        assert again.exit_code == 143
+
+
+def test_a_signal_inside_a_keras_layer_call_stays_the_runs_stop():
+    """tf_keras re-creates an error raised in a layer's call as `type(e)(message)`.
+
+    A SIGTERM while the export traces a layer was `AttributeError: 'str' object has no
+    attribute 'line'`; the handler's stop passes such wrappers and is the RunStopped.
+    """
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    from keras_tpu import keras  # pylint: disable=g-import-not-at-top
+
+    layer = keras.layers.Lambda(lambda x: (signal.raise_signal(signal.SIGTERM), x)[1])
+    handling = _preemption(types.SimpleNamespace(saved_step=12, directory="/runs/a/backup"))
+    with pytest.raises(keras_tpu.RunStopped) as stopped, handling.installed():
+        handling.enter("exporting")
+        layer(np.ones((1, 2), np.float32))
+    assert stopped.value.exit_code == 143
+    assert str(stopped.value).startswith("stopped by SIGTERM during the export (step 12);")

@@ -30,6 +30,8 @@ from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.engine.steps import backend as backend_lib
 from keras_tpu.engine.task import instances
+from keras_tpu.engine.stops import fault_points
+from keras_tpu.engine.stops import preemption
 from keras_tpu.engine.rundir import leftovers
 from keras_tpu.engine.steps import precision
 from keras_tpu.engine import registry
@@ -94,10 +96,19 @@ def fit(task, config=None, *, strategy=None):
     if not isinstance(config, RunConfig):
         raise checks.ConfigError(f"config must be a keras_tpu.RunConfig, got {type(config).__name__}.")
     entry = registry.get_task(task) if isinstance(task, str) else None
+    # SIGTERM/SIGINT from the start: a signal while the cluster connects is one line too.
+    stopping = preemption.Preemption(no_backup_reason=training_run.no_backup_reason(config))
+    with stopping.installed():
+        return _fit(task, config, strategy, entry, stopping)
+
+
+def _fit(task, config, strategy, entry, stopping):
+    fault_points.reach("connect")
     try:
         strategy = strategy or strategy_for(config)
     except strategy_builders.DeviceConfigError as e:  # Say if the task's own instances caused it.
         raise instances.explain_device_error(e, task) from e
+    stopping.install()  # Back from a cluster's coordination service, which took SIGTERM.
     # Built after the strategy: builders may load data or TF Hub models, which
     # initialises TensorFlow's devices.
     if entry is not None:
@@ -119,7 +130,7 @@ def fit(task, config=None, *, strategy=None):
             if StrategyInfo.of(strategy).is_chief:  # Killed after its summary: lock, backups.
                 leftovers.clean_finished(config.model_dir)
             return finished
-        run = training_run.TrainingRun(task, config, strategy, policy, backend)
+        run = training_run.TrainingRun(task, config, strategy, policy, backend, stopping)
         run.precision_reason = choice.reason
         return run.run()
     finally:

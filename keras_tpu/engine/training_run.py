@@ -19,6 +19,7 @@ from keras_tpu.engine.task import class_weights
 from keras_tpu.engine import config_yaml
 from keras_tpu.engine.task import data_checks
 from keras_tpu.engine.stops import early_stopping
+from keras_tpu.engine.stops import fault_points
 from keras_tpu.engine.conclude import final_evaluation
 from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.rundir import leftovers
@@ -49,21 +50,21 @@ log = logging.getLogger(__name__)
 class TrainingRun:
     """One run of a task: built, claimed, trained, concluded (see the module docstring)."""
 
-    def __init__(self, task, config, strategy, policy, backend):
+    def __init__(self, task, config, strategy, policy, backend, preemption=None):
         self.task, self.config, self.strategy, self.policy = task, config, strategy, policy
         self.info = StrategyInfo.of(strategy)
         self.backend = backend
+        # fit's, installed before the strategy connected; else this run's own.
+        self.preemption = preemption or preemption_lib.Preemption(
+            no_backup_reason=no_backup_reason(config)
+        )
+        self.callbacks = None
+        self.deadline = _no_deadline  # A cluster run's own, set when it is prepared.
 
     def run(self):
         self.model = None
         self._last_step = 0
-        self.preemption = preemption_lib.Preemption(
-            step=self._step,
-            no_backup_reason=(
-                "backups are off (--nobackup)" if self.config.model_dir
-                else "there is no --model_dir to back up to"
-            ),
-        )  # fmt: skip
+        self.preemption.step = self._step
         with self.preemption.installed():  # Every phase, until the run returns or raises.
             return self._run()
 
@@ -80,29 +81,28 @@ class TrainingRun:
         return self._last_step
 
     def _run(self):
-        self._prepare()
-        with self.deadline:
-            return self._claim_train_conclude()
-
-    def _claim_train_conclude(self):
-        lock, position = self._claim_and_restore()
+        lock = None
         try:
-            self._enter("training")
-            trained = self._train(position)
-            summary = self._conclude(trained)
+            self._prepare()  # A cluster's model build broadcasts: a peer may be lost here too.
+            with self.deadline:
+                lock, position = self._claim_and_restore()
+                self._enter("training")
+                trained = self._train(position)
+                summary = self._conclude(trained)
         except cluster.FAILURE_ERRORS as e:
             if not self.info.is_multi_worker:
                 raise
-            backup = self.callbacks.backup
-            # The chief's own writes are the backups a restart reads; a peer's say nothing of them.
-            saved = backup.saved_step if backup and self.info.is_chief else None
+            backup = self.callbacks and self.callbacks.backup
+            # Every worker saves (and restores) the same steps, so each knows the chief's last.
             failure = cluster.worker_failure(
-                e, self.info, self.config.model_dir, self.config.backup, saved_step=saved
-            )
+                e, self.info, self.config.model_dir, self.config.backup,
+                saved_step=(backup.saved_step or 0) if backup else 0,
+                phase=preemption_lib.PHASES[self.preemption.phase],
+            )  # fmt: skip
             raise stops.Stop.lost_worker(str(failure)).error() from e
         finally:
             self.preemption.close()
-            if self.callbacks.backup:
+            if self.callbacks and self.callbacks.backup:
                 self.callbacks.backup.close()
             if lock:
                 lock.release()
@@ -124,6 +124,7 @@ class TrainingRun:
         # Before seeding: reading the samples must not move the seeds the model is built from.
         samples = data_checks.check_task_values(task, backend.global_batch())
         determinism.seed_everything(config.seed, deterministic=config.deterministic)
+        fault_points.reach("build")
         backend.build()
         self.model, self.shape = backend.model, backend.shape
         if task.check_model:
@@ -253,8 +254,7 @@ class TrainingRun:
     def _raise_if_stopped(self):
         """Raise RunStopped for a preempted run, or for a NaN loss (after a "nan" summary)."""
         backup, guard = self.callbacks.backup, self.callbacks.nan_guard
-        if self.preemption.signal is not None:  # It came after the last execution.
-            raise self.preemption.stopped()
+        self.preemption.check()  # It came after the last execution (on a cluster: on any worker).
         if guard.stopped_at is None:
             return
         kept = backup and backup.saved_step
@@ -285,6 +285,7 @@ class TrainingRun:
         self._enter("evaluating")
         checksum = self.backend.weights_checksum()  # Of the final weights, whatever is exported.
         weights = self._load_exported_weights()
+        fault_points.reach("final_evaluation")
         test = final_evaluation.final_test(self, trained, weights, checksum)
         if config.export_dir:
             self._enter("exporting")
@@ -297,7 +298,7 @@ class TrainingRun:
                 config.export_dir
             ):
                 saved_model_export.export_on_every_worker(
-                    lambda export_dir: self.backend.export(export_dir, overwrite=config.overwrite),
+                    lambda export_dir: self._export(export_dir),
                     config.export_dir,
                     self.strategy,
                 )
@@ -305,9 +306,14 @@ class TrainingRun:
         self._enter("finishing")
         if self.info.is_chief:
             summary_lib.write(summary, config.model_dir)
+        fault_points.reach("summary")
         if self.callbacks.backup:  # Only now: a failed export leaves the backup for the rerun.
             self.callbacks.backup.finish()
         return summary
+
+    def _export(self, export_dir):
+        fault_points.reach("export")
+        return self.backend.export(export_dir, overwrite=self.config.overwrite)
 
     def _load_exported_weights(self):
         """Load the best weights if the config exports them; return "final" or "best"."""
@@ -336,6 +342,13 @@ class _NoDeadline:
 
 
 _no_deadline = _NoDeadline()
+
+
+def no_backup_reason(config):
+    """Return why a stop of a run with `config` saves nothing, when it saves nothing."""
+    if config.model_dir:
+        return "backups are off (--nobackup)"
+    return "there is no --model_dir to back up to"
 
 
 def _close_tensorboard(callbacks):

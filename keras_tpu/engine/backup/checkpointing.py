@@ -40,6 +40,7 @@ from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.rundir import output_paths
 from keras_tpu.engine.backup import run_records
 from keras_tpu.engine.stops import nan_stop
+from keras_tpu.engine.stops import fault_points
 from keras_tpu.engine.stops import stop as stops
 from keras_tpu.runtime.strategy import cluster
 from keras_tpu.runtime.compat import keras
@@ -192,7 +193,7 @@ class Backup(keras.callbacks.Callback):
         _, write = self.stores()
         try:
             records = run_records.collect(
-                self.model, step, self._logs, self.state_callbacks, self.history
+                self.model, step, self._epoch_logs(), self.state_callbacks, self.history
             )
             if step != self.saved_step:
                 write.discard(step)  # What an unfinished save of this step left, if any.
@@ -200,6 +201,7 @@ class Backup(keras.callbacks.Callback):
             run_records.write(write.directory, records)
             if step == self.saved_step:
                 return
+            fault_points.reach("backup")
             write.save(self._checkpoint, step, options=self.options)  # Then prunes.
         except (tf.errors.OpError, OSError) as e:
             write.discard(step)  # Never a kept backup: pruning follows a successful save only.
@@ -207,6 +209,18 @@ class Backup(keras.callbacks.Callback):
                 raise  # A worker died during the save: the run names it (cluster.worker_failure).
             raise stops.Stop.disk(self._write_error(write.directory, e)).error() from e
         self.saved_step = step
+
+    def _epoch_logs(self):
+        """Return the epoch's logs so far as fit's epoch end computes them (a pending epoch's).
+
+        On a multi-worker cluster tf_keras's batch-end logs are every replica's values summed
+        (`reduce_per_replica`: "auto" is "sum" there), so an epoch ended from them on restart
+        had its training loss and accuracy doubled on 2 workers; fit's epoch end reads the
+        metrics instead (`Model.get_metrics_result`, a collective: every worker saves here).
+        """
+        if not self.multi_worker:
+            return self._logs
+        return {**self._logs, **self.model.get_metrics_result()}
 
     def _write_error(self, directory, error):
         needed = disk_space.checkpoint_bytes(self.model)
@@ -244,11 +258,6 @@ class Backup(keras.callbacks.Callback):
                 f"keras_tpu.fit, which does this."
             )
 
-    @property
-    def signal(self):
-        """The SIGTERM/SIGINT the run's Preemption received, or None."""
-        return self.preemption.signal if self.preemption is not None else None
-
     def close(self):
         """Drop a worker's scratch directory; idempotent."""
         if getattr(self, "_scratch", None):
@@ -274,7 +283,9 @@ class Backup(keras.callbacks.Callback):
                 self.save()
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.nan_step is not None or self.signal is not None:
+        # Whatever signal this worker received: on a cluster every worker saves here (the
+        # save runs collectives), and the agreed stop comes at an execution's end.
+        if self.nan_step is not None:
             return
         step = int(self.model.optimizer.iterations.numpy())
         if self.every_steps is None or step == self.saved_step:

@@ -17,6 +17,7 @@ from keras_tpu.engine.callbacks import best_tracker
 from keras_tpu.engine.backup import checkpointing
 from keras_tpu.engine.callbacks import log_callbacks
 from keras_tpu.engine.stops import nan_stop
+from keras_tpu.engine.stops import fault_points
 from keras_tpu.engine.stops import preemption as preemption_lib
 from keras_tpu.engine.callbacks import progress
 from keras_tpu.engine.backup import run_records
@@ -105,7 +106,12 @@ def make_callbacks(
     """
     meter = log_callbacks.ThroughputMeter(global_batch, flops_per_example, peak_flops)
     guard = nan_stop.NaNGuard()
-    callbacks = [
+    # A test's fault point (fault_points.py) fires first, before any callback sees the moment.
+    callbacks = []
+    if fault_points.active():
+        multi_worker = StrategyInfo.of(strategy).is_multi_worker
+        callbacks.append(fault_points.FaultCallback(steps_per_execution, multi_worker))
+    callbacks += [
         *([deadline] if deadline is not None else []),
         log_callbacks.ExactValidationLoss(), meter, log_callbacks.LearningRateLogger(), guard,
         *extra,

@@ -79,6 +79,8 @@ class ClusterStop:
         """
         self._save = None
         self._scratch = None
+        self._strategy = strategy
+        self.closed = False  # Training is over: the phase boundaries agree by all-reduce.
         self._watch, self._stopped = watch, stopped
         self.agreed = False  # Every worker saved (or had nothing to save) at one step.
         platform = handler_platform()
@@ -134,12 +136,24 @@ class ClusterStop:
         self.close()
         raise self._stopped()
 
+    def any_signalled(self, signalled):
+        """Return whether any worker was signalled; every worker calls this at the same point.
+
+        After training the workers run the final evaluation's and the export's collectives
+        in step; a signal then waits for the next phase boundary, where this one all-reduce
+        tells every worker, so all stop there (143) and none meets a peer gone.
+        """
+        strategy = self._strategy
+        flag = strategy.run(lambda: tf.constant(1.0 if signalled else 0.0))
+        return float(strategy.reduce(tf.distribute.ReduceOp.SUM, flag, axis=None)) > 0
+
     def close(self):
         """Stop the handler's watcher threads; idempotent.
 
         TensorFlow stops them in the handler's `__del__`, which never runs while the
         watcher thread (whose target is a bound method) holds the handler.
         """
+        self.closed = True
         handler, self._handler = self._handler, None
         if handler is not None and not self.agreed:
             handler.__del__()

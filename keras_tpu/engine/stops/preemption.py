@@ -12,11 +12,25 @@ and why:
   - in any other phase it stops at once (the trained weights, if backed up, are
     already on disk: the backup of the last step is written when training ends).
 
-On a multi-worker cluster the workers first agree on the step (cluster_stop.py):
-every worker backs up that step and stops with exit 143, whichever got the signal.
+On a multi-worker cluster every worker must run the same collectives in the same
+order, so no worker may act on its signal alone while its peers still run theirs
+(its save would meet their training all-reduce, its exit their evaluation's). One
+protocol, whatever the moment:
 
-A second signal kills the process the default way. `Preemption` owns the
-handlers from the run's start to its exit and gives the previous ones back.
+  - preparing (connecting, the model build, the restore): nothing is trained yet; the
+    signalled worker stops at once and its peers stop as having lost it (exit 2);
+  - training: the workers agree on a step (cluster_stop.py) and every worker backs it
+    up and stops with exit 143; every other collective of training (an epoch's
+    evaluation, its backup, the final backup) runs on every worker whatever signal
+    any has received;
+  - the final evaluation and the export: the signal waits for the next phase
+    boundary, where every worker learns of it (one all-reduce) and stops, 143;
+  - writing the summary: no collective is left; the signalled worker stops at once.
+
+A second signal while stopping is said and ignored (the stop under way backs up);
+a third kills the process the default way. `Preemption` owns the handlers from
+`fit`'s start (before the strategy connects) to its exit and gives the previous
+ones back.
 """
 
 import contextlib
@@ -40,6 +54,20 @@ PHASES = {  # Phase name -> how the stop line says it.
 }
 
 
+class _Interrupt(BaseException):
+    """A signal's stop raised from the handler, wherever the main thread was; `installed` ends it.
+
+    A BaseException, as KeyboardInterrupt is: raised inside a framework's call, it passes
+    the `except Exception` wrappers that re-create errors with added context (tf_keras's
+    `traceback_utils.inject_argument_info_in_traceback` calls `type(e)(message)`, which
+    turned a RunStopped raised while the export traced a layer into an AttributeError).
+    """
+
+    def __init__(self, stopped):
+        super().__init__(stopped)
+        self.stopped = stopped
+
+
 class Preemption:
     """SIGTERM/SIGINT for one run: deferred to an execution's end while training, else at once.
 
@@ -48,19 +76,21 @@ class Preemption:
       phase: one of PHASES.
     """
 
-    def __init__(self, *, step, no_backup_reason=None):
+    def __init__(self, *, step=None, no_backup_reason=None):
         """Create the run's preemption handling.
 
         Args:
-          step: () -> the current optimizer step.
+          step: () -> the current optimizer step (None: 0, until the run sets `step`).
           no_backup_reason: why nothing can be saved without a backup, e.g.
             "backups are off (--nobackup)".
 
         Set `backup` to the run's checkpointing.Backup once it exists.
         """
         self.signal = None
+        self.signals = 0  # How many were received: the third kills the default way.
         self.phase = "preparing"
-        self._step = step
+        self.arrived_in = None  # The phase the first signal arrived in.
+        self.step = step or (lambda: 0)
         self.backup = None
         self._no_backup_reason = no_backup_reason or "backups are off"
         self._previous = {}
@@ -96,14 +126,26 @@ class Preemption:
         self.install()
         try:
             yield self
+        except _Interrupt as interrupt:  # The handler's stop, through any framework's code.
+            raise interrupt.stopped from None
         finally:
             self.uninstall()
 
     def install(self):
-        """Handle SIGTERM/SIGINT from now on (main thread only; else a no-op)."""
-        if threading.current_thread() is threading.main_thread() and not self._previous:
-            for signum in SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._on_signal)
+        """Handle SIGTERM/SIGINT from now on (main thread only; else a no-op).
+
+        Called again once installed, it takes the signals back: a cluster's coordination
+        service (TensorFlow's tsl `SigtermNotifier`, started with the multi-worker strategy)
+        sets its own C handler for SIGTERM, which swallows it without Python seeing it.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if self._previous:
+            for signum in self._previous:
+                signal.signal(signum, self._on_signal)  # Sets the C handler again.
+            return
+        for signum in SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._on_signal)
 
     def uninstall(self):
         """Give the signals back their previous handlers; idempotent."""
@@ -112,27 +154,55 @@ class Preemption:
         self._previous = {}
 
     def enter(self, phase):
-        """Move the run to `phase` (see PHASES); a signal still pending stops it now."""
+        """Move the run to `phase` (see PHASES); a signal still pending stops it now.
+
+        On a cluster every worker calls this at the same boundaries: a signal any of
+        them received stops them all here (`check`).
+        """
         self.phase = phase
-        if self.signal is not None:
+        self.check()
+
+    def check(self):
+        """Raise RunStopped if this worker (on a cluster: any worker) has a pending signal.
+
+        On a cluster, once training is over, this is a collective (one all-reduce): every
+        worker calls it at the same points, so they stop together or none does.
+        """
+        if self.cluster is not None and self.cluster.closed:
+            if self.cluster.any_signalled(self.signal is not None):
+                raise self.stopped()
+        elif self.signal is not None:
             raise self.stopped()
+
+    def _defers(self):
+        """Whether a signal now waits for a point every worker reaches (see the docstring)."""
+        if self.phase == "training":
+            return True
+        return self.cluster is not None and self.phase in ("evaluating", "exporting")
 
     def _on_signal(self, signum, frame):
         del frame
-        if self.signal is not None:  # A second signal: stop now, the default way.
+        self.signals += 1
+        name = signal.Signals(signum).name
+        if self.signals == 3:  # Not stopping fast enough for the sender: the default way.
             self.uninstall()
             signal.raise_signal(signum)
             return
-        self.signal = signum
-        if self.phase == "training":
+        if self.signals == 2:  # Raising again would cut the first stop's backup short.
+            log.warning("keras_tpu: %s again: already stopping (%s); a third kills the "
+                        "process without saving.", name, PHASES[self.arrived_in])  # fmt: skip
+            return
+        self.signal, self.arrived_in = signum, self.phase
+        if self._defers():
             what = "backing up" if self.backup else "stopping (nothing can be saved)"
             when = (
-                "at the step every worker agrees on" if self.cluster
-                else "at the end of this execution"
+                "at the step every worker agrees on" if self.phase == "training" and self.cluster
+                else "at the end of this execution" if self.phase == "training"
+                else f"with every worker once {PHASES[self.phase][len('during '):]} ends"
             )  # fmt: skip
-            log.warning("keras_tpu: %s: %s %s", signal.Signals(signum).name, what, when)
+            log.warning("keras_tpu: %s: %s %s", name, what, when)
             return
-        raise self.stopped()
+        raise _Interrupt(self.stopped())
 
     def stopped(self):
         """Return the RunStopped for the received signal: one line of what was saved."""
@@ -144,8 +214,10 @@ class Preemption:
             name = signal.Signals(self.signal).name
             signum = self.signal
             rerun = "the same command again" + (" on every worker" if self.cluster else "")
-        step = self._step()
-        where = f"at step {step}" if self.phase == "training" else f"{PHASES[self.phase]} (step {step})"
+        step = self.step()
+        # A signal deferred from a later phase names the phase it arrived in.
+        phase = self.arrived_in if self.arrived_in in ("evaluating", "exporting") else self.phase
+        where = f"at step {step}" if phase == "training" else f"{PHASES[phase]} (step {step})"
         backup = self.backup
         if backup is not None and backup.saved_step:
             # Training: the backup callback saved this step; later phases: the final step was
@@ -153,9 +225,9 @@ class Preemption:
             then = dict.fromkeys(("evaluating", "exporting", "finishing"), "evaluate and export")
             message = (
                 f"stopped by {name} {where}; the backup of step {backup.saved_step} is in "
-                f"{backup.directory}; run {rerun} to {then.get(self.phase, 'resume')}."
+                f"{backup.directory}; run {rerun} to {then.get(phase, 'resume')}."
             )
-        elif self.phase == "preparing":
+        elif phase == "preparing":
             message = f"stopped by {name} {where}; nothing to save yet; run {rerun}."
         else:
             message = (

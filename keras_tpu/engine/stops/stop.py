@@ -82,8 +82,13 @@ class RunStopped(Exception):
     """
 
     def __init__(self, stop):
-        super().__init__(stop.line)
+        # The Stop is the exception's one argument: a copy or a pickle (`type(e)(*e.args)`)
+        # is this RunStopped again.
+        super().__init__(stop)
         self.stop = stop
+
+    def __str__(self):
+        return self.stop.line
 
     @property
     def exit_code(self):

@@ -226,7 +226,7 @@ def _reason(message):
     return None
 
 
-def worker_failure(error, info, model_dir=None, backup=True, saved_step=None):
+def worker_failure(error, info, model_dir=None, backup=True, saved_step=None, phase="during training"):
     """Return a ClusterError explaining a collective's failure, naming the peer if known.
 
     Args:
@@ -234,7 +234,9 @@ def worker_failure(error, info, model_dir=None, backup=True, saved_step=None):
       info: the StrategyInfo of the multi-worker strategy.
       model_dir: the run directory, to say where a restart resumes from.
       backup: whether backups were on.
-      saved_step: the step of the last backup the chief wrote (known on the chief), or None.
+      saved_step: the step of the last backup (every worker saves and restores the same
+        steps, so each knows it); 0: none yet, a restart starts from step 0; None: unknown.
+      phase: when the worker was lost, as the line says it ("during training").
     """
     message = str(getattr(error, "message", error))
     this = info.role.cluster
@@ -248,7 +250,9 @@ def worker_failure(error, info, model_dir=None, backup=True, saved_step=None):
             break
     kind = type(error).__name__
     reason = _reason(message) or kind
-    if backup and model_dir:
+    if backup and model_dir and saved_step == 0:
+        resume = f"nothing was backed up yet, so training restarts from step 0 in {model_dir}"
+    elif backup and model_dir:
         step = f" (step {saved_step})" if saved_step else ""
         resume = f"training resumes from the last backup{step} in {model_dir}/backup"
     else:
@@ -260,7 +264,7 @@ def worker_failure(error, info, model_dir=None, backup=True, saved_step=None):
             f"than this one"
         )
     else:
-        what = f"the cluster lost {who} during training"
+        what = f"the cluster lost {who} {phase}"
     return ClusterError(
         f"{what} ({kind}: {reason[:300]}); this is "
         f"{this.task_type} {this.task_index} of {info.workers}. Restart every "
