@@ -36,6 +36,7 @@ import time
 
 import tensorflow as tf
 
+from keras_tpu.runtime import private_names
 from keras_tpu.runtime.compat import keras
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,8 @@ class CollectiveDeadline(keras.callbacks.Callback):
           abort: message -> None, what to do then (default `abort_collectives`; tests).
         """
         super().__init__()
-        self._supports_tf_logs = True  # Its hooks never read logs: no tensor-to-host copy.
+        # Its hooks never read logs: no tensor-to-host copy (tf_keras's private flag).
+        private_names.write(self, "_supports_tf_logs", True)
         self.timeout = float(timeout)
         self._abort = abort or abort_collectives
         self._lock = threading.Lock()
