@@ -192,7 +192,7 @@ def _chain(root, workers, reference, faults):
 # twice to the chief, a worker lost while the model build broadcasts, SIGTERM on an epoch's
 # last step (its history was doubled), SIGTERM during the export (a traceback).
 CLUSTER_CHAIN = (
-    ("build", "SIGKILL-worker", 1),  # Nothing trained: "restarts from step 0".
+    ("build", "SIGKILL-worker", 1),  # Lost before anything was restored or trained.
     ("evaluated", "SIGTERM-worker", 1),  # Epoch 1's end: its backup meets no one's; stops at 19.
     ("last_step", "SIGTERM2-chief", 1),  # Twice; the stop lands on step 33, not evaluated.
     ("export", "SIGTERM-chief", 1),  # Deferred to the next phase boundary: every worker, 143.
