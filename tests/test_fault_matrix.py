@@ -66,7 +66,9 @@ def _run(root, name, *, workers, faults=None, timeout=900):
     procs, logs = [], []
     for index in range(workers):
         logs.append(root / f"{name}-worker{index}.log")
-        flags = [f"--worker_hosts={hosts}", f"--task_index={index}"] if hosts else ["--cpu_replicas=2"]
+        flags = ["--cpu_replicas=2"]
+        if hosts:
+            flags = [f"--worker_hosts={hosts}", f"--task_index={index}"]
         env = _fault_env(*faults[index]) if index in faults else subprocess_env(
             KERAS_TPU_LOG_LEVEL="warning"
         )  # fmt: skip
