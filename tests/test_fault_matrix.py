@@ -66,7 +66,9 @@ def _run(root, name, *, workers, faults=None, timeout=900):
     procs, logs = [], []
     for index in range(workers):
         logs.append(root / f"{name}-worker{index}.log")
-        flags = [f"--worker_hosts={hosts}", f"--task_index={index}"] if hosts else ["--cpu_replicas=2"]
+        flags = ["--cpu_replicas=2"]
+        if hosts:
+            flags = [f"--worker_hosts={hosts}", f"--task_index={index}"]
         env = _fault_env(*faults[index]) if index in faults else subprocess_env(
             KERAS_TPU_LOG_LEVEL="warning"
         )  # fmt: skip
@@ -192,7 +194,7 @@ def _chain(root, workers, reference, faults):
 # twice to the chief, a worker lost while the model build broadcasts, SIGTERM on an epoch's
 # last step (its history was doubled), SIGTERM during the export (a traceback).
 CLUSTER_CHAIN = (
-    ("build", "SIGKILL-worker", 1),  # Nothing trained: "restarts from step 0".
+    ("build", "SIGKILL-worker", 1),  # Lost before anything was restored or trained.
     ("evaluated", "SIGTERM-worker", 1),  # Epoch 1's end: its backup meets no one's; stops at 19.
     ("last_step", "SIGTERM2-chief", 1),  # Twice; the stop lands on step 33, not evaluated.
     ("export", "SIGTERM-chief", 1),  # Deferred to the next phase boundary: every worker, 143.

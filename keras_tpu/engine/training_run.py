@@ -93,10 +93,11 @@ class TrainingRun:
             if not self.info.is_multi_worker:
                 raise
             backup = self.callbacks and self.callbacks.backup
-            # Every worker saves (and restores) the same steps, so each knows the chief's last.
+            # Every worker saves (and restores) the same steps, so each knows the chief's last;
+            # before the restore (the model build) no worker knows whether one exists.
+            saved = (backup.saved_step or 0) if backup and backup.restored else None
             failure = cluster.worker_failure(
-                e, self.info, self.config.model_dir, self.config.backup,
-                saved_step=(backup.saved_step or 0) if backup else 0,
+                e, self.info, self.config.model_dir, self.config.backup, saved_step=saved,
                 phase=preemption_lib.PHASES[self.preemption.phase],
             )  # fmt: skip
             raise stops.Stop.lost_worker(str(failure)).error() from e

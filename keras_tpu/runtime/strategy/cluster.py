@@ -226,7 +226,9 @@ def _reason(message):
     return None
 
 
-def worker_failure(error, info, model_dir=None, backup=True, saved_step=None, phase="during training"):
+def worker_failure(
+    error, info, model_dir=None, backup=True, saved_step=None, phase="during training"
+):
     """Return a ClusterError explaining a collective's failure, naming the peer if known.
 
     Args:
@@ -235,7 +237,8 @@ def worker_failure(error, info, model_dir=None, backup=True, saved_step=None, ph
       model_dir: the run directory, to say where a restart resumes from.
       backup: whether backups were on.
       saved_step: the step of the last backup (every worker saves and restores the same
-        steps, so each knows it); 0: none yet, a restart starts from step 0; None: unknown.
+        steps, so each knows it); 0: none yet, a restart starts from step 0; None: unknown
+        (lost before the restore).
       phase: when the worker was lost, as the line says it ("during training").
     """
     message = str(getattr(error, "message", error))
@@ -254,7 +257,8 @@ def worker_failure(error, info, model_dir=None, backup=True, saved_step=None, ph
         resume = f"nothing was backed up yet, so training restarts from step 0 in {model_dir}"
     elif backup and model_dir:
         step = f" (step {saved_step})" if saved_step else ""
-        resume = f"training resumes from the last backup{step} in {model_dir}/backup"
+        unknown = " (from step 0 if there is none)" if saved_step is None else ""
+        resume = f"training resumes from the last backup{step} in {model_dir}/backup{unknown}"
     else:
         resume = "training starts over (run with model_dir and backups on to resume)"
     if isinstance(error, tf.errors.DeadlineExceededError):
