@@ -1,6 +1,7 @@
 """The model garden on keras_tpu's public API: one folder per model family.
 
-  cnn/          the image CNN: builder (cnn_builder.py) and its task (cnn_task.py)
+  cnn/          the image CNN: builder (cnn_builder.py), keras.applications backbones
+                (backbones.py), the image recipe (image_recipe.py) and its task (cnn_task.py)
   bert/         BERT: encoder, classifier, configs, TF Hub and Hugging Face import,
                 FLOPs and memory model, AdamW recipe, text export, its task and GLUE
   datasets.py   the datasets the tasks train on (image datasets by name, text files, tfds)

@@ -2,6 +2,8 @@
 
   cnn_builder.py   build_cnn and its VARIANTS
   cnn_export.py    export_cnn: the serving signature (probabilities, class ids and names)
+  backbones.py     keras.applications backbones with a head, weights files, a frozen start
+  image_recipe.py  scaled LR with warm-up + cosine, AdamW/SGD decay, label smoothing, top-5
 """
 
 from models.cnn.cnn_builder import BATCHNORM_MOMENTUM  # noqa: F401
