@@ -1,4 +1,4 @@
-"""The stop protocol at every moment of a run: a fault at each point, then a restart that is exact.
+"""The stop protocol at every moment of a run: a fault at each point, then an exact restart.
 
 Each case starts scripts/train_cnn.py (digits, the `seed` CNN, 3 epochs) on a 2-worker
 loopback cluster, or on one machine (one process, 2 replicas), with a fault at one of the
@@ -38,7 +38,8 @@ FLAGS = [
     "--steps_per_execution=4", "--connect_timeout=20",
 ]  # fmt: skip
 STEPS_PER_EPOCH = 1437 // 128  # 64 per replica, 2 replicas (either way): 11.
-TRAINING = ("step", "last_step", "evaluation", "evaluated", "backup")  # Deferred to an agreed step.
+# Deferred to an agreed step.
+TRAINING = ("step", "last_step", "evaluation", "evaluated", "backup")
 AFTER = ("final_evaluation", "export", "summary")  # Training over: the final backup holds it.
 BEFORE = ("connect", "build")  # Nothing trained yet: nothing to back up.
 CLUSTER_FAULTS = ("SIGTERM-chief", "SIGTERM-worker", "SIGTERM2-chief", "SIGKILL-worker",
@@ -138,7 +139,9 @@ def _expected_codes(point, fault, victim, workers):
 def _check_stop(root, results, point, fault, victim):
     """Assert the exit codes, the one line, and the backup of the step the line names."""
     codes = [rc for rc, _ in results]
-    logs = "\n".join(f"--- worker {i} (exit {rc})\n{log[-2500:]}" for i, (rc, log) in enumerate(results))
+    logs = "\n".join(
+        f"--- worker {i} (exit {rc})\n{log[-2500:]}" for i, (rc, log) in enumerate(results)
+    )
     allowed = _expected_codes(point, fault, victim, len(results))
     assert all(rc in ok for rc, ok in zip(codes, allowed)), (codes, allowed, logs)
     for rc, log in results:
@@ -158,7 +161,8 @@ def _check_stop(root, results, point, fault, victim):
 
 def _restart_is_exact(root, workers, reference):
     results = _run(root, "restart", workers=workers)
-    assert [rc for rc, _ in results] == [0] * workers, results[0][1][-3000:] + results[-1][1][-3000:]
+    codes = [rc for rc, _ in results]
+    assert codes == [0] * workers, results[0][1][-3000:] + results[-1][1][-3000:]
     checksum, records = reference
     assert _checksum(results[0][1]) == checksum
     assert _records(root / "run") == records

@@ -182,7 +182,9 @@ def test_worker_failure_message_names_the_peer():
     early = str(cluster.worker_failure(error, info, "/runs/a", saved_step=0,
                                        phase="before training started"))  # fmt: skip
     assert early.startswith("the cluster lost worker 1 (h:2) before training started (")
-    assert early.endswith("nothing was backed up yet, so training restarts from step 0 in /runs/a.")
+    assert early.endswith(
+        "nothing was backed up yet, so training restarts from step 0 in /runs/a."
+    )
 
 
 _SHARDING_PROGRAM = """

@@ -95,7 +95,7 @@ def fire(fault):
 
 
 class FaultCallback(keras.callbacks.Callback):
-    """The training points (step, last_step, evaluation, evaluated), first in the callback list."""
+    """The training points (step, last_step, evaluation, evaluated); first of the callbacks."""
 
     def __init__(self, steps_per_execution, cluster):
         super().__init__()
