@@ -29,7 +29,8 @@ PRIVATE_PREFIXES = ("tensorflow.python", "tf_keras.src")
 ADAPTERS = {
     "keras_tpu/data/autotune.py": (
         {"tensorflow.python.data.ops.multi_device_iterator_ops"},
-        "wraps _create_device_dataset when a run starts, imported then (not at import); tests/test_autotune.py (tripwire, "
+        "wraps _create_device_dataset when a run starts, imported then (not at import); "
+        "tests/test_autotune.py (tripwire, "
         "and without it one warning and the run trains)",
     ),
     "keras_tpu/engine/stops/cluster_stop.py": (
@@ -132,9 +133,11 @@ ATTRIBUTE_ADAPTERS = {
 # A namedtuple's own API (`_asdict`, `_replace`) is public despite the underscore.
 _NAMEDTUPLE = {"_asdict", "_replace", "_fields", "_make"}
 # The tf_keras bases whose privates a subclass of keras_tpu's could set or override.
-_BASES = {"Callback": lambda: keras.callbacks.Callback(), "Layer": keras.layers.Dense,
-          "BatchNormalization": keras.layers.BatchNormalization, "Model": keras.Sequential,
-          "Metric": lambda: keras.metrics.Mean()}  # fmt: skip
+# Named: an unnamed layer would move tf_keras's name counters for the tests after these.
+_BASES = {"Callback": keras.callbacks.Callback,
+          "Layer": lambda: keras.layers.Dense(1, name="p1"),
+          "BatchNormalization": lambda: keras.layers.BatchNormalization(name="p2"),
+          "Model": lambda: keras.Sequential(name="p3"), "Metric": lambda: keras.metrics.Mean("p4")}
 
 
 def _is_private(name):
@@ -145,7 +148,7 @@ def _base_privates():
     """Return {base class name: the private names its class and instances hold}."""
     privates = {}
     for base, make in _BASES.items():
-        obj = make(1) if base == "Layer" else make()
+        obj = make()
         names = set(dir(type(obj))) | set(vars(obj))
         privates[base] = {n for n in names if _is_private(n)}
     return privates
@@ -182,7 +185,8 @@ def private_attributes(path, base_privates):
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and _is_private(node.attr):
             value = node.value
-            if not (isinstance(value, ast.Name) and (value.id in ("self", "cls") or value.id in own)):
+            mine = isinstance(value, ast.Name) and (value.id in ("self", "cls") or value.id in own)
+            if not mine:
                 found.add(node.attr)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
             "getattr", "setattr", "hasattr", "delattr"
@@ -231,7 +235,7 @@ def test_every_private_attribute_exists_in_this_release(name):
 
 def test_a_missing_private_attribute_takes_its_fallback_with_one_warning(caplog, monkeypatch):
     monkeypatch.setattr(private_names, "_warned", set())
-    model = keras.Sequential()
+    model = keras.Sequential(name="probe")
     with caplog.at_level("WARNING", logger="keras_tpu.runtime.private_names"):
         assert private_names.read(object(), "_is_compiled", False) is False
         assert private_names.read(object(), "_is_compiled", False) is False

@@ -41,15 +41,18 @@ class PrivateAttribute:
     probe: object = dataclasses.field(repr=False, compare=False, default=None)
 
 
+# Probe objects are named: an unnamed layer would move tf_keras's name counters (dense_1, ...).
 def _compiled_model():
-    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, name="probe_dense")],
+                             name="probe_model")
     model.compile("sgd", "mse", metrics=["mae"], weighted_metrics=["mse"])
     return model
 
 
 def _generator_in_source():
     # Created when a generator is first used, so read in the class's source.
-    holder = type(keras.layers.Dropout(0.5)._random_generator)  # noqa: SLF001 (listed)
+    dropout = keras.layers.Dropout(0.5, name="probe_dropout")
+    holder = type(dropout._random_generator)  # noqa: SLF001 (listed)
     return "self._generator" in inspect.getsource(holder)
 
 
@@ -94,7 +97,7 @@ PRIVATE_ATTRIBUTES = {
             "_training_state", "tf_keras Model",
             "Model.fit starts at a restored step mid-epoch (backup.run_position.fit_starts_at)",
             "refused in one line: exact resume is off in this tf_keras",
-            lambda: "_training_state" in vars(keras.Sequential()),
+            lambda: "_training_state" in vars(keras.Sequential(name="probe_model")),
         ),
         PrivateAttribute(
             "_supports_tf_logs", "tf_keras Callback",
@@ -106,7 +109,7 @@ PRIVATE_ATTRIBUTES = {
             "_random_generator", "tf_keras BaseRandomLayer",
             "backups hold the dropout generators' state (backup_contents.random_generators)",
             "one warning: a resumed run draws other dropout masks",
-            lambda: hasattr(keras.layers.Dropout(0.5), "_random_generator"),
+            lambda: hasattr(keras.layers.Dropout(0.5, name="probe_dropout"), "_random_generator"),
         ),
         PrivateAttribute(
             "_generator", "tf_keras backend.RandomGenerator", "as _random_generator",
