@@ -61,7 +61,7 @@ def test_an_export_alone_is_read_with_the_columns_its_run_read():
     from scripts import prediction_inputs  # pylint: disable=g-import-not-at-top
 
     record = scoring.Scoring(scoring.SCORE, False, "mse", text_keys=("a", "b"), label_key="y")
-    loaded = types.SimpleNamespace(call=None, scoring=record)
+    loaded = types.SimpleNamespace(call=None, scoring=record, class_names=None)
     run = prediction_inputs.run_settings(None, loaded)
     assert (run["text_keys"], run["label_key"], run["task_type"]) == ("a,b", "y", "regression")
     assert dataclasses.replace(record, text_keys=None).text_keys is None

@@ -20,7 +20,6 @@ from keras_tpu.engine import config_yaml
 from keras_tpu.engine import registry
 from keras_tpu.engine.conclude import scoring as scoring_lib
 from keras_tpu.engine.conclude import summary as summary_lib
-from keras_tpu.engine.task import task as task_lib
 from keras_tpu.engine.task import task_builds
 from keras_tpu.runtime.strategy import resolver
 from keras_tpu.runtime.compat import keras
@@ -167,7 +166,7 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
             f"the run in {model_dir} kept no weights: no export (--export_dir) and no "
             f"{best}; train it again with --export_dir (or --keep_best)."
         )
-    record = scoring_lib.Scoring.of(model, task.loss, task_lib.build_metrics(task.metrics),
+    record = scoring_lib.Scoring.of(model, task.loss, task_builds.build_metrics(task.metrics),
                                     task.class_names, config)  # fmt: skip
     return Loaded(model, task.preprocess, task, strategy,
                   per_replica_batch or config.per_replica_batch_size, description, summary,

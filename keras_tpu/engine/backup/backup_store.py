@@ -179,7 +179,7 @@ class BackupStore:
         try:
             records = run_records.read(self.directory, step)
         except (ValueError, TypeError, tf.errors.OpError) as e:
-            return None, f"{name}: {run_dir.first_line(e)}"
+            return None, f"{name}: {checks.first_line(e)}"
         if records is None:  # Gone between the listing and the read.
             return None, f"{name} is missing"
         if records.step != step:

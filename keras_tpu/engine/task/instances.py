@@ -142,7 +142,7 @@ def refuse_keras3_in_model(model):
 def refuse_keras3_in_task(task):
     """Raise ConfigError for a Keras 3 optimizer, loss, metric or callback a Task holds.
 
-    What factories build is checked when built (task_builds, task.build_metrics).
+    What factories build is checked when built (task_builds: build_model, build_optimizer, build_metrics).
     """
     refuse_keras3(task.optimizer, "Task.optimizer")
     for loss in tf.nest.flatten(task.loss):
