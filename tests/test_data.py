@@ -153,6 +153,18 @@ def test_eval_dataset_fn_with_two_input_pipelines_is_exact(n):
     assert counts == collections.Counter(range(n))
 
 
+def test_eval_padding_copies_the_pipelines_first_example_with_weight_0():
+    batching = data.Batching(per_replica=3, replicas=3)
+    dataset_fn, _, _ = data.eval_dataset_fn(_ids(2, shape=(1,)), batching)
+    # Three pipelines for two examples: the third has none of its own, so zeros.
+    rows = [np.concatenate([x for x, _, _ in dataset_fn(tf.distribute.InputContext(3, p, 3))])
+            for p in range(3)]  # fmt: skip
+    weights = [np.concatenate([w for _, _, w in dataset_fn(tf.distribute.InputContext(3, p, 3))])
+               for p in range(3)]  # fmt: skip
+    assert [r[:, 0].tolist() for r in rows] == [[0.0] * 3, [1.0] * 3, [0.0] * 3]
+    assert [w.tolist() for w in weights] == [[1, 0, 0], [1, 0, 0], [0, 0, 0]]
+
+
 def test_text_pipeline_on_sst2_with_four_replicas(mirrored, tmp_path):
     import os  # pylint: disable=g-import-not-at-top
 

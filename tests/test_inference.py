@@ -156,6 +156,27 @@ def test_the_in_memory_form_is_unchanged(mirrored):
     assert dataclasses.is_dataclass(keras_tpu.Evaluation)
 
 
+def test_a_masked_input_model_is_exact_over_the_padded_last_batch(mirrored):
+    # The padding must be a copy of a real example: an all-zero token sequence under
+    # mask_zero averages to 0/0 = NaN, and 0 * NaN poisons a weighted loss.
+    ids = np.random.default_rng(3).integers(1, 6, size=(37, 4)).astype(np.int32)
+    labels = (ids[:, 0] > 3).astype(np.int32)
+    with mirrored.scope():
+        model = keras.Sequential([
+            keras.layers.Embedding(6, 4, mask_zero=True, input_shape=(4,)),
+            keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(2, activation="softmax"),
+        ])  # fmt: skip
+    keras_tpu.compile_model(model, mirrored, optimizer="sgd", loss="sparse_categorical_crossentropy")
+    from keras_tpu import data  # pylint: disable=g-import-not-at-top
+
+    results = keras_tpu.evaluate(model, data.eval_dataset(mirrored, (ids, labels), 2))
+    probabilities = model.predict(ids, verbose=0)
+    expected = -np.log(probabilities[np.arange(37), labels]).mean()
+    np.testing.assert_allclose(results["loss"], expected, rtol=1e-5)
+    outputs = batched_outputs.run(mirrored, model, (ids, labels), 2)
+    np.testing.assert_allclose(outputs.outputs, probabilities, rtol=1e-5)
+
+
 def test_a_finished_run_asked_for_other_data_points_to_evaluate(classifier_run):
     _, _, model_dir = classifier_run
     config = keras_tpu.RunConfig(model_dir=model_dir, cpu_replicas=CPU_REPLICAS,

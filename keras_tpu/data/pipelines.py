@@ -207,6 +207,20 @@ class EvalData:
     batching: Batching
 
 
+def padding_examples(ds):
+    """Return an endless stream of weight-0 padding for (x, y, weight) elements `ds`.
+
+    The padding is a copy of the pipeline's first example, not zeros: a zero
+    example can be a degenerate input (an all-padding token sequence under
+    `mask_zero=True` averages to 0/0 = NaN), and 0 * NaN is NaN in a weighted
+    loss. A pipeline with no example of its own is padded with zeros.
+    """
+    zeros = tf.data.Dataset.from_tensors(_padding_element(ds.element_spec))
+    first = ds.take(1).concatenate(zeros).take(1)
+    # cache(): repeat() would otherwise reopen the source for every padding row.
+    return first.map(lambda x, y, w: (x, y, tf.zeros_like(w))).cache().repeat()
+
+
 def _padding_element(element_spec):
     """Return one all-zero (or empty-string) element matching `element_spec`."""
 
@@ -227,7 +241,7 @@ def eval_dataset(strategy, data, per_replica_batch, *, preprocess=None):
     """Return EvalData that covers every example of `data` exactly once.
 
     Each input pipeline gets every k-th example and is padded to `steps`
-    whole batches with zero-weight examples, so shapes stay static and
+    whole batches with zero-weight copies of its first example, so shapes stay static and
     weighted metrics equal the metrics over the whole split: nothing dropped,
     nothing counted twice.
     """
@@ -278,7 +292,7 @@ def padded_eval_batches(ds, steps, batching, input_context, *, preprocess=None):
       preprocess: optional (features, labels) -> (features, labels) on batches.
     """
     ds = weighted(ds)
-    padding = tf.data.Dataset.from_tensors(_padding_element(ds.element_spec)).repeat()
+    padding = padding_examples(ds)
     batch = input_context.get_per_replica_batch_size(batching.global_batch)
     replicas_per_pipeline = input_context.num_replicas_in_sync // input_context.num_input_pipelines
     ds = ds.concatenate(padding).take(steps * batch * replicas_per_pipeline)

@@ -72,9 +72,9 @@ def _with_positions(source, steps, batch, context, preprocess):
     ds = ds.enumerate().map(
         lambda i, e: (*e, i * pipelines_ + pipeline_id)  # Its place in the source.
     )
-    padding = pipelines._padding_element(ds.element_spec[:3])  # pylint: disable=protected-access
     minus_one = tf.constant(-1, tf.int64)
-    padding = tf.data.Dataset.from_tensors((*padding, minus_one, minus_one)).repeat()
+    padding = pipelines.padding_examples(ds.map(lambda x, y, w, *_: (x, y, w)))
+    padding = padding.map(lambda x, y, w: (x, y, w, minus_one, minus_one))
     replicas_per_pipeline = context.num_replicas_in_sync // pipelines_
     ds = ds.concatenate(padding).take(steps * batch * replicas_per_pipeline)
     ds = ds.batch(batch, drop_remainder=True)
