@@ -280,3 +280,15 @@ def test_fit_resumes_past_a_damaged_newest_backup_to_the_uninterrupted_run(tmp_p
                     f"resuming from step 8 (2 steps lost)."]  # fmt: skip
     assert without_timing(resumed) == without_timing(whole)  # weights_sha256 among them.
     assert resumed["test"] == pytest.approx(whole["test"], rel=1e-6)
+
+
+def test_whether_a_run_holds_a_backup_is_read_before_any_restore(tmp_path):
+    # A worker lost while the model builds has restored nothing: this tells its line
+    # whether the restart starts at step 0 ("nothing was backed up yet").
+    assert checkpointing.holds_a_backup(str(tmp_path)) is False
+    (tmp_path / "backup" / "chief").mkdir(parents=True)
+    assert checkpointing.holds_a_backup(str(tmp_path)) is False
+    _saved(tmp_path, [20])
+    assert checkpointing.holds_a_backup(str(tmp_path)) is True
+    _delete(tmp_path / "backup" / "chief")  # The state file is left: a damaged backup.
+    assert checkpointing.holds_a_backup(str(tmp_path)) is True

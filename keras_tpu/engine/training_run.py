@@ -30,6 +30,7 @@ from keras_tpu.engine.steps import run_inputs
 from keras_tpu.engine import registry
 from keras_tpu.engine.rundir import run_dir
 from keras_tpu.engine.rundir import run_identity
+from keras_tpu.engine.backup import checkpointing
 from keras_tpu.engine.backup import run_position
 from keras_tpu.engine.conclude import saved_model_export
 from keras_tpu.engine.conclude import scoring
@@ -96,6 +97,10 @@ class TrainingRun:
             # Every worker saves (and restores) the same steps, so each knows the chief's last;
             # before the restore (the model build) no worker knows whether one exists.
             saved = (backup.saved_step or 0) if backup and backup.restored else None
+            if saved is None and self.config.backup and self.config.model_dir:
+                # Before the restore: the chief's backup directory tells whether one exists.
+                holds = checkpointing.holds_a_backup(self.config.model_dir)
+                saved = 0 if holds is False else None
             failure = cluster.worker_failure(
                 e, self.info, self.config.model_dir, self.config.backup, saved_step=saved,
                 phase=preemption_lib.PHASES[self.preemption.phase],

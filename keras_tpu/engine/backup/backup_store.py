@@ -137,6 +137,10 @@ class BackupStore:
             return []
         return sorted(tf.io.gfile.listdir(self.directory))
 
+    def holds_any(self):
+        """Return whether the directory holds a checkpoint file or a state file (damaged or not)."""
+        return any(_CHECKPOINT.match(name) or name == STATE_FILE for name in self._names())
+
     def _state_steps(self):
         """Return (steps the state file names, why it is unreadable or None)."""
         path = os.path.join(self.directory, STATE_FILE)

@@ -49,6 +49,19 @@ from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
 log = logging.getLogger(__name__)
 
 
+def holds_a_backup(model_dir):
+    """Return whether model_dir's chief backups hold any file of a backup (None: unreadable).
+
+    Read before any restore (a worker lost while the model builds): every worker reads
+    the chief's directory to restore, so each can tell whether a restart starts at step 0.
+    """
+    store = backup_store.BackupStore(os.path.join(model_dir, "backup", "chief"), 1)
+    try:
+        return store.holds_any()
+    except tf.errors.OpError:
+        return None
+
+
 class BackupOrderError(checks.ConfigError):
     """A backup restored after the input pipeline was built: the data would not resume."""
 
