@@ -276,6 +276,16 @@ class Backup(keras.callbacks.Callback):
         if getattr(self, "_scratch", None):
             shutil.rmtree(self._scratch, ignore_errors=True)
 
+    def on_epoch_begin(self, epoch, logs=None):
+        # fit resets the metrics just before this hook. With the metrics built ahead
+        # (steps/single_trace.py), the saved sums go in first, so the resumed epoch adds
+        # its steps to them in the uninterrupted run's order: exact for any execution
+        # length. Otherwise they exist only after the first execution (below).
+        if (self._add_metrics and self.start_step % self.params["steps"]
+                and run_records.metric_sums_fit(self.model, self.records.metrics)):  # fmt: skip
+            self._add_metrics = False
+            run_records.add_metric_sums(self.model, self.records.metrics)
+
     def on_train_batch_end(self, batch, logs=None):
         if self._add_metrics:  # The first execution of a resumed run: see add_metric_sums.
             self._add_metrics = False

@@ -189,14 +189,26 @@ def load(records, callbacks, history):
         history.carried_seconds = records.train_seconds
 
 
+def metric_sums_fit(model, metrics):
+    """Return whether the saved per-replica sums `metrics` fit `model`'s metric variables now.
+
+    They do not before the compiled metrics are built (tf_keras builds them at the
+    first step unless the engine built them ahead: steps/single_trace.py).
+    """
+    replicas = model.distribute_strategy.num_replicas_in_sync
+    variables = _metric_variables(model)
+    return bool(variables) and [len(saved) for saved in metrics] == [replicas] * len(variables)
+
+
 def add_metric_sums(model, metrics):
     """Add the saved per-replica running sums to the model's metric variables.
 
-    Called after the first execution of a run resumed mid-epoch: the metric
-    variables only exist once the train step was traced, and a sum is exact in
-    either order when that execution ran one step (tf_keras adds one value per
-    step), so the epoch's means then equal an uninterrupted run's. With more steps
-    in it they may differ in the last bit (another order of float32 additions).
+    Called at the resumed epoch's start, right after fit reset the metrics, when
+    they are built (`metric_sums_fit`): the epoch's sums then add its steps in the
+    uninterrupted run's order, so its means are exact. A model whose metrics are
+    built only by its first step gets them after its first execution: exact when
+    it ran one step (a sum of two is exact in either order), else they may differ
+    in the last bit (another order of float32 additions).
 
     Returns:
       True if added; False (after one warning: the epoch's training metrics then
