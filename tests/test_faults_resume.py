@@ -203,9 +203,10 @@ def test_bert_config_yaml_reruns_bit_identically(tmp_path, tmp_path_factory, tin
     assert _run_line(again) == (BERT_STEPS, 0, reference)
 
 
-# The same BERT through keras_tpu.fit with its weights unsplit (K=1: 4 data-parallel
-# replicas) and split over a 2x2 DTensor mesh (K=2: parallel.sharded_backend): every
-# fault below is handled by the one engine.
+# The same BERT through keras_tpu.fit with its weights unsplit (K=1: 2 data-parallel
+# replicas; MirroredStrategy traces the step once per replica, and 4 are shown by
+# tests/test_bert.py) and split over a 2x2 DTensor mesh (K=2: parallel.sharded_backend):
+# every fault below is handled by the one engine.
 MODEL_PARALLEL = [1, 2]
 # K=2 has the encoder's attention dropout on (0.1): its resume is exact only because the
 # attention mask is drawn split over "batch" alone (parallel/mesh_dropout.py).
@@ -213,7 +214,8 @@ _bert_references = {}
 
 
 def _train_bert_k(handles, model_dir, model_parallel, *flags, **kwargs):
-    return _train_bert(handles, model_dir, "--cpu_replicas=4",
+    replicas = 4 if model_parallel > 1 else 2
+    return _train_bert(handles, model_dir, f"--cpu_replicas={replicas}",
                        f"--model_parallel={model_parallel}", *flags, **kwargs)  # fmt: skip
 
 
