@@ -18,7 +18,7 @@ A synthetic TFRecord dataset (`--examples`, default 2 M, `--features` float32 ea
       shuffle, parse: what a cache saves); and the same comparison in training terms
       from (b);
   (d) count: seconds to count `--throughput_size` examples of a source given no
-      `num_examples`: from its records unparsed (data/surveys.py, what a run does once)
+      `num_examples`: from its records unparsed (data/sources/surveys.py, what a run does once)
       and parsing each (what it did three times a start before).
 
   python benchmarks/bench_scale.py --json=benchmarks/results/scale.json \\
@@ -205,11 +205,11 @@ def _stage_costs(source, examples=200_000):
 def _count_seconds(examples):
     """Return the seconds to count a source given no num_examples: parsing each, and unparsed.
 
-    Before data/surveys.py a count parsed every record (`open_shard(...).reduce`), three
+    Before data/sources/surveys.py a count parsed every record (`open_shard(...).reduce`), three
     times a start; a survey reads the records unparsed, several files at once.
     """
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from keras_tpu.data import surveys  # pylint: disable=g-import-not-at-top
+    from keras_tpu.data.sources import surveys  # pylint: disable=g-import-not-at-top
 
     source = dataclasses.replace(_source(examples, parses_batches=False), num_examples=None)
     start = time.perf_counter()

@@ -207,7 +207,7 @@ def collect_predictions(model, split, preprocess=None, batch_size=256, limit=Non
       (features, labels, predicted_classes) as numpy arrays; features are
       after `preprocess`.
     """
-    from keras_tpu.data import sources  # pylint: disable=g-import-not-at-top
+    from keras_tpu.data.sources import sources  # pylint: disable=g-import-not-at-top
 
     ds = sources.as_source(split).open_shard(1, 0, False)
     if limit is not None:

@@ -1,7 +1,7 @@
 """The examples each recipe trains on: image datasets by name, TSV or tfds text, preprocessing.
 
 The datasets of the built-in tasks; everything here turns
-a config's data fields into `keras_tpu.data.sources` Sources and host-side preprocessing.
+a config's data fields into `keras_tpu.data.sources.sources` Sources and host-side preprocessing.
 """
 
 import dataclasses

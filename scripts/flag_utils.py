@@ -211,7 +211,7 @@ FILE_HELP = {
 }
 
 # The header-less file flags of train_bert.py and predict.py, which read files alike
-# (keras_tpu.data.text_files).
+# (keras_tpu.data.sources.text_files).
 TEXT_FILE_HELP = {
     "no_header": "The TSV/CSV files have no header row: their columns are --text_keys, then "
     "--label_key (to predict, rows may leave the label off).",

@@ -16,7 +16,7 @@ import os
 import re
 
 from keras_tpu import checks
-from keras_tpu.data import image_folders
+from keras_tpu.data.images import image_folders
 from keras_tpu.data import text_sources
 from keras_tpu.engine.conclude import summary as summary_lib
 

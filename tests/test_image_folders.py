@@ -21,7 +21,7 @@ import keras_tpu
 from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu import keras
-from keras_tpu.data import image_folders
+from keras_tpu.data.images import image_folders
 from tests.conftest import CPU_REPLICAS
 
 CLASSES = ("eight", "one", "zero")  # Folder names, sorted: labels 0, 1, 2.

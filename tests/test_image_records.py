@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu import data
-from keras_tpu.data import image_records
+from keras_tpu.data.images import image_records
 
 
 def digit_images(count, offset=0, size=32):

@@ -88,10 +88,7 @@ MODELS_IMPORTS_OF_PRIVATE = {}
 MAX_LINES = 500
 LONG_MODULES = {}  # path -> why it may stay longer; none needs it now.
 MAX_FOLDER_MODULES = 12  # Modules in one package folder (its __init__ aside).
-BIG_FOLDERS = {  # folder -> why it has more modules for now.
-    "keras_tpu/data": "13 modules: to split into sources/ and pipelines/ once the image-data "
-    "branches working in it (image_folders, image_records) have merged",
-}
+BIG_FOLDERS = {}  # folder -> why it has more modules for now; none needs it now.
 CHECKED_FOLDERS = ("keras_tpu", "models", "scripts", "benchmarks", "examples", "tools")
 
 

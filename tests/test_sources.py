@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.data.sources: real SST-2 TSV, TFRecord and tfds sources, bad files."""
+"""Tests for keras_tpu.data.sources.sources: real SST-2 TSV, TFRecord and tfds sources, bad files."""
 
 import collections
 import os
@@ -11,8 +11,8 @@ import tensorflow_datasets as tfds
 import keras_tpu
 from keras_tpu import checks
 from keras_tpu import data
-from keras_tpu.data import file_sources
-from keras_tpu.data import sources
+from keras_tpu.data.sources import file_sources
+from keras_tpu.data.sources import sources
 from tests.conftest import SST2
 
 
@@ -164,7 +164,7 @@ def test_dict_features_and_sample_weights_from_arrays():
 
 
 def test_a_tfds_name_and_split_is_a_source(monkeypatch):
-    from keras_tpu.data import sources  # pylint: disable=g-import-not-at-top
+    from keras_tpu.data.sources import sources  # pylint: disable=g-import-not-at-top
 
     calls = []
     monkeypatch.setattr(file_sources, "tfds_source", lambda name, split: calls.append((name, split)))

@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.data.surveys: a source read whole before step one is said and read once a run.
+"""Tests for keras_tpu.data.sources.surveys: a source read whole before step one is said and read once a run.
 
 A TFRecord source without num_examples is counted from its records unparsed, with a
 line to start, progress lines and a line at the end; a run counts it once (it used to
@@ -17,8 +17,8 @@ import tensorflow as tf
 import keras_tpu
 from keras_tpu import data
 from keras_tpu import keras
-from keras_tpu.data import file_sources
-from keras_tpu.data import surveys
+from keras_tpu.data.sources import file_sources
+from keras_tpu.data.sources import surveys
 from keras_tpu.data import training_stream
 from keras_tpu.engine.steps import run_inputs
 from tests.conftest import CPU_REPLICAS

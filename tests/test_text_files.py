@@ -1,7 +1,7 @@
 """Text files as users have them: named labels, no header row, CSV quoting (data.text_sources).
 
 The BERT task reads its TSV/CSV files here (models.datasets.text_splits), and predict.py
-through the same reader (data.text_files); a run on a TSV whose labels are names, and its
+through the same reader (data.sources.text_files); a run on a TSV whose labels are names, and its
 export serving the names, is the slow pair recipe
 (tests/test_recipes.py::test_train_bert_sentence_pairs_on_sst2_pairs_serves_two_strings_and_predicts).
 """

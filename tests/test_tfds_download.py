@@ -1,4 +1,4 @@
-"""Tests for keras_tpu.data.tfds_download: tfds gets to the download, and its failures are named.
+"""Tests for keras_tpu.data.sources.tfds_download: tfds gets to the download, and its failures are named.
 
 No test touches the network: tfds's one URL fetch (`downloader._open_url`) is
 replaced by a stand-in that records the URL and raises.
@@ -13,9 +13,9 @@ import requests
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download import downloader
 
-from keras_tpu.data import file_sources
-from keras_tpu.data import sources
-from keras_tpu.data import tfds_download
+from keras_tpu.data.sources import file_sources
+from keras_tpu.data.sources import sources
+from keras_tpu.data.sources import tfds_download
 from tests.conftest import REPO
 
 FASHION_MNIST_FILES = {

@@ -14,7 +14,7 @@ import keras_tpu
 from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.data import cache_policy
-from keras_tpu.data import file_sources
+from keras_tpu.data.sources import file_sources
 from keras_tpu.runtime import determinism
 
 GLOBAL = 8

@@ -5,29 +5,29 @@
 
 `training_stream` builds the training stream (an epoch per pass, started at any step,
 cached or streamed by `cache_policy`); `pipelines` the batch arithmetic and exact
-evaluation; `sources` reads examples (arrays, TSV, TFRecord, tfds, digits), `text_sources`
-text columns (TSV/CSV files through `text_files`, one reader for training and prediction),
-`image_folders` class folders of images and `image_records` image TFRecords; `augment`
-training augmentation that resumes exactly. Tokenising is the model's (e.g.
+evaluation; `sources/` reads examples (arrays, TSV, TFRecord, tfds, digits; TSV/CSV files
+through `sources/text_files.py`, one reader for training and prediction), `text_sources`
+text columns; `images/` class folders of images, image TFRecords and training
+augmentation that resumes exactly. Tokenising is the model's (e.g.
 models/bert/bert_text.py), passed as `preprocess`.
 """
 
-from keras_tpu.data.sources import ArraySplit  # noqa: F401
-from keras_tpu.data.sources import DatasetUnavailableError  # noqa: F401
-from keras_tpu.data.sources import Source  # noqa: F401
-from keras_tpu.data.sources import as_source  # noqa: F401
-from keras_tpu.data.sources import load_csv  # noqa: F401
-from keras_tpu.data.sources import load_digits  # noqa: F401
-from keras_tpu.data.sources import load_tsv  # noqa: F401
-from keras_tpu.data.sources import synthetic_images  # noqa: F401
-from keras_tpu.data.file_sources import tfds_source  # noqa: F401
-from keras_tpu.data.file_sources import tfrecord_source  # noqa: F401
-from keras_tpu.data.image_folders import image_folder_sources  # noqa: F401
-from keras_tpu.data.image_records import LAYOUTS as RECORD_LAYOUTS  # noqa: F401
-from keras_tpu.data.image_records import RecordLayout  # noqa: F401
-from keras_tpu.data.image_records import image_tfrecord_source  # noqa: F401
-from keras_tpu.data.augment import ImageAugment  # noqa: F401
-from keras_tpu.data.image_folders import image_inputs  # noqa: F401
+from keras_tpu.data.sources.sources import ArraySplit  # noqa: F401
+from keras_tpu.data.sources.sources import DatasetUnavailableError  # noqa: F401
+from keras_tpu.data.sources.sources import Source  # noqa: F401
+from keras_tpu.data.sources.sources import as_source  # noqa: F401
+from keras_tpu.data.sources.sources import load_csv  # noqa: F401
+from keras_tpu.data.sources.sources import load_digits  # noqa: F401
+from keras_tpu.data.sources.sources import load_tsv  # noqa: F401
+from keras_tpu.data.sources.sources import synthetic_images  # noqa: F401
+from keras_tpu.data.sources.file_sources import tfds_source  # noqa: F401
+from keras_tpu.data.sources.file_sources import tfrecord_source  # noqa: F401
+from keras_tpu.data.images.image_folders import image_folder_sources  # noqa: F401
+from keras_tpu.data.images.image_records import LAYOUTS as RECORD_LAYOUTS  # noqa: F401
+from keras_tpu.data.images.image_records import RecordLayout  # noqa: F401
+from keras_tpu.data.images.image_records import image_tfrecord_source  # noqa: F401
+from keras_tpu.data.images.augment import ImageAugment  # noqa: F401
+from keras_tpu.data.images.image_folders import image_inputs  # noqa: F401
 from keras_tpu.data.pipelines import Batching  # noqa: F401
 from keras_tpu.data.pipelines import to_device_dtypes  # noqa: F401
 from keras_tpu.data.pipelines import check_readable_by_tpu_host  # noqa: F401

@@ -19,15 +19,15 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.data import autotune
-from keras_tpu.data import surveys
-from keras_tpu.data.sources import ArraySplit  # noqa: F401  (re-exported: keras_tpu.data.pipelines.*)
-from keras_tpu.data.sources import DatasetUnavailableError  # noqa: F401
-from keras_tpu.data.sources import Source  # noqa: F401
-from keras_tpu.data.sources import as_source
-from keras_tpu.data.sources import load_csv  # noqa: F401
-from keras_tpu.data.sources import load_digits  # noqa: F401
-from keras_tpu.data.sources import load_tsv  # noqa: F401
-from keras_tpu.data.sources import synthetic_images  # noqa: F401
+from keras_tpu.data.sources import surveys
+from keras_tpu.data.sources.sources import ArraySplit  # noqa: F401  (re-exported: keras_tpu.data.pipelines.*)
+from keras_tpu.data.sources.sources import DatasetUnavailableError  # noqa: F401
+from keras_tpu.data.sources.sources import Source  # noqa: F401
+from keras_tpu.data.sources.sources import as_source
+from keras_tpu.data.sources.sources import load_csv  # noqa: F401
+from keras_tpu.data.sources.sources import load_digits  # noqa: F401
+from keras_tpu.data.sources.sources import load_tsv  # noqa: F401
+from keras_tpu.data.sources.sources import synthetic_images  # noqa: F401
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
 
 # What leaves the host: TPUs have no uint8/int64/float64 arithmetic worth
@@ -125,7 +125,7 @@ def check_readable_by_tpu_host(source, strategy):
 def count_examples(data):
     """Return the examples in `data`, reading it once if its source does not know (said in lines).
 
-    A run counts each split once and keeps the count with the run (data/surveys.py,
+    A run counts each split once and keeps the count with the run (data/sources/surveys.py,
     engine/steps/run_inputs.py); this counts every time it is called without one.
     """
     source = as_source(data)

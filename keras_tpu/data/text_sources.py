@@ -19,12 +19,12 @@ import dataclasses
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.data import file_sources
-from keras_tpu.data import text_files
-from keras_tpu.data.text_files import infer_label_names  # noqa: F401
-from keras_tpu.data.text_files import load_text_tsv  # noqa: F401
-from keras_tpu.data.text_files import read_text_rows  # noqa: F401
-from keras_tpu.data.text_files import text_split  # noqa: F401
+from keras_tpu.data.sources import file_sources
+from keras_tpu.data.sources import text_files
+from keras_tpu.data.sources.text_files import infer_label_names  # noqa: F401
+from keras_tpu.data.sources.text_files import load_text_tsv  # noqa: F401
+from keras_tpu.data.sources.text_files import read_text_rows  # noqa: F401
+from keras_tpu.data.sources.text_files import text_split  # noqa: F401
 
 __all__ = [
     "TextColumns",

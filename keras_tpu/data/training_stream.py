@@ -29,14 +29,14 @@ import sys
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.data import augment as augment_lib
+from keras_tpu.data.images import augment as augment_lib
 from keras_tpu.data import autotune
 from keras_tpu.data import cache_policy
 from keras_tpu.data.pipelines import Batching
 from keras_tpu.data.pipelines import check_readable_by_tpu_host
 from keras_tpu.data.pipelines import count_examples
 from keras_tpu.data.pipelines import finish_batches
-from keras_tpu.data.sources import as_source
+from keras_tpu.data.sources.sources import as_source
 
 DEFAULT_SHUFFLE_BUFFER = 100_000
 # Passes one epoch of one pipeline may take: more means its shard is (almost) empty,

@@ -25,7 +25,7 @@ import typing
 from typing import Callable
 
 from keras_tpu import checks
-from keras_tpu.data import sources
+from keras_tpu.data.sources import sources
 from keras_tpu.engine.run_config import RunConfig
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu.data import autotune
 from keras_tpu.data import pipelines
-from keras_tpu.data import sources
+from keras_tpu.data.sources import sources
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
 
 

@@ -34,7 +34,7 @@ class CNNConfig(keras_tpu.RunConfig):
     validation_dir: str | None = None  # With image_dir: a validation folder of the same classes,
     validation_split: float | None = None  # or this fraction of each class of image_dir (by seed).
     image_size: int = 64  # With image_dir or TFRecords: images are image_size x image_size.
-    # Image TFRecords (data.image_records): file patterns (gs:// too), keys, classes.
+    # Image TFRecords (data.images.image_records): file patterns (gs:// too), keys, classes.
     train_tfrecords: str | None = None
     eval_tfrecords: str | None = None
     record_layout: str = "kaggle"  # "kaggle" (image, class) or "imagenet" (image/encoded, ...).

@@ -10,7 +10,7 @@ Lightning-AI/pytorch-lightning#18780).
 A Source read whole before the first step (counted, or its images decoded once to
 find any that do not decode) is read once per run: `survey_task`, before any batch
 is read, keeps the result in the run directory (`keep_surveys`, once the run holds
-it), so a resume reads the kept file instead of the data (data/surveys.py).
+it), so a resume reads the kept file instead of the data (data/sources/surveys.py).
 """
 
 import dataclasses
@@ -26,7 +26,7 @@ from keras_tpu.data import autotune
 from keras_tpu.data import cache_policy
 from keras_tpu.data import function_eval
 from keras_tpu.data import pipelines
-from keras_tpu.data import surveys
+from keras_tpu.data.sources import surveys
 from keras_tpu.engine.rundir import atomic_writes
 from keras_tpu.engine.task import class_weights
 

@@ -22,7 +22,7 @@ import dataclasses
 from typing import Any, Callable, Sequence
 
 from keras_tpu import checks
-from keras_tpu.data import sources
+from keras_tpu.data.sources import sources
 from keras_tpu.engine.callbacks import best_tracker
 from keras_tpu.engine.task import class_weights
 from keras_tpu.engine.stops import early_stopping
@@ -72,7 +72,7 @@ class Task:
       augment: (features, labels, seeds) -> (features, labels) on training batches only,
         before `preprocess`, with one stateless seed per example (e.g.
         `data.ImageAugment`): a resumed run augments every example as the uninterrupted
-        run did (`data.augment`). Evaluation and prediction never see it.
+        run did (`data.images.augment`). Evaluation and prediction never see it.
       monitor: the value that chooses the best weights ("val_loss", "val_auc", ...).
       mode: "min" or "max" for `monitor`, or "auto" (the default): "max" for names
         of accuracies, AUC, precision, recall, F1 and correlations, "min" for losses
@@ -99,7 +99,7 @@ class Task:
         `fit(class_weight=...)` (evaluation stays unweighted). Every class from 0 to
         the largest named must have a weight.
       class_names: the name of each class, in label order (label i is class_names[i]);
-        default: the training Source's own (`data.image_folders`, named text labels).
+        default: the training Source's own (`data.images.image_folders`, named text labels).
         The summary lists them and the export returns them:
         `tf.saved_model.load(export_dir).class_names()`.
       name: the data's name in the summary ("dataset").

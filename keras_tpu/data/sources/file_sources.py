@@ -8,9 +8,9 @@ uninterrupted one does.
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.data import tfds_download
-from keras_tpu.data.source_types import DatasetUnavailableError
-from keras_tpu.data.source_types import Source
+from keras_tpu.data.sources import tfds_download
+from keras_tpu.data.sources.source_types import DatasetUnavailableError
+from keras_tpu.data.sources.source_types import Source
 
 
 PARSE_BATCH = 256  # Records parsed in one call by a parse_fn that takes batches.
@@ -29,14 +29,14 @@ def tfrecord_source(
         `parses_batches`, a vector of them -> batched (features, labels)
         (`tf.io.parse_example` instead of `tf.io.parse_single_example`).
       num_examples: examples in all files, if known; else a run counts the records once
-        (unparsed, with progress lines) and keeps the count for its resumes (data/surveys.py).
+        (unparsed, with progress lines) and keeps the count for its resumes (data/sources/surveys.py).
       name: a label for messages; defaults to the pattern.
       parses_batches: parse PARSE_BATCH records a call. Parsing one record a call
         costs more than the rest of a streamed pipeline: measured about 10x the
         streamed examples/s (benchmarks/bench_scale.py).
       parallel_reads: read files in parallel (interleaved, in a fixed order); default
         (None): only remote (gs://) files, see below. A source whose parsing dominates
-        (JPEG decoding, data/image_records.py) reads in parallel wherever it is.
+        (JPEG decoding, data/images/image_records.py) reads in parallel wherever it is.
       size_bytes: the examples' size once parsed, for the cache policy (default: the
         files' size on disk).
       num_classes, class_names, shuffle_buffer: as `Source` has them.

@@ -12,13 +12,13 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.data import file_sources
+from keras_tpu.data.sources import file_sources
 from keras_tpu.data import structures
 # The Source contract lives apart so that file_sources builds on it without a circle; its
 # names stay importable from here, where they have always been.
-from keras_tpu.data.source_types import ArraySplit  # noqa: F401
-from keras_tpu.data.source_types import DatasetUnavailableError  # noqa: F401
-from keras_tpu.data.source_types import Source  # noqa: F401
+from keras_tpu.data.sources.source_types import ArraySplit  # noqa: F401
+from keras_tpu.data.sources.source_types import DatasetUnavailableError  # noqa: F401
+from keras_tpu.data.sources.source_types import Source  # noqa: F401
 
 
 def refuse_dataset(data, name):

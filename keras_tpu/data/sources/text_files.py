@@ -15,7 +15,7 @@ import os
 import numpy as np
 
 from keras_tpu import checks
-from keras_tpu.data import sources
+from keras_tpu.data.sources import sources
 
 log = logging.getLogger(__name__)
 

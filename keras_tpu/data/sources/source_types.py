@@ -91,7 +91,7 @@ class Source:
       survey: optional () -> dataset of int64 vectors: the indices of the examples that can
         be read, in any order and chunks, read as cheaply as that can be known (a TFRecord
         source: its records, unparsed; image files: each decoded, a file that does not
-        decode left out), for `data.surveys` to count the examples and name the unreadable
+        decode left out), for `data.sources.surveys` to count the examples and name the unreadable
         ones in one read. Without it a count parses every example (`open_shard`).
       left_out: the ids of examples left out because they cannot be read (images that do
         not decode), for a prediction's report (`Predictions.left_out`).

@@ -32,8 +32,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.data import surveys
-from keras_tpu.data.source_types import Source
+from keras_tpu.data.sources import surveys
+from keras_tpu.data.sources.source_types import Source
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ def image_files_source(files, image_size, *, channels=3, name=None, example_ids=
     """Return a Source of (float32 image in [0, 1] of `image_size` x channels, int32 label).
 
     Its `survey` decodes every file once, as the pipelines do (in parallel), and leaves
-    out the ones that do not decode, for `data.surveys` to name them.
+    out the ones that do not decode, for `data.sources.surveys` to name them.
 
     Args:
       files: the ImageFiles to read.

@@ -19,7 +19,7 @@ images need on top:
   - each image is decoded (`tf.io.decode_image`: JPEG, PNG, GIF, BMP), its central square
     (times `crop_fraction`) cropped and resized to `image_size` (bilinear, antialiased),
     and kept as uint8 pixels in [0, 255] (a quarter of float32's memory; cast to float32
-    on the way to the device). Training augmentation (`data.augment`) works on these.
+    on the way to the device). Training augmentation (`data.images.augment`) works on these.
 """
 
 import dataclasses
@@ -28,7 +28,7 @@ import re
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.data import file_sources
+from keras_tpu.data.sources import file_sources
 
 # Records one training pipeline's shuffle holds when streamed (tensorflow/models' ImageNet
 # input pipeline uses 10,000); a cached split shuffles decoded images with the stream's own.
