@@ -74,6 +74,46 @@ def test_both_layouts_decode_every_record_in_file_order(tmp_path, layout):
     np.testing.assert_array_equal(read_labels, labels)
 
 
+def test_a_folder_of_photos_becomes_kaggle_named_shards_that_read_back_as_its_images(tmp_path, caplog):
+    import logging  # pylint: disable=g-import-not-at-top
+    import os  # pylint: disable=g-import-not-at-top
+
+    from PIL import Image  # pylint: disable=g-import-not-at-top
+
+    images, labels = digit_images(11)
+    photos, expected = tmp_path / "photos", {}
+    for i, (image, label) in enumerate(zip(images, labels)):
+        folder = photos / f"digit_{label}" / ("nested" if i % 4 == 0 else "")
+        folder.mkdir(parents=True, exist_ok=True)
+        if i == 5:  # A BMP: decoded and written as PNG (lossless).
+            Image.fromarray(image).save(folder / f"{i}.bmp")
+        else:  # PNG: written as it is; the pixels compared exactly.
+            (folder / f"{i}.png").write_bytes(tf.io.encode_png(image).numpy())
+        expected[image.tobytes()] = f"digit_{label}"
+    (photos / "digit_0" / "broken.jpg").write_bytes(b"<html>not a jpeg</html>")
+    (photos / "digit_0" / "notes.txt").write_text("not an image")
+    with caplog.at_level(logging.WARNING, logger="keras_tpu"):
+        written = data.write_image_records(str(photos), str(tmp_path / "records" / "train"),
+                                           examples_per_shard=4)  # fmt: skip
+    names = sorted(set(expected.values()))
+    assert written.examples == 11 and written.class_names == tuple(names)
+    assert [os.path.basename(f) for f in written.files] == ["train00-4.tfrec", "train01-4.tfrec",
+                                                             "train02-3.tfrec"]  # fmt: skip
+    assert written.skipped == (os.path.join("digit_0", "notes.txt"), os.path.join("digit_0", "broken.jpg"))
+    assert any("left out 1 file(s) that do not decode: digit_0/broken.jpg" in r.getMessage()
+               for r in caplog.records)  # fmt: skip
+    with open(written.class_names_file, encoding="utf-8") as f:
+        assert f.read().splitlines() == names
+    source = data.image_tfrecord_source(str(tmp_path / "records" / "train*.tfrec"), 32,
+                                        class_names=names)  # fmt: skip
+    assert source.num_examples == 11  # From the shards' names, nothing read.
+    decoded, read_labels = _read(source)
+    # Every photo once, with its folder's class: the pixels identify each one.
+    assert sorted(expected[d.tobytes()] for d in decoded) == sorted(expected.values())
+    assert [names[label] for label in read_labels] == [expected[d.tobytes()] for d in decoded]
+    assert sorted(map(int, read_labels)) != list(map(int, read_labels))  # Shuffled across shards.
+
+
 def test_other_keys_kaggle_counts_and_the_central_crop(tmp_path):
     images, labels = digit_images(10)
     keys = image_records.RecordLayout("pixels", "target")

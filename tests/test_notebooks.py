@@ -110,6 +110,11 @@ def test_cnn_notebook_runs_on_cpu(tmp_path, monkeypatch):
             VERBOSE=0,
             OWN_MODEL_DIR=str(tmp_path / "own"),
             OWN_EPOCHS=2,
+            PHOTOS_DIR=str(tmp_path / "photos"),
+            RECORDS_DIR=str(tmp_path / "records"),
+            PHOTO_MODEL_DIR=str(tmp_path / "photos_run"),
+            PHOTO_BACKBONE="cnn",  # The backbones' own runs: tests/test_backbones.py.
+            PHOTO_EPOCHS=1,
         ),
     )
     _execute(_count_figures(nb), tmp_path, monkeypatch)
@@ -125,6 +130,11 @@ def test_cnn_notebook_runs_on_cpu(tmp_path, monkeypatch):
     own = json.loads((tmp_path / "own" / "summary.json").read_text())
     assert own["status"] == "ok" and own["test_examples"] == 360 and "top3" in own["test"]
     assert "own model: test" in text and own["monitor"] == "val_loss"
+    # "Your photos as TFRecords": the digits written as JPEG photos, then as shards, trained on.
+    assert "1437 training and 360 validation images in 4 shards" in text
+    photos = json.loads((tmp_path / "photos_run" / "summary.json").read_text())
+    assert photos["status"] == "ok" and photos["test_examples"] == 360
+    assert photos["class_names"] == [f"digit_{i}" for i in range(10)]
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +172,11 @@ def test_bert_notebook_runs_on_cpu(tiny_bert_export, tmp_path, monkeypatch):
             VERBOSE=0,
             OWN_MODEL_DIR=str(tmp_path / "own"),
             OWN_EPOCHS=2,
+            PHOTOS_DIR=str(tmp_path / "photos"),
+            RECORDS_DIR=str(tmp_path / "records"),
+            PHOTO_MODEL_DIR=str(tmp_path / "photos_run"),
+            PHOTO_BACKBONE="cnn",  # The backbones' own runs: tests/test_backbones.py.
+            PHOTO_EPOCHS=1,
         ),
     )
     _execute(_count_figures(nb), tmp_path, monkeypatch)

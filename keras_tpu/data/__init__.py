@@ -26,6 +26,8 @@ from keras_tpu.data.images.image_folders import image_folder_sources  # noqa: F4
 from keras_tpu.data.images.image_records import LAYOUTS as RECORD_LAYOUTS  # noqa: F401
 from keras_tpu.data.images.image_records import RecordLayout  # noqa: F401
 from keras_tpu.data.images.image_records import image_tfrecord_source  # noqa: F401
+from keras_tpu.data.images.image_records import WrittenRecords  # noqa: F401
+from keras_tpu.data.images.image_records import write_image_records  # noqa: F401
 from keras_tpu.data.images.augment import ImageAugment  # noqa: F401
 from keras_tpu.data.images.image_folders import image_inputs  # noqa: F401
 from keras_tpu.data.pipelines import Batching  # noqa: F401
@@ -53,6 +55,7 @@ __all__ = [
     "RECORD_LAYOUTS",
     "RecordLayout",
     "Source",
+    "WrittenRecords",
     "as_source",
     "check_readable_by_tpu_host",
     "count_examples",
@@ -70,4 +73,5 @@ __all__ = [
     "train_dataset",
     "train_dataset_fn",
     "without_autotune_thread",
+    "write_image_records",
 ]

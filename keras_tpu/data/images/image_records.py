@@ -23,11 +23,14 @@ images need on top:
 """
 
 import dataclasses
+import os
 import re
 
+import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.data.images import image_folders
 from keras_tpu.data.sources import file_sources
 
 # Records one training pipeline's shuffle holds when streamed (tensorflow/models' ImageNet
@@ -170,3 +173,110 @@ def image_tfrecord_source(
         parallel_reads=True, size_bytes=decoded, num_classes=num_classes,
         class_names=class_names, shuffle_buffer=SHUFFLE_BUFFER,
     )  # fmt: skip
+
+
+# JPEG and PNG files go into the records as they are (TensorFlow decodes both on the host).
+_KEPT_AS_IS = (".jpg", ".jpeg", ".png")
+CLASS_NAMES_FILE = "class_names.txt"
+
+
+@dataclasses.dataclass(frozen=True)
+class WrittenRecords:
+    """What `write_image_records` wrote.
+
+    Attributes:
+      files: the shards, in order, named as Kaggle names them (`<prefix>00-2071.tfrec`:
+        their counts in their names, so a source knows its size without reading them).
+      examples: the images written.
+      class_names: label i's name (the class folders' sorted names).
+      class_names_file: one name per line beside the shards (train_cnn.py --class_names).
+      skipped: files under the folder left out (not images, or outside a class folder).
+    """
+
+    files: tuple
+    examples: int
+    class_names: tuple
+    class_names_file: str
+    skipped: tuple = ()
+
+
+def write_image_records(image_dir, prefix, *, examples_per_shard=2048, layout="kaggle",
+                        class_names=None, seed=0):  # fmt: skip
+    """Write a folder of class folders as image TFRecord shards for `image_tfrecord_source`.
+
+    The images of `image_dir/<class>/...` (as `image_folders.list_image_files` reads
+    them) are shuffled with `seed`, so every shard holds every class (a streamed run
+    reads a few shards at a time), and written `examples_per_shard` to a shard. JPEG and
+    PNG files are written as they are (no re-encoding: no loss, no time); GIF, BMP and
+    WebP are decoded and written as PNG. Every file is decoded once: one that does not
+    decode is left out and named in one line (and in `skipped`). Local paths or gs://:
+    TFRecords in a bucket are what a TPU reads best.
+
+        written = data.write_image_records("photos/", "gs://bucket/photos/train")
+        train = data.image_tfrecord_source("gs://bucket/photos/train*.tfrec", 224,
+                                           class_names=written.class_names)
+
+    Args:
+      image_dir: a folder with one subfolder per class (local or gs://).
+      prefix: the shards' path and name start (`prefix` + `00-2048.tfrec`, ...).
+      examples_per_shard: images per shard (the last holds the rest).
+      layout: "kaggle" (`image`, `class`), "imagenet" or a RecordLayout.
+      class_names: the classes to label by (an evaluation folder takes its training
+        folder's); default: the subfolders' sorted names.
+      seed: the shuffle's seed.
+
+    Returns:
+      The WrittenRecords.
+
+    Raises:
+      MissingFileError, ConfigError: as `list_image_files`; a bad shard size.
+    """
+    examples_per_shard = checks.integer("examples_per_shard", examples_per_shard, minimum=1)
+    keys = record_layout(layout)
+    files = image_folders.list_image_files(image_dir, class_names)
+    order = np.random.default_rng(seed).permutation(len(files.paths))
+    shards = -(-len(order) // examples_per_shard)
+    folder = os.path.dirname(prefix)
+    if folder:
+        tf.io.gfile.makedirs(folder)
+    written, unreadable = [], []
+    for shard in range(shards):
+        examples = []
+        for i in order[shard * examples_per_shard:(shard + 1) * examples_per_shard]:
+            encoded = _encoded(files.paths[i])
+            if encoded is None:  # Left out, and named below, not baked into a shard.
+                unreadable.append(os.path.relpath(files.paths[i], image_dir))
+                continue
+            feature = {
+                keys.image_key: tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded])),
+                keys.label_key: tf.train.Feature(int64_list=tf.train.Int64List(
+                    value=[files.labels[i] + keys.label_offset])),
+            }  # fmt: skip
+            examples.append(tf.train.Example(features=tf.train.Features(feature=feature)))
+        path = f"{prefix}{shard:02d}-{len(examples)}.tfrec"
+        with tf.io.TFRecordWriter(path) as writer:
+            for example in examples:
+                writer.write(example.SerializeToString())
+        written.append(path)
+    image_folders.say_skipped(image_dir, sorted(unreadable), "that do not decode")
+    names_file = os.path.join(folder, CLASS_NAMES_FILE) if folder else CLASS_NAMES_FILE
+    with tf.io.gfile.GFile(names_file, "w") as f:
+        f.write("".join(f"{name}\n" for name in files.class_names))
+    count = len(order) - len(unreadable)
+    return WrittenRecords(tuple(written), count, files.class_names, names_file,
+                          files.skipped + tuple(sorted(unreadable)))  # fmt: skip
+
+
+def _encoded(path):
+    """Return the image's bytes for a record (None if it does not decode).
+
+    JPEG and PNG go in as they are; GIF, BMP and WebP decoded and written as PNG. Each
+    file is decoded once here, so a truncated or mislabelled file is found at writing.
+    """
+    with tf.io.gfile.GFile(path, "rb") as f:
+        raw = f.read()
+    try:
+        image = tf.io.decode_image(raw, channels=3, expand_animations=False)
+    except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError):
+        return None
+    return raw if path.lower().endswith(_KEPT_AS_IS) else tf.io.encode_png(image).numpy()
