@@ -207,7 +207,7 @@ def test_the_augmentation_is_a_function_of_each_examples_seed():
 
 
 @pytest.mark.slow
-@pytest.mark.heavy  # Opt-in (`-m heavy`): 2,401 s on a 2-core host shared with other runs (load 3-5).
+@pytest.mark.heavy  # Opt-in (`-m heavy`): 2,401 s on a shared 2-core host (load 3-5).
 @pytest.mark.timeout(3600)  # Three MobileNetV3 runs on 4 replicas: traced, compiled, exported.
 def test_train_cnn_on_jpeg_records_with_a_backbone_resumes_exactly_after_sigkill(tmp_path):
     import json  # pylint: disable=g-import-not-at-top
