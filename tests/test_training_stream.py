@@ -15,6 +15,7 @@ import keras_tpu
 from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.data import cache_policy
+from keras_tpu.data import pipelines
 from keras_tpu.data.sources import file_sources
 from keras_tpu.runtime import determinism
 
@@ -183,14 +184,7 @@ def test_parsing_in_batches_gives_the_same_stream(tmp_path):
 
 def _ops_run(dataset):
     """Return the dataset ops tf.data runs for `dataset`: its graph after the rewrites."""
-    specs = tf.nest.flatten(dataset.element_spec)
-    finalized = tf.raw_ops.FinalizeDataset(
-        input_dataset=tf.data.experimental.to_variant(dataset),
-        output_types=[s.dtype for s in specs],
-        output_shapes=[s.shape for s in specs],
-    )
-    serialized = tf.raw_ops.DatasetToGraphV2(input_dataset=finalized, external_state_policy=1)
-    return [node.op for node in tf.compat.v1.GraphDef.FromString(serialized.numpy()).node]
+    return [node.op for node in pipelines.graph_as_run(dataset).node]
 
 
 @pytest.mark.parametrize("cache", ["none", "memory"])
