@@ -298,3 +298,30 @@ def test_bench_scale(tmp_path):
     assert "a streamed epoch adds read + parse" in stdout
     assert results["count"]["examples"] == 2000 and results["count"]["records_unparsed_seconds"] > 0
     assert "counting 2,000 examples without num_examples" in stdout
+
+
+def test_bench_images(tmp_path):
+    results, stdout = run_benchmark(
+        tmp_path, "bench_images.py", f"--data_dir={tmp_path / 'records'}", "--examples=300",
+        "--shards=3", "--batch=16", "--input_batches=3", "--repeats=1", "--backbone=cnn",
+        "--train_steps=3", "--train_repeats=1", "--train_files=2",
+    )  # fmt: skip
+    assert results["data"]["examples"] == 300 and results["data"]["written"]
+    assert len(os.listdir(tmp_path / "records" / "first2")) == 2
+    assert list(results["input"]) == ["toolkit", "tfmodels", "tfmodels_deterministic"]
+    for side in results["input"].values():
+        assert side["images_per_second"] > 0 and side["images_per_turn"] == 48
+    training = results["training"]
+    assert [training[s]["cache"] for s in ("streamed", "cached")] == ["none", "memory"]
+    for side in training.values():  # Two of the three files: 100 examples each.
+        assert side["train_examples"] == 200 and side["images_per_second"] > 0
+        assert side["images_per_epoch"] == 3 * side["global_batch"]
+    assert set(results["ratios"]) == {
+        "toolkit_vs_tfmodels", "deterministic_vs_not_tfmodels", "streamed_vs_cached"
+    }
+    stages = {row["stage"]: row for row in results["stages"]["rows"]}
+    decode = stages["parse + decode + augment"]
+    assert decode["runs"] == "parallel" and decode["num_parallel_calls"] == -1
+    assert stages["read (files interleaved)"]["cycle_length"] == 3
+    assert results["stages"]["on_one_thread"] == ["shuffle (file names, then encoded records)"]
+    assert "toolkit_vs_tfmodels" in stdout and "stages on one thread" in stdout

@@ -2,8 +2,9 @@
 
 A stream started at any step continues the stream started at 0 exactly (arrays and
 TFRecord files, one and two input pipelines), the TFRecord order is the same on every
-build with op determinism off, a resumed stream reads at most the current epoch again,
-and the cache decision follows its rule.
+build with op determinism off, op determinism leaves its stages parallel and its order
+unchanged, a resumed stream reads at most the current epoch again, and the cache decision
+follows its rule.
 """
 
 import numpy as np
@@ -14,6 +15,7 @@ import keras_tpu
 from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.data import cache_policy
+from keras_tpu.data import pipelines
 from keras_tpu.data.sources import file_sources
 from keras_tpu.runtime import determinism
 
@@ -153,15 +155,15 @@ def test_the_cache_rule(tmp_path):
         keras_tpu.RunConfig(cache_budget_mb=0)
 
 
+def _parse_batch(records):
+    parsed = tf.io.parse_example(records, {"id": tf.io.FixedLenFeature([], tf.int64)})
+    return tf.cast(parsed["id"], tf.float32)[:, None], parsed["id"]
+
+
 def test_parsing_in_batches_gives_the_same_stream(tmp_path):
     one = _tfrecords(tmp_path, [7, 9, 4, 8])
-
-    def parse_batch(records):
-        parsed = tf.io.parse_example(records, {"id": tf.io.FixedLenFeature([], tf.int64)})
-        return tf.cast(parsed["id"], tf.float32)[:, None], parsed["id"]
-
     batched = file_sources.tfrecord_source(
-        one.paths, parse_batch, num_examples=28, parses_batches=True
+        one.paths, _parse_batch, num_examples=28, parses_batches=True
     )
     for cache in ("none", "memory"):
         assert _stream(batched, 9, cache=cache) == _stream(one, 9, cache=cache)
@@ -171,10 +173,61 @@ def test_parsing_in_batches_gives_the_same_stream(tmp_path):
     # and the batches keep static shapes (a TPU needs them).
     calls = []
     counted = file_sources.tfrecord_source(
-        one.paths, lambda r: calls.append(r.shape.as_list()) or parse_batch(r), num_examples=28,
+        one.paths, lambda r: calls.append(r.shape.as_list()) or _parse_batch(r), num_examples=28,
         parses_batches=True,
     )  # fmt: skip
     dataset_fn, _ = data.train_dataset_fn(counted, _batching(), seed=3, cache="none")
     spec = dataset_fn(tf.distribute.InputContext()).element_spec
     assert calls == [[GLOBAL]]
     assert [s.shape.as_list() for s in spec] == [[GLOBAL, 1], [GLOBAL]]
+
+
+def _ops_run(dataset):
+    """Return the dataset ops tf.data runs for `dataset`: its graph after the rewrites."""
+    return [node.op for node in pipelines.graph_as_run(dataset).node]
+
+
+@pytest.mark.parametrize("cache", ["none", "memory"])
+def test_op_determinism_leaves_the_stream_parallel_and_its_order_unchanged(tmp_path, cache):
+    # A Dataset.shuffle inside the passes' function made tf.data's make_deterministic
+    # rewrite run every map and batch on one thread under op determinism (the run's
+    # default): JPEGs decoded on one thread (benchmarks/bench_images.py).
+    one = _tfrecords(tmp_path, [7, 9, 4, 8])
+    source = file_sources.tfrecord_source(
+        one.paths, _parse_batch, num_examples=28, parses_batches=True
+    )
+    expected = _stream(source, 9, cache=cache)
+    determinism.seed_everything(0, deterministic=True)
+    dataset_fn, _ = data.train_dataset_fn(source, _batching(), seed=3, cache=cache)
+    ops = _ops_run(dataset_fn(tf.distribute.InputContext()))
+    assert "ParallelBatchDataset" in ops
+    if cache == "none":  # Records batched, then each batch parsed: in parallel.
+        assert "ParallelMapDatasetV2" in ops and "BatchDatasetV2" not in ops
+    assert _stream(source, 9, cache=cache) == expected
+    determinism.seed_everything(0, deterministic=False)
+
+
+def test_an_augmented_stream_makes_its_seeds_per_batch_not_per_example(tmp_path):
+    # A map per example costs a function call per image (60-80 µs on one thread here:
+    # an augmented stream capped near 15,000 images/s, benchmarks/bench_images.py).
+    one = _tfrecords(tmp_path, [7, 9, 4, 8])
+    source = file_sources.tfrecord_source(
+        one.paths, _parse_batch, num_examples=28, parses_batches=True
+    )
+    seen = {}
+
+    def augment(x, y, seeds):
+        seen["seeds"] = seeds.shape.as_list()
+        return x + tf.cast(seeds[:, 1:], tf.float32), y
+
+    dataset_fn, _ = data.train_dataset_fn(
+        source, _batching(), seed=3, cache="none", augment=augment, steps_per_epoch=3
+    )
+    dataset = dataset_fn(tf.distribute.InputContext())
+    ops = [op for op in _ops_run(dataset) if op.endswith("Dataset")]
+    per_example = ops[: ops.index("ParallelBatchDataset")]  # Before batching.
+    assert seen["seeds"] == [GLOBAL, 2] and "MapDataset" not in per_example
+    x, y = (np.concatenate(parts) for parts in zip(*[(x.numpy(), y.numpy()) for x, y in
+                                                     dataset.take(4)]))  # fmt: skip
+    # Each example's position in its epoch of 3 steps: 0..23, then 0..7 again.
+    np.testing.assert_array_equal(x[:, 0] - y, np.r_[np.arange(24), np.arange(8)])

@@ -146,6 +146,24 @@ def _options(deterministic):
     return options
 
 
+def graph_as_run(dataset):
+    """Return the GraphDef tf.data runs for `dataset`: after the rewrites an iterator applies.
+
+    tf.data rewrites a pipeline when an iterator is made (its options' optimizations, and
+    `make_deterministic` under op determinism, which can make parallel stages sequential);
+    `FinalizeDataset` applies them as making an iterator would. The functions' graphs
+    (flat_map and interleave bodies) are in its `library`.
+    """
+    specs = tf.nest.flatten(dataset.element_spec)
+    finalized = tf.raw_ops.FinalizeDataset(
+        input_dataset=tf.data.experimental.to_variant(dataset),
+        output_types=[spec.dtype for spec in specs],
+        output_shapes=[spec.shape for spec in specs],
+    )
+    serialized = tf.raw_ops.DatasetToGraphV2(input_dataset=finalized, external_state_policy=1)
+    return tf.compat.v1.GraphDef.FromString(serialized.numpy())
+
+
 def check_class_labels(labels):
     """Raise ConfigError unless `labels` (a spec) are integer class ids, as class_weight needs."""
     if not isinstance(labels, tf.TensorSpec) or not labels.dtype.is_integer:

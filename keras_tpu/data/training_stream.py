@@ -56,6 +56,35 @@ def pass_seed(seed, pipeline_id, epoch, pass_index):
     return (base * 65_537 + epoch * 8_191 + pass_index) % _PRIME
 
 
+def seeded_shuffle(ds, buffer_size, seed):
+    """Return `ds` shuffled in the one order `seed` (an int64 tensor) fixes, statelessly.
+
+    Every pass is built inside flat_map's function, and there `Dataset.shuffle` adds a
+    `DummySeedGenerator`, a stateful op. Under op determinism (RunConfig.deterministic, on
+    by default) tf.data's make_deterministic rewrite then runs every parallel map and batch
+    of the whole pipeline on one thread and turns its prefetch off: any stateful op outside
+    its allow-list in any dataset function counts (tensorflow/core/grappler/optimizers/data/
+    make_deterministic.cc). A streamed JPEG pipeline decoded on one thread
+    (benchmarks/bench_images.py). The V1 `ShuffleDataset` kernel (public as
+    `tf.raw_ops.ShuffleDataset`) takes the seeds alone and is not stateful: the same order
+    for the same seeds, on every build. Elements with composite parts (ragged, sparse) keep
+    `Dataset.shuffle` (its seeds from the graph seed `one_pass` fixes).
+    """
+    specs = tf.nest.flatten(ds.element_spec)
+    if not all(isinstance(spec, tf.TensorSpec) for spec in specs):
+        return ds.shuffle(buffer_size, seed=seed)
+    variant = tf.raw_ops.ShuffleDataset(
+        input_dataset=tf.data.experimental.to_variant(ds),
+        buffer_size=tf.cast(buffer_size, tf.int64),
+        seed=tf.constant(_GRAPH_SEED, tf.int64),
+        seed2=tf.cast(seed, tf.int64),
+        reshuffle_each_iteration=False,  # One order per seed: a fixed seed pair, no generator.
+        output_types=[spec.dtype for spec in specs],
+        output_shapes=[spec.shape for spec in specs],
+    )
+    return tf.data.experimental.from_variant(variant, ds.element_spec)
+
+
 def train_dataset(strategy, data, per_replica_batch, **options):
     """Return (distributed dataset, steps per epoch) for training on `data`.
 
@@ -162,7 +191,7 @@ def train_dataset_fn(
             tf.compat.v1.get_default_graph().seed = _GRAPH_SEED
             ds = open_pass(pass_seed(seed, pipeline_id, epoch, pass_index))
             if shuffle:
-                ds = ds.shuffle(buffer, seed=pass_seed(seed, pipeline_id, epoch, pass_index))
+                ds = seeded_shuffle(ds, buffer, pass_seed(seed, pipeline_id, epoch, pass_index))
             return ds
 
         def one_epoch(epoch):
@@ -188,22 +217,23 @@ def train_dataset_fn(
 
 
 def _with_seeds(ds, augment, parse, seed, pipeline_id, first_epoch, epoch_length):
-    """Return (the stream with each element's seed, batch fn parsing then augmenting).
+    """Return (the stream with each element's index, batch fn parsing then augmenting).
 
     Counted from the stream's first epoch, before any skip: every epoch holds exactly
     `epoch_length` elements, so element i is at epoch first_epoch + i // epoch_length,
-    position i % epoch_length, wherever the stream starts.
+    position i % epoch_length, wherever the stream starts. The seeds are made from a whole
+    batch of indices at once: a `map` per element costs a function call per image, 60-80 µs
+    on one thread here (benchmarks/bench_images.py: a stream capped near 15,000 images/s),
+    `enumerate` alone none.
     """
 
-    def tag(index, element):
-        epoch = first_epoch + index // epoch_length
-        return element, augment_lib.example_seeds(seed, pipeline_id, epoch, index % epoch_length)
-
-    def parse_and_augment(element, seeds):
+    def parse_and_augment(indices, element):
+        epoch = first_epoch + indices // epoch_length
+        seeds = augment_lib.example_seeds(seed, pipeline_id, epoch, indices % epoch_length)
         x, y, *weight = parse(element) if parse is not None else element
         return (*augment(x, y, seeds), *weight)
 
-    return ds.enumerate().map(tag), parse_and_augment
+    return ds.enumerate(), parse_and_augment
 
 
 def _filled_first(cached, stream, what, expected):
@@ -273,7 +303,7 @@ def _pass_opener(source, cache, pipelines, pipeline_id, shuffle):
         open_names = source.open_records if late else source.open_files
 
         def open_pass(seed):
-            return open_names(names.shuffle(size, seed=seed))
+            return open_names(seeded_shuffle(names, size, seed))
 
         return open_pass, source.parse_batch
     shard = source.open_shard(pipelines, pipeline_id, True)

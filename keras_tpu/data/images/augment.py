@@ -31,17 +31,18 @@ _DRAWS = 8
 
 
 def example_seeds(seed, pipeline_id, epoch, position):
-    """Return the stateless seed ([2] int64) of one training example.
+    """Return the stateless seed ([2] int64) of one training example, or [n, 2] of n.
 
     Args:
       seed: the run's seed.
       pipeline_id: the input pipeline the example is read by.
-      epoch: the epoch (a tensor or int).
-      position: the example's index in this pipeline's epoch (a tensor or int).
+      epoch: the epoch (a tensor or int; a vector: one per example).
+      position: the example's index in this pipeline's epoch (a tensor or int; a vector:
+        one per example).
     """
     base = (int(seed) * 1_000_003 + int(pipeline_id) * 7_919 + 104_729) % (2**31 - 1)
     first = tf.constant(base, tf.int64) * 65_537 + tf.cast(epoch, tf.int64)
-    return tf.stack([first, tf.cast(position, tf.int64)])
+    return tf.stack([first, tf.cast(position, tf.int64)], axis=-1)
 
 
 @dataclasses.dataclass(frozen=True)
