@@ -137,7 +137,8 @@ def _int_or_auto(value):
 
 
 def run_toolkit(
-    split, test, timed_examples, batch, repeats, progress_seconds=None, precision="auto"
+    split, test, timed_examples, batch, repeats, progress_seconds=None, precision="auto",
+    deterministic=True,
 ):
     """(c), (d) with progress_seconds, (e) with precision: train_cnn on the arrays; its rates."""
     import models  # pylint: disable=g-import-not-at-top
@@ -153,6 +154,7 @@ def run_toolkit(
         progress_seconds=progress_seconds or 30.0,
         steps_per_execution=_int_or_auto(FLAGS.toolkit_steps_per_execution),
         mixed_precision=precision,
+        deterministic=deterministic,
     )
     summary = models.train_cnn(config, train=split, test=test)
     rates = [row["examples_per_second"] for row in summary["throughput"][1:]]
@@ -175,11 +177,13 @@ def run_toolkit_sides(split, test, names):
     run-to-run spread, so the sides take turns instead of running one after
     the other: a load change then hits all alike.
     """
-    options = {  # side -> (progress_seconds, precision)
-        "toolkit": (None, "auto"),
-        "toolkit_progress": (FLAGS.progress_seconds, "auto"),
-        "toolkit_fp32": (None, "fp32"),
-        "toolkit_bf16": (None, "bf16"),
+    options = {  # side -> (progress_seconds, precision, deterministic)
+        "toolkit": (None, "auto", True),
+        "toolkit_progress": (FLAGS.progress_seconds, "auto", True),
+        "toolkit_fp32": (None, "fp32", True),
+        "toolkit_bf16": (None, "bf16", True),
+        # Without TensorFlow's op determinism (RunConfig.deterministic=False): its cost.
+        "toolkit_nondeterministic": (None, "auto", False),
     }
     args = (split, test, FLAGS.timed_examples, FLAGS.batch)
     if len(names) < 2:
