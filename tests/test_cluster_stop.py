@@ -6,7 +6,9 @@ tests/test_multiworker.py::test_a_sigterm_to_one_worker_backs_up_one_step_on_all
 
 import functools
 import importlib
+import inspect
 import signal
+import threading
 
 import pytest
 
@@ -77,3 +79,38 @@ def test_without_the_private_names_one_warning_and_the_preempted_worker_stops(
     [line] = [line for line in lines if "PreemptionCheckpointHandler" in line]
     assert line.startswith("keras_tpu: this TensorFlow (")
     assert "a preempted worker stops without a backup of its own" in line
+
+
+def test_tensorflow_still_names_its_watcher_threads_as_the_hook_expects():
+    # The tripwire for quiet_watcher_errors: renamed threads print a lost peer's traceback.
+    from tensorflow.python.distribute.failure_handling import failure_handling  # pylint: disable=g-import-not-at-top
+
+    source = inspect.getsource(failure_handling)
+    for prefix in cluster_stop.WATCHER_THREADS:
+        assert f"name='{prefix}%s'" in source, prefix
+
+
+def test_a_lost_peers_error_on_a_watcher_thread_prints_nothing_and_others_still_do(
+    capsys, monkeypatch
+):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    monkeypatch.setattr(threading, "excepthook", threading.__excepthook__)
+    cluster_stop.quiet_watcher_errors()
+    cluster_stop.quiet_watcher_errors()  # Idempotent: one hook, not a chain of them.
+    assert threading.excepthook.keras_tpu_watchers
+
+    def raise_(error):
+        raise error
+
+    def run(name, error):
+        thread = threading.Thread(target=raise_, args=(error,), name=name)
+        thread.start()
+        thread.join()
+        return capsys.readouterr().err
+
+    lost = tf.errors.UnavailableError(None, None, "recvmsg:Connection reset by peer")
+    assert run("PeerTerminationWatcher-1", lost) == ""
+    assert run("WorkerTerminationSignalWatcher-0", lost) == ""
+    assert "Traceback" in run("PeerTerminationWatcher-1", ValueError("a bug of ours"))
+    assert "Traceback" in run("Thread-7", lost)
