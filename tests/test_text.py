@@ -125,3 +125,23 @@ def test_pair_truncation_is_bert_longest_first(vocab_file):
         _truncate_seq_pair(first, second, seq_length - 3)
         expected = [2] + [4] * len(first) + [3] + [5] * len(second) + [3]
         assert ids == expected + [0] * (seq_length - len(expected)), (a, b)
+
+
+def test_a_learned_vocabulary_covers_its_own_text_through_the_preprocessor(tmp_path):
+    """The learner (HF tokenizers) writes what tensorflow_text's BertTokenizer reads."""
+    import os  # pylint: disable=g-import-not-at-top
+
+    from keras_tpu import data  # pylint: disable=g-import-not-at-top
+    from tests.conftest import SST2  # pylint: disable=g-import-not-at-top
+
+    sentences = data.load_tsv(os.path.join(SST2, "train.tsv")).x[:2000]
+    vocab = text.learn_wordpiece_vocab(list(sentences) + ["Café CAFÉ"], 1500)
+    assert len(vocab) == len(set(vocab)) == 1500
+    assert tuple(vocab[: len(text.SPECIAL_TOKENS)]) == text.SPECIAL_TOKENS
+    assert any(token.startswith("##") for token in vocab)
+    assert not [t for t in vocab[4:] if t != t.lower() or "é" in t]  # Lower-cased, no accents.
+    path = text.write_vocab(vocab, str(tmp_path / "vocab.txt"))
+    preprocessor = text.BertPreprocessor(path, seq_length=16)
+    pieces = preprocessor.tokenize(tf.constant(list(sentences)))
+    ids = pieces.flat_values.numpy()
+    assert ids.min() >= 0 and not (ids == vocab.index("[UNK]")).any()  # Its own text: no [UNK].

@@ -222,28 +222,37 @@ def hub_preprocess(handle, seq_length=128):
 def learn_wordpiece_vocab(sentences, vocab_size=8000, lower_case=True):
     """Learn a WordPiece vocabulary from `sentences` (for models trained from scratch).
 
-    Uses tensorflow_text's BERT vocabulary learner, with BERT's special tokens first.
+    Uses Hugging Face `tokenizers`' WordPiece trainer (Rust) with BERT's normalizer and
+    pre-tokenizer, BERT's special tokens first and "##" for word pieces, the format
+    `BertTextPreprocessor` (tensorflow_text's BertTokenizer) reads. tensorflow_text's own
+    learner (`bert_vocab_from_dataset`) is pure Python: 60 s for SST-2's 8,000-sentence
+    sample, where this takes under a second.
 
     Args:
       sentences: an iterable of str.
-      vocab_size: the approximate vocabulary size to learn.
+      vocab_size: the vocabulary size to learn (fewer when the text has fewer pieces).
       lower_case: lower-case and strip accents first (must match the preprocessor).
 
     Returns:
       The vocabulary as a list of tokens, "[PAD]" first.
     """
-    from tensorflow_text.tools.wordpiece_vocab import (
-        bert_vocab_from_dataset,
-    )  # pylint: disable=g-import-not-at-top
+    import tokenizers  # pylint: disable=g-import-not-at-top
+    from tokenizers import normalizers  # pylint: disable=g-import-not-at-top
+    from tokenizers import pre_tokenizers  # pylint: disable=g-import-not-at-top
+    from tokenizers import trainers  # pylint: disable=g-import-not-at-top
 
-    dataset = tf.data.Dataset.from_tensor_slices([str(s) for s in sentences]).batch(1024)
-    return bert_vocab_from_dataset.bert_vocab_from_dataset(
-        dataset,
-        vocab_size=vocab_size,
-        reserved_tokens=list(SPECIAL_TOKENS),
-        bert_tokenizer_params={"lower_case": lower_case},
-        learn_params={},
+    tokenizer = tokenizers.Tokenizer(tokenizers.models.WordPiece(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=lower_case, lowercase=lower_case
     )
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+        continuing_subword_prefix="##", show_progress=False,
+    )  # fmt: skip
+    tokenizer.train_from_iterator((str(s) for s in sentences), trainer=trainer)
+    ids = tokenizer.get_vocab()
+    return sorted(ids, key=ids.get)
 
 
 def write_vocab(vocab, path):
