@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import types
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
@@ -145,6 +146,53 @@ def run_script(name, *args, timeout=300, env=None):
         env=env or subprocess_env(),
         cwd=REPO,
     )
+
+
+# The child of run_script_cases: scripts/<name>'s flags defined once, then each case's argv
+# parsed and its main run as app.run would (flag_utils.parse_flags, then main).
+_CASES_CHILD = r"""
+import contextlib, io, json, os, runpy, sys, traceback
+from absl import flags
+script, cases = sys.argv[1], json.loads(sys.argv[2])
+sys.path.insert(0, os.path.dirname(script))  # As `python scripts/<name>` has it.
+namespace = runpy.run_path(script, run_name="script_cases")
+parse, main = namespace["flag_utils"].parse_flags, namespace["main"]
+results = []
+for argv in cases:
+    flags.FLAGS.unparse_flags()
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(parse([script, *argv]))
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else int(e.code is not None)
+        except BaseException:  # pylint: disable=broad-except
+            traceback.print_exc()  # What app.run prints for an error it does not know.
+            code = 1
+    results.append({"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
+print(json.dumps(results))
+"""
+
+
+def run_script_cases(name, cases, timeout=300, env=None):
+    """Run scripts/<name> once per argv in `cases`, all in one fresh interpreter.
+
+    For a script's mistakes that stop before training (bad flags, files, handles): each
+    case's stdout, stderr (Python's) and exit code as `main` gives them, without an
+    interpreter and a TensorFlow import per case. A whole run, as a user starts it, is
+    run_script's.
+
+    Returns:
+      {tuple(argv): SimpleNamespace(returncode, stdout, stderr)}.
+    """
+    result = subprocess.run(
+        [sys.executable, "-c", _CASES_CHILD, os.path.join(REPO, "scripts", name),
+         json.dumps([list(c) for c in cases])],
+        capture_output=True, text=True, timeout=timeout, env=env or subprocess_env(), cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(result.stdout.strip().splitlines()[-1])
+    return {tuple(c): types.SimpleNamespace(**row) for c, row in zip(cases, rows)}
 
 
 def export_tiny_bert(vocab_file, export_dir):

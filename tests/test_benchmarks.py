@@ -154,6 +154,7 @@ def test_bench_bert(tmp_path):
     assert "MFU" in stdout
 
 
+@pytest.mark.heavy  # Opt-in (`-m heavy`): benchmark smoke run.
 def test_bench_steps_per_execution(tmp_path):
     results, stdout = run_benchmark(
         tmp_path,
@@ -174,6 +175,7 @@ def test_bench_steps_per_execution(tmp_path):
     assert "spe=2" in stdout
 
 
+@pytest.mark.heavy  # Opt-in (`-m heavy`): benchmark smoke run.
 def test_bench_startup(tmp_path):
     results, stdout = run_benchmark(tmp_path, "bench_startup.py", "--repeats=1")
     assert set(results["sides"]) == {"tensorflow", "tensorflow_legacy_keras", "keras_tpu"}
@@ -196,6 +198,7 @@ def test_wait_for_quiet_is_bounded(load, quiet):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # Opt-in (`-m heavy`): benchmark smoke run.
 def test_bench_model_parallel(tmp_path):
     results, _ = run_benchmark(
         tmp_path,
@@ -233,6 +236,7 @@ def test_bench_engine(tmp_path):
     assert "goal >= 0.97x" in stdout
 
 
+@pytest.mark.heavy  # Opt-in (`-m heavy`): benchmark smoke run.
 def test_bench_determinism(tmp_path):
     results, stdout = run_benchmark(
         tmp_path,
@@ -253,6 +257,7 @@ def test_bench_determinism(tmp_path):
     assert "cost" in stdout
 
 
+@pytest.mark.heavy  # Opt-in (`-m heavy`): benchmark smoke run.
 def test_bench_stall(tmp_path):
     results, stdout = run_benchmark(
         tmp_path, "bench_stall.py", "--paths=main", "--load=quiet", "--repeats=1", "--epochs=1",
@@ -265,6 +270,8 @@ def test_bench_stall(tmp_path):
 
 
 @pytest.mark.serial  # A loopback cluster: its peers and time-outs need the cores.
+# Opt-in (`-m heavy`): the soak itself is CI's (test_multiworker.py).
+@pytest.mark.heavy
 def test_bench_soak(tmp_path):
     results, stdout = run_benchmark(
         tmp_path, "bench_soak.py", "--epochs=6", "--steps_per_epoch=1", timeout=600

@@ -246,6 +246,7 @@ def test_encoder_handle_that_does_not_load_is_explained(tmp_path):
         bert.build_bert_classifier(str(tmp_path / "missing"), 2, 16)
 
 
+@pytest.mark.slow  # In-process but 15-45 s: the fast tier stays under 4 minutes.
 def test_classifier_takes_an_encoder_layer(mirrored):
     # keras-hub style: the classifier takes the backbone object; the handle is a convenience.
     with mirrored.scope():

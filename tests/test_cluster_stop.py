@@ -83,7 +83,8 @@ def test_without_the_private_names_one_warning_and_the_preempted_worker_stops(
 
 def test_tensorflow_still_names_its_watcher_threads_as_the_hook_expects():
     # The tripwire for quiet_watcher_errors: renamed threads print a lost peer's traceback.
-    from tensorflow.python.distribute.failure_handling import failure_handling  # pylint: disable=g-import-not-at-top
+    # pylint: disable-next=g-import-not-at-top
+    from tensorflow.python.distribute.failure_handling import failure_handling
 
     source = inspect.getsource(failure_handling)
     for prefix in cluster_stop.WATCHER_THREADS:

@@ -11,6 +11,7 @@ from keras_tpu.engine import config_yaml
 import models
 from tests.conftest import REPO
 from tests.conftest import run_script
+from tests.conftest import run_script_cases
 
 
 def _write(tmp_path, text, name="run.yaml"):
@@ -127,19 +128,27 @@ def test_shipped_configs_load_and_document_their_command(path):
     assert yaml.safe_load(open(path))  # Not empty.
 
 
+BAD_FILES = [
+    ("epoch: 2\n", "run.yaml:1: unknown key 'epoch' for CNNConfig"),
+    ("epochs: two\n", "run.yaml:1: epochs: expected an integer, got 'two' (str)."),
+    ("epochs: [1\n", "run.yaml:2: not valid YAML/JSON: "),
+    ("", f"run.yaml: {EMPTY}"),
+    ("# epochs: 2\n", f"run.yaml: {EMPTY}"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_file_runs(tmp_path_factory):
+    """train_cnn.py on each of BAD_FILES, in one interpreter: {text: result}."""
+    paths = [_write(tmp_path_factory.mktemp("bad_file"), text) for text, _ in BAD_FILES]
+    runs = run_script_cases("train_cnn.py", [(f"--config_file={p}",) for p in paths])
+    return {text: runs[(f"--config_file={p}",)] for (text, _), p in zip(BAD_FILES, paths)}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "text, message",
-    [
-        ("epoch: 2\n", "run.yaml:1: unknown key 'epoch' for CNNConfig"),
-        ("epochs: two\n", "run.yaml:1: epochs: expected an integer, got 'two' (str)."),
-        ("epochs: [1\n", "run.yaml:2: not valid YAML/JSON: "),
-        ("", f"run.yaml: {EMPTY}"),
-        ("# epochs: 2\n", f"run.yaml: {EMPTY}"),
-    ],
-)
-def test_script_bad_file_is_one_line_exit_2(tmp_path, text, message):
-    result = run_script("train_cnn.py", f"--config_file={_write(tmp_path, text)}", timeout=180)
+@pytest.mark.parametrize("text, message", BAD_FILES)
+def test_script_bad_file_is_one_line_exit_2(bad_file_runs, text, message):
+    result = bad_file_runs[text]
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines

@@ -119,6 +119,7 @@ def _pooled(directory, training):
     return layer(_inputs(), training=training)["pooled_output"].numpy()
 
 
+@pytest.mark.slow  # In-process but 15-45 s: the fast tier stays under 4 minutes.
 def test_the_saved_model_dropout_is_rewritten_and_seeded(encoder_dir):
     from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=g-import-not-at-top
 

@@ -49,6 +49,7 @@ def test_patience_counts_epochs_without_an_improvement_beyond_min_delta():
                     "2 epoch(s) since epoch 1 (val_loss 1)")  # fmt: skip
 
 
+@pytest.mark.slow  # In-process but 15-45 s: the fast tier stays under 4 minutes.
 def test_a_run_stopped_early_and_killed_resumes_to_the_same_stop(tmp_path, monkeypatch, caplog):
     whole, _ = _run(tmp_path / "whole", early_stopping_patience=1)
     assert whole["best"]["epoch"] == 3

@@ -222,9 +222,8 @@ def test_fault_chain_on_a_cluster_stops_every_worker_with_one_line_and_resumes_e
     _chain(tmp_path, 2, cluster_reference, CLUSTER_CHAIN)
 
 
-@pytest.mark.slow
-@pytest.mark.serial
-@pytest.mark.timeout(3600)
+@pytest.mark.slow  # One process of 2 replicas, each fault injected at a named point (no timing):
+@pytest.mark.timeout(3600)  # it shares the cores with the other slow tests, not serial.
 def test_fault_chain_on_one_machine_stops_with_one_line_and_resumes_exactly(
     tmp_path, machine_reference
 ):

@@ -157,6 +157,7 @@ def _reference(name, tmp_path_factory):
 # "spe16" on one replica is only a reference (for the preemption test): its SIGKILL
 # resume is "spe16-4replicas"'s. A SIGKILL resume at one step per execution is the BERT
 # runs' (test_bert_sigkill_resumes_to_the_uninterrupted_weights).
+@pytest.mark.heavy  # Opt-in: 4-replica SIGKILL resume in CI is the image folder run's.
 @pytest.mark.parametrize("name", ["spe16-4replicas"])
 def test_sigkill_then_restart_resumes_exactly(tmp_path, tmp_path_factory, name):
     """Row 1: the restart trains every step once, in the same order: same final weights."""

@@ -82,6 +82,7 @@ def test_the_final_evaluation_reuses_the_last_epochs_and_equals_a_full_pass(tmp_
     assert counted.passes == (2 if last_is_best else 3)
 
 
+@pytest.mark.slow  # In-process but 15-45 s: the fast tier stays under 4 minutes.
 def test_a_run_killed_before_its_final_evaluation_concludes_identically(tmp_path, monkeypatch):
     whole = keras_tpu.fit(_task((DEV_X, DEV_Y), []), _config(tmp_path / "whole"))
     conclude = training_run.TrainingRun._conclude
@@ -102,6 +103,7 @@ def test_a_run_killed_before_its_final_evaluation_concludes_identically(tmp_path
     assert resumed["history"]["val_loss"] == whole["history"]["val_loss"]
 
 
+@pytest.mark.slow  # In-process but 15-45 s: the fast tier stays under 4 minutes.
 def test_more_evaluation_splits_reach_the_summarys_test(tmp_path):
     """MNLI's mismatched dev set, as tasks/bert.py reports it: in summary["test"], exact."""
     from models.bert.glue import extra_eval  # pylint: disable=g-import-not-at-top

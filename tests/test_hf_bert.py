@@ -253,6 +253,7 @@ def test_convert_assigns_every_tensor_of_a_bert_for_x_checkpoint(tmp_path):
     assert epsilons == {1e-7}
 
 
+@pytest.mark.slow  # In-process but 15-45 s: the fast tier stays under 4 minutes.
 def test_export_from_vocab_txt_and_tokenizer_config(tmp_path):
     state = _hf_state(HF_CONFIG)
     folder = _write_folder(
@@ -378,6 +379,7 @@ def transformers_bert(tmp_path_factory, vocab_file):
 # 1e-12 is BERT's epsilon; 0.1 is large enough that an epsilon not taken from the
 # checkpoint changes the outputs far beyond the tolerance.
 @pytest.mark.parametrize("layer_norm_eps", [1e-12, 0.1])
+@pytest.mark.slow  # In-process but 15-45 s: the fast tier stays under 4 minutes.
 def test_encoder_matches_transformers(transformers_bert, layer_norm_eps):
     torch = pytest.importorskip("torch")
     model, _, paths = transformers_bert(layer_norm_eps)

@@ -269,6 +269,7 @@ def test_images_to_predict_on_are_read_as_trained_with_their_paths_as_ids(folder
         data.image_inputs(str(flat), 8, labelled=True)
 
 
+@pytest.mark.slow  # In-process but 15-45 s: the fast tier stays under 4 minutes.
 def test_a_cnn_run_on_an_image_folder_keeps_its_class_names_and_predicts_as_its_export(
         folder, tmp_path, predict_script, capsys):  # fmt: skip
     """... and predicts from its run directory with its training folder moved away."""

@@ -60,36 +60,6 @@ def test_configure_sets_python_verbosity():
 
 
 @pytest.mark.slow
-def test_bert_export_prints_no_absl_info_line(tmp_path, tiny_hub):
-    # A tiny encoder exported offline (conftest.tiny_hub), then a 4-step run whose
-    # SavedModel export logged "Found untraced functions", "Sharding callback duration"
-    # twice and "Writing fingerprint" through absl.
-    dev = os.path.join(SST2, "dev.tsv")
-    handles = tiny_hub
-    result = run_script(
-        "train_bert.py",
-        f"--encoder_handle={handles['encoder']}",
-        f"--preprocess_handle={handles['preprocess']}",
-        f"--train_file={dev}",
-        f"--eval_file={dev}",
-        "--seq_length=32",
-        "--per_replica_batch_size=16",
-        "--epochs=1",
-        "--steps_per_epoch=4",
-        "--verbose=0",
-        f"--model_dir={tmp_path / 'run'}",
-        f"--export_dir={tmp_path / 'export'}",
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert os.path.exists(tmp_path / "export" / "saved_model.pb")
-    output = result.stdout + result.stderr
-    assert not ABSL_INFO.search(output), ABSL_INFO.findall(output)
-    for chatter in ("Found untraced functions", "Sharding callback", "Writing fingerprint"):
-        assert chatter not in output
-    assert "weights sha256" in result.stdout  # The run's own lines stay.
-
-
-@pytest.mark.slow
 def test_export_bert_hub_prints_only_its_json_line(tiny_hub):
     # conftest.tiny_hub ran scripts/export_bert_hub.py --preset=tiny (cached per code version,
     # so this is the current code's output). It printed 16 lines for this one: 12 INFO

@@ -199,6 +199,9 @@ def test_the_multimodal_example_trains_from_python_and_evaluates_exactly(tmp_pat
 
 
 @pytest.mark.slow  # Three runs of scripts/train.py in fresh interpreters.
+# Opt-in (`-m heavy`): a Task's SIGKILL resume is CI's by test_faults_resume.py's
+# test_user_model_resumes_exactly_after_a_kill_or_preemption.
+@pytest.mark.heavy
 def test_the_multimodal_example_resumes_after_sigkill_to_the_same_weights(tmp_path):
     import signal  # pylint: disable=g-import-not-at-top
 

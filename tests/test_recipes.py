@@ -15,6 +15,8 @@ from tests.conftest import CPU_REPLICAS
 from tests.conftest import backup_step
 from tests.conftest import run_python
 from tests.conftest import run_script
+from tests.conftest import run_script_cases
+from tests.test_logs import ABSL_INFO
 
 
 ABSL_INFO = re.compile(r"^I\d{4} ", re.M)
@@ -68,21 +70,27 @@ def test_main_job_output_is_clean_and_log_level_brings_chatter_back(main_job, tm
     assert ABSL_INFO.search(loud.stderr)
 
 
+BAD_CNN_INPUT = [
+    (["--per_replica_batch_size=0"], "per_replica_batch_size=0 must be an integer >= 1"),
+    (["--per_replica_batch_size=2000"], "fewer than one global batch of 2000"),
+    (["--strategy=tpu"], "strategy='tpu' but no TPU found"),
+    (
+        ["--dataset=fashion_mnist", "--data_dir=/nonexistent/tfds"],
+        "tfds dataset 'fashion_mnist' is not in data_dir /nonexistent/tfds",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_cnn_runs():
+    """train_cnn.py on each of BAD_CNN_INPUT, in one interpreter (conftest.run_script_cases)."""
+    return run_script_cases("train_cnn.py", [(*f, "--epochs=1") for f, _ in BAD_CNN_INPUT])
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "flags, message",
-    [
-        (["--per_replica_batch_size=0"], "per_replica_batch_size=0 must be an integer >= 1"),
-        (["--per_replica_batch_size=2000"], "fewer than one global batch of 2000"),
-        (["--strategy=tpu"], "strategy='tpu' but no TPU found"),
-        (
-            ["--dataset=fashion_mnist", "--data_dir=/nonexistent/tfds"],
-            "tfds dataset 'fashion_mnist' is not in data_dir /nonexistent/tfds",
-        ),
-    ],
-)
-def test_script_bad_input_is_one_clear_line(flags, message):
-    result = run_script("train_cnn.py", *flags, "--epochs=1", timeout=180)
+@pytest.mark.parametrize("flags, message", BAD_CNN_INPUT)
+def test_script_bad_input_is_one_clear_line(bad_cnn_runs, flags, message):
+    result = bad_cnn_runs[(*flags, "--epochs=1")]
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
 
@@ -198,28 +206,37 @@ def test_tensorboard_has_the_scalars(main_job):
 TSV_FLAGS = [f"--train_file={SST2}/dev.tsv", f"--eval_file={SST2}/dev.tsv"]
 
 
+BAD_BERT_FLAGS = [
+    (["--epochs=0"], "epochs=0 must be an integer >= 1"),
+    (["--mixed_precision=fp8"], "mixed_precision='fp8' is not one of"),
+    (["--seq_length=1000"], "seq_length=1000 must be an integer in 3..512"),
+    (
+        ["--encoder_handle=/none", "--preprocess_handle=/none", *TSV_FLAGS],
+        "Could not load the TF Hub preprocessing model '/none'",
+    ),
+    (["--encoder_handle=/none", *TSV_FLAGS], "needs exactly one of --preprocess_handle"),
+    ([], "BERT needs --encoder_handle"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_bert_runs():
+    """train_bert.py on each of BAD_BERT_FLAGS, in one interpreter (conftest.run_script_cases)."""
+    return run_script_cases("train_bert.py", [tuple(f) for f, _ in BAD_BERT_FLAGS])
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "flags, message",
-    [
-        (["--epochs=0"], "epochs=0 must be an integer >= 1"),
-        (["--mixed_precision=fp8"], "mixed_precision='fp8' is not one of"),
-        (["--seq_length=1000"], "seq_length=1000 must be an integer in 3..512"),
-        (
-            ["--encoder_handle=/none", "--preprocess_handle=/none", *TSV_FLAGS],
-            "Could not load the TF Hub preprocessing model '/none'",
-        ),
-        (["--encoder_handle=/none", *TSV_FLAGS], "needs exactly one of --preprocess_handle"),
-        ([], "BERT needs --encoder_handle"),
-    ],
-)
-def test_train_bert_bad_flags_are_one_line(flags, message):
-    result = run_script("train_bert.py", *flags, timeout=180)
+@pytest.mark.parametrize("flags, message", BAD_BERT_FLAGS)
+def test_train_bert_bad_flags_are_one_line(bad_bert_runs, flags, message):
+    result = bad_bert_runs[tuple(flags)]
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
 @pytest.mark.slow
+# Opt-in (`-m heavy`): digits to 95% is CI's by the main job, 4 replicas by the fast
+# in-process run (test_train_cnn_in_process_on_four_replicas).
+@pytest.mark.heavy
 def test_four_replicas_reach_95_percent_on_digits(tmp_path):
     result = run_script(
         "train_cnn.py",
@@ -317,6 +334,12 @@ def test_train_bert_sentence_pairs_on_sst2_pairs_serves_two_strings_and_predicts
         timeout=1200,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+    # The SavedModel export logged "Found untraced functions", "Sharding callback duration"
+    # twice and "Writing fingerprint" through absl: the run's output has none of it.
+    output = result.stdout + result.stderr
+    assert not ABSL_INFO.search(output), ABSL_INFO.findall(output)
+    for chatter in ("Found untraced functions", "Sharding callback", "Writing fingerprint"):
+        assert chatter not in output
     records = {name: (run_dir / name).read_text() for name in ("summary.json", "run.json")}
     summary = json.loads(records["summary.json"])
     assert summary["test_examples"] == len(dev) == 428

@@ -87,6 +87,7 @@ def _killed(*_, **__):
     raise KeyboardInterrupt("killed")  # As a kill: nothing after it runs.
 
 
+@pytest.mark.slow  # In-process but 15-45 s: the fast tier stays under 4 minutes.
 def test_a_run_stopped_at_each_phase_reports_the_uninterrupted_run(tmp_path, monkeypatch):
     """Also: the best weights exported, and another run's export dir refused."""
     whole, whole_seen = _run(tmp_path / "whole")
@@ -182,6 +183,7 @@ def test_metric_sums_that_do_not_fit_the_model_are_one_warning_not_silence(caplo
     ]
 
 
+@pytest.mark.slow  # In-process but 15-45 s: the fast tier stays under 4 minutes.
 def test_an_epoch_resumed_before_an_execution_of_several_steps_keeps_exact_means(tmp_path):
     # 8 steps an epoch in executions of 3 (3, 3, 2): a stop at step 3 resumes into an
     # execution of 3 steps. The saved sums go in before it, so the epoch's float32 sums are

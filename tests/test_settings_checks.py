@@ -111,10 +111,11 @@ def test_scripts_print_one_error_line_and_the_doctor_the_same_fix(case, tmp_path
     assert failure["name"] == check
     expected = f"error: {failure['detail']} Fix: {failure['fix']}."
     model_dir = tmp_path / "run"
-    for script, flags in (
-        ("tpu_info.py", ["--connect_timeout=5"]),
-        ("train_cnn.py", ["--dataset=digits", f"--model_dir={model_dir}", "--connect_timeout=5"]),
-    ):
+    scripts = [("train_cnn.py", ["--dataset=digits", f"--model_dir={model_dir}",
+                                 "--connect_timeout=5"])]  # fmt: skip
+    if case == min(ENVIRONMENTS):  # tpu_info.py's own line once: the same resolver says it.
+        scripts.append(("tpu_info.py", ["--connect_timeout=5"]))
+    for script, flags in scripts:
         result = run_script(script, *flags, env=env, timeout=180)
         assert result.returncode == 2, (script, result.stderr)
         assert "Traceback" not in result.stderr, (script, result.stderr)

@@ -62,6 +62,7 @@ def _train(strategy, form, ahead):
     return model, built, history
 
 
+@pytest.mark.slow  # In-process but 15-45 s: the fast tier stays under 4 minutes.
 def test_the_step_is_traced_once_and_trains_bit_identically(mirrored):
     form = "dict"
     model, built, history = _train(mirrored, form, ahead=True)

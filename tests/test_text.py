@@ -46,6 +46,7 @@ def test_preprocess_gives_static_shapes_for_the_pipeline(preprocessor):
     }
 
 
+@pytest.mark.slow  # In-process but 15-45 s: the fast tier stays under 4 minutes.
 def test_export_round_trips_through_tf_hub(preprocessor, tmp_path):
     export_dir = preprocessor.export(str(tmp_path / "preprocess"))
     sentences = tf.constant(["The movie was GREAT!", "unbelievable"])

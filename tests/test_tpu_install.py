@@ -174,6 +174,7 @@ def test_the_install_resolves_to_the_tpu_build_and_the_libtpu_range(tpu_resoluti
     assert (0, 0, 21) <= libtpu < (0, 0, 32), tpu_resolution["libtpu"]
 
 
+@pytest.mark.heavy  # Opt-in (`-m heavy`): the 2.6 GB TPU-build environment (~8 min to build).
 def test_keras_tpu_imports_with_the_tpu_build(tpu_venv):
     code = ("import keras_tpu, json; from keras_tpu.runtime import tf_build; i = tf_build.installed(); "
             "print(json.dumps([i.is_tpu_build, i.tf_version, i.version('libtpu')]))")
@@ -184,6 +185,7 @@ def test_keras_tpu_imports_with_the_tpu_build(tpu_venv):
     assert tuple(int(x) for x in libtpu.split(".")[:3]) < (0, 0, 32)
 
 
+@pytest.mark.heavy  # Opt-in (`-m heavy`): the 2.6 GB TPU-build environment (~8 min to build).
 def test_tpu_info_json_falls_back_to_cpu_with_the_reason(tpu_venv):
     result = _run(tpu_venv, os.path.join(REPO, "scripts", "tpu_info.py"), "--json")
     assert result.returncode == 0, result.stderr
@@ -192,6 +194,7 @@ def test_tpu_info_json_falls_back_to_cpu_with_the_reason(tpu_venv):
     assert info["fallback_reason"].startswith("no TPU found")
 
 
+@pytest.mark.heavy  # Opt-in (`-m heavy`): the 2.6 GB TPU-build environment (~8 min to build).
 def test_doctor_on_a_faked_tpu_host(tpu_venv, tmp_path):
     root = _v5e_root(str(tmp_path))
     env = subprocess_env(KERAS_TPU_TEST_ROOT=root)
