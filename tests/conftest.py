@@ -29,6 +29,7 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_tpu  # noqa: E402,F401  (pins tf_keras before anything touches tf.keras)
+from tests import forkserver  # noqa: E402
 
 CPU_REPLICAS = 4
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -124,28 +125,25 @@ def closed_port():
         return s.getsockname()[1]
 
 
-def run_python(code, *, timeout=300, env=None):
-    """Run `code` in a fresh interpreter; a hang fails the test after `timeout` s."""
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env or subprocess_env(),
-        cwd=REPO,
-    )
+def run_python(code, *, timeout=300, env=None, fresh=True):
+    """Run `code` as `python -c` would; a hang fails the test after `timeout` s.
+
+    `fresh`: a real interpreter start (the default: a program here often tests what
+    importing does); False: forked from tests/forkserver.py's server, for a workload.
+    """
+    return forkserver.run([sys.executable, "-c", code], env=env or subprocess_env(),
+                          cwd=REPO, timeout=timeout, fresh=fresh)  # fmt: skip
 
 
-def run_script(name, *args, timeout=300, env=None):
-    """Run scripts/<name> with absl flags `args` in a fresh interpreter."""
-    return subprocess.run(
-        [sys.executable, os.path.join(REPO, "scripts", name), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env or subprocess_env(),
-        cwd=REPO,
-    )
+def run_script(name, *args, timeout=300, env=None, fresh=False):
+    """Run scripts/<name> with absl flags `args` in a process of its own.
+
+    Forked from tests/forkserver.py's server; `fresh`: a real interpreter start (a test
+    of the whole output, import included).
+    """
+    command = [sys.executable, os.path.join(REPO, "scripts", name), *args]
+    env = env or subprocess_env()
+    return forkserver.run(command, env=env, cwd=REPO, timeout=timeout, fresh=fresh)
 
 
 # The child of run_script_cases: scripts/<name>'s flags defined once, then each case's argv
@@ -185,10 +183,10 @@ def run_script_cases(name, cases, timeout=300, env=None):
     Returns:
       {tuple(argv): SimpleNamespace(returncode, stdout, stderr)}.
     """
-    result = subprocess.run(
+    result = forkserver.run(
         [sys.executable, "-c", _CASES_CHILD, os.path.join(REPO, "scripts", name),
          json.dumps([list(c) for c in cases])],
-        capture_output=True, text=True, timeout=timeout, env=env or subprocess_env(), cwd=REPO,
+        env=env or subprocess_env(), cwd=REPO, timeout=timeout,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     rows = json.loads(result.stdout.strip().splitlines()[-1])
@@ -207,6 +205,7 @@ def export_tiny_bert(vocab_file, export_dir):
         "--preset=tiny",
         f"--vocab_file={vocab_file}",
         f"--export_dir={export_dir}",
+        fresh=True,  # Its whole output is checked (test_logs.py): the import's lines too.
     )
     assert exported.returncode == 0, exported.stderr[-3000:]
     handles = json.loads(exported.stdout.strip().splitlines()[-1])

@@ -7,13 +7,13 @@ Speed is never asserted: these machines are shared and the sizes are tiny.
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
 from keras_tpu.runtime import device_rules
+from tests import forkserver
 from tests.conftest import REPO
 from tests.conftest import subprocess_env
 
@@ -26,14 +26,10 @@ BENCHMARKS = os.path.join(REPO, "benchmarks")
 def run_benchmark(tmp_path, name, *args, timeout=300):
     """Run benchmarks/<name> with `args`; return (parsed JSON, stdout)."""
     out_json, out_png = tmp_path / f"{name}.json", tmp_path / f"{name}.png"
-    result = subprocess.run(
+    result = forkserver.run(
         [sys.executable, os.path.join(BENCHMARKS, name), f"--json={out_json}",
          f"--png={out_png}", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=subprocess_env(),
-        cwd=REPO,
+        timeout=timeout, env=subprocess_env(), cwd=REPO,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert out_png.stat().st_size > 1000, "no plot written"

@@ -562,6 +562,7 @@ def test_readme_bert_block_runs_as_written(tmp_path):
         "out = serve(text=tf.constant(['a wonderful , moving film .', 'dull and lifeless .']))\n"
         "print(json.dumps({k: v.numpy().tolist() for k, v in out.items()}))\n",
         timeout=120,
+        fresh=False,  # A workload: forked (tests/forkserver.py).
     )
     assert probe.returncode == 0, probe.stderr[-2000:]
     served = json.loads(probe.stdout.strip().splitlines()[-1])

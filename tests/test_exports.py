@@ -201,6 +201,7 @@ def test_dict_export_loads_in_a_process_without_keras_tpu(tmp_path):
         "       keras.layers.TFSMLayer(d, call_endpoint='__call__')(x)]\n"
         "print(json.dumps([np.asarray(o).tolist() for o in out]))\n",
         timeout=300,
+        fresh=False,  # A workload: forked (tests/forkserver.py).
     )
     assert probe.returncode == 0, probe.stderr[-3000:]
     for got in __import__("json").loads(probe.stdout.strip().splitlines()[-1]):

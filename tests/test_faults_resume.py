@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import SST2
+from tests import forkserver
 from tests.conftest import REPO
 from tests.conftest import backup_step
 from tests.conftest import best_weights
@@ -104,10 +105,10 @@ runpy.run_path(os.path.join("scripts", sys.argv[0]), run_name="__main__")
 
 def _script(script, model_dir, *flags, fault="none", at=0, timeout=400):
     """Run scripts/<script> with `fault` injected at optimizer step `at`."""
-    return subprocess.run(
+    return forkserver.run(
         [sys.executable, "-c", _CHILD, fault, str(at), script, "--verbose=0", "--notensorboard",
          f"--model_dir={model_dir}", *flags],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO,
+        timeout=timeout, cwd=REPO,
         # KERAS_TPU_LOG_LEVEL: _CHILD imports keras_tpu before the script's flag_utils would
         # set it, so the child's output is as quiet as the script's own.
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",

@@ -16,7 +16,6 @@ from tests.conftest import backup_step
 from tests.conftest import run_python
 from tests.conftest import run_script
 from tests.conftest import run_script_cases
-from tests.test_logs import ABSL_INFO
 
 
 ABSL_INFO = re.compile(r"^I\d{4} ", re.M)
@@ -26,7 +25,9 @@ ABSL_INFO = re.compile(r"^I\d{4} ", re.M)
 def main_job(tmp_path_factory):
     """The README's main job, as written: (result, summary, model_dir). Run once, checked often."""
     model_dir = tmp_path_factory.mktemp("main_job")
-    result = run_script("train_cnn.py", "--dataset=digits", f"--model_dir={model_dir}")
+    # A real interpreter start: its whole output is checked, the import's lines too.
+    result = run_script("train_cnn.py", "--dataset=digits", f"--model_dir={model_dir}",
+                        fresh=True)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     return result, json.loads((model_dir / "summary.json").read_text()), model_dir
 
@@ -372,6 +373,7 @@ def test_train_bert_sentence_pairs_on_sst2_pairs_serves_two_strings_and_predicts
         "                  'p': out['probabilities'].numpy().tolist(),\n"
         "                  'class_names': [n.decode() for n in loaded.class_names().numpy()]}))\n",
         timeout=300,
+        fresh=False,  # A workload: forked (tests/forkserver.py).
     )
     assert probe.returncode == 0, probe.stderr[-2000:]
     served = json.loads(probe.stdout.strip().splitlines()[-1])
@@ -446,7 +448,7 @@ def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
         "    predict.run(predict.PredictConfig(model_dir=ROOT + '/glue_mnli', mode='evaluate'))\n"
         "print(json.dumps(out))\n"
     ).replace("ROOT", repr(str(tmp_path))).replace("HANDLES", repr(handles))
-    result = run_python(code, timeout=1200)
+    result = run_python(code, timeout=1200, fresh=False)
     assert result.returncode == 0, result.stderr[-3000:]
     runs = json.loads(result.stdout.strip().splitlines()[-1])
     indexes = runs.pop("indexes")  # Each GLUE test split's idx, in tfds order.
@@ -483,6 +485,7 @@ def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
         "            text_b=tf.constant(['a man', 'y']))\n"
         "print(json.dumps({k: v.shape.as_list() for k, v in out.items()}))\n",
         timeout=300,
+        fresh=False,  # A workload: forked (tests/forkserver.py).
     )
     assert probe.returncode == 0, probe.stderr[-2000:]
     assert json.loads(probe.stdout.strip().splitlines()[-1]) == {"score": [2]}

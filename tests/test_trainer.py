@@ -296,7 +296,8 @@ def test_the_readme_example_runs_as_written(tmp_path):
     text = open(os.path.join(REPO, "README.md")).read()
     block = text.split("<!-- ci:own-model -->\n```python\n", 1)[1].split("```", 1)[0]
     own = tmp_path / "own"
-    stopped = run_python(_SIGTERM_AT_STEP_5 + block.replace("/tmp/keras_tpu_own_model", str(own)))
+    program = _SIGTERM_AT_STEP_5 + block.replace("/tmp/keras_tpu_own_model", str(own))
+    stopped = run_python(program, fresh=False)
     assert stopped.returncode == 143, stopped.stderr[-3000:]
     assert "Traceback" not in stopped.stderr
     errors = [ln for ln in stopped.stderr.splitlines() if ln.startswith("error:")]

@@ -137,11 +137,17 @@ def _filtered_stderr(drop):
 
 
 def quiet_startup():
-    """Import TensorFlow quietly if KERAS_TPU_LOG_LEVEL asks for warning or error."""
+    """Import TensorFlow quietly if KERAS_TPU_LOG_LEVEL asks for warning or error.
+
+    With TensorFlow imported already (a program that imported it first) its import's
+    lines are out, but the GPU probe's and the lines it prints as it runs are filtered.
+    """
     level = os.environ.get(ENV_VAR)
-    if level is None or level not in LEVELS or "tensorflow" in sys.modules:
+    if level is None or level not in LEVELS:
         return
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = _CPP_LEVELS[level]
+    imported = "tensorflow" in sys.modules
+    if not imported:  # Read as TensorFlow's C++ library loads.
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = _CPP_LEVELS[level]
     if level in ("debug", "info"):
         return
     _filter_stderr_for_life(HARMLESS)
