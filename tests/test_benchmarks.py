@@ -1,6 +1,6 @@
 """Smoke runs of every benchmark with tiny sizes, so the scripts cannot rot.
 
-Each benchmark runs in a fresh interpreter (as a user runs it) and must exit 0,
+Each benchmark runs in a process of its own (tests/forkserver.py) and must exit 0,
 print its table, write JSON with the expected keys and rows, and write its PNG.
 Speed is never asserted: these machines are shared and the sizes are tiny.
 """
