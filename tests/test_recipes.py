@@ -16,7 +16,6 @@ from tests.conftest import backup_step
 from tests.conftest import run_python
 from tests.conftest import run_script
 from tests.conftest import run_script_cases
-from tests.test_logs import ABSL_INFO
 
 
 ABSL_INFO = re.compile(r"^I\d{4} ", re.M)
