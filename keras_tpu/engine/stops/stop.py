@@ -19,12 +19,9 @@ program of your own, print its one line and exit with its code:
 """
 
 import dataclasses
-import logging
 import signal
 import sys
 import threading
-
-log = logging.getLogger(__name__)
 
 KINDS = ("signal", "nan", "disk", "lost_worker")
 NAN_EXIT = 3
@@ -103,9 +100,10 @@ class RunStopped(Exception):
         """Print the stop's one line to stderr as `error: <line>` and exit with its code.
 
         From here the process only exits, and TensorFlow's teardown of a cluster worker
-        takes seconds: SIGTERM or SIGINT then is said and ignored (`exiting_handler`), so
-        the exit code stays the stop's (an impatient supervisor's second SIGTERM had ended
-        a chief with -15 after its backup and its line: tests/test_fault_matrix.py).
+        takes seconds: SIGTERM or SIGINT then is ignored (`exiting_handler`), so the exit
+        code stays the stop's and its line the last (an impatient supervisor's second
+        SIGTERM had ended a chief with -15 after its backup and its line:
+        tests/test_fault_matrix.py).
         """
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGTERM, signal.SIGINT):
@@ -118,13 +116,13 @@ _exiting_signals = []
 
 
 def exiting_handler(signum, frame):
-    """The handler while a stopped run's process exits: say a signal, kill on the third."""
+    """The handler while a stopped run's process exits: ignore two signals, die of the third.
+
+    Silent: the stop's line, already printed, stays the process's last.
+    """
     del frame
     _exiting_signals.append(signum)
     if len(_exiting_signals) >= 3:  # Not exiting fast enough for the sender: the default way.
         signal.signal(signum, signal.SIG_DFL)
         signal.raise_signal(signum)
-        return
-    log.warning("keras_tpu: %s: already exiting (%s).", signal.Signals(signum).name,
-                "a third kills the process")  # fmt: skip
 
