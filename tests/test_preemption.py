@@ -100,10 +100,33 @@ def test_one_stop_value_decides_the_exit_code_the_line_and_the_status(capsys):
     ]  # fmt: skip
     stopped = made[1].error()
     assert isinstance(stopped, keras_tpu.RunStopped) and stopped.stop is made[1]
-    with pytest.raises(SystemExit) as exited:
-        stopped.exit()
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with pytest.raises(SystemExit) as exited:
+            stopped.exit()
+        # The process only exits from here: a signal then is said, not obeyed.
+        assert {signal.getsignal(s) for s in before} == {stops.exiting_handler}
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
     assert exited.value.code == 3
     assert capsys.readouterr().err == "error: loss became NaN\n"
+
+
+def test_signals_while_a_stopped_process_exits_are_ignored_and_the_third_kills(monkeypatch, capfd):
+    raised = []
+    monkeypatch.setattr(signal, "raise_signal", raised.append)
+    monkeypatch.setattr(stops, "_exiting_signals", [])
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        stops.exiting_handler(signal.SIGTERM, None)
+        stops.exiting_handler(signal.SIGTERM, None)
+        assert raised == []  # Not obeyed: the exit code stays the stop's.
+        stops.exiting_handler(signal.SIGTERM, None)
+        assert raised == [signal.SIGTERM] and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert capfd.readouterr() == ("", "")  # Silent: the stop's line stays the last.
 
 
 def test_a_second_signal_while_stopping_is_ignored_and_a_third_kills(monkeypatch, caplog):
@@ -151,3 +174,19 @@ def test_a_signal_inside_a_keras_layer_call_stays_the_runs_stop():
         layer(np.ones((1, 2), np.float32))
     assert stopped.value.exit_code == 143
     assert str(stopped.value).startswith("stopped by SIGTERM during the export (step 12);")
+
+
+def test_a_signal_after_the_summary_says_the_run_finished_and_names_no_rerun_to_redo():
+    # A cluster's worker signalled as the chief deletes the backups claimed one it could not
+    # name ("the backup of step 33 is in ..."): tests/test_fault_matrix.py, summary x SIGTERM.
+    handling = _preemption()
+    handling.summary_path = "/runs/a/summary.json"
+    with pytest.raises(keras_tpu.RunStopped) as stopped:
+        with handling.installed():
+            handling.phase = "finished"
+            signal.raise_signal(signal.SIGTERM)
+    assert stopped.value.exit_code == 143
+    assert str(stopped.value) == (
+        "stopped by SIGTERM after the run finished (step 12); its summary is in "
+        "/runs/a/summary.json; running the same command again only removes the backups it left."
+    )

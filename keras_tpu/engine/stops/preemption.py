@@ -25,7 +25,9 @@ protocol, whatever the moment:
     any has received;
   - the final evaluation and the export: the signal waits for the next phase
     boundary, where every worker learns of it (one all-reduce) and stops, 143;
-  - writing the summary: no collective is left; the signalled worker stops at once.
+  - writing the summary: no collective is left; the signalled worker stops at once;
+    once summary.json is written ("finished") its line says so and asks for nothing
+    to redo (the chief may already be deleting the backups).
 
 A second signal while stopping is said and ignored (the stop under way backs up);
 a third kills the process the default way. `Preemption` owns the handlers from
@@ -51,6 +53,7 @@ PHASES = {  # Phase name -> how the stop line says it.
     "evaluating": "during the final evaluation",
     "exporting": "during the export",
     "finishing": "while writing the summary",
+    "finished": "after the run finished",  # summary.json written; only the backups are left.
 }
 
 
@@ -95,6 +98,7 @@ class Preemption:
         self._no_backup_reason = no_backup_reason or "backups are off"
         self._previous = {}
         self.cluster = None  # A cluster_stop.ClusterStop on a multi-worker run.
+        self.summary_path = None  # Where the finished run's summary.json is (phase "finished").
 
     def join_cluster(self, strategy):
         """Agree with the other workers of `strategy`'s cluster on the step to stop at."""
@@ -219,7 +223,12 @@ class Preemption:
         phase = self.arrived_in if self.arrived_in in ("evaluating", "exporting") else self.phase
         where = f"at step {step}" if phase == "training" else f"{PHASES[phase]} (step {step})"
         backup = self.backup
-        if backup is not None and backup.saved_step:
+        if phase == "finished":  # Nothing is lost: a rerun trains nothing and cleans up.
+            message = (
+                f"stopped by {name} {where}; its summary is in {self.summary_path}; running "
+                f"{rerun} only removes the backups it left."
+            )
+        elif backup is not None and backup.saved_step:
             # Training: the backup callback saved this step; later phases: the final step was
             # backed up when training ended; earlier: the restored backup is untouched.
             then = dict.fromkeys(("evaluating", "exporting", "finishing"), "evaluate and export")
