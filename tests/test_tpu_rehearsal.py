@@ -308,7 +308,7 @@ def test_train_cnn_script_rehearses_then_trains_or_exits_2(tmp_path):
         "        lambda a: a, [t], tf.float32), t.shape), name='python_layer')\n"
         "    return keras.Model(model.input, py(model.output), name=model.name)\n"
         "cnn.build_cnn = with_python\n"
-        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n",
         fresh=False,  # A workload: forked (tests/forkserver.py).
     )
     assert failing.returncode == 2, failing.stderr[-3000:]
