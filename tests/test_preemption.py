@@ -190,3 +190,11 @@ def test_a_signal_after_the_summary_says_the_run_finished_and_names_no_rerun_to_
         "stopped by SIGTERM after the run finished (step 12); its summary is in "
         "/runs/a/summary.json; running the same command again only removes the backups it left."
     )
+    handling = _preemption()  # A run without a model_dir keeps nothing to point to.
+    with pytest.raises(keras_tpu.RunStopped) as stopped:
+        with handling.installed():
+            handling.phase = "finished"
+            signal.raise_signal(signal.SIGTERM)
+    assert str(stopped.value) == (
+        "stopped by SIGTERM after the run finished (step 12); nothing is left to do."
+    )

@@ -223,7 +223,9 @@ class Preemption:
         phase = self.arrived_in if self.arrived_in in ("evaluating", "exporting") else self.phase
         where = f"at step {step}" if phase == "training" else f"{PHASES[phase]} (step {step})"
         backup = self.backup
-        if phase == "finished":  # Nothing is lost: a rerun trains nothing and cleans up.
+        if phase == "finished" and self.summary_path is None:  # No model_dir: nothing kept.
+            message = f"stopped by {name} {where}; nothing is left to do."
+        elif phase == "finished":  # Nothing is lost: a rerun trains nothing and cleans up.
             message = (
                 f"stopped by {name} {where}; its summary is in {self.summary_path}; running "
                 f"{rerun} only removes the backups it left."
