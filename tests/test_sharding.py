@@ -64,8 +64,10 @@ def reference():
 
 @pytest.mark.parametrize(
     "model_parallel",
-    # All in the slow tier: 2x2 alone took 45 s of the fast tier's time, 1x4 and 4x1 ~20 s each.
-    [pytest.param(k, marks=pytest.mark.slow) for k in (2, 4, 1)],
+    # 2x2 in the slow tier (45 s of the fast tier's time); 1x4 and 4x1 opt-in (`-m heavy`):
+    # the same guarantee on the mesh's other shapes, 45-90 s each on 2 shared cores.
+    [pytest.param(2, marks=pytest.mark.slow)]
+    + [pytest.param(k, marks=[pytest.mark.slow, pytest.mark.heavy]) for k in (4, 1)],
 )
 def test_sharded_training_matches_one_device(reference, model_parallel):
     weights, expected = reference
