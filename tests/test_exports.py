@@ -81,6 +81,7 @@ def _keras3_layer(export_dir, endpoint):
     [keras.losses.SparseCategoricalCrossentropy(from_logits=True), HalvedCrossentropy()],
     ids=["keras_loss_instance", "own_loss_class"],
 )
+@pytest.mark.slow  # In-process but 8-20 s: the fast tier stays under 4 minutes.
 def test_dict_features_and_a_loss_instance_load_by_every_route(tmp_path, loss, monkeypatch):
     task = keras_tpu.Task(
         build_model=_two_inputs, loss=loss, metrics=["accuracy"],
@@ -108,6 +109,7 @@ def test_dict_features_and_a_loss_instance_load_by_every_route(tmp_path, loss, m
     assert model.compiled_metrics is not None and len(model.metrics) > 1
 
 
+@pytest.mark.slow  # In-process but 8-20 s: the fast tier stays under 4 minutes.
 def test_cnn_export_loads_by_every_route_and_serves_ids_and_names(tmp_path, mirrored):
     images = RNG.random((24, 8, 8, 1), dtype=np.float32)
     classes = (images.mean((1, 2, 3)) > 0.5).astype(np.int32)

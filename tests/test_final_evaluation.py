@@ -64,6 +64,7 @@ def _config(model_dir, **fields):
     )  # fmt: skip
 
 
+@pytest.mark.slow  # In-process but 8-20 s: the fast tier stays under 4 minutes.
 def test_the_final_evaluation_reuses_the_last_epochs_and_equals_a_full_pass(tmp_path):
     counted, built, config = _Counted(), [], _config(tmp_path / "run")
     summary = keras_tpu.fit(_task(counted.source, built), config)

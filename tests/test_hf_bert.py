@@ -425,6 +425,7 @@ SENTENCES = [
 ]
 
 
+@pytest.mark.slow  # In-process but 8-20 s: the fast tier stays under 4 minutes.
 def test_preprocess_matches_transformers_tokenizer(transformers_bert, vocab_file):
     transformers = pytest.importorskip("transformers")
     _, tokenizer, paths = transformers_bert(1e-12)

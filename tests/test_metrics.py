@@ -35,6 +35,7 @@ def _fit(tmp_path, task):
     return summary, model
 
 
+@pytest.mark.slow  # In-process but 8-20 s: the fast tier stays under 4 minutes.
 def test_glue_metrics_equal_sklearn_and_scipy_on_4_replicas(tmp_path):
     """One run, every metric: a 1-unit head scored as a regression and as a p > 0.5 classifier."""
     x_train, x_eval = _features(0, 384), _features(1, EVAL_EXAMPLES)
