@@ -180,10 +180,9 @@ def test_a_signal_after_the_summary_says_the_run_finished_and_names_no_rerun_to_
     # A cluster's worker signalled as the chief deletes the backups claimed one it could not
     # name ("the backup of step 33 is in ..."): tests/test_fault_matrix.py, summary x SIGTERM.
     handling = _preemption()
-    handling.summary_path = "/runs/a/summary.json"
     with pytest.raises(keras_tpu.RunStopped) as stopped:
         with handling.installed():
-            handling.phase = "finished"
+            handling.finished("/runs/a/summary.json")
             signal.raise_signal(signal.SIGTERM)
     assert stopped.value.exit_code == 143
     assert str(stopped.value) == (
@@ -193,7 +192,7 @@ def test_a_signal_after_the_summary_says_the_run_finished_and_names_no_rerun_to_
     handling = _preemption()  # A run without a model_dir keeps nothing to point to.
     with pytest.raises(keras_tpu.RunStopped) as stopped:
         with handling.installed():
-            handling.phase = "finished"
+            handling.finished(None)
             signal.raise_signal(signal.SIGTERM)
     assert str(stopped.value) == (
         "stopped by SIGTERM after the run finished (step 12); nothing is left to do."

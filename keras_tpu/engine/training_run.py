@@ -312,12 +312,10 @@ class TrainingRun:
         self._enter("finishing")
         if self.info.is_chief:
             summary_lib.write(summary, config.model_dir)
-        # No phase boundary (no collective): a worker's own stop from here says the run
-        # finished; the chief's summary.json holds it, whichever worker deletes nothing.
-        self.preemption.phase = "finished"
-        if config.model_dir:  # A run without one keeps nothing on disk to point to.
-            self.preemption.summary_path = os.path.join(config.model_dir,
-                                                        summary_lib.SUMMARY_FILE)  # fmt: skip
+        # The chief's summary.json holds the run: a worker's own stop from here says so.
+        self.preemption.finished(
+            os.path.join(config.model_dir, summary_lib.SUMMARY_FILE) if config.model_dir else None
+        )
         fault_points.reach("summary")
         if self.callbacks.backup:  # Only now: a failed export leaves the backup for the rerun.
             self.callbacks.backup.finish()

@@ -224,7 +224,7 @@ def learn_wordpiece_vocab(sentences, vocab_size=8000, lower_case=True):
 
     Uses Hugging Face `tokenizers`' WordPiece trainer (Rust) with BERT's normalizer and
     pre-tokenizer, BERT's special tokens first and "##" for word pieces, the format
-    `BertTextPreprocessor` (tensorflow_text's BertTokenizer) reads. tensorflow_text's own
+    `BertPreprocessor` (tensorflow_text's BertTokenizer) reads. tensorflow_text's own
     learner (`bert_vocab_from_dataset`) is pure Python: 60 s for SST-2's 8,000-sentence
     sample, where this takes under a second.
 

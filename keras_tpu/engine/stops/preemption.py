@@ -100,6 +100,14 @@ class Preemption:
         self.cluster = None  # A cluster_stop.ClusterStop on a multi-worker run.
         self.summary_path = None  # Where the finished run's summary.json is (phase "finished").
 
+    def finished(self, summary_path):
+        """The run's summary is written (at `summary_path`, or None without a model_dir).
+
+        No phase boundary (no collective): a stop from here says the run finished.
+        """
+        self.phase = "finished"
+        self.summary_path = summary_path
+
     def join_cluster(self, strategy):
         """Agree with the other workers of `strategy`'s cluster on the step to stop at."""
         self.cluster = cluster_stop.ClusterStop(
