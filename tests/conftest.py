@@ -31,6 +31,9 @@ import tensorflow as tf  # noqa: E402
 import keras_tpu  # noqa: E402,F401  (pins tf_keras before anything touches tf.keras)
 from tests import forkserver  # noqa: E402
 
+# Heaviest files first under `-n 2 --dist=loadfile` (tests/file_order.py).
+pytest_plugins = ["tests.file_order"]
+
 CPU_REPLICAS = 4
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # SST-2 dev (872 rows) and an 8,000-row sample of train, shipped with the tests (tests/data).

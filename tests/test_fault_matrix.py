@@ -156,6 +156,14 @@ def _check_stop(root, results, point, fault, victim):
             assert rc != 143 or " after the run finished (step " in _last_line(log), logs
     elif not fault.startswith("SIGKILL") and (point in TRAINING or point in AFTER):
         assert saved, logs  # Training had started: the stop backed up its step.
+    for index, (rc, log) in enumerate(results):
+        if rc == 2 and fault.startswith("SIGKILL") and index != victim and point in TRAINING:
+            # Lost mid-training: the survivor names the worker and the restart's first step.
+            line = _last_line(log)
+            assert line.startswith(f"error: the cluster lost worker {victim} "), logs
+            expected = (f"resumes from the last backup (step {saved})" if saved
+                        else "nothing was backed up yet, so training restarts from step 0")  # fmt: skip
+            assert expected in line, logs
     for rc, log in results:
         named = re.search(r"the backup of step (\d+) is in", _last_line(log))
         if rc == 143 and named and point != "summary":
@@ -205,6 +213,9 @@ def _chain(root, workers, reference, faults):
 CLUSTER_CHAIN = (
     ("build", "SIGKILL-worker", 1),  # Lost before anything was restored or trained.
     ("evaluated", "SIGTERM-worker", 1),  # Epoch 1's end: its backup meets no one's; stops at 19.
+    # Lost mid-training, after epoch 2's last-step backup (22), before its evaluation: the
+    # chief names that backup, and the restart evaluates epoch 2 first.
+    ("evaluation", "SIGKILL-worker", 1),
     ("last_step", "SIGTERM2-chief", 1),  # Twice; the stop lands on step 33, not evaluated.
     ("export", "SIGTERM-chief", 1),  # Deferred to the next phase boundary: every worker, 143.
     ("final_evaluation", "SIGKILL-chief", 1),
@@ -220,7 +231,7 @@ MACHINE_CHAIN = (
 
 @pytest.mark.slow
 @pytest.mark.serial  # A loopback cluster: its peers and time-outs need the cores.
-@pytest.mark.timeout(3600)  # Seven cluster runs: ~5 min on a quiet 2-core machine.
+@pytest.mark.timeout(3600)  # Eight cluster runs: ~5 min on a quiet 2-core machine.
 def test_fault_chain_on_a_cluster_stops_every_worker_with_one_line_and_resumes_exactly(
     tmp_path, cluster_reference
 ):

@@ -2,8 +2,8 @@
 
 Each notebook is executed with nbclient in a fresh kernel after an injected
 cell (right after the one tagged "parameters", as papermill does) shrinks the
-run: the offline `digits` dataset, or a tiny random BERT exported offline with
-a WordPiece vocabulary learned from SST-2 sentences, on 2 logical CPU replicas.
+run: the offline `digits` dataset, or conftest's tiny random BERT (`tiny_hub`: exported
+offline once, with a WordPiece vocabulary learned from SST-2), on 2 logical CPU replicas.
 """
 
 import json
@@ -137,28 +137,14 @@ def test_cnn_notebook_runs_on_cpu(tmp_path, monkeypatch):
     assert photos["class_names"] == [f"digit_{i}" for i in range(10)]
 
 
-@pytest.fixture(scope="module")
-def tiny_bert_export(tmp_path_factory):
-    """A tiny random BERT + preprocessing, with a vocabulary learned from SST-2 sentences."""
-    from keras_tpu import data
-    from models.bert.hf import hf_bert
-    from models.bert import bert_text as text
-
-    train_file = os.path.join(SST2, "train.tsv")
-    if not os.path.exists(train_file):
-        pytest.skip(f"SST-2 is not at {SST2}")
-    root = tmp_path_factory.mktemp("tiny_bert")
-    sentences = [str(s) for s in data.load_tsv(train_file).x[:3000]]
-    vocab = text.write_vocab(text.learn_wordpiece_vocab(sentences, 1000), str(root / "vocab.txt"))
-    hf_bert.export_preset_bert("tiny", vocab, str(root / "hub"), seq_length=32)
-    return str(root / "hub")
-
-
-def test_bert_notebook_runs_on_cpu(tiny_bert_export, tmp_path, monkeypatch):
+def test_bert_notebook_runs_on_cpu(tiny_hub, tmp_path, monkeypatch):
+    # conftest's tiny TF Hub BERT: the folder holding its encoder/ and preprocess/.
+    local_export = os.path.dirname(tiny_hub["encoder"])
+    assert os.path.dirname(tiny_hub["preprocess"]) == local_export
     nb = _inject_parameters(
         _read("bert_tpu.ipynb"),
         dict(
-            LOCAL_EXPORT=tiny_bert_export,
+            LOCAL_EXPORT=local_export,
             TRAIN_FILE=os.path.join(SST2, "train.tsv"),
             EVAL_FILE=os.path.join(SST2, "dev.tsv"),
             SEQ_LENGTH=32,
