@@ -5,7 +5,7 @@ scripts/predict.py --mode=evaluate writes them as one report, a section per spli
 model is a fixed function of the premise's length (no training), on the session's 4 CPU
 replicas, over a tfds glue/mnli whose two dev splits differ in size and content
 (tfds.testing.mock_data with our own examples), so each section is checked against
-scikit-learn on its own split. tests/test_recipes.py::test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data
+scikit-learn on its own split. tests/test_recipes.py::test_train_bert_glue_mnli_stsb_on_tfds_mock_data
 checks one report against a trained MNLI run's summary["test"].
 """
 

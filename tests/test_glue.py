@@ -54,6 +54,11 @@ def test_the_bert_task_passes_the_mode_the_engine_would_not_guess():
     config = bert_task.BertRunConfig(tfds_name="glue/stsb", encoder_handle="/nonexistent")
     metrics, monitor, mode = bert_task._metrics(config, 8)  # pylint: disable=protected-access
     assert (monitor, mode) == ("val_spearman", "max") and len(metrics) == 2
+    # A binary GLUE task by name alone: accuracy and F1, the best epoch by F1.
+    binary = bert_task.BertRunConfig(tfds_name="glue/mrpc", encoder_handle="/nonexistent")
+    built, best_by, best_mode = bert_task._metrics(binary, 8)  # pylint: disable=protected-access
+    assert (best_by, best_mode) == ("val_f1", "max")
+    assert built[0] == "accuracy" and isinstance(built[1], keras_tpu.metrics.BinaryF1)
     with pytest.raises(keras_tpu.ConfigError, match="cannot tell from its name"):
         keras_tpu.Task(build_model=lambda: None, loss="mse", train_data=([[0.0]], [0.0]),
                        eval_data=([[0.0]], [0.0]), monitor=monitor)  # fmt: skip

@@ -2,7 +2,7 @@
 
 The formatter runs on Predictions built by hand (exact expected files); the idx each row
 carries (read with its example, in the same pass) is checked against the example it
-predicted, on 4 replicas over a tfds mock split. tests/test_recipes.py::test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data
+predicted, on 4 replicas over a tfds mock split. tests/test_recipes.py::test_train_bert_glue_mnli_stsb_on_tfds_mock_data
 runs scripts/predict.py's path end to end on trained runs.
 """
 

@@ -138,6 +138,7 @@ def test_train_cnn_on_in_memory_arrays():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # Opt-in: CI's one-machine fault chain kills a backup half written.
 def test_killed_run_resumes_from_its_last_backup(tmp_path):
     import signal  # pylint: disable=g-import-not-at-top
     import subprocess  # pylint: disable=g-import-not-at-top
@@ -412,21 +413,28 @@ def test_train_bert_sentence_pairs_on_sst2_pairs_serves_two_strings_and_predicts
 
 
 @pytest.mark.slow
-def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
-    """GLUE's three shapes by name alone, on 2 replicas, each reporting GLUE's metrics; then
-    predict.py's GLUE submission files for their test splits (AX by the MNLI run) and its one
-    evaluate report of MNLI's two dev sets."""
+def test_train_bert_glue_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
+    """GLUE's pair shapes by name alone, each reporting GLUE's metrics: MNLI
+    (3 classes, two dev sets) and STS-B (a regression); then predict.py's GLUE submission
+    files for their test splits (AX by the MNLI run) and its one evaluate report of MNLI's
+    two dev sets. A binary task's defaults (MRPC: accuracy and F1, monitored on val_f1):
+    tests/test_glue.py; F1 trained and reported: the sentence-pair recipe above.
+
+    One replica: nothing here depends on the replica count, and each replica traces the
+    model again (most of these 3-step runs' time). GLUE's metrics over 4 replicas, equal to
+    scikit-learn and SciPy: tests/test_metrics.py.
+    """
     handles = tiny_hub
     code = (
         "import json, tensorflow_datasets as tfds\n"
         "import models\n"
         "out = {}\n"
         "with tfds.testing.mock_data(num_examples=37):\n"
-        "    for name in ('glue/mrpc', 'glue/mnli', 'glue/stsb'):\n"
+        "    for name in ('glue/mnli', 'glue/stsb'):\n"
         "        run = ROOT + '/' + name.replace('/', '_')\n"
         "        out[name] = models.train_bert(models.BertRunConfig(\n"
         "            encoder_handle=HANDLES['encoder'], preprocess_handle=HANDLES['preprocess'],\n"
-        "            tfds_name=name, cpu_replicas=2, seq_length=32, per_replica_batch_size=8,\n"
+        "            tfds_name=name, cpu_replicas=1, seq_length=32, per_replica_batch_size=8,\n"
         "            epochs=1, steps_per_epoch=3, learning_rate=1e-3, verbose=0,\n"
         "            model_dir=run,\n"
         "            export_dir=run + '/export' if name == 'glue/stsb' else None)).to_dict()\n"
@@ -435,8 +443,7 @@ def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
         # (these 3-step models predict one class, or one score, for nearly every example).
         "    from scripts import predict\n"
         "    out['indexes'] = {}\n"
-        "    for task, split in (('mrpc', 'test'), ('mnli', 'test_matched'), ('ax', 'test'),\n"
-        "                        ('stsb', 'test')):\n"
+        "    for task, split in (('mnli', 'test_matched'), ('ax', 'test'), ('stsb', 'test')):\n"
         "        tfds_split = f'glue/{task}:{split}'\n"
         "        run = ROOT + '/glue_' + {'ax': 'mnli'}.get(task, task)\n"
         "        predict.run(predict.PredictConfig(model_dir=run, tfds_split=tfds_split,\n"
@@ -453,10 +460,9 @@ def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
     assert result.returncode == 0, result.stderr[-3000:]
     runs = json.loads(result.stdout.strip().splitlines()[-1])
     indexes = runs.pop("indexes")  # Each GLUE test split's idx, in tfds order.
-    mrpc, mnli, stsb = runs["glue/mrpc"], runs["glue/mnli"], runs["glue/stsb"]
-    # 37 examples over a global batch of 16: the last batch is padded, every example counted.
+    mnli, stsb = runs["glue/mnli"], runs["glue/stsb"]
+    # 37 examples over a global batch of 8: the last batch is padded, every example counted.
     assert {r["test_examples"] for r in runs.values()} == {37}
-    assert set(mrpc["test"]) == {"loss", "accuracy", "f1"} and mrpc["monitor"] == "val_f1"
     assert mnli["config"]["num_classes"] == 3
     # Both MNLI dev sets: matched is the run's evaluation, mismatched is reported beside it,
     # in the history and in summary["test"] (the last epoch's: the same weights).
@@ -475,7 +481,7 @@ def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
             assert value == pytest.approx(mnli["test"][prefix + metric], rel=1e-5), (split, metric)
     assert set(stsb["test"]) == {"loss", "pearson", "spearman"}
     assert stsb["monitor"] == "val_spearman"
-    assert stsb["parameters"] == mrpc["parameters"] - 128 - 1  # A 1-unit head instead of 2.
+    assert stsb["parameters"] == mnli["parameters"] - 2 * (128 + 1)  # 1 unit instead of 3.
     assert all(-1 <= stsb["test"][k] <= 1 for k in ("pearson", "spearman"))
     # The regression's export takes the pair as two strings and returns one score each.
     probe = run_python(
@@ -496,11 +502,9 @@ def test_train_bert_glue_mrpc_mnli_stsb_on_tfds_mock_data(tmp_path, tiny_hub):
 def _check_glue_submission(tmp_path, indexes):
     """The GLUE submission files predict.py wrote for the test splits (37 mock examples each)."""
     folder = tmp_path / "submission"
-    assert sorted(p.name for p in folder.iterdir()) == ["AX.tsv", "MNLI-m.tsv", "MRPC.tsv",
-                                                        "STS-B.tsv"]  # fmt: skip
+    assert sorted(p.name for p in folder.iterdir()) == ["AX.tsv", "MNLI-m.tsv", "STS-B.tsv"]
     nli = {"entailment", "neutral", "contradiction"}
-    files = {"MRPC.tsv": ("glue/mrpc:test", {"0", "1"}),
-             "MNLI-m.tsv": ("glue/mnli:test_matched", nli), "AX.tsv": ("glue/ax:test", nli),
+    files = {"MNLI-m.tsv": ("glue/mnli:test_matched", nli), "AX.tsv": ("glue/ax:test", nli),
              "STS-B.tsv": ("glue/stsb:test", None)}  # fmt: skip
     for name, (split, values) in files.items():
         header, *rows = (folder / name).read_text().splitlines()
