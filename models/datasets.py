@@ -61,6 +61,39 @@ def check_image_folder_fields(config):
     checks.integer("image_size", config.image_size, minimum=4)
 
 
+def check_augmentation_fields(config):
+    """Raise ConfigError unless a CNNConfig's RandAugment and mixup fields can take effect."""
+    default = {field.name: field.default for field in dataclasses.fields(config)}
+    given = [f"{name}={getattr(config, name)}" for name in
+             ("randaugment_ops", "mixup_alpha", "cutmix_alpha")
+             if getattr(config, name) != default[name]]  # fmt: skip
+    dropped = " ".join("--" + g.split("=")[0] for g in given)
+    if given and not config.train_tfrecords:
+        raise checks.ConfigError(
+            f"{', '.join(given)}: RandAugment, mixup and CutMix augment TFRecord training only; "
+            f"give --train_tfrecords, or drop {dropped}."
+        )
+    if given and not config.augment:
+        raise checks.ConfigError(
+            f"{', '.join(given)}: RandAugment, mixup and CutMix are part of the training "
+            f"augmentation, which --noaugment turns off; drop --noaugment, or drop {dropped}."
+        )
+    if config.class_weight and (config.mixup_alpha or config.cutmix_alpha):
+        raise checks.ConfigError(
+            f"class_weight={config.class_weight!r} weighs integer labels, which mixup and "
+            f"CutMix make mixed rows of two classes: drop --class_weight or --mixup_alpha/"
+            f"--cutmix_alpha."
+        )
+    magnitude = config.randaugment_magnitude
+    if magnitude != default["randaugment_magnitude"] and not config.randaugment_ops:
+        raise checks.ConfigError(
+            f"randaugment_magnitude={magnitude} is RandAugment's strength: "
+            f"give --randaugment_ops=N too (2 is usual), or drop --randaugment_magnitude."
+        )
+    if given:  # The ranges, by the augmentation's own checks; any class count passes them
+        config.image_augment(config.image_size, num_classes=2)  # (known once data is read).
+
+
 # Backbones whose keras.applications builders refuse inputs under 32 x 32.
 _SMALLEST_APPLICATION_INPUT = 32
 
@@ -97,6 +130,7 @@ def check_image_record_fields(config):
         raise checks.ConfigError(
             f"eval_tfrecords={config.eval_tfrecords!r} needs --train_tfrecords too."
         )
+    check_augmentation_fields(config)
     if not config.train_tfrecords:
         return
     if config.image_dir:

@@ -53,6 +53,15 @@ flag_utils.define_flags(
         "augment": "With TFRecords: random resized crop, flip and colour jitter on training "
         "batches only, the same on resume.",
         "min_crop_area": "The augmentation's smallest crop, as a fraction of the image's area.",
+        "randaugment_ops": "With TFRecords: RandAugment's N, ops drawn per training image from 14 "
+        "(rotate, shear, equalize, ...; 2 is usual; 0: off), the same on resume.",
+        "randaugment_magnitude": "With TFRecords: RandAugment's M, the ops' strength on 0-10 "
+        "(9 is usual).",
+        "mixup_alpha": "With TFRecords: mix pairs of training images and their labels by "
+        "lambda ~ Beta(alpha, alpha) (0.2 is usual; 0: off), the same on resume.",
+        "cutmix_alpha": "With TFRecords: paste a box of one training image into another, labels "
+        "mixed by its area, lambda ~ Beta(alpha, alpha) (1.0 is usual; 0: off); with "
+        "--mixup_alpha, half the batches each.",
         "backbone": "cnn (the built-in CNN) or a keras.applications backbone: resnet50, "
         "efficientnetv2_b0, mobilenet_v3_small, convnext_tiny.",
         "weights": "The backbone's start: none, imagenet, or a weights file (a run's "

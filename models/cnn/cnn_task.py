@@ -48,6 +48,10 @@ class CNNConfig(keras_tpu.RunConfig):
     eval_crop_fraction: float = 1.0  # Evaluation keeps this central square (ImageNet: 0.875).
     augment: bool = True  # With TFRecords: random resized crop, flip, colour jitter.
     min_crop_area: float = 0.25  # The augmentation's smallest crop (fraction of the area).
+    randaugment_ops: int = 0  # With TFRecords: RandAugment's N ops an image (0: off; 2 usual).
+    randaugment_magnitude: float = 9.0  # RandAugment's M, on 0-10.
+    mixup_alpha: float = 0.0  # With TFRecords: mixup's Beta(alpha, alpha) (0: off; 0.2 usual).
+    cutmix_alpha: float = 0.0  # With TFRecords: CutMix's Beta(alpha, alpha) (0: off; 1.0 usual).
     # The model (models/cnn/backbones.py) and its start.
     backbone: str = "cnn"
     weights: str = "none"  # none, imagenet or a weights file (a run's backbone.weights.h5).
@@ -74,6 +78,21 @@ class CNNConfig(keras_tpu.RunConfig):
             base_batch=self.lr_base_batch, schedule=self.lr_schedule,
             warmup_epochs=self.warmup_epochs, weight_decay=self.weight_decay,
             label_smoothing=self.label_smoothing,
+        )  # fmt: skip
+
+    def image_augment(self, image_size, num_classes):
+        """Return the training augmentation of a TFRecord run (None without one or --augment).
+
+        Args:
+          image_size: the images' height and width.
+          num_classes: the classes (mixup's and CutMix's one-hot rows span them).
+        """
+        if not (self.train_tfrecords and self.augment):
+            return None
+        return data.ImageAugment(
+            image_size, min_area=self.min_crop_area, randaugment_ops=self.randaugment_ops,
+            randaugment_magnitude=self.randaugment_magnitude, num_classes=num_classes,
+            mixup_alpha=self.mixup_alpha, cutmix_alpha=self.cutmix_alpha,
         )  # fmt: skip
 
     @property
@@ -168,11 +187,9 @@ def _image_task(config, train, test, preprocess, image_shape, num_classes, name)
             callbacks.append(
                 backbones.SaveBackboneWeights(backbones.backbone_weights_path(config.model_dir))
             )
-    augment = None
-    if config.train_tfrecords and config.augment:
-        augment = data.ImageAugment(image_shape[0], min_area=config.min_crop_area)
+    augment = config.image_augment(image_shape[0], num_classes)
     loss = "sparse_categorical_crossentropy"
-    if recipe.label_smoothing:
+    if recipe.label_smoothing or (augment is not None and augment.mixes):  # Mixed label rows.
         loss = image_recipe.SparseSmoothedCrossentropy(recipe.label_smoothing)
     class_names = getattr(train, "class_names", None)
     return keras_tpu.Task(

@@ -9,6 +9,12 @@ learning rate is `learning_rate x global batch / base_batch` (linear scaling), r
 linear warm-up and followed by a cosine decay to 0; the loss smooths the labels; weight
 decay is decoupled (AdamW) or SGD's (momentum 0.9, `weight_decay` as tf_keras applies it);
 accuracy and top-5 accuracy are reported, exact over every evaluation example.
+
+Training batches mixed by mixup or CutMix (`data.ImageAugment(mixup_alpha=...)`) carry
+mixed one-hot rows instead of integer labels: the loss takes either (the smoothing applies
+to the mixed rows as to one-hot ones, as timm's mixup target does), and the training
+accuracy and top-5 compare the prediction with each mixed row's largest entry (the class
+with the larger share). Evaluation batches are never mixed: their labels stay integers.
 """
 
 import dataclasses
@@ -134,10 +140,11 @@ def optimizer(recipe, total_steps, global_batch, steps_per_epoch, exclude=()):
 
 @keras.utils.register_keras_serializable(package="models_cnn")
 class SparseSmoothedCrossentropy(keras.losses.Loss):
-    """Cross-entropy of integer labels against probabilities, the one-hot labels smoothed.
+    """Cross-entropy of integer (or mixed one-hot) labels against probabilities, smoothed.
 
     tf_keras's SparseCategoricalCrossentropy has no label smoothing; this is
     CategoricalCrossentropy(label_smoothing=...) of the one-hot labels, per example.
+    Labels that are already rows over the classes (mixup's) are smoothed as they are.
     """
 
     def __init__(self, label_smoothing=0.0, name="sparse_smoothed_crossentropy", **kwargs):
@@ -145,8 +152,12 @@ class SparseSmoothedCrossentropy(keras.losses.Loss):
         self.label_smoothing = float(label_smoothing)
 
     def call(self, y_true, y_pred):
-        classes = tf.shape(y_pred)[-1]
-        labels = tf.one_hot(tf.cast(tf.reshape(y_true, [-1]), tf.int32), classes)
+        y_true, y_pred = tf.convert_to_tensor(y_true), tf.convert_to_tensor(y_pred)
+        if is_dense(y_true, y_pred):
+            labels = tf.cast(y_true, y_pred.dtype)
+        else:
+            classes = tf.shape(y_pred)[-1]
+            labels = tf.one_hot(tf.cast(tf.reshape(y_true, [-1]), tf.int32), classes)
         return keras.losses.categorical_crossentropy(
             labels, y_pred, label_smoothing=self.label_smoothing
         )
@@ -155,13 +166,45 @@ class SparseSmoothedCrossentropy(keras.losses.Loss):
         return {**super().get_config(), "label_smoothing": self.label_smoothing}
 
 
+def is_dense(y_true, y_pred):
+    """True when `y_true` holds a row per example over the classes (mixed one-hot labels).
+
+    Decided on the static shapes, when the step is traced: integer labels are [batch] or
+    [batch, 1], rows [batch, classes], and a classifier has 2 classes or more.
+    """
+    classes = y_pred.shape[-1]
+    return y_true.shape.rank == 2 and classes not in (None, 1) and y_true.shape[-1] == classes
+
+
+def _hard_labels(y_true, y_pred):
+    """Return integer labels: each row's largest entry for mixed rows, else `y_true`."""
+    y_true = tf.convert_to_tensor(y_true)
+    return tf.argmax(y_true, axis=-1) if is_dense(y_true, tf.convert_to_tensor(y_pred)) else y_true
+
+
+@keras.utils.register_keras_serializable(package="models_cnn")
+class MixedLabelAccuracy(keras.metrics.SparseCategoricalAccuracy):
+    """SparseCategoricalAccuracy that also takes mixed one-hot rows (their largest entry)."""
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        return super().update_state(_hard_labels(y_true, y_pred), y_pred, sample_weight)
+
+
+@keras.utils.register_keras_serializable(package="models_cnn")
+class MixedLabelTopKAccuracy(keras.metrics.SparseTopKCategoricalAccuracy):
+    """SparseTopKCategoricalAccuracy that also takes mixed one-hot rows (their largest entry)."""
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        return super().update_state(_hard_labels(y_true, y_pred), y_pred, sample_weight)
+
+
 def metrics(num_classes):
     """Return the metrics factory: accuracy, and top-5 accuracy when there are more than 5."""
 
     def build():
-        built = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        built = [MixedLabelAccuracy(name="accuracy")]
         if num_classes > 5:
-            built.append(keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5_accuracy"))
+            built.append(MixedLabelTopKAccuracy(5, name="top5_accuracy"))
         return built
 
     return build

@@ -15,15 +15,23 @@ stream is given it: evaluation and prediction batches are never augmented.
 `ImageAugment` is the standard recipe on batches of images in [0, 255]: a random resized
 crop (Inception-style area and aspect ranges), a horizontal flip, light brightness,
 contrast and saturation jitter. The crop and the flip are one `tf.image.crop_and_resize`
-over the whole batch (a box per example; a flip is a box with its sides swapped).
+over the whole batch (a box per example; a flip is a box with its sides swapped). Options
+on top: RandAugment (`randaugment_ops`, `data/images/randaugment.py`) after the jitter,
+then mixup or CutMix of the batch (`mixup_alpha`, `cutmix_alpha`, `data/images/mixup.py`),
+which makes the labels mixed one-hot rows over `num_classes`. Each option draws from its
+own fold of the example's seed: with the options off, the output is what it was before
+they existed.
 """
 
 import dataclasses
 import math
+import numbers
 
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.data.images import mixup
+from keras_tpu.data.images import randaugment
 
 # The random numbers one example draws: crop area, aspect, top, left, flip, brightness,
 # contrast, saturation.
@@ -51,7 +59,9 @@ class ImageAugment:
 
     Called as `augment(images, labels, seeds) -> (images, labels)`, `seeds` one [2] int64
     stateless seed per example (the training stream's). The output is float32 in
-    [0, 255] of `image_size` x `image_size`, whatever the input's size.
+    [0, 255] of `image_size` x `image_size`, whatever the input's size. The labels come
+    back as they came, or, with mixup or CutMix on, as mixed one-hot rows
+    ([batch, num_classes] float32, summing to 1).
 
     Attributes:
       image_size: the output's height and width.
@@ -61,6 +71,12 @@ class ImageAugment:
       brightness: the largest brightness change, as a fraction of 255 (0: none).
       contrast: the largest contrast factor change (0.1: x0.9 to x1.1; 0: none).
       saturation: the largest saturation factor change (RGB only; 0: none).
+      randaugment_ops: RandAugment's N, the ops applied to each image (0: off; 2 is usual).
+      randaugment_magnitude: RandAugment's M, the ops' strength on 0-10 (9 is usual).
+      num_classes: the classes of the labels (needed by mixup and CutMix).
+      mixup_alpha: mixup's lambda ~ Beta(alpha, alpha) (0: off; 0.2-0.8 are usual).
+      cutmix_alpha: CutMix's lambda ~ Beta(alpha, alpha) (0: off; 1.0 is usual); with
+        mixup too, each batch takes one of the two.
     """
 
     image_size: int
@@ -70,6 +86,11 @@ class ImageAugment:
     brightness: float = 0.1
     contrast: float = 0.1
     saturation: float = 0.1
+    randaugment_ops: int = 0
+    randaugment_magnitude: float = 9.0
+    num_classes: int | None = None
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
 
     def __post_init__(self):
         checks.integer("image_size", self.image_size, minimum=1)
@@ -82,13 +103,37 @@ class ImageAugment:
             )
         for name in ("brightness", "contrast", "saturation"):
             checks.fraction(name, getattr(self, name), example="0.1")
+        checks.integer("randaugment_ops", self.randaugment_ops, minimum=0,
+                       fix="2 is RandAugment's usual; 0 turns it off.")  # fmt: skip
+        top = randaugment.MAX_MAGNITUDE
+        if not _is_number(self.randaugment_magnitude) or not 0 <= self.randaugment_magnitude <= top:
+            raise checks.ConfigError(
+                f"randaugment_magnitude={self.randaugment_magnitude!r} must be in [0, {top:g}] "
+                f"(RandAugment's scale; 9 is usual, 0 leaves every op but auto_contrast and "
+                f"equalize the identity)."
+            )
+        for name, usual in (("mixup_alpha", "0.2"), ("cutmix_alpha", "1.0")):
+            value = getattr(self, name)
+            if not _is_number(value) or value < 0:
+                raise checks.ConfigError(f"{name}={value!r} must be >= 0 (0: off; e.g. {usual}).")
+        if self.mixes and self.num_classes is None:
+            raise checks.ConfigError(
+                f"mixup_alpha={self.mixup_alpha} and cutmix_alpha={self.cutmix_alpha} mix the "
+                f"labels as one-hot rows: pass num_classes too (ImageAugment(..., num_classes=N))."
+            )
+        checks.optional_integer("num_classes", self.num_classes, minimum=2)
+
+    @property
+    def mixes(self):
+        """True when mixup or CutMix is on: the labels come out as mixed one-hot rows."""
+        return bool(self.mixup_alpha or self.cutmix_alpha)
 
     def __call__(self, images, labels, seeds):
-        draws = tf.map_fn(
-            lambda s: tf.random.stateless_uniform([_DRAWS], seed=s),
-            seeds,
-            fn_output_signature=tf.TensorSpec([_DRAWS], tf.float32),
-        )
+        # One map over the examples makes all their draws (RandAugment's from its own fold).
+        specs = [tf.TensorSpec([_DRAWS], tf.float32)]
+        if self.randaugment_ops:
+            specs.append(tf.TensorSpec([self.randaugment_ops, 2], tf.float32))
+        draws, *rand_draws = tf.map_fn(self._draws, seeds, fn_output_signature=tuple(specs))
         area, ratio, top, left, flip, bright, contrast, saturation = tf.unstack(draws, axis=1)
         area = self.min_area + area * (1.0 - self.min_area)
         low, high = (math.log(float(a)) for a in self.aspect)
@@ -105,7 +150,20 @@ class ImageAugment:
         size = (self.image_size, self.image_size)
         out = tf.image.crop_and_resize(tf.cast(images, tf.float32), boxes, indices, size)
         out = self._colour(out, bright, contrast, saturation)
-        return tf.clip_by_value(out, 0.0, 255.0), labels
+        out = tf.clip_by_value(out, 0.0, 255.0)
+        if self.randaugment_ops:
+            out = randaugment.randaugment(out, rand_draws[0], self.randaugment_magnitude)
+        if self.mixes:
+            out, labels = mixup.mix(out, labels, seeds, self.num_classes, self.mixup_alpha,
+                                    self.cutmix_alpha)  # fmt: skip
+        return out, labels
+
+    def _draws(self, seed):
+        """Return one example's draws: ImageAugment's, then RandAugment's if it is on."""
+        own = [tf.random.stateless_uniform([_DRAWS], seed=seed)]
+        if self.randaugment_ops:
+            own.append(randaugment.draws(seed, self.randaugment_ops))
+        return tuple(own)
 
     def _colour(self, images, bright, contrast, saturation):
         """Jitter brightness, contrast and (RGB) saturation by each example's draws."""
@@ -123,3 +181,7 @@ class ImageAugment:
             factor = per_image(1.0 + (2.0 * saturation - 1.0) * self.saturation)
             images = (images - gray) * factor + gray
         return images
+
+
+def _is_number(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
