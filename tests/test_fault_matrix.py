@@ -213,8 +213,8 @@ def _chain(root, workers, reference, faults):
 CLUSTER_CHAIN = (
     ("build", "SIGKILL-worker", 1),  # Lost before anything was restored or trained.
     ("evaluated", "SIGTERM-worker", 1),  # Epoch 1's end: its backup meets no one's; stops at 19.
-    # Lost mid-training, after epoch 2's last-step backup (22), before its evaluation: the
-    # chief names that backup, and the restart evaluates epoch 2 first.
+    # Lost mid-training, as epoch 2's evaluation starts: the chief names the last backup
+    # (step 19, the stop before) as the restart's start, and the restart trains from there.
     ("evaluation", "SIGKILL-worker", 1),
     ("last_step", "SIGTERM2-chief", 1),  # Twice; the stop lands on step 33, not evaluated.
     ("export", "SIGTERM-chief", 1),  # Deferred to the next phase boundary: every worker, 143.
