@@ -35,6 +35,10 @@ flags.DEFINE_bool(
 )
 flags.DEFINE_string("export_dir", None, "Output directory for encoder/ and preprocess/.")
 flags.DEFINE_integer("seq_length", 128, "Packed sequence length of the preprocessing.")
+flags.DEFINE_integer(
+    "seed", 0, "--preset only: seed of the random initial weights (the same vocabulary and seed "
+    "export the same weights)."
+)
 
 
 def _export():
@@ -44,7 +48,7 @@ def _export():
     if bool(FLAGS.from_hf) == bool(FLAGS.preset):
         raise ValueError("give exactly one of --from_hf=DIR or --preset=NAME.")
     if FLAGS.from_hf:
-        for name in ("vocab_file", "lower_case"):
+        for name in ("vocab_file", "lower_case", "seed"):
             if FLAGS[name].present:
                 raise ValueError(
                     f"--{name} applies to --preset only; --from_hf takes the vocabulary and "
@@ -54,7 +58,8 @@ def _export():
     if not FLAGS.vocab_file:
         raise ValueError("--preset needs --vocab_file (its length sets the vocab_size).")
     return hf_bert.export_preset_bert(
-        FLAGS.preset, FLAGS.vocab_file, FLAGS.export_dir, FLAGS.seq_length, FLAGS.lower_case
+        FLAGS.preset, FLAGS.vocab_file, FLAGS.export_dir, FLAGS.seq_length, FLAGS.lower_case,
+        FLAGS.seed,
     )
 
 

@@ -235,6 +235,9 @@ def _tree_digest(*roots):
 def tiny_hub(tmp_path_factory):
     """A tiny random BERT and its preprocessing, exported as TF Hub SavedModels, once.
 
+    Its random weights are seeded (the export script's --seed=0), so what the recipes train
+    from them is the same in every run; its dropout is unseeded, as in TF Hub's exports.
+
     The vocabulary (2,000 WordPieces) is learned from tests/data/sst2/train.tsv. The
     export is shared by every test, xdist worker and pytest run of the same code: it is
     kept under pytest's temporary root, keyed on the code that writes it, and made

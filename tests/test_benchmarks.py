@@ -104,6 +104,7 @@ def test_bench_cnn_precisions(tmp_path):
     assert f"auto precision: {auto.precision_reason}" in stdout
 
 
+@pytest.mark.heavy  # Opt-in (`-m heavy`): benchmark smoke run (a minute: four BERT builds).
 def test_bench_bert(tmp_path):
     # fp32 and auto: the ratio against fp32 and the toolkit's rule on both sides. An
     # explicit bf16 run is the same code path as auto (a name looked up in PRECISIONS),

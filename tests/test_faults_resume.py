@@ -176,10 +176,22 @@ def test_sigkill_then_restart_resumes_exactly(tmp_path, tmp_path_factory, name):
     assert _run_line(resumed) == (TOTAL, saved, reference)
 
 
-BERT_STEPS = 20  # 2 epochs of 10 steps; backups every 5 steps, one step per execution.
+BERT_STEPS = 20  # 2 epochs of 10 steps; backups every 10 steps, one step per execution.
 
 
-# tiny_hub: conftest's tiny TF Hub BERT (dropout 0.1, unseeded as TF Hub exports are).
+# Evaluation sets of 101 sentences (and their pairs): a last batch padded, as SST-2
+# dev's 872 are; what an evaluation of every sentence costs these runs is not what they test.
+EVAL_SENTENCES = 101
+
+
+@pytest.fixture(scope="module")
+def bert_hub(tiny_hub, tmp_path_factory):
+    """conftest's tiny TF Hub BERT (dropout 0.1, unseeded as TF Hub exports are) and the
+    evaluation file: SST-2 dev's first EVAL_SENTENCES sentences."""
+    path = tmp_path_factory.mktemp("bert_eval") / "dev_head.tsv"
+    lines = open(f"{SST2}/dev.tsv", encoding="utf-8").read().splitlines(keepends=True)
+    path.write_text("".join(lines[: EVAL_SENTENCES + 1]), encoding="utf-8")
+    return {**tiny_hub, "eval_file": str(path)}
 
 
 def _train_bert(handles, model_dir, *flags, **kwargs):
@@ -187,9 +199,9 @@ def _train_bert(handles, model_dir, *flags, **kwargs):
     return _script(
         "train_bert.py", model_dir, f"--encoder_handle={handles['encoder']}",
         f"--preprocess_handle={handles['preprocess']}", f"--train_file={SST2}/dev.tsv",
-        f"--eval_file={SST2}/dev.tsv", "--seq_length=16", "--per_replica_batch_size=8",
+        f"--eval_file={handles['eval_file']}", "--seq_length=16", "--per_replica_batch_size=8",
         "--epochs=2", "--steps_per_epoch=10", "--learning_rate=1e-3", "--steps_per_execution=1",
-        "--backup_every_steps=5", "--nokeep_best", *flags, **kwargs,
+        "--backup_every_steps=10", "--nokeep_best", *flags, **kwargs,
     )  # fmt: skip
 
 
@@ -210,14 +222,17 @@ def _train_bert_k(handles, model_dir, model_parallel, *flags, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def pair_flags(tmp_path_factory):
-    """train_bert.py flags for a sentence-pair task built from SST-2 dev (tests/sst2_pairs.py)."""
+def pair_flags(bert_hub, tmp_path_factory):
+    """train_bert.py flags for a sentence-pair task built from SST-2 dev (tests/sst2_pairs.py):
+    trained on the pairs of every dev sentence, evaluated on those of the evaluation file's."""
     from tests import sst2_pairs  # pylint: disable=g-import-not-at-top
 
-    path = tmp_path_factory.mktemp("pairs") / "pairs.tsv"
-    sst2_pairs.write_pairs(f"{SST2}/dev.tsv", str(path))
+    root = tmp_path_factory.mktemp("pairs")
+    sst2_pairs.write_pairs(f"{SST2}/dev.tsv", str(root / "pairs.tsv"))
+    sst2_pairs.write_pairs(bert_hub["eval_file"], str(root / "eval_pairs.tsv"))
     # Given after _train_bert's SST-2 files: absl keeps a flag's last value.
-    return (f"--train_file={path}", f"--eval_file={path}", "--text_keys=sentence1,sentence2")
+    return (f"--train_file={root / 'pairs.tsv'}", f"--eval_file={root / 'eval_pairs.tsv'}",
+            "--text_keys=sentence1,sentence2")  # fmt: skip
 
 
 # Flags of a run whose records (summary, best/, TensorBoard) are compared.
@@ -277,57 +292,64 @@ def _assert_resumed_to(result, start, reference):
 
 # Sentences on the data-parallel path, pairs on the mesh path (the one whose restore
 # differs: the data-parallel path restores as the CNN's); records compared on both.
-@pytest.mark.parametrize(("shape", "model_parallel"), [("sentence", 1), ("pair", 2)])
+# The mesh chain's kill after the last step's backup is a whole run more: opt-in (`-m heavy`).
+@pytest.mark.parametrize(("shape", "model_parallel", "killed_at_end"), [
+    ("sentence", 1, False), ("pair", 2, False), pytest.param("pair", 2, True, marks=pytest.mark.heavy),
+])  # fmt: skip
 def test_bert_sigkill_resumes_to_the_uninterrupted_weights(
-    tmp_path, tmp_path_factory, tiny_hub, pair_flags, model_parallel, shape
+    tmp_path, tmp_path_factory, bert_hub, pair_flags, model_parallel, shape, killed_at_end
 ):
     """Killed right after epoch 1's last-step backup, before its evaluation.
 
     The rerun evaluates epoch 1 first; its records (summary, best/ weights, TensorBoard's
     per-epoch scalars) equal the uninterrupted run's, as its weights do. Pairs on the
-    mesh (K=2) go on through every stop: the rerun is sent SIGTERM after step 13 (backs
-    up step 14, exit 143, one line), the next is killed again after the last step's
-    backup, and the last trains nothing, evaluates and exports, says nothing about
-    optimizer values "not found" (its slots are never created), and still ends with the
-    uninterrupted run's weights and records.
+    mesh (K=2) go on through the other stops: the rerun is sent SIGTERM after step 13
+    (backs up step 14, exit 143, one line) and the next trains to the end. With
+    `killed_at_end`, that one is killed again after the last step's backup, and the last
+    trains nothing, evaluates and exports, says nothing about optimizer values "not
+    found" (its slots are never created), and still ends with the uninterrupted run's
+    weights and records.
     """
     flags = pair_flags if shape == "pair" else ()
-    reference = _bert_reference(tiny_hub, model_parallel, tmp_path_factory, *flags)
+    reference = _bert_reference(bert_hub, model_parallel, tmp_path_factory, *flags)
     if shape == "sentence":
         # The README's promise too: these runs read the uninterrupted run's config.yaml (a
         # TF Hub BERT, dropout on, unseeded as exported) and end bit-identical to it.
         config_yaml = _bert_reference_dirs[(model_parallel, flags)] / "config.yaml"
         flags = (f"--config_file={config_yaml}",)
-    killed = _train_bert_k(tiny_hub, tmp_path, model_parallel, *RECORDED, *flags,
+    killed = _train_bert_k(bert_hub, tmp_path, model_parallel, *RECORDED, *flags,
                            fault="SIGKILL", at=10)  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert backup_step(str(tmp_path)) == 10
-    at_end = shape == "pair"
-    if at_end:
+    stopped_too = shape == "pair"
+    if stopped_too:
         # SIGTERM and NaN on the mesh path (K=2) only; on the data-parallel path the same
         # engine code is shown by the CNN (test_preemption_saves_the_current_step_and_loses_nothing,
         # test_nan_fails_the_run_and_keeps_the_last_finite_backup) and the user's model.
-        stopped = _train_bert_k(tiny_hub, tmp_path, model_parallel, *RECORDED, *flags,
+        stopped = _train_bert_k(bert_hub, tmp_path, model_parallel, *RECORDED, *flags,
                                 fault="SIGTERM", at=13)  # fmt: skip
         assert "evaluating epoch 1, backed up before its evaluation" in stopped.stderr
         assert stopped.returncode == 143, stopped.stderr[-3000:]
         assert "run the same command again to resume" in _last_line(stopped)
         # Signalled after step 13's execution: backed up at the next boundary, step 14.
         assert backup_step(str(tmp_path)) == 14
-    resumed = _train_bert_k(tiny_hub, tmp_path, model_parallel, *RECORDED, *flags,
-                            **({"fault": "SIGKILL", "at": BERT_STEPS} if at_end else {}))  # fmt: skip
-    if at_end:
-        assert resumed.returncode == -signal.SIGKILL, resumed.stderr[-3000:]
+    resumed = _train_bert_k(bert_hub, tmp_path, model_parallel, *RECORDED, *flags,
+                            **({"fault": "SIGKILL", "at": BERT_STEPS} if killed_at_end else {}))  # fmt: skip
+    if stopped_too:
         # Resumed at 14, past epoch 1's evaluation: a start from an earlier step would also
         # write epoch 1's TensorBoard scalars again, which the comparison below refuses.
         assert "evaluating epoch 1" not in resumed.stderr
-        assert backup_step(str(tmp_path)) == BERT_STEPS
-        resumed = _train_bert_k(tiny_hub, tmp_path, model_parallel, *RECORDED, *flags)
-        assert "could not be found in the restored object" not in resumed.stderr
     else:
         assert "evaluating epoch 1, backed up before its evaluation" in resumed.stderr
+    start = 14 if stopped_too else 10
+    if killed_at_end:
+        assert resumed.returncode == -signal.SIGKILL, resumed.stderr[-3000:]
+        assert backup_step(str(tmp_path)) == BERT_STEPS
+        start = BERT_STEPS  # The last run restores the last step's backup: it trains nothing.
+        resumed = _train_bert_k(bert_hub, tmp_path, model_parallel, *RECORDED, *flags)
+        assert "could not be found in the restored object" not in resumed.stderr
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    _assert_resumed_to(resumed, BERT_STEPS if at_end else 10, reference)
+    _assert_resumed_to(resumed, start, reference)
     whole = _bert_reference_dirs[(model_parallel, pair_flags if shape == "pair" else ())]
     summary, whole_summary = (json.loads((d / "summary.json").read_text()) for d in (tmp_path, whole))
     assert len(summary["history"]["val_loss"]) == 2
@@ -345,13 +367,13 @@ def test_bert_sigkill_resumes_to_the_uninterrupted_weights(
 # NaN on the mesh path (K=2); on the data-parallel path the same engine code is shown by
 # the CNN (test_nan_fails_the_run_and_keeps_the_last_finite_backup) and the user's model.
 @pytest.mark.parametrize("model_parallel", [2])
-def test_bert_nan_on_the_mesh_exits_3_and_keeps_the_last_finite_backup(tmp_path, tiny_hub,
+def test_bert_nan_on_the_mesh_exits_3_and_keeps_the_last_finite_backup(tmp_path, bert_hub,
                                                                         model_parallel):
     # A NaN-stopped directory refusing another identity or a live holder is the engine's,
     # before any backend: test_restart_with_another_identity_is_refused,
     # test_a_live_run_holds_the_directory, test_user_model_nan_exits_3_and_refuses_a_second_run_or_batch.
     export_dir = tmp_path / "export"
-    result = _train_bert_k(tiny_hub, tmp_path / "run", model_parallel,
+    result = _train_bert_k(bert_hub, tmp_path / "run", model_parallel,
                            f"--export_dir={export_dir}", fault="nan", at=12)  # fmt: skip
     assert result.returncode == 3, result.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())

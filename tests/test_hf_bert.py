@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_hub as hub
 from safetensors.numpy import save_file
+from tensorflow.core.protobuf import saved_model_pb2
 
 from models.bert.hf import hf_bert
 from keras_tpu import keras
@@ -312,6 +313,21 @@ def test_script_preset_exports_models_hub_loads(tmp_path, vocab_file):
     outputs = hub.KerasLayer(paths["encoder"], trainable=True)(inputs)
     assert outputs["sequence_output"].shape == (2, SEQ, 128)  # tiny: 2 layers of 128.
     assert outputs["pooled_output"].shape == (2, 128)
+    # Its weights are seeded (--seed=0 by default): the same in another process.
+    again = hf_bert.export_preset_bert("tiny", vocab_file, str(tmp_path / "again"), SEQ, seed=0)
+    weights = [tf.train.load_checkpoint(os.path.join(d, "variables", "variables"))
+               for d in (paths["encoder"], again.encoder)]  # fmt: skip
+    names = [n for n in weights[0].get_variable_to_shape_map() if "VARIABLE_VALUE" in n]
+    assert len(names) == 39
+    for name in names:
+        np.testing.assert_array_equal(weights[0].get_tensor(name), weights[1].get_tensor(name))
+    # Its dropout is not: as in TF Hub's exports, each op seeds itself (seed = seed2 = 0).
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((tmp_path / "tiny/encoder/saved_model.pb").read_bytes())
+    seeds = [(node.attr["seed"].i, node.attr["seed2"].i)
+             for function in saved.meta_graphs[0].graph_def.library.function
+             for node in function.node_def if node.op == "RandomUniform"]  # fmt: skip
+    assert seeds and set(seeds) == {(0, 0)}
 
 
 @pytest.mark.slow

@@ -301,8 +301,17 @@ PAIR_NAMES = ("first", "second")
 
 
 @pytest.mark.slow
-def test_train_bert_sentence_pairs_on_sst2_pairs_serves_two_strings_and_predicts(tmp_path, tiny_hub):
-    """A real-text pair task ("which sentence is the positive one?") beats chance (0.5).
+@pytest.mark.parametrize("steps_per_epoch", [
+    10,
+    # Two minutes of training on 2 cores: opt-in (`-m heavy`). CI's witness that a tiny BERT
+    # learns from real text is the README's BERT command (tests/test_docs.py).
+    pytest.param(100, marks=pytest.mark.heavy),
+])  # fmt: skip
+def test_train_bert_sentence_pairs_on_sst2_pairs_serves_two_strings_and_predicts(
+    tmp_path, tiny_hub, steps_per_epoch
+):
+    """A real-text pair task ("which sentence is the positive one?"): trained 2 x 100 steps,
+    it beats chance (0.5); 2 x 10 steps show the rest.
 
     The labels are names in the files: the run keeps them, its export returns them. Then
     the run is used after training: predict.py writes one row per new pair equal to the
@@ -326,9 +335,9 @@ def test_train_bert_sentence_pairs_on_sst2_pairs_serves_two_strings_and_predicts
         f"--eval_file={tmp_path / 'dev.tsv'}",
         "--text_keys=sentence1,sentence2",
         "--metrics=accuracy,f1",
-        # 32 WordPieces for the pair: 0.780 here, as 0.783 at 64, in about half the time.
+        # 32 WordPieces for the pair: 0.780 here, as 0.783 at 64, in about half the time (one unseeded export).
         "--cpu_replicas=2", "--seq_length=32", "--per_replica_batch_size=32",
-        "--epochs=2", "--steps_per_epoch=100", "--learning_rate=1e-3",
+        "--epochs=2", f"--steps_per_epoch={steps_per_epoch}", "--learning_rate=1e-3",
         "--mixed_precision=fp32",  # The served predictions are compared exactly.
         "--nokeep_best",  # The summary's metrics are the exported (last) weights'.
         "--notensorboard",
@@ -347,9 +356,11 @@ def test_train_bert_sentence_pairs_on_sst2_pairs_serves_two_strings_and_predicts
     summary = json.loads(records["summary.json"])
     assert summary["test_examples"] == len(dev) == 428
     assert summary["class_names"] == list(PAIR_NAMES)
-    # Measured 0.780 (f1 0.793) on this host in 2 x 100 steps (0.783 at --seq_length=64; 3 x
-    # 100 gave 0.764: a third epoch only costs CI time); chance is 0.5 (labels drawn 50/50).
-    assert summary["test"]["accuracy"] >= 0.7, summary["test"]
+    # 0.727 (f1 0.729) on this host in 2 x 100 steps from conftest's seeded export (the
+    # export script's --seed=0); unseeded exports gave 0.70 to 0.78. Chance is 0.5 (labels
+    # drawn 50/50): 0.65 is six standard deviations above it on 428 pairs.
+    if steps_per_epoch == 100:
+        assert summary["test"]["accuracy"] >= 0.65, summary["test"]
     # Pairs the run has not seen, without labels: predict.py writes one row each.
     new = tmp_path / "new.tsv"
     new.write_text("sentence1\tsentence2\n" + "".join(f"{a}\t{b}\n" for a, b, _ in dev[:37]))
