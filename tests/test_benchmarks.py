@@ -76,6 +76,7 @@ def test_bench_cnn(tmp_path):
     assert "epoch 2/2 step 30/30 (60/60 overall)" in stdout  # (d)'s progress lines.
 
 
+@pytest.mark.heavy  # Opt-in (`-m heavy`): benchmark smoke run.
 def test_bench_cnn_precisions(tmp_path):
     results, stdout = run_benchmark(
         tmp_path,
@@ -280,6 +281,7 @@ def test_bench_soak(tmp_path):
     assert "threads/epoch" in stdout and "goal: flat" in stdout
 
 
+@pytest.mark.heavy  # Opt-in (`-m heavy`): benchmark smoke run.
 def test_bench_scale(tmp_path):
     results, stdout = run_benchmark(
         tmp_path, "bench_scale.py", "--examples=4000", "--features=8", "--files=4",
@@ -304,6 +306,7 @@ def test_bench_scale(tmp_path):
     assert "counting 2,000 examples without num_examples" in stdout
 
 
+@pytest.mark.heavy  # Opt-in (`-m heavy`): benchmark smoke run.
 def test_bench_images(tmp_path):
     results, stdout = run_benchmark(
         tmp_path, "bench_images.py", f"--data_dir={tmp_path / 'records'}", "--examples=300",

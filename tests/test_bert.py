@@ -152,6 +152,7 @@ def _token_7_task(n=256, seed=0):
 
 
 @pytest.mark.slow  # About a minute; the fast tier keeps test_classifier_takes_an_encoder_layer.
+@pytest.mark.heavy  # Opt-in: CI fine-tunes exported encoders in every BERT run (docs/testing.md).
 def test_fine_tuning_the_exported_encoder_on_4_replicas(mirrored, exported):
     _, export_dir = exported
     with mirrored.scope():

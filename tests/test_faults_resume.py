@@ -205,10 +205,11 @@ def _train_bert(handles, model_dir, *flags, **kwargs):
     )  # fmt: skip
 
 
-# The same BERT through keras_tpu.fit with its weights unsplit (K=1: 2 data-parallel
-# replicas; MirroredStrategy traces the step once per replica, and 4 are shown by
-# tests/test_bert.py) and split over a 2x2 DTensor mesh (K=2: parallel.sharded_backend):
-# every fault below is handled by the one engine.
+# The same BERT through keras_tpu.fit with its weights unsplit (K=1, one replica:
+# MirroredStrategy traces the step once per replica, and a data-parallel resume on 4 is
+# the image folder run's, tests/test_image_folders.py) and split over a 2x2 DTensor mesh
+# (K=2: parallel.sharded_backend, 2 data-parallel rows): every fault below is handled by
+# the one engine.
 MODEL_PARALLEL = [1, 2]
 # K=2 has the encoder's attention dropout on (0.1): its resume is exact only because the
 # attention mask is drawn split over "batch" alone (parallel/mesh_dropout.py).
@@ -216,7 +217,7 @@ _bert_references = {}
 
 
 def _train_bert_k(handles, model_dir, model_parallel, *flags, **kwargs):
-    replicas = 4 if model_parallel > 1 else 2
+    replicas = 4 if model_parallel > 1 else 1
     return _train_bert(handles, model_dir, f"--cpu_replicas={replicas}",
                        f"--model_parallel={model_parallel}", *flags, **kwargs)  # fmt: skip
 
