@@ -157,7 +157,7 @@ def _reference(name, tmp_path_factory):
 
 # "spe16" on one replica is only a reference (for the preemption test): its SIGKILL
 # resume is "spe16-4replicas"'s. A SIGKILL resume at one step per execution is the BERT
-# runs' (test_bert_sigkill_resumes_to_the_uninterrupted_weights).
+# runs' (test_bert_stopped_at_an_epochs_last_step_resumes_to_the_uninterrupted_weights).
 @pytest.mark.heavy  # Opt-in: 4-replica SIGKILL resume in CI is the image folder run's.
 @pytest.mark.parametrize("name", ["spe16-4replicas"])
 def test_sigkill_then_restart_resumes_exactly(tmp_path, tmp_path_factory, name):
@@ -292,24 +292,28 @@ def _assert_resumed_to(result, start, reference):
 
 
 # Sentences on the data-parallel path, pairs on the mesh path (the one whose restore
-# differs: the data-parallel path restores as the CNN's); records compared on both.
-# The mesh chain's kill after the last step's backup is a whole run more: opt-in (`-m heavy`).
-@pytest.mark.parametrize(("shape", "model_parallel", "killed_at_end"), [
-    ("sentence", 1, False), ("pair", 2, False), pytest.param("pair", 2, True, marks=pytest.mark.heavy),
+# differs: the data-parallel path restores as the CNN's); records compared on both. The
+# mesh's whole chain (a SIGKILL, a SIGTERM mid-epoch, a kill after the last step's backup)
+# is two runs more than CI's SIGTERM on the epoch's last step: opt-in (`-m heavy`).
+@pytest.mark.parametrize(("shape", "model_parallel", "chain"), [
+    ("sentence", 1, "sigkill"), ("pair", 2, "sigterm"),
+    pytest.param("pair", 2, "whole", marks=pytest.mark.heavy),
 ])  # fmt: skip
-def test_bert_sigkill_resumes_to_the_uninterrupted_weights(
-    tmp_path, tmp_path_factory, bert_hub, pair_flags, model_parallel, shape, killed_at_end
+def test_bert_stopped_at_an_epochs_last_step_resumes_to_the_uninterrupted_weights(
+    tmp_path, tmp_path_factory, bert_hub, pair_flags, model_parallel, shape, chain
 ):
-    """Killed right after epoch 1's last-step backup, before its evaluation.
+    """Stopped at epoch 1's last step, backed up there, before its evaluation.
 
     The rerun evaluates epoch 1 first; its records (summary, best/ weights, TensorBoard's
-    per-epoch scalars) equal the uninterrupted run's, as its weights do. Pairs on the
-    mesh (K=2) go on through the other stops: the rerun is sent SIGTERM after step 13
-    (backs up step 14, exit 143, one line) and the next trains to the end. With
-    `killed_at_end`, that one is killed again after the last step's backup, and the last
-    trains nothing, evaluates and exports, says nothing about optimizer values "not
-    found" (its slots are never created), and still ends with the uninterrupted run's
-    weights and records.
+    per-epoch scalars) equal the uninterrupted run's, as its weights do.
+    - "sigkill" (sentences, data parallel): SIGKILLed right after that step's backup.
+    - "sigterm" (pairs on the mesh, K=2): SIGTERM after step 9 backs up the next
+      boundary, step 10 (exit 143, one line), and the run stops before the evaluation.
+    - "whole" (pairs on the mesh, opt-in): SIGKILLed after step 10; the rerun is sent
+      SIGTERM after step 13 (backs up step 14) and the next is killed again after the
+      last step's backup; the last trains nothing, evaluates and exports, says nothing
+      about optimizer values "not found" (its slots are never created), and still ends
+      with the uninterrupted run's weights and records.
     """
     flags = pair_flags if shape == "pair" else ()
     reference = _bert_reference(bert_hub, model_parallel, tmp_path_factory, *flags)
@@ -318,37 +322,41 @@ def test_bert_sigkill_resumes_to_the_uninterrupted_weights(
         # TF Hub BERT, dropout on, unseeded as exported) and end bit-identical to it.
         config_yaml = _bert_reference_dirs[(model_parallel, flags)] / "config.yaml"
         flags = (f"--config_file={config_yaml}",)
-    killed = _train_bert_k(bert_hub, tmp_path, model_parallel, *RECORDED, *flags,
-                           fault="SIGKILL", at=10)  # fmt: skip
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    assert backup_step(str(tmp_path)) == 10
-    stopped_too = shape == "pair"
-    if stopped_too:
-        # SIGTERM and NaN on the mesh path (K=2) only; on the data-parallel path the same
-        # engine code is shown by the CNN (test_preemption_saves_the_current_step_and_loses_nothing,
-        # test_nan_fails_the_run_and_keeps_the_last_finite_backup) and the user's model.
+    if chain == "sigterm":
+        stopped = _train_bert_k(bert_hub, tmp_path, model_parallel, *RECORDED, *flags,
+                                fault="SIGTERM", at=9)  # fmt: skip
+        assert stopped.returncode == 143, stopped.stderr[-3000:]
+        assert "run the same command again to resume" in _last_line(stopped)
+        assert "evaluating epoch 1" not in stopped.stderr
+        # Signalled after step 9's execution: backed up at the next boundary, step 10.
+        assert backup_step(str(tmp_path)) == 10
+    else:
+        killed = _train_bert_k(bert_hub, tmp_path, model_parallel, *RECORDED, *flags,
+                               fault="SIGKILL", at=10)  # fmt: skip
+        assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+        assert backup_step(str(tmp_path)) == 10
+    if chain == "whole":
+        # The SIGTERM mid-epoch: resumed at 10, it evaluates epoch 1 first.
         stopped = _train_bert_k(bert_hub, tmp_path, model_parallel, *RECORDED, *flags,
                                 fault="SIGTERM", at=13)  # fmt: skip
         assert "evaluating epoch 1, backed up before its evaluation" in stopped.stderr
         assert stopped.returncode == 143, stopped.stderr[-3000:]
         assert "run the same command again to resume" in _last_line(stopped)
-        # Signalled after step 13's execution: backed up at the next boundary, step 14.
         assert backup_step(str(tmp_path)) == 14
     resumed = _train_bert_k(bert_hub, tmp_path, model_parallel, *RECORDED, *flags,
-                            **({"fault": "SIGKILL", "at": BERT_STEPS} if killed_at_end else {}))  # fmt: skip
-    if stopped_too:
+                            **({"fault": "SIGKILL", "at": BERT_STEPS} if chain == "whole" else {}))  # fmt: skip
+    start = 10
+    if chain == "whole":
         # Resumed at 14, past epoch 1's evaluation: a start from an earlier step would also
         # write epoch 1's TensorBoard scalars again, which the comparison below refuses.
         assert "evaluating epoch 1" not in resumed.stderr
-    else:
-        assert "evaluating epoch 1, backed up before its evaluation" in resumed.stderr
-    start = 14 if stopped_too else 10
-    if killed_at_end:
         assert resumed.returncode == -signal.SIGKILL, resumed.stderr[-3000:]
         assert backup_step(str(tmp_path)) == BERT_STEPS
         start = BERT_STEPS  # The last run restores the last step's backup: it trains nothing.
         resumed = _train_bert_k(bert_hub, tmp_path, model_parallel, *RECORDED, *flags)
         assert "could not be found in the restored object" not in resumed.stderr
+    else:
+        assert "evaluating epoch 1, backed up before its evaluation" in resumed.stderr
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     _assert_resumed_to(resumed, start, reference)
     whole = _bert_reference_dirs[(model_parallel, pair_flags if shape == "pair" else ())]

@@ -314,8 +314,8 @@ def test_train_bert_sentence_pairs_on_sst2_pairs_serves_two_strings_and_predicts
     it beats chance (0.5); 2 x 10 steps show the rest.
 
     The labels are names in the files: the run keeps them, its export returns them. Then
-    the run is used after training: predict.py writes one row per new pair equal to the
-    export's own predictions, and scores a labelled file as scikit-learn does.
+    the run is used after training: one predict.py call scores the labelled pairs as
+    scikit-learn does and writes one row each, equal to the export's own predictions.
     """
     from sklearn import metrics as sk_metrics  # pylint: disable=g-import-not-at-top
 
@@ -361,16 +361,15 @@ def test_train_bert_sentence_pairs_on_sst2_pairs_serves_two_strings_and_predicts
     # drawn 50/50): 0.65 is six standard deviations above it on 428 pairs.
     if steps_per_epoch == 100:
         assert summary["test"]["accuracy"] >= 0.65, summary["test"]
-    # Pairs the run has not seen, without labels: predict.py writes one row each.
-    new = tmp_path / "new.tsv"
-    new.write_text("sentence1\tsentence2\n" + "".join(f"{a}\t{b}\n" for a, b, _ in dev[:37]))
-    predicted = run_script("predict.py", f"--model_dir={run_dir}", f"--input_file={new}",
-                           f"--output_file={tmp_path / 'p.tsv'}")  # fmt: skip
-    assert predicted.returncode == 0, predicted.stderr[-3000:]
-    assert re.search(r"predict: 37 examples in [\d.]+ s, [\d.]+ examples/s", predicted.stdout)
+    # One predict.py call on the labelled pairs: --mode=evaluate scores them and, with
+    # --output_file, writes a row each. (New pairs without labels, read as training reads
+    # them: tests/test_text_files.py; predict.py's rows of unlabelled inputs: the GLUE
+    # test splits below and tests/test_image_folders.py.)
     evaluated = run_script("predict.py", f"--model_dir={run_dir}", "--mode=evaluate",
-                           f"--input_file={tmp_path / 'dev.tsv'}")  # fmt: skip
+                           f"--input_file={tmp_path / 'dev.tsv'}",
+                           f"--output_file={tmp_path / 'p.tsv'}")  # fmt: skip
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert re.search(r"evaluate: 428 examples in [\d.]+ s, [\d.]+ examples/s", evaluated.stdout)
     # The export serves two string tensors, preprocessing inside, without keras_tpu.
     probe = run_python(
         "import csv, json, sys, tensorflow as tf, tensorflow_text\n"
@@ -400,11 +399,11 @@ def test_train_bert_sentence_pairs_on_sst2_pairs_serves_two_strings_and_predicts
     assert f1 == pytest.approx(summary["test"]["f1"], abs=1e-5)
     # predict.py's rows are the export's own predictions, in input order, with the names.
     got = _rows(tmp_path / "p.tsv")
-    assert [int(r["id"]) for r in got] == list(range(37))
-    assert [int(r["class_id"]) for r in got] == ids[:37].tolist()
-    assert [r["class_name"] for r in got] == served["names"][:37]
+    assert [int(r["id"]) for r in got] == list(range(428))
+    assert [int(r["class_id"]) for r in got] == ids.tolist()
+    assert [r["class_name"] for r in got] == served["names"]
     probabilities = np.array([[float(r["probability_0"]), float(r["probability_1"])] for r in got])
-    np.testing.assert_allclose(probabilities, p[:37], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(probabilities, p, rtol=1e-5, atol=1e-6)
     # Its evaluation of the labelled file (names) equals scikit-learn on the export's
     # predictions and the run's own, and leaves the run's records untouched.
     report = json.loads((run_dir / "evaluations" / "dev.json").read_text())

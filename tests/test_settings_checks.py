@@ -100,8 +100,16 @@ def test_a_tpu_node_that_answers_is_ok(tmp_path):
     )
 
 
-@pytest.mark.slow  # Fresh interpreters importing TensorFlow: what a user runs.
-@pytest.mark.parametrize("case", sorted(ENVIRONMENTS))
+# One TPU and one cluster environment in CI: the scripts print every ConfigError through
+# the same path, and test_doctor_fails_with_the_error_the_run_raises shows each of the six
+# environments raising the doctor's own text. The other four: opt-in (`-m heavy`).
+SCRIPTED = ("cloud_tpu_name_off_google_cloud", "tf_config_without_task")
+
+
+@pytest.mark.slow  # Script processes (the doctor, train_cnn.py, tpu_info.py): what a user runs.
+@pytest.mark.parametrize("case", [
+    c if c in SCRIPTED else pytest.param(c, marks=pytest.mark.heavy) for c in sorted(ENVIRONMENTS)
+])  # fmt: skip
 def test_scripts_print_one_error_line_and_the_doctor_the_same_fix(case, tmp_path):
     environ, setting, check = ENVIRONMENTS[case]
     env = subprocess_env(**environ)
