@@ -22,6 +22,9 @@ def test_a_runs_backbone_weights_start_another_with_a_new_head(tmp_path):
     first = backbones.build_classifier("mobilenet_v3_small", SIZE, 10)
     norms = [l for l in first.get_layer("backbone").layers if "BatchNorm" in type(l).__name__]
     assert norms and all(isinstance(l, kt_layers.SyncBatchNormalization) for l in norms)
+    # From scratch: moving statistics at momentum 0.9 (MobileNetV3's ImageNet 0.999 would
+    # leave a short run's evaluation at chance); trained weights keep the application's.
+    assert {l.momentum for l in norms} == {backbones.FROM_SCRATCH_BN_MOMENTUM}
     trained = [w + np.float32(0.01) * (i + 1) for i, w in enumerate(first.get_weights())]
     first.set_weights(trained)  # Weights no fresh backbone has.
     path = str(tmp_path / backbones.BACKBONE_WEIGHTS_FILE)
@@ -33,6 +36,8 @@ def test_a_runs_backbone_weights_start_another_with_a_new_head(tmp_path):
     for a, b in zip(first.get_layer("backbone").weights, second.get_layer("backbone").weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert second.get_layer("head").kernel.shape[-1] == 3  # A new head, for 3 classes.
+    assert {l.momentum for l in second.get_layer("backbone").layers
+            if isinstance(l, kt_layers.SyncBatchNormalization)} == {0.999}  # fmt: skip
     assert second.output_shape == (None, 3)
     fresh = backbones.build_classifier("mobilenet_v3_small", SIZE, 3)
     assert not np.array_equal(fresh.get_layer("backbone").weights[0].numpy(),
