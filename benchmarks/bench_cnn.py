@@ -14,6 +14,9 @@ side timed over the same number of examples per repeat (--timed_examples):
   (b) baseline: hand-tuned plain tf_keras: tf.data (cache, shuffle, repeat,
       batch with drop_remainder, prefetch), batch --batch, steps_per_execution
       --baseline_steps_per_execution, no strategy.
+  (b') baseline_mirrored: (b) under a one-device MirroredStrategy, as the toolkit runs on
+      one CPU (not in the default --sides): (b')/(b) is what the strategy costs, (c)/(b')
+      what the engine costs beyond it.
   (c) toolkit: `models.train_cnn(CNNConfig(...))` with per_replica_batch_size
       --batch and everything else at its defaults (steps_per_execution "auto",
       precision "auto"), fed the same arrays in place of its dataset loader.
@@ -103,8 +106,14 @@ def run_notebook(split, timed_examples, repeats):
     }
 
 
-def run_baseline(split, timed_examples, batch, steps_per_execution, repeats):
-    """(b): plain tf_keras with a tuned tf.data pipeline and steps_per_execution."""
+def run_baseline(split, timed_examples, batch, steps_per_execution, repeats, mirrored=False):
+    """(b): plain tf_keras with a tuned tf.data pipeline and steps_per_execution.
+
+    `mirrored` (side baseline_mirrored): the same under a one-device MirroredStrategy, as
+    the toolkit runs on one CPU, to name what the strategy itself costs.
+    """
+    import contextlib  # pylint: disable=g-import-not-at-top
+
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     from keras_tpu import keras  # pylint: disable=g-import-not-at-top
@@ -112,13 +121,15 @@ def run_baseline(split, timed_examples, batch, steps_per_execution, repeats):
     ds = tf.data.Dataset.from_tensor_slices((split.x, split.y)).cache()
     ds = ds.shuffle(10_000, seed=0).repeat().batch(batch, drop_remainder=True)
     ds = ds.prefetch(tf.data.AUTOTUNE)
-    model = _build()
-    model.compile(
-        optimizer=keras.optimizers.Adam(1e-3),
-        loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
-        steps_per_execution=steps_per_execution,
-    )
+    scope = tf.distribute.MirroredStrategy(["/cpu:0"]).scope() if mirrored else contextlib.nullcontext()
+    with scope:
+        model = _build()
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-3),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+            steps_per_execution=steps_per_execution,
+        )
     steps = max(1, timed_examples // batch)
     timer = _timing.EpochTimer()
     model.fit(ds, epochs=1 + repeats, steps_per_epoch=steps, callbacks=[timer], verbose=0)
@@ -222,11 +233,12 @@ def main(argv):
     sides = results["sides"]
     if "notebook" in FLAGS.sides:
         sides["notebook"] = run_notebook(split, FLAGS.timed_examples, FLAGS.notebook_repeats)
-    if "baseline" in FLAGS.sides:
-        sides["baseline"] = run_baseline(
-            split, FLAGS.timed_examples, FLAGS.batch, FLAGS.baseline_steps_per_execution,
-            FLAGS.repeats,
-        )  # fmt: skip
+    for name in ("baseline", "baseline_mirrored"):
+        if name in FLAGS.sides:
+            sides[name] = run_baseline(
+                split, FLAGS.timed_examples, FLAGS.batch, FLAGS.baseline_steps_per_execution,
+                FLAGS.repeats, mirrored=name == "baseline_mirrored",
+            )  # fmt: skip
     sides.update(run_toolkit_sides(split, test, [s for s in FLAGS.sides if "toolkit" in s]))
     toolkit = sides.get("toolkit", {}).get("images_per_second")
     goals = {}
@@ -235,6 +247,14 @@ def main(argv):
         goals["progress_vs_toolkit"] = round(progress / toolkit, 3)
     if toolkit and "baseline" in sides:
         goals["toolkit_vs_baseline"] = round(toolkit / sides["baseline"]["images_per_second"], 3)
+    if "baseline" in sides and "baseline_mirrored" in sides:  # What the strategy costs.
+        goals["baseline_mirrored_vs_baseline"] = round(
+            sides["baseline_mirrored"]["images_per_second"] / sides["baseline"]["images_per_second"], 3
+        )  # fmt: skip
+    if toolkit and "baseline_mirrored" in sides:  # What the engine costs beyond it.
+        goals["toolkit_vs_baseline_mirrored"] = round(
+            toolkit / sides["baseline_mirrored"]["images_per_second"], 3
+        )  # fmt: skip
     if toolkit and "notebook" in sides:
         goals["toolkit_vs_notebook"] = round(toolkit / sides["notebook"]["images_per_second"], 1)
     fp32 = sides.get("toolkit_fp32", {}).get("images_per_second")
