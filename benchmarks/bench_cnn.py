@@ -121,7 +121,8 @@ def run_baseline(split, timed_examples, batch, steps_per_execution, repeats, mir
     ds = tf.data.Dataset.from_tensor_slices((split.x, split.y)).cache()
     ds = ds.shuffle(10_000, seed=0).repeat().batch(batch, drop_remainder=True)
     ds = ds.prefetch(tf.data.AUTOTUNE)
-    scope = tf.distribute.MirroredStrategy(["/cpu:0"]).scope() if mirrored else contextlib.nullcontext()
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"]) if mirrored else None
+    scope = strategy.scope() if strategy else contextlib.nullcontext()
     with scope:
         model = _build()
         model.compile(
@@ -248,8 +249,9 @@ def main(argv):
     if toolkit and "baseline" in sides:
         goals["toolkit_vs_baseline"] = round(toolkit / sides["baseline"]["images_per_second"], 3)
     if "baseline" in sides and "baseline_mirrored" in sides:  # What the strategy costs.
+        mirrored = sides["baseline_mirrored"]["images_per_second"]
         goals["baseline_mirrored_vs_baseline"] = round(
-            sides["baseline_mirrored"]["images_per_second"] / sides["baseline"]["images_per_second"], 3
+            mirrored / sides["baseline"]["images_per_second"], 3
         )  # fmt: skip
     if toolkit and "baseline_mirrored" in sides:  # What the engine costs beyond it.
         goals["toolkit_vs_baseline_mirrored"] = round(

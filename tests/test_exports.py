@@ -147,7 +147,8 @@ def tiny_bert_classifier(tmp_path_factory):
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "movie", "was", "great"]
     vocab.write_text("\n".join(words))
     preprocessor = text.BertPreprocessor(str(vocab), seq_length=8)
-    devices = [d.name for d in tf.config.list_logical_devices("CPU")[:2]]  # As the resolver builds it.
+    # Built as the resolver builds its CPU rehearsal (strategy_builders._cpu_rehearsal).
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")[:2]]
     strategy = tf.distribute.MirroredStrategy(
         devices, cross_device_ops=tf.distribute.ReductionToOneDevice(devices[0])
     )

@@ -343,8 +343,9 @@ def test_bert_stopped_at_an_epochs_last_step_resumes_to_the_uninterrupted_weight
         assert stopped.returncode == 143, stopped.stderr[-3000:]
         assert "run the same command again to resume" in _last_line(stopped)
         assert backup_step(str(tmp_path)) == 14
+    killed_at_end = {"fault": "SIGKILL", "at": BERT_STEPS} if chain == "whole" else {}
     resumed = _train_bert_k(bert_hub, tmp_path, model_parallel, *RECORDED, *flags,
-                            **({"fault": "SIGKILL", "at": BERT_STEPS} if chain == "whole" else {}))  # fmt: skip
+                            **killed_at_end)  # fmt: skip
     start = 10
     if chain == "whole":
         # Resumed at 14, past epoch 1's evaluation: a start from an earlier step would also
