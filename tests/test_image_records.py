@@ -16,15 +16,21 @@ from keras_tpu import data
 from keras_tpu.data.images import image_records
 
 
+def upscaled_rgb(images, size=32):
+    """Return grey [n, h, w] or [n, h, w, 1] images in [0, 255] as uint8 [n, size, size, 3] RGB."""
+    if images.ndim == 3:
+        images = images[..., None]
+    images = tf.image.resize(images, (size, size), method="nearest").numpy()
+    return np.repeat(images.round().astype(np.uint8), 3, axis=-1)
+
+
 def digit_images(count, offset=0, size=32):
     """Return (uint8 [count, size, size, 3] RGB digits, int labels) from scikit-learn's digits."""
     from sklearn import datasets as sk_datasets  # pylint: disable=g-import-not-at-top
 
     digits = sk_datasets.load_digits()
-    images = digits.images[offset:offset + count] * (255.0 / 16.0)
-    images = tf.image.resize(images[..., None], (size, size), method="nearest").numpy()
-    rgb = np.repeat(images.round().astype(np.uint8), 3, axis=-1)
-    return rgb, digits.target[offset:offset + count].astype(np.int64)
+    images = upscaled_rgb(digits.images[offset:offset + count] * (255.0 / 16.0), size)
+    return images, digits.target[offset:offset + count].astype(np.int64)
 
 
 def write_records(pattern, images, labels, *, shards=1, layout="kaggle", encode="jpeg",
@@ -300,14 +306,11 @@ def test_a_backbone_from_scratch_reaches_95_percent_on_digit_jpegs(tmp_path):
     """
     from tests.conftest import run_script  # pylint: disable=g-import-not-at-top
 
-    train, test = data.load_digits(seed=0)
-
-    def rgb(x):  # [0, 1] 8x8 digits -> uint8 32x32 RGB, as digit_images upscales them.
-        x = tf.image.resize(x * 255.0, (32, 32), method="nearest").numpy()
-        return np.repeat(x.round().astype(np.uint8), 3, axis=-1)
-
-    write_records(str(tmp_path / "train-%d.tfrecord"), rgb(train.x), train.y, shards=4)
-    write_records(str(tmp_path / "test-%d.tfrecord"), rgb(test.x), test.y, shards=2)
+    train, test = data.load_digits(seed=0)  # [0, 1] 8x8: as digit_images, upscaled to 32x32.
+    write_records(str(tmp_path / "train-%d.tfrecord"), upscaled_rgb(train.x * 255.0), train.y,
+                  shards=4)  # fmt: skip
+    write_records(str(tmp_path / "test-%d.tfrecord"), upscaled_rgb(test.x * 255.0), test.y,
+                  shards=2)  # fmt: skip
     run_dir = tmp_path / "run"
     result = run_script("train_cnn.py", f"--train_tfrecords={tmp_path}/train-*",
                         f"--eval_tfrecords={tmp_path}/test-*", *FROM_SCRATCH_FLAGS,
