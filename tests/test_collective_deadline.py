@@ -1,7 +1,7 @@
 """The cluster's collective deadline: one watchdog thread, aborting only without progress (fast).
 
 On a real cluster: tests/test_multiworker.py::test_a_stuck_worker_fails_the_others_after_the_collective_timeout
-(the abort) and tests/test_cluster_soak.py (threads flat over 40 epochs).
+(the abort) and tests/test_multiworker.py's soak (threads flat over 20 epochs).
 """
 
 import functools

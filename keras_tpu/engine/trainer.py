@@ -39,6 +39,7 @@ from keras_tpu.engine.conclude import summary as summary_lib
 from keras_tpu.engine.task import task as task_lib
 from keras_tpu.engine import training_run
 from keras_tpu.engine.run_config import RunConfig
+from keras_tpu.runtime.host import allocator
 from keras_tpu.runtime.strategy import cluster
 from keras_tpu.runtime.strategy import resolver
 from keras_tpu.runtime.strategy import strategy_builders
@@ -103,6 +104,7 @@ def fit(task, config=None, *, strategy=None):
 
 
 def _fit(task, config, strategy, entry, stopping):
+    allocator.keep_freed_memory()  # Also for a strategy the caller built (host/allocator.py).
     fault_points.reach("connect")
     try:
         strategy = strategy or strategy_for(config)

@@ -15,6 +15,7 @@ import threading
 import time
 
 from keras_tpu import checks
+from keras_tpu.runtime.host import allocator
 from keras_tpu.runtime.strategy import cluster as cluster_lib
 from keras_tpu.runtime.strategy import strategy_builders
 from keras_tpu.runtime.strategy import strategy_info as strategy_info_lib
@@ -146,6 +147,7 @@ def resolve_strategy(
         if key in _strategies:
             return _strategies[key]
         start = time.monotonic()
+        allocator.keep_freed_memory()  # Before the strategy's first step (host/allocator.py).
         built, fallback_reason = strategy_builders.build(request)
         if fallback_reason:
             log.warning("keras_tpu: using %s (%s).", built.kind, fallback_reason)

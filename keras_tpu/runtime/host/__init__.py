@@ -1,0 +1,1 @@
+"""The host a run is on: what its CPU computes, which TensorFlow build it has, how it allocates."""
