@@ -19,7 +19,7 @@ import ctypes, importlib.util, json, os
 spec = importlib.util.spec_from_file_location(
     "allocator", {os.path.join(REPO, "keras_tpu", "runtime", "host", "allocator.py")!r})
 allocator = importlib.util.module_from_spec(spec); spec.loader.exec_module(allocator)
-setting = allocator.keep_freed_memory()
+setting = allocator.keep_freed_memory(("/job:localhost/replica:0/task:0/device:CPU:0",))
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, (ctypes.c_size_t,)
 libc.free.argtypes = (ctypes.c_void_p,)
@@ -63,29 +63,38 @@ def test_freed_memory_stays_resident_unless_the_user_tuned_malloc():
     assert (glibc["top_pad"], glibc["reason"]) == (None, "MALLOC_PERTURB_ is set")
 
 
+CPU = ("/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1")
+
+
 @pytest.fixture
 def undecided(monkeypatch):
     """Forget the process's decision for the test, and restore it afterwards."""
     monkeypatch.setattr(allocator, "_setting", None)
 
 
-def test_decided_once_a_process_and_left_alone_off_glibc_or_when_mallopt_fails(
+def test_decided_once_a_process_and_left_alone_off_the_cpu_off_glibc_or_when_mallopt_fails(
     undecided, monkeypatch
 ):
     calls = []
-    setting = allocator.keep_freed_memory({}, lambda *a: calls.append(a) or 1)
+    setting = allocator.keep_freed_memory(CPU, {}, lambda *a: calls.append(a) or 1)
     assert setting == allocator.AllocatorSetting(64 << 20)
     assert calls == [(-3, 32 << 20), (-1, 64 << 20), (-2, 64 << 20)]
-    assert allocator.keep_freed_memory({}, lambda *a: calls.append(a) or 1) is setting
+    assert allocator.keep_freed_memory(CPU, {}, lambda *a: calls.append(a) or 1) is setting
     assert len(calls) == 3  # Later calls (every strategy, every fit) return the first decision.
     monkeypatch.setattr(allocator, "_setting", None)
-    assert allocator.keep_freed_memory({}, lambda *a: 0).reason == "mallopt(M_MMAP_THRESHOLD, 33554432) failed"
+    failed = allocator.keep_freed_memory(CPU, {}, lambda *a: 0)
+    assert failed.reason == "mallopt(M_MMAP_THRESHOLD, 33554432) failed"
+    monkeypatch.setattr(allocator, "_setting", None)
+    tpu = ("/job:worker/replica:0/task:0/device:TPU:0", "/job:worker/replica:0/task:0/device:TPU:1")
+    assert allocator.keep_freed_memory(tpu, {}, lambda *a: calls.append(a) or 1) == (
+        allocator.AllocatorSetting(None, "the replicas run on TPU, not the CPU"))
+    assert len(calls) == 3  # Not measured on a TPU or GPU host: malloc left as it is.
     monkeypatch.setattr(allocator, "_setting", None)
     monkeypatch.setattr(allocator, "_mallopt", lambda: None)
-    assert allocator.keep_freed_memory({}).reason == "the C library is not glibc"
+    assert allocator.keep_freed_memory(CPU, {}).reason == "the C library is not glibc"
 
 
-def test_resolving_a_strategy_decides_it(undecided, fresh_resolver):
+def test_resolving_a_cpu_strategy_decides_it(undecided, fresh_resolver):
     assert allocator._setting is None
     fresh_resolver.resolve_strategy(strategy="cpu", environ={})
     assert allocator._setting is not None

@@ -104,12 +104,13 @@ def fit(task, config=None, *, strategy=None):
 
 
 def _fit(task, config, strategy, entry, stopping):
-    allocator.keep_freed_memory()  # Also for a strategy the caller built (host/allocator.py).
     fault_points.reach("connect")
     try:
         strategy = strategy or strategy_for(config)
     except strategy_builders.DeviceConfigError as e:  # Say if the task's own instances caused it.
         raise instances.explain_device_error(e, task) from e
+    # Also for a strategy the caller built (resolve_strategy's are decided already).
+    allocator.keep_freed_memory(StrategyInfo.of(strategy).devices)
     stopping.install()  # Back from a cluster's coordination service, which took SIGTERM.
     # Built after the strategy: builders may load data or TF Hub models, which
     # initialises TensorFlow's devices.

@@ -17,14 +17,15 @@ below, `bench_cnn.py`'s toolkit side ran at 3,431 img/s against 1,870 without th
 hand-tuned baseline (benchmarks/results/cnn_allocator.json).
 
 The setting is glibc's public `mallopt` (the top pad, and the mmap and trim thresholds
-below), applied once a process, when a
-strategy is resolved or a run starts (never at import). It is left alone where the user
-tuned malloc: any of the variables glibc reads at start-up (`MALLOC_TOP_PAD_`,
-`MALLOC_ARENA_MAX`, ...: `GLIBC_MALLOC_VARIABLES`) or a `glibc.malloc.*` tunable in
-`GLIBC_TUNABLES` keeps malloc as the user set it; `MALLOC_PERTURB_=0` (glibc's default: no
-perturbation) keeps glibc's own settings. Setting a threshold or the top pad, by variable or
-by this module, also stops glibc adapting its mmap threshold to the sizes freed (mallopt(3));
-measured above, with the top pad at glibc's 128 KiB that way, the CNN without a strategy
+below), applied once a process when a strategy whose replicas are CPUs is resolved or a
+run starts (never at import; on TPUs and GPUs, where it is not measured, malloc is left
+alone). It is left alone too where the user tuned malloc: any of the variables glibc
+reads at start-up (`MALLOC_TOP_PAD_`, `MALLOC_ARENA_MAX`, ...: `GLIBC_MALLOC_VARIABLES`)
+or a `glibc.malloc.*` tunable in `GLIBC_TUNABLES` keeps malloc as the user set it;
+`MALLOC_PERTURB_=0` (glibc's default: no perturbation) keeps glibc's own settings.
+Setting a threshold or the top pad, by variable or by this module, also stops glibc
+adapting its mmap threshold to the sizes freed (mallopt(3)); measured above, with the
+top pad at glibc's 128 KiB that way, the CNN without a strategy
 fell from 3,213 to 1,899 img/s: a user's `MALLOC_TOP_PAD_` should be generous. Other C
 libraries (musl, macOS, Windows) are left as they are.
 """
@@ -100,10 +101,15 @@ def _mallopt():
     return function
 
 
-def keep_freed_memory(environ=None, mallopt=None):
+def keep_freed_memory(devices, environ=None, mallopt=None):
     """Keep `TOP_PAD_BYTES` of each malloc heap's freed memory, once a process (see above).
 
+    Only where the step runs on the host's CPU, as measured: on a TPU or GPU the host runs
+    the input and the runtime, with many more threads (and malloc arenas, up to 8 a core)
+    each keeping what it freed; what the setting buys or costs there is not measured.
+
     Args:
+      devices: the strategy's replica devices ("/job:.../device:CPU:0", ...).
       environ: environment to read for the user's own choice; defaults to os.environ.
       mallopt: glibc's mallopt (tests pass a stand-in); defaults to the process's own.
 
@@ -113,7 +119,7 @@ def keep_freed_memory(environ=None, mallopt=None):
     global _setting
     with _lock:
         if _setting is None:
-            _setting = _decide(os.environ if environ is None else environ, mallopt)
+            _setting = _decide(devices, os.environ if environ is None else environ, mallopt)
             if _setting.top_pad:
                 log.info("keras_tpu: malloc keeps %d MiB of freed memory per heap (M_TOP_PAD; "
                          "MALLOC_PERTURB_=0 keeps glibc's settings).", _setting.top_pad >> 20)
@@ -122,7 +128,10 @@ def keep_freed_memory(environ=None, mallopt=None):
         return _setting
 
 
-def _decide(environ, mallopt):
+def _decide(devices, environ, mallopt):
+    others = sorted({d.rsplit("device:", 1)[-1].split(":")[0] for d in devices} - {"CPU"})
+    if others:
+        return AllocatorSetting(None, f"the replicas run on {', '.join(others)}, not the CPU")
     chosen = _user_choice(environ)
     if chosen:
         return AllocatorSetting(None, f"{chosen} is set")

@@ -147,7 +147,6 @@ def resolve_strategy(
         if key in _strategies:
             return _strategies[key]
         start = time.monotonic()
-        allocator.keep_freed_memory()  # Before the strategy's first step (host/allocator.py).
         built, fallback_reason = strategy_builders.build(request)
         if fallback_reason:
             log.warning("keras_tpu: using %s (%s).", built.kind, fallback_reason)
@@ -166,6 +165,7 @@ def resolve_strategy(
             root=request.root,
         )
         strategy_info_lib.register(result, info)
+        allocator.keep_freed_memory(info.devices)  # Before its first step (host/allocator.py).
         _strategies[key] = result
         return result
 
