@@ -35,11 +35,8 @@ Every side first runs one untimed warm-up (tracing, first-iteration costs);
 (b) and (c) then time one epoch of timed_examples per repeat and report the
 median. Goals: (c) >= 1.0x (b) and >= 20x (a).
 
-Every side runs with the host allocator keras_tpu sets when a strategy is resolved
-(keras_tpu/runtime/host/allocator.py: glibc keeps 64 MiB of each heap's freed memory), as
-`_machine.auto_precision` resolves one before any side; without it a one-device strategy
-refaults its step buffers every step ((b') ran at 0.59x (b)). `MALLOC_TOP_PAD_=131072`
-(glibc's default) runs the sides without it.
+A one-device strategy's cost on this path is glibc's malloc (benchmarks/README.md): run
+with `GLIBC_TUNABLES=glibc.malloc.top_pad=67108864` to see every side without it.
 
   python benchmarks/bench_cnn.py --wait_quiet=600 --json=benchmarks/results/cnn.json \
       --png=benchmarks/results/cnn.png

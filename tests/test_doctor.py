@@ -17,7 +17,7 @@ from keras_tpu.runtime import detect
 from keras_tpu.readiness import doctor as _doctor_pkg_attr  # noqa: F401  (the function)
 from keras_tpu.runtime.strategy import resolver
 from keras_tpu.runtime.strategy import strategy_builders
-from keras_tpu.runtime.host import tf_build
+from keras_tpu.runtime import tf_build
 from keras_tpu.runtime.tpu import tpu_holders
 from tests.conftest import run_python
 from tests.conftest import run_script

@@ -176,7 +176,7 @@ def test_the_install_resolves_to_the_tpu_build_and_the_libtpu_range(tpu_resoluti
 
 @pytest.mark.heavy  # Opt-in (`-m heavy`): the 2.6 GB TPU-build environment (~8 min to build).
 def test_keras_tpu_imports_with_the_tpu_build(tpu_venv):
-    code = ("import keras_tpu, json; from keras_tpu.runtime.host import tf_build; i = tf_build.installed(); "
+    code = ("import keras_tpu, json; from keras_tpu.runtime import tf_build; i = tf_build.installed(); "
             "print(json.dumps([i.is_tpu_build, i.tf_version, i.version('libtpu')]))")
     result = _run(tpu_venv, "-c", code)
     assert result.returncode == 0, result.stderr

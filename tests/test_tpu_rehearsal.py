@@ -17,7 +17,7 @@ from models.bert import bert_optimizer as optimizers
 from models.bert import bert_text as text
 from keras_tpu.readiness import rehearsal_findings
 from keras_tpu.readiness import tpu_rehearsal
-from keras_tpu.runtime.host import tf_build
+from keras_tpu.runtime import tf_build
 from keras_tpu.runtime import tf_registries
 from keras_tpu.engine.steps import compiling
 from models import bert

@@ -39,7 +39,6 @@ from keras_tpu.engine.conclude import summary as summary_lib
 from keras_tpu.engine.task import task as task_lib
 from keras_tpu.engine import training_run
 from keras_tpu.engine.run_config import RunConfig
-from keras_tpu.runtime.host import allocator
 from keras_tpu.runtime.strategy import cluster
 from keras_tpu.runtime.strategy import resolver
 from keras_tpu.runtime.strategy import strategy_builders
@@ -109,8 +108,6 @@ def _fit(task, config, strategy, entry, stopping):
         strategy = strategy or strategy_for(config)
     except strategy_builders.DeviceConfigError as e:  # Say if the task's own instances caused it.
         raise instances.explain_device_error(e, task) from e
-    # Also for a strategy the caller built (resolve_strategy's are decided already).
-    allocator.keep_freed_memory(StrategyInfo.of(strategy).devices)
     stopping.install()  # Back from a cluster's coordination service, which took SIGTERM.
     # Built after the strategy: builders may load data or TF Hub models, which
     # initialises TensorFlow's devices.

@@ -11,7 +11,7 @@ is present but unusable with the same checks (`runtime/tpu/tpu_health.py`).
 import os
 
 from keras_tpu.runtime import compat
-from keras_tpu.runtime.host import tf_build
+from keras_tpu.runtime import tf_build
 from keras_tpu.runtime.tpu import tpu_holders
 from keras_tpu.runtime.health_report import FAIL, OK, WARN, Check, Report  # noqa: F401
 from keras_tpu.runtime.tpu.tpu_health import (  # noqa: F401  (doctor.check_build, ...: one place)

@@ -40,7 +40,7 @@ LIBTPU_SKIPPED = (
     os.environ.get("TPU_LOAD_LIBRARY") == "0" and os.environ.get("KERAS_TPU_SKIPPED_LIBTPU") == "1"
 )
 
-from keras_tpu.runtime.host import tf_build  # noqa: E402  (imports TensorFlow only when called)
+from keras_tpu.runtime import tf_build  # noqa: E402  (imports TensorFlow only when called)
 
 tf_build.check_libtpu_loadable()
 

@@ -15,7 +15,6 @@ import threading
 import time
 
 from keras_tpu import checks
-from keras_tpu.runtime.host import allocator
 from keras_tpu.runtime.strategy import cluster as cluster_lib
 from keras_tpu.runtime.strategy import strategy_builders
 from keras_tpu.runtime.strategy import strategy_info as strategy_info_lib
@@ -165,7 +164,6 @@ def resolve_strategy(
             root=request.root,
         )
         strategy_info_lib.register(result, info)
-        allocator.keep_freed_memory(info.devices)  # Before its first step (host/allocator.py).
         _strategies[key] = result
         return result
 

@@ -10,7 +10,7 @@ import os
 from packaging.specifiers import SpecifierSet
 
 from keras_tpu.runtime import compat
-from keras_tpu.runtime.host import tf_build
+from keras_tpu.runtime import tf_build
 from keras_tpu.runtime.tpu import tpu_holders
 from keras_tpu.runtime.health_report import FAIL, OK, WARN, Check
 
