@@ -320,11 +320,17 @@ def test_bench_images(tmp_path):
         assert side["images_per_second"] > 0 and side["images_per_turn"] == 48
     training = results["training"]
     assert [training[s]["cache"] for s in ("streamed", "cached")] == ["none", "memory"]
-    for side in training.values():  # Two of the three files: 100 examples each.
+    for side in (training["streamed"], training["cached"]):  # Two files: 100 examples each.
         assert side["train_examples"] == 200 and side["images_per_second"] > 0
         assert side["images_per_epoch"] == 3 * side["global_batch"]
+    bound = training["bound"]  # What 2 shared cores allow, from streaming's CPU an image.
+    assert bound["streaming_cpu_ms_per_image"] > 0 and bound["cores"] == os.cpu_count()
+    cached = training["cached"]["images_per_second"]
+    assert bound["streamed_vs_cached_at_most"] == pytest.approx(  # Rounded figures.
+        1 / (1 + bound["streaming_cpu_ms_per_image"] / 1e3 * cached / bound["cores"]), abs=2e-3)
     assert set(results["ratios"]) == {
-        "toolkit_vs_tfmodels", "deterministic_vs_not_tfmodels", "streamed_vs_cached"
+        "toolkit_vs_tfmodels", "deterministic_vs_not_tfmodels", "streamed_vs_cached",
+        "streamed_vs_cached_bound_here",
     }
     stages = {row["stage"]: row for row in results["stages"]["rows"]}
     decode = stages["parse + decode + augment"]
