@@ -5,10 +5,13 @@ TensorFlow loads, a `models` first on the path that is not keras_tpu's; keras_tp
 warns when it hides another one later on the path (models/__init__.py).
 """
 
+import importlib
 import importlib.util
 import os
 import subprocess
 import sys
+
+from absl import flags
 
 import models
 from tests.conftest import REPO
@@ -35,12 +38,18 @@ def test_a_foreign_models_first_on_the_path_is_refused_in_one_line(tmp_path):
 
 
 def test_keras_tpus_own_models_passes_and_says_what_it_hides(tmp_path):
-    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    # As the package module, its flags gone after: a bare `import flag_utils` left its flags
+    # defined under another module name, and a later import of scripts.predict in the same
+    # test process (tests/conftest.py's predict_script) failed with DuplicateFlagError.
+    baseline, loaded = set(flags.FLAGS), set(sys.modules)
     try:
-        import flag_utils  # pylint: disable=g-import-not-at-top
+        flag_utils = importlib.import_module("scripts.flag_utils")
+        assert flag_utils.models_problem(importlib.util.find_spec("models")) is None
     finally:
-        sys.path.remove(os.path.join(REPO, "scripts"))
-    assert flag_utils.models_problem(importlib.util.find_spec("models")) is None
+        for name in set(flags.FLAGS) - baseline:
+            delattr(flags.FLAGS, name)
+        if "scripts.flag_utils" not in loaded:
+            sys.modules.pop("scripts.flag_utils", None)
     assert models.MODEL_GARDEN == "keras_tpu"
     other = _foreign_models(tmp_path)
     assert models.hidden_models([REPO, str(other)]) == [str(other / "models")]
