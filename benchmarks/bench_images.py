@@ -338,13 +338,17 @@ def run_training(paths):
 # A ParallelMapDatasetV2 / MapDataset is told apart by its function's name.
 _PARALLEL = "parallel"
 _ONE_THREAD = "ONE THREAD"
+_NAMES_SHUFFLE = "shuffle (a pass's file names)"
+_RECORDS_SHUFFLE = "shuffle (each file's encoded records, as it is read)"
 _OPS = {
     "ParallelInterleaveDatasetV4": ("read (files interleaved)", _PARALLEL),
     "InterleaveDataset": ("read (files interleaved)", _ONE_THREAD),
     "TFRecordDataset": ("read (one file)", "one reader per open file"),
     "TFRecordDatasetV2": ("read (one file)", "one reader per open file"),
-    "ShuffleDataset": ("shuffle (file names, then encoded records)", _ONE_THREAD),
-    "ShuffleDatasetV3": ("shuffle (file names, then encoded records)", _ONE_THREAD),
+    # A shuffle's stage is where it sits (`_stage`): of a pass's file names, or of
+    # each file's records as an interleave reads it.
+    "ShuffleDataset": ("shuffle", None),
+    "ShuffleDatasetV3": ("shuffle", None),
     "ZipDataset": ("example indices (enumerate, for the seeds)", "no function: a counter"),
     "ParallelBatchDataset": ("batch (encoded records)", _PARALLEL),
     "BatchDatasetV2": ("batch", _ONE_THREAD),
@@ -357,9 +361,10 @@ _OPS = {
 _SPREAD = {
     "read (files interleaved)": "I/O: min(files, 8) files read at once; a record costs ~1 µs "
     "(bench_scale.py), millions a second, and 8 concurrent reads hide gs:// latency",
-    "shuffle (file names, then encoded records)": "one thread a pipeline, moving encoded "
-    "records (never pixels): ~1.9 µs a record on this host (bench_scale.py), a ceiling near "
-    "500,000 images/s a pipeline: the stage to watch on a 240-core host with small images",
+    _NAMES_SHUFFLE: "once a pass, over its file names (tens to thousands): no work per image",
+    _RECORDS_SHUFFLE: "each open file's records shuffled in the thread that reads it: "
+    "min(files, 8) at once, each moving encoded records (never pixels) at ~1.9 µs a record "
+    "(bench_scale.py), a ceiling near 4 M images/s a pipeline",
     "example indices (enumerate, for the seeds)": "a counter, no function call; the seeds "
     "are computed a batch at a time inside the parse map",
     "batch (encoded records)": "AUTOTUNE batches copied at once; byte copies, negligible",
@@ -404,12 +409,21 @@ def _parallelism(node, consts):
     return None, None
 
 
-def _stage(node):
-    """Return (stage, how it runs, function name) of a dataset node; stage None: not a stage."""
+def _stage(node, where, readers):
+    """Return (stage, how it runs, function name) of a dataset node; stage None: not a stage.
+
+    `where` is the function the node is in ("pipeline" for the top graph); `readers` maps
+    each interleave's function to how that interleave runs (parallel or on one thread).
+    """
     stage, runs = _OPS.get(node.op, (None, None))
     function = node.attr["f"].func.name if "f" in node.attr else ""
     if node.op in ("MapDataset", "ParallelMapDatasetV2"):
         stage = _map_stage(function)
+    if stage == "shuffle":
+        # Inside an interleave's function it shuffles one file's records, in the thread
+        # that reads the file; anywhere else in the stream it orders a pass's file names.
+        stage, runs = ((_RECORDS_SHUFFLE, readers[where]) if where in readers
+                       else (_NAMES_SHUFFLE, "once a pass, not per image"))  # fmt: skip
     return stage, runs, function
 
 
@@ -438,12 +452,18 @@ def run_stages(dataset):
     finally:
         determinism.seed_everything(0, deterministic=False)
     rows = []
-    for where, nodes in [("pipeline", graph.node)] + [
+    functions = [("pipeline", graph.node)] + [
         (f.signature.name, f.node_def) for f in graph.library.function
-    ]:
+    ]
+    readers = {
+        node.attr["f"].func.name: _OPS[node.op][1]
+        for _, nodes in functions for node in nodes
+        if node.op in ("ParallelInterleaveDatasetV4", "InterleaveDataset")
+    }  # fmt: skip
+    for where, nodes in functions:
         consts = _int_consts(nodes)
         for node in nodes:
-            stage, runs, function = _stage(node)
+            stage, runs, function = _stage(node, where, readers)
             if stage is None:
                 continue
             calls, cycle = _parallelism(node, consts)

@@ -101,9 +101,10 @@ def test_a_run_counts_its_records_once_and_its_resume_reads_the_kept_count(tmp_p
     summary = _fit(source, run)
     assert summary["resumed_from_step"] == 20 and summary["final_step"] == 30
     assert counts == [] and f"{source.name}: 80 examples (kept)" in caplog.text
-    # Epoch 3's pass, the next pass's shuffle buffer the pipeline reads ahead into (80 each)
-    # and the first batch the data checks read: no count (it parsed 80 three times a start).
-    assert 160 <= len(parsed) <= 160 + 16, len(parsed)
+    # Epoch 3's pass (80), what the pipeline reads ahead into the next pass's shuffle
+    # buffers (each file's, filled as the file is read: at most its 80) and the first
+    # batch the data checks read: no count (it parsed 80 three times a start).
+    assert 80 < len(parsed) <= 160 + 16, len(parsed)
 
     # A file changed since (its size and time): counted again, said so.
     with tf.io.TFRecordWriter(str(tmp_path / "data" / "part-1.tfrecord")) as writer:

@@ -182,6 +182,38 @@ def test_parsing_in_batches_gives_the_same_stream(tmp_path):
     assert [s.shape.as_list() for s in spec] == [[GLOBAL, 1], [GLOBAL]]
 
 
+def test_a_streamed_pass_shuffles_each_file_in_the_threads_that_read_it(tmp_path):
+    # One buffer for the whole stream would shuffle every record on one thread; each file's
+    # own, in the interleave that reads files in parallel (an image path's), spreads it.
+    one = _tfrecords(tmp_path, [7, 9, 4, 8])
+    source = file_sources.tfrecord_source(
+        one.paths, _parse_batch, num_examples=28, parses_batches=True, parallel_reads=True
+    )
+    dataset_fn, _ = data.train_dataset_fn(source, _batching(), seed=3, cache="none",
+                                          shuffle_buffer=10)  # fmt: skip
+    graph = pipelines.graph_as_run(dataset_fn(tf.distribute.InputContext()))
+    functions = {f.signature.name: f.node_def for f in graph.library.function}
+    readers = [node.attr["f"].func.name for body in functions.values() for node in body
+               if node.op == "ParallelInterleaveDatasetV4"]  # fmt: skip
+    assert len(readers) == 1
+    body = {node.name: node for node in functions[readers[0]]}
+    shuffles = [node for node in body.values() if node.op == "ShuffleDataset"]
+    assert len(shuffles) == 1  # Each file's records, in the interleave's threads.
+    buffer = body[shuffles[0].input[1].split(":")[0]]  # A cast of the constant.
+    buffer = body[buffer.input[0].split(":")[0]] if buffer.op == "Cast" else buffer
+    # The memory of the one buffer: 10 records over the 4 files read at once, 3 each.
+    assert tf.make_ndarray(buffer.attr["value"].tensor) == 3
+    outside = [node for name, nodes in functions.items() if name != readers[0]
+               for node in nodes if node.op == "ShuffleDataset"]  # fmt: skip
+    assert len(outside) == 1  # The pass's file names: no shuffle of the whole stream.
+    # Every record once a pass; each file's records out of their file order.
+    first = [i for batch in _stream(source, 3, cache="none", shuffle_buffer=10) for i in batch]
+    assert len(set(first)) == 24
+    assert [i for i in first if i < 7] != sorted(i for i in first if i < 7)
+    with pytest.raises(checks.ConfigError, match="shuffles_each_file=True says open_files"):
+        data.Source("mine", 28, source.open_shard, source.paths, shuffles_each_file=True)
+
+
 def _ops_run(dataset):
     """Return the dataset ops tf.data runs for `dataset`: its graph after the rewrites."""
     return [node.op for node in pipelines.graph_as_run(dataset).node]

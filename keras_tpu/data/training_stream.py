@@ -14,7 +14,8 @@ any epoch directly:
     shuffled with a seed made of (seed, pipeline, e, pass): the same order whichever
     epoch the stream starts at, whatever the op-determinism setting;
   - a file source (`Source.open_files`) also reads its files in an order shuffled with
-    that seed, unless it is cached (then the cache holds one fixed order);
+    that seed, unless it is cached (then the cache holds one fixed order); a TFRecord
+    source then shuffles each file's records as it reads them, in its reading threads;
   - the examples a pass leaves over (`len % global_batch`) are not used in that epoch
     (each epoch's shuffle leaves out others); a shard shorter than an epoch (uneven
     files across pipelines) goes on into a second, differently shuffled pass;
@@ -177,10 +178,12 @@ def train_dataset_fn(
         # One pipeline feeds several replicas (all of a host's): it batches per
         # replica and the strategy hands consecutive batches to its replicas.
         per_step = batch * (input_context.num_replicas_in_sync // pipelines)
-        open_pass, parse = _pass_opener(source, plan.cache, pipelines, pipeline_id, shuffle)
         buffer = max(1, min(shuffle_buffer, math.ceil(n / pipelines)))
         if source.shuffle_buffer and _streams_files(source, plan.cache, pipelines):
             buffer = min(buffer, source.shuffle_buffer)  # Its file order is the shuffle.
+        open_pass, parse = _pass_opener(
+            source, plan.cache, pipelines, pipeline_id, buffer if shuffle else None
+        )
 
         def one_pass(epoch, pass_index):
             # Traced by flat_map in a graph of its own: fixing that graph's seed makes each
@@ -189,10 +192,7 @@ def train_dataset_fn(
             # random_seed.get_seed from comparing a tensor seed with (0, 0) as a bool,
             # which fails under a global seed of 0.
             tf.compat.v1.get_default_graph().seed = _GRAPH_SEED
-            ds = open_pass(pass_seed(seed, pipeline_id, epoch, pass_index))
-            if shuffle:
-                ds = seeded_shuffle(ds, buffer, pass_seed(seed, pipeline_id, epoch, pass_index))
-            return ds
+            return open_pass(pass_seed(seed, pipeline_id, epoch, pass_index))
 
         def one_epoch(epoch):
             passes = tf.data.Dataset.range(_MAX_PASSES_PER_EPOCH)
@@ -286,24 +286,39 @@ def _streams_files(source, cache, pipelines):
     return source.open_files is not None and len(source.paths) >= pipelines and cache is None
 
 
-def _pass_opener(source, cache, pipelines, pipeline_id, shuffle):
+def _pass_opener(source, cache, pipelines, pipeline_id, buffer):
     """Return (seed -> this pipeline's elements for one pass, batch parser or None).
 
+    `seed` (an int64 tensor) fixes the pass's order; None reads the pass unshuffled (a
+    cache's fill). `buffer` is the pass's shuffle buffer, None for no shuffle.
+
     A file source that is streamed reorders its files every pass; otherwise the pass
-    reads the shard (or the cache of it, shared by every pass) in one fixed order. A
-    streamed source with a batch parser gives its records, parsed after batching: the
-    same examples in the same order (a shuffle's order depends on its seed and buffer
-    alone), with records instead of decoded tensors in the shuffle buffer.
+    reads the shard (or the cache of it, shared by every pass) in one fixed order, then
+    shuffles it through one buffer. A streamed source that shuffles each file as it reads
+    it (`Source.shuffles_each_file`: TFRecord files) does that instead, inside its reads:
+    in the threads that read the files in parallel (an image path's), never one thread
+    for the whole stream; each file's buffer holds `buffer / files read at once` records,
+    the memory of the one buffer. A streamed source with a batch parser gives its records,
+    parsed after batching: the same examples in the same order (a shuffle's order depends
+    on its seed and buffer alone), with records instead of decoded tensors in the buffers.
     """
     files = source.paths
-    if _streams_files(source, cache, pipelines) and shuffle:
+    if _streams_files(source, cache, pipelines) and buffer is not None:
         names = tf.data.Dataset.from_tensor_slices(list(files)).shard(pipelines, pipeline_id)
         size = math.ceil(len(files) / pipelines)
         late = source.parse_batch is not None
         open_names = source.open_records if late else source.open_files
 
         def open_pass(seed):
-            return open_names(seeded_shuffle(names, size, seed))
+            order = seeded_shuffle(names, size, seed)
+            if not source.shuffles_each_file:
+                return seeded_shuffle(open_names(order), buffer, seed)
+
+            def each_file(records, position, files_at_once):
+                file_seed = (tf.cast(seed, tf.int64) * 1_000_003 + position) % _PRIME
+                return seeded_shuffle(records, math.ceil(buffer / files_at_once), file_seed)
+
+            return open_names(order, shuffle=each_file)
 
         return open_pass, source.parse_batch
     shard = source.open_shard(pipelines, pipeline_id, True)
@@ -311,4 +326,8 @@ def _pass_opener(source, cache, pipelines, pipeline_id, shuffle):
         shard = shard.cache()
     elif cache:
         shard = shard.cache(f"{cache}.pipeline{pipeline_id}")
-    return (lambda seed: shard), None
+
+    def open_fixed(seed):
+        return shard if seed is None or buffer is None else seeded_shuffle(shard, buffer, seed)
+
+    return open_fixed, None

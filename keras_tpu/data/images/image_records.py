@@ -14,8 +14,9 @@ images need on top:
     96-240 vCPUs; JPEG decoding, not reading, bounds the stream) and records are decoded
     in batches mapped in parallel (AUTOTUNE), each batch's images decoded concurrently;
   - a streamed training pipeline shuffles the encoded records and decodes after batching
-    (`Source.parse_batch`): the shuffle buffer holds JPEG bytes, not pixels, capped at
-    `SHUFFLE_BUFFER` records per pipeline as tensorflow/models' ImageNet input does;
+    (`Source.parse_batch`): the shuffle buffers hold JPEG bytes, not pixels,
+    `SHUFFLE_BUFFER` records per pipeline in all as tensorflow/models' ImageNet input
+    holds, each file's share shuffled in the thread that reads the file;
   - each image is decoded (`tf.io.decode_image`: JPEG, PNG, GIF, BMP), its central square
     (times `crop_fraction`) cropped and resized to `image_size` (bilinear, antialiased),
     and kept as uint8 pixels in [0, 255] (a quarter of float32's memory; cast to float32

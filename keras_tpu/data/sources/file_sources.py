@@ -14,6 +14,9 @@ from keras_tpu.data.sources.source_types import Source
 
 
 PARSE_BATCH = 256  # Records parsed in one call by a parse_fn that takes batches.
+# Files a source reads at once (an interleave's cycle): a training stream's shuffle holds
+# about as many records in all as its one buffer would (Source.shuffles_each_file).
+FILES_READ_AT_ONCE = 8
 
 
 def tfrecord_source(
@@ -50,17 +53,25 @@ def tfrecord_source(
     # (a streamed epoch at 1.6x the examples/s without it, benchmarks/bench_scale.py).
     remote = any("://" in f for f in files) if parallel_reads is None else bool(parallel_reads)
 
-    def read_files(names):
+    at_once = min(len(files), FILES_READ_AT_ONCE)
+
+    def read_files(names, shuffle=None):
         # Deterministic whatever the op-determinism setting: the same files in the same
         # order give the same examples in the same order, on every build of the pipeline
         # (an exact resume and a rerun need it). Both forms give the one order.
         parallel = {"num_parallel_calls": tf.data.AUTOTUNE, "deterministic": True}
-        return names.interleave(
-            tf.data.TFRecordDataset, cycle_length=min(len(files), 8), **(parallel if remote else {})
-        )
+        if shuffle is None:
+            read = tf.data.TFRecordDataset
+        else:  # Each file shuffled where it is read: in the interleave's threads.
+            names = names.enumerate()
 
-    def open_files(names):
-        return parse(read_files(names))
+            def read(position, name):
+                return shuffle(tf.data.TFRecordDataset(name), position, at_once)
+
+        return names.interleave(read, cycle_length=at_once, **(parallel if remote else {}))
+
+    def open_files(names, shuffle=None):
+        return parse(read_files(names, shuffle))
 
     def parse(records):
         if parses_batches:
@@ -80,7 +91,7 @@ def tfrecord_source(
         name or str(pattern), num_examples, open_shard, tuple(files),
         size_bytes=_total_size(files) if size_bytes is None else size_bytes,
         open_files=open_files, num_classes=num_classes, class_names=class_names,
-        shuffle_buffer=shuffle_buffer,
+        shuffle_buffer=shuffle_buffer, shuffles_each_file=True,
         # A batch parser lets a streamed training pipeline shuffle and batch the records
         # and parse each batch once (Source.parse_batch).
         open_records=read_files if parses_batches else None,

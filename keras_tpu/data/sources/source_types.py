@@ -79,6 +79,12 @@ class Source:
         unbatched and batched again (benchmarks/bench_scale.py measures it).
       class_names: the name of each label class, in label order, when the source knows
         them (image class folders, named text labels): the run's summary and export keep them.
+      shuffles_each_file: `open_files` and `open_records` take `shuffle=`, a function
+        (one file's records, the file's position in the order given, how many files the
+        source reads at once) -> those records reordered, applied where each file is read
+        (TFRecord sources: inside their parallel reads). A streamed training pipeline then
+        shuffles each file as it is read instead of the whole stream through one buffer,
+        which would run on one thread.
       shuffle_buffer: a cap on the training stream's example shuffle when it reads
         `open_files` in a shuffled order (a source of one large example per file, whose
         file order is a full shuffle already), or None for the stream's own buffer.
@@ -108,6 +114,7 @@ class Source:
     open_records: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
     parse_batch: Callable[..., Any] | None = None
     class_names: tuple | None = None
+    shuffles_each_file: bool = False
     shuffle_buffer: int | None = None
     example_ids: tuple | None = None
     open_shard_with_ids: Callable[[int, int], tf.data.Dataset] | None = None
@@ -115,6 +122,11 @@ class Source:
     left_out: tuple = ()
 
     def __post_init__(self):
+        if self.shuffles_each_file and self.open_files is None:
+            raise checks.ConfigError(
+                f"Source {self.name!r}: shuffles_each_file=True says open_files takes "
+                "shuffle=, but there is no open_files; give it, or leave shuffles_each_file off."
+            )
         if (self.open_records is None) != (self.parse_batch is None):
             raise checks.ConfigError(
                 f"Source {self.name!r}: open_records and parse_batch go together (one parses "
