@@ -257,9 +257,9 @@ def streaming_cost(path, image_size, images=2048):
 
     from keras_tpu.data.images import image_records  # pylint: disable=g-import-not-at-top
 
-    feature = {"image": tf.io.FixedLenFeature([], tf.string)}
+    feature = {image_records.LAYOUTS["kaggle"].image_key: tf.io.FixedLenFeature([], tf.string)}
     ds = tf.data.TFRecordDataset(path).repeat().map(
-        lambda r: image_records.decode_image(tf.io.parse_single_example(r, feature)["image"],
+        lambda r: image_records.decode_image(*tf.io.parse_single_example(r, feature).values(),
                                              image_size))  # fmt: skip
     iterator = iter(ds)
     for _ in range(64):
