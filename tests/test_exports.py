@@ -17,6 +17,7 @@ import tf_keras
 import keras_tpu
 from keras_tpu import keras
 from keras_tpu.engine.rundir import output_paths
+from keras_tpu.runtime.strategy import strategy_builders
 from models.bert import bert_export
 from models.bert import bert_text as text
 from models import bert
@@ -147,11 +148,9 @@ def tiny_bert_classifier(tmp_path_factory):
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "movie", "was", "great"]
     vocab.write_text("\n".join(words))
     preprocessor = text.BertPreprocessor(str(vocab), seq_length=8)
-    # Built as the resolver builds its CPU rehearsal (strategy_builders._cpu_rehearsal).
+    # Built as the resolver builds its CPU rehearsal, over 2 of the session's 4 CPUs.
     devices = [d.name for d in tf.config.list_logical_devices("CPU")[:2]]
-    strategy = tf.distribute.MirroredStrategy(
-        devices, cross_device_ops=tf.distribute.ReductionToOneDevice(devices[0])
-    )
+    strategy = strategy_builders.mirrored_over(devices)
     config = bert.BertConfig(vocab_size=8, num_layers=1, hidden_size=8, num_heads=2,
                              intermediate_size=16)  # fmt: skip
     with strategy.scope():

@@ -48,6 +48,19 @@ def _configure_cpu_replicas(n):
         ) from e
 
 
+def mirrored_over(devices):
+    """Return a MirroredStrategy over `devices` that reduces onto the first of them.
+
+    Collective all-reduce (MirroredStrategy's default on CPUs) keys its ops per
+    strategy object, so two strategies over the same CPUs in one process collide
+    ("Shape mismatch in the collective instance 100", measured). Reducing to one
+    device has no such shared state and is as fast on CPU.
+    """
+    return tf.distribute.MirroredStrategy(
+        list(devices), cross_device_ops=tf.distribute.ReductionToOneDevice(devices[0])
+    )
+
+
 def _single_device_strategy(device):
     """Return a one-replica MirroredStrategy on `device`.
 
@@ -56,9 +69,7 @@ def _single_device_strategy(device):
     TPUStrategy"), and one replica of MirroredStrategy runs the same code path
     as the multi-replica runs it rehearses.
     """
-    return tf.distribute.MirroredStrategy(
-        [device], cross_device_ops=tf.distribute.ReductionToOneDevice(device)
-    )
+    return mirrored_over([device])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,14 +106,7 @@ def _cpu_rehearsal(request):
         )
     _configure_cpu_replicas(request.cpu_replicas)
     devices = [d.name for d in tf.config.list_logical_devices("CPU")][: request.cpu_replicas]
-    # Collective all-reduce (MirroredStrategy's default here) keys its ops per
-    # strategy object, so two strategies over the same CPUs in one process
-    # collide ("Shape mismatch in the collective instance 100", measured).
-    # Reducing to one device has no such shared state and is as fast on CPU.
-    strategy = tf.distribute.MirroredStrategy(
-        devices, cross_device_ops=tf.distribute.ReductionToOneDevice(devices[0])
-    )
-    return _Built(strategy, "cpu", rehearsal=True)
+    return _Built(mirrored_over(devices), "cpu", rehearsal=True)
 
 
 def _refuse_unusable_tpu(location, environ, root):
