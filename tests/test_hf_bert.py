@@ -8,6 +8,7 @@ transformers is not installed.
 
 import json
 import os
+import random
 
 import numpy as np
 import pytest
@@ -318,10 +319,11 @@ def test_script_preset_exports_models_hub_loads(tmp_path, vocab_file):
     saved = tf.train.load_checkpoint(os.path.join(paths["encoder"], "variables", "variables"))
     names = [n for n in saved.get_variable_to_shape_map() if "VARIABLE_VALUE" in n]
     config = bert.bert_config("tiny", vocab_size=len(text.read_vocab(vocab_file)))
-    keras.utils.set_random_seed(0)
-    with hf_bert._float32_policy():  # pylint: disable=protected-access
-        built = bert.build_bert_encoder(config)
-    tf.random.set_seed(None)
+    # A library call leaves the caller's generators as they were.
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    built = hf_bert.build_preset_encoder(config, seed=0)
+    assert random.getstate() == python_state
+    assert np.random.get_state()[1].tobytes() == numpy_state[1].tobytes()
     assert len(names) == len(built.variables) == 39
     assert sorted(saved.get_tensor(n).tobytes() for n in names) == sorted(
         v.numpy().tobytes() for v in built.variables)  # fmt: skip

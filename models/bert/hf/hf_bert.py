@@ -25,9 +25,11 @@ UTF-8 bytes, so long non-ASCII words turn into [UNK] sooner.
 
 import contextlib
 import os
+import random
 import tempfile
 import typing
 
+import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checks
@@ -72,6 +74,28 @@ def _float32_policy():
         yield
     finally:
         keras.mixed_precision.set_global_policy(previous)
+
+
+@contextlib.contextmanager
+def _seeded(seed):
+    """Seed the weights built inside; the caller's generators are as they were afterwards.
+
+    tf_keras's unseeded initialisers draw their seeds from Python's `random` (and some
+    code from NumPy's), so `keras.utils.set_random_seed` seeds all three. A library call
+    must not leave a notebook's generators seeded: their states are put back, and
+    TensorFlow's global seed is cleared (the export's functions trace unseeded ops).
+    """
+    if seed is None:
+        yield
+        return
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    keras.utils.set_random_seed(seed)
+    try:
+        yield
+    finally:
+        tf.random.set_seed(None)
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
 
 
 def convert(folder):
@@ -170,6 +194,21 @@ def export_hf_bert(folder, export_dir, seq_length=128):
         return _export(encoder, preprocessor, export_dir)
 
 
+def build_preset_encoder(config, seed=0):
+    """Build the encoder `export_preset_bert` exports: float32, its weights from `seed`.
+
+    Args:
+      config: a `bert.BertConfig`.
+      seed: the weights' seed (None: unseeded). The caller's Python and NumPy generators
+        are left as they were, and TensorFlow's global seed cleared.
+
+    Returns:
+      The encoder, built under the current strategy's scope if any.
+    """
+    with _float32_policy(), _seeded(seed):
+        return bert.build_bert_encoder(config)
+
+
 def export_preset_bert(preset, vocab_file, export_dir, seq_length=128, lower_case=True, seed=0):
     """Export a randomly initialised preset encoder and its preprocessing (demos, tests).
 
@@ -192,12 +231,5 @@ def export_preset_bert(preset, vocab_file, export_dir, seq_length=128, lower_cas
     _check_seq_length(seq_length, config)
     _check_export_dir(export_dir)
     preprocessor = text.BertPreprocessor(vocab_file, seq_length, lower_case)
-    with _float32_policy():
-        if seed is not None:
-            keras.utils.set_random_seed(seed)  # Python, NumPy and TensorFlow's global seed.
-        try:
-            encoder = bert.build_bert_encoder(config)
-        finally:
-            if seed is not None:
-                tf.random.set_seed(None)  # The export's functions trace unseeded ops.
+    encoder = build_preset_encoder(config, seed)
     return _export(encoder, preprocessor, export_dir)
