@@ -323,7 +323,8 @@ def test_bench_images(tmp_path):
     for side in (training["streamed"], training["cached"]):  # Two files: 100 examples each.
         assert side["train_examples"] == 200 and side["images_per_second"] > 0
         assert side["images_per_epoch"] == 3 * side["global_batch"]
-    bound = training["bound"]  # What 2 shared cores allow, from streaming's CPU an image.
+    assert list(training) == ["streamed", "cached"]
+    bound = results["training_bound"]  # What 2 shared cores allow, from streaming's CPU an image.
     assert bound["streaming_cpu_ms_per_image"] > 0 and bound["cores"] == os.cpu_count()
     cached = training["cached"]["images_per_second"]
     assert bound["streamed_vs_cached_at_most"] == pytest.approx(  # Rounded figures.
