@@ -35,8 +35,9 @@ Every side first runs one untimed warm-up (tracing, first-iteration costs);
 (b) and (c) then time one epoch of timed_examples per repeat and report the
 median. Goals: (c) >= 1.0x (b) and >= 20x (a).
 
-A one-device strategy's cost on this path is glibc's malloc (benchmarks/README.md): run
-with `GLIBC_TUNABLES=glibc.malloc.top_pad=67108864` to see every side without it.
+On some hosts a one-device strategy costs this path glibc's malloc churn (EPYC-AVX2: 0.59x;
+EPYC-BF16: none; benchmarks/README.md): run with
+`GLIBC_TUNABLES=glibc.malloc.top_pad=67108864` to see every side without it.
 
   python benchmarks/bench_cnn.py --wait_quiet=600 --json=benchmarks/results/cnn.json \
       --png=benchmarks/results/cnn.png
