@@ -89,6 +89,37 @@ def test_another_run_in_the_directory_is_refused_until_overwrite(tmp_path):
     assert recorded["fields"]["dataset"] == "synthetic"
 
 
+def test_another_runs_directory_is_refused_before_the_model_is_built(tmp_path, mirrored):
+    """The settings are compared before the build; the variables, after it, under the lock."""
+    import numpy as np  # pylint: disable=g-import-not-at-top
+
+    built = []
+
+    def build_model():
+        built.append(True)
+        return keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+
+    task = keras_tpu.Task(build_model=build_model, loss="mse", monitor="loss", train_data=(
+        np.zeros((32, 3), np.float32), np.zeros((32, 2), np.float32)))  # fmt: skip
+    config = keras_tpu.RunConfig(per_replica_batch_size=2, epochs=1, cpu_replicas=4, verbose=0,
+                                 model_dir=str(tmp_path), tensorboard=False)  # fmt: skip
+    recorded = dataclasses.replace(config, per_replica_batch_size=4)
+    (tmp_path / run_identity.IDENTITY_FILE).write_text(
+        _identity(recorded, units=2, global_batch=16).to_json())
+    with pytest.raises(run_dir.RunDirError, match=r"per_replica_batch_size 4 -> 2"):
+        keras_tpu.fit(task, config)
+    assert built == []
+    # The same settings with other variables pass the first check and are refused after the
+    # build, naming the variables (a settings-only identity is never recorded).
+    (tmp_path / run_identity.IDENTITY_FILE).write_text(
+        _identity(config, units=5, global_batch=8).to_json())
+    with pytest.raises(run_dir.RunDirError, match=r"\(model variables\)"):
+        keras_tpu.fit(task, config)
+    assert built == [True]
+    with pytest.raises(ValueError, match="recorded with its model's variables"):
+        run_identity.RunIdentity.of(config, global_batch=8).to_json()
+
+
 def test_a_field_added_by_a_newer_keras_tpu_at_its_default_is_the_same_run(tmp_path):
     """A run recorded before `image_size` existed resumes; one asking another size does not."""
     base = models.CNNConfig()

@@ -129,6 +129,11 @@ class TrainingRun:
         # Strings and NaN first: building the pipelines would refuse strings less precisely.
         # Before seeding: reading the samples must not move the seeds the model is built from.
         samples = data_checks.check_task_values(task, backend.global_batch())
+        if config.model_dir and self.info.is_chief and not config.overwrite:
+            # Another run's directory is refused before the build, on the settings alone;
+            # _claim_and_restore checks the model's variables too, under the lock.
+            run_dir.refuse_another_run(config.model_dir, run_identity.RunIdentity.of(
+                config, global_batch=backend.global_batch()))  # fmt: skip
         determinism.seed_everything(config.seed, deterministic=config.deterministic)
         fault_points.reach("build")
         backend.build()

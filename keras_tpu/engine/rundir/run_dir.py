@@ -32,28 +32,42 @@ class RunDirError(checks.ConfigError):
     """The run directory belongs to another run, is in use, or cannot be written."""
 
 
+def refuse_another_run(model_dir, identity):
+    """Raise RunDirError if model_dir records a run whose identity differs; write nothing.
+
+    A run calls it before building its model with the identity of its settings alone
+    (`RunIdentity.of(config, global_batch=...)`), so another run's directory is refused
+    before the build (minutes for a large model), then `check_identity` compares the
+    model's variables too.
+    """
+    path = os.path.join(model_dir, run_identity.IDENTITY_FILE)
+    if not tf.io.gfile.exists(path):
+        return
+    with tf.io.gfile.GFile(path) as f:
+        recorded = run_identity.RunIdentity.from_json(f.read())
+    differ = identity.differences(recorded)
+    if differ:
+        recorded_fields, fields = dict(recorded.fields), dict(identity.fields)
+        shown = ", ".join(
+            f"{k} {recorded_fields.get(k)!r} -> {fields.get(k)!r}" if k in fields else k
+            for k in differ
+        )
+        raise RunDirError(
+            f"model_dir {model_dir} holds another run ({shown}); resuming it would mix "
+            f"the two. " + (_FINISHED_FIX.format(model_dir=model_dir) if _finished(model_dir)
+                            else "") + "Use another --model_dir, or pass --overwrite "
+            f"to start over there."
+        )
+
+
 def check_identity(model_dir, identity, *, overwrite, backup_dir):
     """Refuse a run whose identity differs from the directory's; record it otherwise.
 
     With `overwrite` the directory's backups are deleted and the run starts over.
     """
     path = os.path.join(model_dir, run_identity.IDENTITY_FILE)
-    if tf.io.gfile.exists(path):
-        with tf.io.gfile.GFile(path) as f:
-            recorded = run_identity.RunIdentity.from_json(f.read())
-        differ = identity.differences(recorded)
-        if differ and not overwrite:
-            recorded_fields, fields = dict(recorded.fields), dict(identity.fields)
-            shown = ", ".join(
-                f"{k} {recorded_fields.get(k)!r} -> {fields.get(k)!r}" if k in fields else k
-                for k in differ
-            )
-            raise RunDirError(
-                f"model_dir {model_dir} holds another run ({shown}); resuming it would mix "
-                f"the two. " + (_FINISHED_FIX.format(model_dir=model_dir) if _finished(model_dir)
-                                else "") + "Use another --model_dir, or pass --overwrite "
-                f"to start over there."
-            )
+    if not overwrite:
+        refuse_another_run(model_dir, identity)
     if overwrite and tf.io.gfile.exists(backup_dir):
         log.warning("keras_tpu: --overwrite: deleting the backups in %s", backup_dir)
         tf.io.gfile.rmtree(backup_dir)

@@ -42,8 +42,9 @@ class RunIdentity:
     """What a run trains: config fields (incl. global batch) and variable shapes."""
 
     fields: tuple  # ((name, value), ...), sorted by name.
-    variables: tuple  # ((dtype, shape list), ...) in model order. Not names: Keras
+    variables: tuple | None  # ((dtype, shape list), ...) in model order. Not names: Keras
     # numbers layer names per process (dense_1, dense_2), so a notebook's second run differs.
+    # None before the model is built: only the fields are compared then.
     # The config's defaults ((name, value), ...), not recorded: a field a newer keras_tpu
     # added is the same run when it holds its default (what the older run trained with).
     defaults: tuple = dataclasses.field(default=(), compare=False)
@@ -52,13 +53,20 @@ class RunIdentity:
     not_identity: frozenset = dataclasses.field(default=frozenset(), compare=False)
 
     @classmethod
-    def of(cls, config, *, global_batch, model):
-        """Return the identity of `config` training `model` at `global_batch`."""
-        variables = tuple((v.dtype.name, list(v.shape)) for v in model.weights)
+    def of(cls, config, *, global_batch, model=None):
+        """Return the identity of `config` training `model` at `global_batch`.
+
+        Without `model` (before it is built) the identity holds the fields alone: it can be
+        compared (`differences`), not recorded.
+        """
+        variables = None if model is None else tuple(
+            (v.dtype.name, list(v.shape)) for v in model.weights)  # fmt: skip
         return cls(identity_fields(config, global_batch), variables, field_defaults(config),
                    not_identity(config))  # fmt: skip
 
     def to_json(self):
+        if self.variables is None:
+            raise ValueError("a run's identity is recorded with its model's variables")
         return json.dumps(
             {"fields": dict(self.fields), "variables": [list(v) for v in self.variables]}, indent=1
         )
@@ -74,6 +82,8 @@ class RunIdentity:
         """Return the names of what differs from `other`: fields, then "model variables"."""
         # A field recorded by an older keras_tpu that is no longer identity does not count.
         names = _differing(self.fields, other.fields, dict(self.defaults), self.not_identity)
+        if None in (self.variables, other.variables):
+            return names
         if [list(v) for v in self.variables] != [list(v) for v in other.variables]:
             names.append("model variables")
         return names
