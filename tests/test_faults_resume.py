@@ -291,6 +291,68 @@ def _assert_resumed_to(result, start, reference):
     assert _run_line(result) == (BERT_STEPS, start, reference)
 
 
+# How each chain stops a run at epoch 1's last step, then reruns it. Each takes `run`
+# (train_bert.py on the chain's directory with the recorded flags; a fault as keywords) and
+# the directory, and returns (the finished rerun, the step it resumed from).
+
+
+def _killed_after_step_10(run, model_dir):
+    """SIGKILLed right after the backup of step 10, epoch 1's last."""
+    killed = run(fault="SIGKILL", at=10)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert backup_step(str(model_dir)) == 10
+
+
+def _sigkill_after_the_last_steps_backup(run, model_dir):
+    """Killed after step 10's backup; the rerun evaluates epoch 1 first."""
+    _killed_after_step_10(run, model_dir)
+    resumed = run()
+    assert "evaluating epoch 1, backed up before its evaluation" in resumed.stderr
+    return resumed, 10
+
+
+def _sigterm_before_the_last_step(run, model_dir):
+    """SIGTERM after step 9 backs up the next boundary, step 10 (exit 143, one line), and
+    the run stops before the evaluation; the rerun evaluates epoch 1 first."""
+    stopped = run(fault="SIGTERM", at=9)
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert "run the same command again to resume" in _last_line(stopped)
+    assert "evaluating epoch 1" not in stopped.stderr
+    assert backup_step(str(model_dir)) == 10
+    resumed = run()
+    assert "evaluating epoch 1, backed up before its evaluation" in resumed.stderr
+    return resumed, 10
+
+
+def _the_whole_chain(run, model_dir):
+    """SIGKILLed after step 10; the rerun is sent SIGTERM after step 13 (backs up step 14)
+    and the next is killed after the last step's backup; the last trains nothing,
+    evaluates and exports, and says nothing about optimizer values "not found" (its slots
+    are never created)."""
+    _killed_after_step_10(run, model_dir)
+    stopped = run(fault="SIGTERM", at=13)  # Resumed at 10: it evaluates epoch 1 first.
+    assert "evaluating epoch 1, backed up before its evaluation" in stopped.stderr
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert "run the same command again to resume" in _last_line(stopped)
+    assert backup_step(str(model_dir)) == 14
+    killed = run(fault="SIGKILL", at=BERT_STEPS)
+    # Resumed at 14, past epoch 1's evaluation: a start from an earlier step would also
+    # write epoch 1's TensorBoard scalars again, which the test's comparison refuses.
+    assert "evaluating epoch 1" not in killed.stderr
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert backup_step(str(model_dir)) == BERT_STEPS
+    resumed = run()  # Restores the last step's backup: it trains nothing.
+    assert "could not be found in the restored object" not in resumed.stderr
+    return resumed, BERT_STEPS
+
+
+CHAINS = {
+    "sigkill": _sigkill_after_the_last_steps_backup,
+    "sigterm": _sigterm_before_the_last_step,
+    "whole": _the_whole_chain,
+}
+
+
 # Sentences on the data-parallel path, pairs on the mesh path (the one whose restore
 # differs: the data-parallel path restores as the CNN's); records compared on both. The
 # mesh's whole chain (a SIGKILL, a SIGTERM mid-epoch, a kill after the last step's backup)
@@ -302,65 +364,25 @@ def _assert_resumed_to(result, start, reference):
 def test_bert_stopped_at_an_epochs_last_step_resumes_to_the_uninterrupted_weights(
     tmp_path, tmp_path_factory, bert_hub, pair_flags, model_parallel, shape, chain
 ):
-    """Stopped at epoch 1's last step, backed up there, before its evaluation.
+    """Stopped at epoch 1's last step (CHAINS), backed up there, before its evaluation.
 
-    The rerun evaluates epoch 1 first; its records (summary, best/ weights, TensorBoard's
-    per-epoch scalars) equal the uninterrupted run's, as its weights do.
-    - "sigkill" (sentences, data parallel): SIGKILLed right after that step's backup.
-    - "sigterm" (pairs on the mesh, K=2): SIGTERM after step 9 backs up the next
-      boundary, step 10 (exit 143, one line), and the run stops before the evaluation.
-    - "whole" (pairs on the mesh, opt-in): SIGKILLed after step 10; the rerun is sent
-      SIGTERM after step 13 (backs up step 14) and the next is killed again after the
-      last step's backup; the last trains nothing, evaluates and exports, says nothing
-      about optimizer values "not found" (its slots are never created), and still ends
-      with the uninterrupted run's weights and records.
+    The rerun that finishes has the uninterrupted run's weights and records (summary,
+    best/ weights, TensorBoard's per-epoch scalars).
     """
     flags = pair_flags if shape == "pair" else ()
     reference = _bert_reference(bert_hub, model_parallel, tmp_path_factory, *flags)
+    whole = _bert_reference_dirs[(model_parallel, flags)]
     if shape == "sentence":
         # The README's promise too: these runs read the uninterrupted run's config.yaml (a
         # TF Hub BERT, dropout on, unseeded as exported) and end bit-identical to it.
-        config_yaml = _bert_reference_dirs[(model_parallel, flags)] / "config.yaml"
-        flags = (f"--config_file={config_yaml}",)
-    if chain == "sigterm":
-        stopped = _train_bert_k(bert_hub, tmp_path, model_parallel, *RECORDED, *flags,
-                                fault="SIGTERM", at=9)  # fmt: skip
-        assert stopped.returncode == 143, stopped.stderr[-3000:]
-        assert "run the same command again to resume" in _last_line(stopped)
-        assert "evaluating epoch 1" not in stopped.stderr
-        # Signalled after step 9's execution: backed up at the next boundary, step 10.
-        assert backup_step(str(tmp_path)) == 10
-    else:
-        killed = _train_bert_k(bert_hub, tmp_path, model_parallel, *RECORDED, *flags,
-                               fault="SIGKILL", at=10)  # fmt: skip
-        assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-        assert backup_step(str(tmp_path)) == 10
-    if chain == "whole":
-        # The SIGTERM mid-epoch: resumed at 10, it evaluates epoch 1 first.
-        stopped = _train_bert_k(bert_hub, tmp_path, model_parallel, *RECORDED, *flags,
-                                fault="SIGTERM", at=13)  # fmt: skip
-        assert "evaluating epoch 1, backed up before its evaluation" in stopped.stderr
-        assert stopped.returncode == 143, stopped.stderr[-3000:]
-        assert "run the same command again to resume" in _last_line(stopped)
-        assert backup_step(str(tmp_path)) == 14
-    killed_at_end = {"fault": "SIGKILL", "at": BERT_STEPS} if chain == "whole" else {}
-    resumed = _train_bert_k(bert_hub, tmp_path, model_parallel, *RECORDED, *flags,
-                            **killed_at_end)  # fmt: skip
-    start = 10
-    if chain == "whole":
-        # Resumed at 14, past epoch 1's evaluation: a start from an earlier step would also
-        # write epoch 1's TensorBoard scalars again, which the comparison below refuses.
-        assert "evaluating epoch 1" not in resumed.stderr
-        assert resumed.returncode == -signal.SIGKILL, resumed.stderr[-3000:]
-        assert backup_step(str(tmp_path)) == BERT_STEPS
-        start = BERT_STEPS  # The last run restores the last step's backup: it trains nothing.
-        resumed = _train_bert_k(bert_hub, tmp_path, model_parallel, *RECORDED, *flags)
-        assert "could not be found in the restored object" not in resumed.stderr
-    else:
-        assert "evaluating epoch 1, backed up before its evaluation" in resumed.stderr
+        flags = (f"--config_file={whole / 'config.yaml'}",)
+
+    def run(**fault):
+        return _train_bert_k(bert_hub, tmp_path, model_parallel, *RECORDED, *flags, **fault)
+
+    resumed, start = CHAINS[chain](run, tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     _assert_resumed_to(resumed, start, reference)
-    whole = _bert_reference_dirs[(model_parallel, pair_flags if shape == "pair" else ())]
     summary, whole_summary = (json.loads((d / "summary.json").read_text()) for d in (tmp_path, whole))
     assert len(summary["history"]["val_loss"]) == 2
     assert without_timing(summary) == without_timing(whole_summary)
