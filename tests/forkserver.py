@@ -52,6 +52,12 @@ IMPORT_TIME_VARIABLES = (
     "KERAS_TPU_SKIPPED_LIBTPU", "KERAS_TPU_TEST_ROOT",
 )  # fmt: skip
 
+# What a test sets for a TPU host or a cluster, and what keras_tpu's import sets in this
+# process (TPU_LOAD_LIBRARY): the server runs without them, as conftest.subprocess_env
+# gives a child, and a child that sets any of them runs in a real interpreter.
+_NOT_THE_SERVERS = ("TPU_NAME", "COLAB_TPU_ADDR", "TF_CONFIG", "TPU_ACCELERATOR_TYPE",
+                    "TPU_LOAD_LIBRARY", "KERAS_TPU_SKIPPED_LIBTPU")  # fmt: skip
+
 _server = {}
 
 
@@ -60,17 +66,19 @@ def _context():
     if not _server:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
-        env = dict(os.environ)
+        # The server (and its imports) sees this process's environment without what a test
+        # set for a TPU or a cluster: each child sets its own whole environment anyway. A
+        # child is forked when its import-time variables are the server's (`forkable`), so
+        # `env` is what the server runs with, not this process's environment (recorded with
+        # TPU_LOAD_LIBRARY, it made every child a real interpreter, silently).
+        env = {k: v for k, v in os.environ.items() if k not in _NOT_THE_SERVERS}
         # sys.path as `python -c` has it here ('' first), without pytest's additions.
         path = subprocess.run(
             [sys.executable, "-c", "import sys, json; print(json.dumps(sys.path))"],
             capture_output=True, text=True, check=True, env=env,
         )  # fmt: skip
-        # The server (and its imports) sees this process's environment without what a test
-        # set for a TPU or a cluster: each child sets its own whole environment anyway.
         saved = dict(os.environ)
-        for key in ("TPU_NAME", "COLAB_TPU_ADDR", "TF_CONFIG", "TPU_ACCELERATOR_TYPE",
-                    "TPU_LOAD_LIBRARY", "KERAS_TPU_SKIPPED_LIBTPU"):  # fmt: skip
+        for key in _NOT_THE_SERVERS:
             os.environ.pop(key, None)
         try:
             multiprocessing.forkserver.ensure_running()

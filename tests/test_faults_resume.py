@@ -26,6 +26,7 @@ from tests.conftest import REPO
 from tests.conftest import backup_step
 from tests.conftest import best_weights
 from tests.conftest import epoch_scalars
+from tests.conftest import subprocess_env
 from tests.conftest import without_timing
 
 pytestmark = pytest.mark.slow
@@ -111,8 +112,7 @@ def _script(script, model_dir, *flags, fault="none", at=0, timeout=400):
         timeout=timeout, cwd=REPO,
         # KERAS_TPU_LOG_LEVEL: _CHILD imports keras_tpu before the script's flag_utils would
         # set it, so the child's output is as quiet as the script's own.
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
-                 KERAS_TPU_LOG_LEVEL="warning"),
+        env=subprocess_env(KERAS_TPU_LOG_LEVEL="warning"),
     )  # fmt: skip
 
 
