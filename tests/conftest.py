@@ -167,9 +167,13 @@ for argv in cases:
     out, err, code = io.StringIO(), io.StringIO(), 0
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            main(parse([script, *argv]))
+            sys.exit(main(parse([script, *argv])))  # app.run's: main's return is the exit code.
         except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else int(e.code is not None)
+            if e.code is None or isinstance(e.code, int):
+                code = e.code or 0
+            else:  # sys.exit("message"): printed, exit 1.
+                print(e.code, file=sys.stderr)
+                code = 1
         except BaseException:  # pylint: disable=broad-except
             traceback.print_exc()  # What app.run prints for an error it does not know.
             code = 1
