@@ -48,11 +48,16 @@ def _export():
     if bool(FLAGS.from_hf) == bool(FLAGS.preset):
         raise ValueError("give exactly one of --from_hf=DIR or --preset=NAME.")
     if FLAGS.from_hf:
-        for name in ("vocab_file", "lower_case", "seed"):
+        # What --from_hf takes from the folder instead of each --preset flag.
+        from_folder = {
+            "vocab_file": "the vocabulary", "lower_case": "the lower-casing",
+            "seed": "the trained weights (nothing is initialised at random)",
+        }  # fmt: skip
+        for name, instead in from_folder.items():
             if FLAGS[name].present:
                 raise ValueError(
-                    f"--{name} applies to --preset only; --from_hf takes the vocabulary and "
-                    f"lower-casing from the Hugging Face folder."
+                    f"--{name} applies to --preset only; --from_hf takes {instead} from the "
+                    f"Hugging Face folder. Drop --{name}."
                 )
         return hf_bert.export_hf_bert(FLAGS.from_hf, FLAGS.export_dir, FLAGS.seq_length)
     if not FLAGS.vocab_file:

@@ -22,6 +22,7 @@ from models.bert.hf import hf_bert
 from keras_tpu import keras
 from models.bert import bert_text as text
 from tests.conftest import run_script
+from tests.conftest import run_script_cases
 
 SEQ = 16
 # Uncased words, a few cased ones (for the cased tokeniser check), word pieces and
@@ -340,13 +341,22 @@ def test_script_preset_exports_models_hub_loads(tmp_path, vocab_file):
 def test_script_errors_are_one_line(tmp_path):
     folder = _write_folder(tmp_path / "pickled")
     (tmp_path / "pickled" / "pytorch_model.bin").write_bytes(b"")
-    result = run_script(
-        "export_bert_hub.py", f"--from_hf={folder}", f"--export_dir={tmp_path / 'out'}"
-    )
-    assert result.returncode == 2, result.stderr[-3000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "pytorch_model.bin" in errors[0], result.stderr[-3000:]
-    assert "Traceback" not in result.stderr
+    out = f"--export_dir={tmp_path / 'out'}"
+    cases = {
+        (f"--from_hf={folder}", out): "pytorch_model.bin",
+        # A --preset flag with --from_hf names what the folder gives instead.
+        (f"--from_hf={folder}", out, "--seed=3"): "--seed applies to --preset only; --from_hf "
+        "takes the trained weights (nothing is initialised at random) from the Hugging Face "
+        "folder. Drop --seed.",
+        (f"--from_hf={folder}", out, "--vocab_file=v.txt"): "takes the vocabulary from",
+    }  # fmt: skip
+    results = run_script_cases("export_bert_hub.py", list(cases))
+    for argv, expected in cases.items():
+        result = results[argv]
+        assert result.returncode == 2, (argv, result.stderr[-3000:])
+        errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and expected in errors[0], (argv, result.stderr[-3000:])
+        assert "Traceback" not in result.stderr
     assert not os.path.exists(tmp_path / "out")
 
 
