@@ -100,8 +100,7 @@ def subprocess_env(**overrides):
     """Return a copy of the environment for a child, with `overrides` (None deletes)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     # TPU_LOAD_LIBRARY is what keras_tpu set in this process; each child decides for itself.
-    for key in ("TPU_NAME", "COLAB_TPU_ADDR", "TF_CONFIG", "TPU_ACCELERATOR_TYPE",
-                "TPU_LOAD_LIBRARY", "KERAS_TPU_SKIPPED_LIBTPU"):
+    for key in forkserver.NOT_THE_SERVERS:
         env.pop(key, None)
     for key, value in overrides.items():
         if value is None:

@@ -53,9 +53,10 @@ IMPORT_TIME_VARIABLES = (
 )  # fmt: skip
 
 # What a test sets for a TPU host or a cluster, and what keras_tpu's import sets in this
-# process (TPU_LOAD_LIBRARY): the server runs without them, as conftest.subprocess_env
-# gives a child, and a child that sets any of them runs in a real interpreter.
-_NOT_THE_SERVERS = ("TPU_NAME", "COLAB_TPU_ADDR", "TF_CONFIG", "TPU_ACCELERATOR_TYPE",
+# process (TPU_LOAD_LIBRARY): the server runs without them, conftest.subprocess_env leaves
+# them out of a child's environment (one list: a mismatch made every child a real
+# interpreter), and a child that sets any of them runs in a real interpreter.
+NOT_THE_SERVERS = ("TPU_NAME", "COLAB_TPU_ADDR", "TF_CONFIG", "TPU_ACCELERATOR_TYPE",
                     "TPU_LOAD_LIBRARY", "KERAS_TPU_SKIPPED_LIBTPU")  # fmt: skip
 
 _server = {}
@@ -71,14 +72,14 @@ def _context():
         # child is forked when its import-time variables are the server's (`forkable`), so
         # `env` is what the server runs with, not this process's environment (recorded with
         # TPU_LOAD_LIBRARY, it made every child a real interpreter, silently).
-        env = {k: v for k, v in os.environ.items() if k not in _NOT_THE_SERVERS}
+        env = {k: v for k, v in os.environ.items() if k not in NOT_THE_SERVERS}
         # sys.path as `python -c` has it here ('' first), without pytest's additions.
         path = subprocess.run(
             [sys.executable, "-c", "import sys, json; print(json.dumps(sys.path))"],
             capture_output=True, text=True, check=True, env=env,
         )  # fmt: skip
         saved = dict(os.environ)
-        for key in _NOT_THE_SERVERS:
+        for key in NOT_THE_SERVERS:
             os.environ.pop(key, None)
         try:
             multiprocessing.forkserver.ensure_running()

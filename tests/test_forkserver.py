@@ -22,9 +22,8 @@ def _report(**env):
 
 @pytest.mark.slow  # Starts the server: TensorFlow imported once more, a few seconds.
 def test_a_program_runs_forked_with_tensorflow_imported_unless_it_asks_for_its_own_start():
-    # The default environment of a child (conftest.subprocess_env) is the server's.
     assert forkserver.forkable(["python", "-c", "pass"], subprocess_env()) is False  # Not Python.
-    forked = _report()
+    forked = _report()  # The default environment of a child (conftest.subprocess_env).
     assert forked["tf"] and forked["tf_keras"], forked
     # Another value of a variable read at import, or a TPU host's: a real interpreter.
     for env in ({"TF_CPP_MIN_LOG_LEVEL": "0"}, {"TPU_NAME": "local"}):

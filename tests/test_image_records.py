@@ -16,6 +16,7 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.data.images import image_records
+from tests.conftest import REPO
 
 
 def upscaled_rgb(images, size=32):
@@ -331,8 +332,7 @@ def test_the_guides_from_scratch_flags_are_the_ones_the_accuracy_test_runs():
     the flags that reached it (e.g. `--mixed_precision=fp32`: `auto` is bf16 on a CPU with
     native bf16, another run).
     """
-    guide = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "guide.md")
-    text = " ".join(open(guide, encoding="utf-8").read().split())
+    text = " ".join(open(os.path.join(REPO, "docs", "guide.md"), encoding="utf-8").read().split())
     stated = re.search(r"reach \*\*0\.975\*\* with MobileNetV3-Small from scratch: `([^`]+)`", text)
     assert stated, "docs/guide.md no longer states the from-scratch run's flags"
     assert sorted(stated[1].split()) == sorted(FROM_SCRATCH_FLAGS)

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import keras_tpu
@@ -91,8 +92,6 @@ def test_another_run_in_the_directory_is_refused_until_overwrite(tmp_path):
 
 def test_another_runs_directory_is_refused_before_the_model_is_built(tmp_path, mirrored):
     """The settings are compared before the build; the variables, after it, under the lock."""
-    import numpy as np  # pylint: disable=g-import-not-at-top
-
     built = []
 
     def build_model():
