@@ -6,6 +6,7 @@ bounds every wait: a stuck worker is killed and the test fails, never hangs.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -263,9 +264,34 @@ CNN_CLUSTER_FLAGS = [
     "--dataset=digits",
     "--variant=default",
     "--epochs=6",
-    "--verbose=0",
+    "--verbose=2",
+    "--progress_seconds=0.001",  # A progress line after every execution.
     "--steps_per_execution=2",
 ]
+
+
+_PROGRESS_LINE = re.compile(r"^epoch (\d+)/\d+ step (\d+)/\d+ .*? \| .*? \| (.*?) \| lr ", re.M)
+
+
+def _check_progress_lines(log, epochs, steps):
+    """Check that mid-epoch progress lines show the cluster's running means, not sums.
+
+    A running mean after s of an epoch's n steps differs from the epoch's by at most
+    (n - s) / n for an accuracy; a value summed over the 2 replicas is about twice it.
+    """
+    lines = {}
+    for epoch, step, metrics in _PROGRESS_LINE.findall(log):
+        words = metrics.split()
+        lines[int(epoch), int(step)] = dict(zip(words[::2], map(float, words[1::2])))
+    last_execution = steps - 1 if steps % 2 else steps - 2  # steps_per_execution=2.
+    assert sorted(lines) == sorted(
+        (e, s) for e in range(1, epochs + 1) for s in [*range(2, steps, 2), steps]
+    ), sorted(lines)
+    for epoch in range(1, epochs + 1):
+        end, mid = lines[epoch, steps], lines[epoch, last_execution]
+        assert all(0 <= line["accuracy"] <= 1 for line in (end, mid)), (epoch, mid, end)
+        bound = (steps - last_execution) / steps + 1e-3  # Printed to 4 digits.
+        assert abs(mid["accuracy"] - end["accuracy"]) <= bound, (epoch, mid, end)
 
 
 @pytest.fixture(scope="module")
@@ -294,6 +320,7 @@ def test_two_workers_train_the_cnn_identically_and_only_the_chief_writes(cnn_clu
     assert _checksum(log0) == _checksum(log1)  # All-reduced gradients: one model.
     assert "this is worker 0 (chief)" in _run_line(log0)
     assert "this is worker 1 (not the chief" in _run_line(log1)
+    _check_progress_lines(log0, epochs=6, steps=DIGITS_TRAIN // 128)
 
     summary = json.loads((tmp_path / "dir0" / "summary.json").read_text())
     assert summary["strategy"]["kind"] == "multi_worker"

@@ -124,6 +124,13 @@ def compile_model(
             steps_per_execution=steps_per_execution,
             jit_compile=jit_compile,
         )
+    if StrategyInfo.of(strategy).is_multi_worker:
+        # tf_keras's reduction "auto" is "sum" off TPUs, and on a cluster it all-reduces
+        # the step's outputs (training.reduce_per_replica): the metrics are already
+        # all-reduced, so every mid-epoch log (progress lines, per-step TensorBoard) would
+        # read replicas times its value. Epoch-end logs re-read the metrics and are right.
+        # "first", as on TPUs, reads the one synchronized value.
+        model.distribute_reduction_method = "first"
     return model
 
 
