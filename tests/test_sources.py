@@ -11,8 +11,10 @@ import tensorflow_datasets as tfds
 import keras_tpu
 from keras_tpu import checks
 from keras_tpu import data
+from keras_tpu.data import pipelines
 from keras_tpu.data.sources import file_sources
 from keras_tpu.data.sources import sources
+from keras_tpu.runtime import determinism
 from tests.conftest import SST2
 
 
@@ -122,6 +124,65 @@ def test_tfds_source_on_mock_data():
         images = [x for x, _ in source.open_shard(2, 0, False)]
         assert len(images) == 6 and images[0].shape == (28, 28, 1)
         assert images[0].dtype == tf.uint8
+
+
+class TinyIds(tfds.core.GeneratorBasedBuilder):
+    """A real tfds dataset, prepared offline: 40 examples (id, id % 2) in one file."""
+
+    VERSION = tfds.core.Version("1.0.0")
+
+    def _info(self):
+        features = {"id": tfds.features.Scalar(np.int64),
+                    "label": tfds.features.ClassLabel(num_classes=2)}  # fmt: skip
+        return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(features),
+                                     supervised_keys=("id", "label"))  # fmt: skip
+
+    def _split_generators(self, dl_manager):
+        return {"train": self._generate_examples(40)}
+
+    def _generate_examples(self, n):
+        for i in range(n):
+            yield i, {"id": i, "label": i % 2}
+
+
+@pytest.fixture(scope="module")
+def tiny_tfds(tmp_path_factory):
+    data_dir = str(tmp_path_factory.mktemp("tfds"))
+    TinyIds(data_dir=data_dir).download_and_prepare()
+    return data_dir
+
+
+def test_a_tfds_split_of_fewer_files_than_pipelines_is_sharded_by_example(tiny_tfds):
+    # tfds refuses ReadConfig(input_context=...) with fewer files than pipelines
+    # ("Cannot shard the pipeline"): glue/sst2's train on a 2-worker cluster.
+    one_file = file_sources.tfds_source("tiny_ids", "train", data_dir=tiny_tfds)
+    first, second = (_ids(one_file.open_shard(2, i, True)) for i in range(2))
+    assert len(first) == len(second) == 20 and sorted(first + second) == list(range(40))
+    # Two file instructions: each pipeline reads its own whole part, as before.
+    two_parts = file_sources.tfds_source("tiny_ids", "train[:50%]+train[50%:]",
+                                         data_dir=tiny_tfds)  # fmt: skip
+    halves = [file_sources.tfds_source("tiny_ids", f"train[{part}]", data_dir=tiny_tfds)
+              for part in (":50%", "50%:")]  # fmt: skip
+    assert [_ids(two_parts.open_shard(2, i, True)) for i in range(2)] == [
+        _ids(half.open_shard(1, 0, False)) for half in halves
+    ]
+    assert _ids(two_parts.open_shard(2, 0, True)) != first  # Not every other example.
+
+
+def test_op_determinism_leaves_a_tfds_stream_parallel(tiny_tfds):
+    # A stateful op in a pipeline's functions makes tf.data's make_deterministic rewrite
+    # run its maps and batches on one thread under op determinism (the run's default);
+    # tfds shuffles its files with a seed generator of its own.
+    source = file_sources.tfds_source("tiny_ids", "train", data_dir=tiny_tfds)
+    ops = {}
+    for deterministic in (False, True):
+        determinism.seed_everything(0, deterministic=deterministic)
+        dataset_fn, _ = data.train_dataset_fn(source, data.Batching(4, 1), seed=3)
+        graph = pipelines.graph_as_run(dataset_fn(tf.distribute.InputContext()))
+        ops[deterministic] = sorted(node.op for node in graph.node)
+    determinism.seed_everything(0, deterministic=False)
+    assert ops[True] == ops[False]
+    assert {"ParallelBatchDataset", "ParallelMapDatasetV2"} <= set(ops[True])
 
 
 def test_unknown_tfds_name():

@@ -132,7 +132,8 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
     arrive as a dict, e.g. glue/mrpc: keys=(("sentence1", "sentence2"), "label").
 
     Training pipelines read whole files per pipeline through tfds's own
-    `ReadConfig(input_context=...)`; evaluation shards by element.
+    `ReadConfig(input_context=...)` when the split has a file per pipeline at least;
+    otherwise, and for evaluation, they shard by element.
 
     Raises:
       DatasetUnavailableError: unknown name, or not prepared and no download.
@@ -176,8 +177,15 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
             return ds
         return ds.map(lambda example: (pick(example, keys[0]), pick(example, keys[1])))
 
+    try:  # What tfds shards pipelines by: a split's file instructions (parts of its files).
+        files = len(builder.info.splits[split].file_instructions)
+    except (KeyError, AttributeError, TypeError, ValueError):
+        files = None  # No split metadata (mock_data): tfds's reader decides.
+
     def open_shard(num_pipelines, pipeline_id, by_file):
-        if by_file:
+        # A split of fewer files than pipelines (glue/sst2's train is one file) cannot be
+        # read whole-file by each: tfds refuses, so each pipeline takes every n-th example.
+        if by_file and (files is None or files >= num_pipelines):
             context = tf.distribute.InputContext(num_pipelines, pipeline_id)
             # One file order per pipeline for the whole run: a reshuffle per iteration
             # would restart from the first order in a resumed run (the training stream
