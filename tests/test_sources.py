@@ -12,6 +12,7 @@ import keras_tpu
 from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.data import pipelines
+from keras_tpu.data import text_sources
 from keras_tpu.data.sources import file_sources
 from keras_tpu.data.sources import sources
 from keras_tpu.runtime import determinism
@@ -167,6 +168,10 @@ def test_a_tfds_split_of_fewer_files_than_pipelines_is_sharded_by_example(tiny_t
         _ids(half.open_shard(1, 0, False)) for half in halves
     ]
     assert _ids(two_parts.open_shard(2, 0, True)) != first  # Not every other example.
+    # The text path (GLUE by name) reads its splits through the same opener.
+    text = text_sources.tfds_text_source("tiny_ids", "train", text_sources.TextColumns(("id",)),
+                                         data_dir=tiny_tfds)  # fmt: skip
+    assert [_ids(text.open_shard(2, i, True)) for i in range(2)] == [first, second]
 
 
 def test_op_determinism_leaves_a_tfds_stream_parallel(tiny_tfds):

@@ -123,14 +123,10 @@ def tfds_text_source(name, split, columns, *, data_dir=None, regression=False):
         text = texts[0] if len(texts) == 1 else tf.stack(texts)
         return text, tf.cast(features[columns.label], label_dtype)
 
+    open_examples = file_sources.tfds_shard_opener(builder, split)
+
     def open_shard(num_pipelines, pipeline_id, by_file):
-        if by_file:
-            context = tf.distribute.InputContext(num_pipelines, pipeline_id)
-            config = tfds.ReadConfig(input_context=context, shuffle_seed=pipeline_id)
-            ds = builder.as_dataset(split=split, shuffle_files=True, read_config=config)
-            return ds.map(example)
-        ds = builder.as_dataset(split=split, shuffle_files=False)
-        return ds.map(example).shard(num_pipelines, pipeline_id)
+        return open_examples(num_pipelines, pipeline_id, by_file).map(example)
 
     def open_shard_with_ids(num_pipelines, pipeline_id):
         ds = builder.as_dataset(split=split, shuffle_files=False)

@@ -177,30 +177,10 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
             return ds
         return ds.map(lambda example: (pick(example, keys[0]), pick(example, keys[1])))
 
-    try:  # What tfds shards pipelines by: a split's file instructions (parts of its files).
-        files = len(builder.info.splits[split].file_instructions)
-    except (KeyError, AttributeError, TypeError, ValueError):
-        files = None  # No split metadata (mock_data): tfds's reader decides.
+    open_examples = tfds_shard_opener(builder, split, as_supervised=supervised)
 
     def open_shard(num_pipelines, pipeline_id, by_file):
-        # A split of fewer files than pipelines (glue/sst2's train is one file) cannot be
-        # read whole-file by each: tfds refuses, so each pipeline takes every n-th example.
-        if by_file and (files is None or files >= num_pipelines):
-            context = tf.distribute.InputContext(num_pipelines, pipeline_id)
-            # One file order per pipeline for the whole run: a reshuffle per iteration
-            # would restart from the first order in a resumed run (the training stream
-            # reshuffles the examples of each epoch with that epoch's own seed).
-            config = tfds.ReadConfig(
-                input_context=context, shuffle_seed=pipeline_id,
-                shuffle_reshuffle_each_iteration=False,
-            )  # fmt: skip
-            return pairs(
-                builder.as_dataset(
-                    split=split, as_supervised=supervised, shuffle_files=True, read_config=config
-                )
-            )
-        ds = builder.as_dataset(split=split, as_supervised=supervised, shuffle_files=False)
-        return pairs(ds).shard(num_pipelines, pipeline_id)
+        return pairs(open_examples(num_pipelines, pipeline_id, by_file))
 
     label_key = "label" if keys is None else keys[1]
     features = builder.info.features
@@ -218,3 +198,40 @@ def tfds_source(name, split, data_dir=None, try_gcs=False, keys=None):
         size_bytes=size_bytes,
         class_names=tuple(getattr(label, "names", None) or ()) or None,  # A ClassLabel's.
     )
+
+
+def tfds_shard_opener(builder, split, as_supervised=False):
+    """Return `open_shard(num_pipelines, pipeline_id, by_file)` over a tfds split's examples.
+
+    With `by_file`, each pipeline reads whole files through tfds's own
+    `ReadConfig(input_context=...)`, in one seeded file order for the whole run (a reshuffle
+    per iteration would restart from the first order in a resumed run; the training stream
+    reshuffles the examples of each epoch with that epoch's own seed). A split of fewer
+    files than pipelines (glue/sst2's train is one file) cannot be read so (tfds refuses:
+    "Cannot shard the pipeline"); then, and without `by_file`, each pipeline takes every
+    n-th example.
+
+    Args:
+      builder: a prepared tfds builder.
+      split: the split, e.g. "train" or "train[:90%]".
+      as_supervised: give (feature, label) pairs by the dataset's supervised keys.
+    """
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+    try:  # What tfds shards pipelines by: a split's file instructions (parts of its files).
+        files = len(builder.info.splits[split].file_instructions)
+    except (KeyError, AttributeError, TypeError, ValueError):
+        files = None  # No split metadata (mock_data): tfds's reader decides.
+
+    def open_shard(num_pipelines, pipeline_id, by_file):
+        if by_file and (files is None or files >= num_pipelines):
+            config = tfds.ReadConfig(
+                input_context=tf.distribute.InputContext(num_pipelines, pipeline_id),
+                shuffle_seed=pipeline_id, shuffle_reshuffle_each_iteration=False,
+            )  # fmt: skip
+            return builder.as_dataset(split=split, as_supervised=as_supervised,
+                                      shuffle_files=True, read_config=config)  # fmt: skip
+        ds = builder.as_dataset(split=split, as_supervised=as_supervised, shuffle_files=False)
+        return ds.shard(num_pipelines, pipeline_id)
+
+    return open_shard
