@@ -93,8 +93,11 @@ def test_decoded_images_are_the_files_pixels_with_their_labels(folder):
         assert image.shape == (8, 8, 1) and image.dtype == np.float32
         np.testing.assert_allclose(image, pixels[path] / 255.0, atol=1e-6)
         assert CLASSES[label] == os.path.basename(os.path.dirname(path))
-    rgb, _ = data.image_folder_sources(root, (16, 12), validation_split=0.2)
+    _, rgb = data.image_folder_sources(root, (16, 12), validation_split=0.2)
     assert rgb.open_shard(1, 0, False).element_spec[0].shape == (16, 12, 3)
+    (image, _), path = next(rgb.open_shard(1, 0, False).as_numpy_iterator()), rgb.paths[0]
+    gray = np.repeat(pixels[path] / 255.0, 3, axis=-1).astype(np.float32)  # Gray PNG as RGB.
+    np.testing.assert_allclose(image, tf.image.resize(gray, (16, 12)), atol=1e-6)  # Resized.
 
 
 def test_every_image_format_decodes_to_the_asked_channels(tmp_path):

@@ -83,6 +83,11 @@ def test_both_layouts_decode_every_record_in_file_order(tmp_path, layout):
     assert decoded.dtype == np.uint8 and decoded.shape == (12, 32, 32, 3)
     np.testing.assert_array_equal(decoded, images)  # PNG: lossless, same size: the pixels.
     np.testing.assert_array_equal(read_labels, labels)
+    smaller = data.image_tfrecord_source(
+        str(tmp_path / "part-*"), 20, layout=layout, label_offset=offset, num_classes=10
+    )  # Resized (antialiased bilinear, rounded): the same size's pixels are not.
+    resized = tf.image.resize(images, (20, 20), antialias=True)
+    np.testing.assert_array_equal(_read(smaller)[0], tf.saturate_cast(tf.round(resized), tf.uint8))
 
 
 def test_a_folder_of_photos_becomes_kaggle_named_shards_that_read_back_as_its_images(tmp_path, caplog):

@@ -224,7 +224,11 @@ def image_files_source(files, image_size, *, channels=3, name=None, example_ids=
                 lambda: tf.image.rgb_to_grayscale(image[..., :3]),
                 lambda: image[..., :1],  # Gray, or gray and alpha.
             )  # fmt: skip
-        image = tf.image.resize(tf.cast(image, tf.float32) / 255.0, (height, width))
+        image = tf.cast(image, tf.float32) / 255.0
+        same_size = tf.reduce_all(tf.equal(tf.shape(image)[:2], (height, width)))
+        # A resize at scale 1 returns the same pixels: images already at the run's size
+        # skip it (image_records.decode_image does the same).
+        image = tf.cond(same_size, lambda: image, lambda: tf.image.resize(image, (height, width)))
         return tf.ensure_shape(image, (height, width, channels)), label
 
     def read(ds):
