@@ -112,6 +112,7 @@ class ClusterStop:
         self._save = None
         self._scratch = None
         self._strategy = strategy
+        self._sum_flags = None  # any_signalled's all-reduce, made at its first call.
         self.closed = False  # Training is over: the phase boundaries agree by all-reduce.
         self._watch, self._stopped = watch, stopped
         self.agreed = False  # Every worker saved (or had nothing to save) at one step.
@@ -176,9 +177,18 @@ class ClusterStop:
         in step; a signal then waits for the next phase boundary, where this one all-reduce
         tells every worker, so all stop there (143) and none meets a peer gone.
         """
-        strategy = self._strategy
-        flag = strategy.run(lambda: tf.constant(1.0 if signalled else 0.0))
-        return float(strategy.reduce(tf.distribute.ReduceOp.SUM, flag, axis=None)) > 0
+        if self._sum_flags is None:
+            # Eagerly, a cluster strategy's run logs "Using CollectiveAllReduceStrategy
+            # eagerly has significant overhead" at each phase boundary: one function, traced
+            # once (the flag is its argument), as tf.distribute asks.
+            strategy = self._strategy
+
+            def sum_flags(flag):
+                per_replica = strategy.run(lambda: tf.identity(flag))
+                return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+            self._sum_flags = tf.function(sum_flags)
+        return float(self._sum_flags(tf.constant(1.0 if signalled else 0.0))) > 0
 
     def close(self):
         """Stop the handler's watcher threads; idempotent.
