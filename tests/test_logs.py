@@ -11,6 +11,8 @@ import pytest
 import tensorflow as tf
 from absl import logging as absl_logging
 
+from keras_tpu import keras
+from keras_tpu import layers as kt_layers
 from keras_tpu.runtime import logs
 from tests.conftest import SST2
 from tests.conftest import run_script
@@ -31,10 +33,21 @@ def test_filtered_stderr_drops_only_the_matching_lines(capfd):
     )
 
 
-def test_cuinit_failure_is_dropped_only_with_gpus_ruled_out():
+def test_cuinit_failure_is_dropped_only_with_no_gpu_to_find(tmp_path):
     line = "E0000 00:00:1795348066.136275   23440 cuda_platform.cc:52] failed call to cuInit: X"
     assert logs._NO_GPU_PROBE.match(line) and not logs._STARTUP_INFO.match(line)
     assert not logs._NO_GPU_PROBE.match("E0000 00:00:17.1   2 foo.cc:1] out of memory")
+    # Ruled out by CUDA_VISIBLE_DEVICES, or no NVIDIA device on a PCI bus that can be read.
+    pci = tmp_path / "sys" / "bus" / "pci" / "devices"
+    assert logs.no_gpu_to_find({"CUDA_VISIBLE_DEVICES": "-1"}, root=str(tmp_path))
+    assert not logs.no_gpu_to_find({}, root=str(tmp_path))  # No PCI bus to read: kept.
+    (pci / "0000:00:02.0").mkdir(parents=True)
+    (pci / "0000:00:02.0" / "vendor").write_text("0x8086\n")
+    assert logs.no_gpu_to_find({}, root=str(tmp_path))
+    (pci / "0000:00:04.0").mkdir()
+    (pci / "0000:00:04.0" / "vendor").write_text("0x10de\n")  # An NVIDIA GPU: kept.
+    assert not logs.no_gpu_to_find({}, root=str(tmp_path))
+    assert not logs.no_gpu_to_find({"CUDA_VISIBLE_DEVICES": "0"}, root=str(tmp_path))
 
 
 def test_configure_sets_python_verbosity():
@@ -90,11 +103,21 @@ def test_tensorflow_internal_warnings_are_dropped_only_when_quiet(caplog):
             "5 out of the last 5 calls to <function my_step at 0x7f> triggered tf.function "
             "retracing.", "a real warning"]  # fmt: skip
         caplog.clear()
+        # tf_keras's SavedModel writer (absl) on a layer named like a built-in one: dropped
+        # for keras_tpu's registered SyncBatchNormalization, kept for an unregistered class.
+        same_name = logs._DropHarmlessRecords.SAME_NAME + ". Consider renaming %s."
+        unregistered = type("SyncBatchNormalization", (keras.layers.Layer,), {})
+        with caplog.at_level(logging.WARNING, logger="absl"):
+            for layer_class in (kt_layers.SyncBatchNormalization, unregistered):
+                absl_logging.warning(same_name, "<layer>", layer_class.__name__, layer_class)
+        assert [r.args[2] for r in caplog.records] == [unregistered]
+        caplog.clear()
         logs.configure("info")
         with caplog.at_level(logging.WARNING, logger="tensorflow"):
             tf.get_logger().warning(message)
         assert [r.getMessage() for r in caplog.records] == [message]
     finally:
+        absl_logging.get_absl_logger().removeFilter(logs._harmless_records)
         tf.get_logger().removeFilter(logs._harmless_records)
         tf.get_logger().setLevel(before[0])
         logging.getLogger().setLevel(before[1])

@@ -17,6 +17,7 @@ from keras_tpu.runtime.tpu import tpu_address
 # PCI ids of Google TPU chips, as libtpu-based frameworks detect a TPU VM host
 # (the same table as jax/_src/hardware_utils.py).
 GOOGLE_PCI_VENDOR = "0x1ae0"
+NVIDIA_PCI_VENDOR = "0x10de"
 TPU_PCI_DEVICES = {
     "0x0027": "v2/v3",
     "0x0056": "plc",
@@ -87,6 +88,19 @@ def find_tpu_chips(root="/"):
     if not generations:
         return None, 0
     return generations[0], len(generations)
+
+
+def nvidia_gpu_on_this_host(root="/"):
+    """Return True if an NVIDIA device is on the PCI bus or has a device file; None if unknown.
+
+    Unknown when the PCI bus cannot be listed (not Linux, or a container without /sys).
+    """
+    if glob.glob(os.path.join(root, "dev/nvidia[0-9]*")):
+        return True
+    devices = glob.glob(os.path.join(root, "sys/bus/pci/devices/*"))
+    if not devices:
+        return None
+    return any(_read(os.path.join(device, "vendor")) == NVIDIA_PCI_VENDOR for device in devices)
 
 
 def tpu_on_this_host(environ=None, root="/"):

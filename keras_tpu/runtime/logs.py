@@ -58,9 +58,11 @@ _STARTUP_INFO = re.compile(
     r"^(I\d{4} [\d:.]+ +\d+ \S+:\d+\] |"
     r"WARNING: All log messages before absl::InitializeLog\(\) is called)"
 )
-# With CUDA_VISIBLE_DEVICES="" (or -1) the user has ruled GPUs out, so TensorFlow's CUDA
-# probe failing ("E... cuda_platform.cc:52] failed call to cuInit") is expected, not an error.
-# Without it the line stays: on a GPU host it is the broken driver's diagnostic.
+# With CUDA_VISIBLE_DEVICES="" (or -1) the user has ruled GPUs out, and on a host with no
+# NVIDIA device there is none to find, so TensorFlow's CUDA probe failing ("E...
+# cuda_platform.cc:52] failed call to cuInit", in every CPU run of a CUDA build) is expected,
+# not an error. On a host with an NVIDIA device, or one whose PCI bus cannot be read, the line
+# stays: there it is a broken driver's diagnostic.
 _NO_GPU_PROBE = re.compile(_STARTUP_INFO.pattern + r"|^E\d{4} .*\] failed call to cuInit")
 
 # Error-level C++ lines TensorFlow prints on a healthy run, dropped at "warning" and "error":
@@ -136,6 +138,15 @@ def _filtered_stderr(drop):
             sys.stderr.flush()
 
 
+def no_gpu_to_find(environ=None, root="/"):
+    """Return True if TensorFlow's CUDA probe can only fail: GPUs ruled out, or none here."""
+    from keras_tpu.runtime import detect  # pylint: disable=g-import-not-at-top
+
+    environ = os.environ if environ is None else environ
+    ruled_out = environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1")
+    return ruled_out or detect.nvidia_gpu_on_this_host(root) is False
+
+
 def quiet_startup():
     """Import TensorFlow quietly if KERAS_TPU_LOG_LEVEL asks for warning or error.
 
@@ -151,7 +162,7 @@ def quiet_startup():
     if level in ("debug", "info"):
         return
     _filter_stderr_for_life(HARMLESS)
-    no_gpus = os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1")
+    no_gpus = no_gpu_to_find()
     drop = _NO_GPU_PROBE if no_gpus else _STARTUP_INFO
     with _filtered_stderr(lambda line: bool(drop.match(line))):
         # compat imports TensorFlow after setting TF_USE_LEGACY_KERAS.
@@ -172,9 +183,28 @@ class _DropHarmlessRecords(logging.Filter):
     RETRACING = re.compile(r"calls to <function MultiDeviceSaver\.save\.<locals>\.\w+ at 0x\w+> "
                            r"triggered tf\.function retracing")
 
+    # tf_keras's SavedModel writer warns of a layer class named like a built-in one
+    # (keras_tpu.layers.SyncBatchNormalization, once per layer of every export) "to avoid
+    # naming conflicts when loading"; it reads the class's bare name, but a class registered
+    # under a package is saved and loaded by its registered name
+    # ("keras_tpu>SyncBatchNormalization": tf_keras/src/saving/legacy/saved_model/save.py),
+    # so there is no conflict. An unregistered class of that name still gets the warning.
+    SAME_NAME = "%s has the same name '%s' as a built-in TF-Keras object"
+
     def filter(self, record):
         message = record.getMessage()
-        return not (message.startswith(self.MESSAGES) or self.RETRACING.search(message))
+        if message.startswith(self.MESSAGES) or self.RETRACING.search(message):
+            return False
+        return not self._registered_under_its_package(record)
+
+    def _registered_under_its_package(self, record):
+        args = record.args if isinstance(record.args, tuple) else ()
+        if not str(record.msg).startswith(self.SAME_NAME) or len(args) < 3:
+            return False
+        from keras_tpu.runtime.compat import keras  # pylint: disable=g-import-not-at-top
+
+        layer_class = args[2]
+        return keras.utils.get_registered_name(layer_class) != layer_class.__name__
 
 
 _harmless_records = _DropHarmlessRecords()
@@ -193,8 +223,9 @@ def configure(level=DEFAULT_LEVEL):
     # fingerprinting_utils.py: the export chatter of issue 23 point 6).
     absl_logging.set_verbosity(level)
     tf.get_logger().setLevel(python_level)
-    if python_level >= logging.WARNING:
-        tf.get_logger().addFilter(_harmless_records)  # A set: adding it twice keeps one.
-    else:
-        tf.get_logger().removeFilter(_harmless_records)
+    for logger in (tf.get_logger(), absl_logging.get_absl_logger()):
+        if python_level >= logging.WARNING:
+            logger.addFilter(_harmless_records)  # A set: adding it twice keeps one.
+        else:
+            logger.removeFilter(_harmless_records)
     logging.getLogger().setLevel(python_level)  # keras_tpu's own loggers propagate here.
