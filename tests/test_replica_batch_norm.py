@@ -116,3 +116,23 @@ def test_one_all_reduce_gives_tf_keras_synced_moments(mirrored):
             np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
     mean = mirrored.experimental_local_results(ours[0])[0].numpy()
     np.testing.assert_allclose(mean, tf.reduce_mean(x, axis=[0, 1, 2]).numpy(), rtol=1e-6)
+
+
+def test_one_replica_needs_no_all_reduce_and_its_savedmodel_loads_without_warnings(
+    tmp_path, caplog
+):
+    # An all-reduce carries a custom gradient a SavedModel cannot keep: every export of a
+    # model with this layer warned once per layer as it loaded ("unsaved custom gradients").
+    layer = replica_batch_norm.SyncBatchNormalization()
+    model = keras.Sequential([keras.Input((4, 4, 3)), layer])
+    x = tf.reshape(tf.range(8 * 4 * 4 * 3, dtype=tf.float32) % 11, (8, 4, 4, 3))
+    mean, variance = layer._sync_calculate_mean_and_var(x, [0, 1, 2], keep_dims=False)
+    np.testing.assert_allclose(mean, tf.reduce_mean(x, axis=[0, 1, 2]), rtol=1e-6)
+    np.testing.assert_allclose(variance, tf.math.reduce_variance(x, axis=[0, 1, 2]), rtol=1e-5)
+    graph = tf.function(model).get_concrete_function(x, training=True).graph
+    assert not [op.type for op in graph.get_operations() if "Collective" in op.type
+                or op.type == "IdentityN"]  # fmt: skip  (IdentityN: a custom gradient's op)
+    model.save(str(tmp_path / "saved"), save_format="tf")
+    with caplog.at_level("WARNING"):
+        keras.models.load_model(str(tmp_path / "saved"))
+    assert not [r for r in caplog.records if "custom gradients" in r.getMessage()]

@@ -83,7 +83,12 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
             ],
             axis=0,
         )
-        summed = replica.all_reduce(tf.distribute.ReduceOp.SUM, local)
+        if replica.num_replicas_in_sync == 1:
+            # The sum over one replica is its own: no all-reduce, whose custom gradient a
+            # SavedModel cannot keep (each export's loader warned of it, once per layer).
+            summed = local
+        else:
+            summed = replica.all_reduce(tf.distribute.ReduceOp.SUM, local)
         total, squares, count = tf.split(summed, 3, axis=0)  # Each keeps the reduced dims.
         mean = tf.math.divide_no_nan(total, count)
         # var = E(x^2) - E(x)^2, clipped at 0 as tf_keras does (float rounding).
