@@ -41,6 +41,12 @@ class _Serving(keras.Model):
         self._pair, self._regression = pair, regression
         self._class_names = None if class_names is None else [str(n) for n in class_names]
 
+    def get_config(self):
+        # It holds the classifier and its preprocessing, which no config can rebuild:
+        # `load_model` revives it from its saved functions. Without this tf_keras's default
+        # warns, at every export, that the __init__ arguments are not serializable.
+        return {"name": self.name}
+
     def call(self, inputs):
         if self._pair:
             packed = self.preprocess.pack_pair(inputs["text_a"], inputs["text_b"])
