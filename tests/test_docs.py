@@ -547,6 +547,8 @@ def test_readme_bert_block_runs_as_written(tmp_path):
     result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True,
                             text=True, timeout=1800, env=subprocess_env(), cwd=REPO)  # fmt: skip
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    # No TensorFlow or tf_keras warning through Python (the export's get_config warning was).
+    assert not re.findall(r"^WARNING:(?:tensorflow|absl):.*", result.stderr, re.M)
     summary = json.loads((tmp_path / "bert_run" / "summary.json").read_text())
     assert summary["status"] == "ok"
     assert (summary["test_examples"], summary["train_examples"]) == (872, 8_000)
