@@ -183,6 +183,16 @@ def test_bench_startup(tmp_path):
     assert "goal <= 1.2x" in stdout
 
 
+@pytest.mark.heavy  # Opt-in (`-m heavy`): benchmark smoke run.
+def test_bench_sync_bn(tmp_path):
+    results, stdout = run_benchmark(tmp_path, "bench_sync_bn.py", "--replica_counts=2",
+                                    "--sides=toolkit,keras", "--steps=1", "--repeats=1")  # fmt: skip
+    assert [(r["replicas"], r["side"]) for r in results["rows"]] == [(2, "toolkit"), (2, "keras")]
+    assert all(r["first_step_seconds"] > 0 and r["step_ms"] > 0 for r in results["rows"])
+    assert results["ratios"]["toolkit_vs_keras_2"] > 0
+    assert "goal <= 1.5x" in stdout
+
+
 @pytest.mark.parametrize("load, quiet", [(1e9, True), (0.0, False)])
 def test_wait_for_quiet_is_bounded(load, quiet):
     sys.path.insert(0, BENCHMARKS)

@@ -136,3 +136,36 @@ def test_one_replica_needs_no_all_reduce_and_its_savedmodel_loads_without_warnin
     with caplog.at_level("WARNING"):
         keras.models.load_model(str(tmp_path / "saved"))
     assert not [r for r in caplog.records if "custom gradients" in r.getMessage()]
+
+
+def test_the_sum_over_replicas_has_all_reduces_values_and_gradients(mirrored):
+    # Traced (a graph-mode custom gradient), as in a training step; each replica's loss
+    # weighs the sum by its own w_r: an all-reduce's gradient to x_r is 2 x_r * sum(w).
+    x = np.arange(4 * 3, dtype=np.float32).reshape(4, 3) / 7.0
+    inputs = next(iter(mirrored.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensor_slices(x).batch(4))))  # fmt: skip
+
+    @tf.function
+    def step(inputs):
+        def replica_fn(part):
+            context = tf.distribute.get_replica_context()
+            weight = tf.cast(context.replica_id_in_sync_group, tf.float32) + 1.0
+            with tf.GradientTape(persistent=True) as tape:
+                tape.watch(part)
+                ours = replica_batch_norm.summed_over_replicas(context, tf.square(part))
+                theirs = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.square(part))
+                losses = [tf.reduce_sum(total) * weight for total in (ours, theirs)]
+            return ours, theirs, [tape.gradient(loss, part) for loss in losses]
+
+        return mirrored.run(replica_fn, args=(inputs,))
+
+    ours, theirs, (ours_grad, theirs_grad) = step(inputs)
+    local = mirrored.experimental_local_results
+    total = np.square(x).sum(axis=0)
+    weights = np.arange(1, mirrored.num_replicas_in_sync + 1).sum()
+    for replica, (mine, keras_own) in enumerate(zip(local(ours), local(theirs))):
+        np.testing.assert_array_equal(mine, keras_own)
+        np.testing.assert_allclose(mine[0], total, rtol=1e-6)
+        row = x[replica:replica + 1]
+        np.testing.assert_allclose(local(ours_grad)[replica], 2 * row * weights, rtol=1e-6)
+        np.testing.assert_array_equal(local(ours_grad)[replica], local(theirs_grad)[replica])
