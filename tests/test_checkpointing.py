@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import keras_tpu
 from keras_tpu.engine.callbacks import best_tracker
-from keras_tpu.engine.backup import backup_contents
+from keras_tpu.engine.backup import random_generators
 from keras_tpu.engine.backup import checkpointing
 from keras_tpu.engine.stops import preemption as preemption_lib
 from keras_tpu.engine.backup import run_position
@@ -216,7 +216,7 @@ def test_dropout_generators_resume_with_the_uninterrupted_masks(tmp_path):
     """The generator state is backed up: the resumed run draws the masks it would have."""
     strategy = tf.distribute.get_strategy()
     uninterrupted = _dropout_model()
-    assert len(backup_contents.random_generators(uninterrupted)) == 1
+    assert len(random_generators.random_generators(uninterrupted)) == 1
     _fit(uninterrupted, checkpointing.Backup(str(tmp_path / "a"), strategy, every_steps=1), 3)
     model = _dropout_model()
     stop = keras.callbacks.LambdaCallback(
@@ -287,10 +287,10 @@ def test_random_layers_without_a_generator_found_log_one_warning(caplog):
     """tf_keras's private _random_generator._generator: if renamed, backups say they lack it."""
     model = _dropout_model()
     with caplog.at_level(logging.WARNING):
-        assert len(backup_contents.random_generators(model)) == 1
+        assert len(random_generators.random_generators(model)) == 1
         assert not caplog.records
         model.layers[1]._random_generator = None  # What a rename in tf_keras would look like.
-        assert backup_contents.random_generators(model) == []
+        assert random_generators.random_generators(model) == []
     assert [r.getMessage() for r in caplog.records] == [
         "keras_tpu: 1 random layer(s) but no tf.random.Generator found in them (tf_keras's "
         "private _random_generator._generator): backups hold no dropout state, so a resumed "

@@ -34,9 +34,9 @@ from keras_tpu.data.pipelines import Batching  # noqa: F401
 from keras_tpu.data.pipelines import to_device_dtypes  # noqa: F401
 from keras_tpu.data.pipelines import check_readable_by_tpu_host  # noqa: F401
 from keras_tpu.data.pipelines import count_examples  # noqa: F401
-from keras_tpu.data.pipelines import EvalData  # noqa: F401
-from keras_tpu.data.pipelines import eval_dataset  # noqa: F401
-from keras_tpu.data.pipelines import eval_dataset_fn  # noqa: F401
+from keras_tpu.data.evaluation_batches import EvalData  # noqa: F401
+from keras_tpu.data.evaluation_batches import eval_dataset  # noqa: F401
+from keras_tpu.data.evaluation_batches import eval_dataset_fn  # noqa: F401
 from keras_tpu.data.training_stream import DEFAULT_SHUFFLE_BUFFER  # noqa: F401
 from keras_tpu.data.training_stream import train_dataset  # noqa: F401
 from keras_tpu.data.training_stream import train_dataset_fn  # noqa: F401

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.data import autotune
-from keras_tpu.data import pipelines
+from keras_tpu.data import evaluation_batches
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
 
 
@@ -100,7 +100,7 @@ def eval_function_data(strategy, dataset_fn, batching, *, preprocess=None):
 
     def dataset_fn_exact(context):
         ds = _examples(dataset_fn, context)
-        return pipelines.padded_eval_batches(ds, steps, batching, context, preprocess=preprocess)
+        return evaluation_batches.padded_eval_batches(ds, steps, batching, context, preprocess=preprocess)
 
     dataset = autotune.distribute(strategy, dataset_fn_exact)
-    return pipelines.EvalData(dataset, steps, examples, batching)
+    return evaluation_batches.EvalData(dataset, steps, examples, batching)

@@ -1,6 +1,6 @@
 """Run a model over every example of a Source once, batched per replica; outputs in input order.
 
-The evaluation pipeline's arithmetic (pipelines.eval_dataset_fn): each input pipeline
+The evaluation pipeline's arithmetic (evaluation_batches.eval_dataset_fn): each input pipeline
 reads every k-th example and is padded to the same number of whole per-replica batches,
 so shapes stay static and nothing is dropped. Each example carries its position in the
 source, so the replicas' outputs are put back in input order on the host, and the
@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.data import autotune
+from keras_tpu.data import evaluation_batches
 from keras_tpu.data import pipelines
 from keras_tpu.data.sources import sources
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
@@ -65,15 +66,15 @@ def _with_positions(source, steps, batch, context, preprocess):
     pipelines_, pipeline_id = context.num_input_pipelines, context.input_pipeline_id
     if source.open_shard_with_ids is not None:
         ds = source.open_shard_with_ids(pipelines_, pipeline_id)
-        ds = ds.map(lambda element, i: (*pipelines.with_weight(*element), tf.cast(i, tf.int64)))
+        ds = ds.map(lambda element, i: (*evaluation_batches.with_weight(*element), tf.cast(i, tf.int64)))
     else:
-        ds = pipelines.weighted(source.open_shard(pipelines_, pipeline_id, False))
+        ds = evaluation_batches.weighted(source.open_shard(pipelines_, pipeline_id, False))
         ds = ds.map(lambda x, y, w: (x, y, w, tf.constant(-1, tf.int64)))
     ds = ds.enumerate().map(
         lambda i, e: (*e, i * pipelines_ + pipeline_id)  # Its place in the source.
     )
     minus_one = tf.constant(-1, tf.int64)
-    padding = pipelines.padding_examples(ds.map(lambda x, y, w, *_: (x, y, w)))
+    padding = evaluation_batches.padding_examples(ds.map(lambda x, y, w, *_: (x, y, w)))
     padding = padding.map(lambda x, y, w: (x, y, w, minus_one, minus_one))
     replicas_per_pipeline = context.num_replicas_in_sync // pipelines_
     ds = ds.concatenate(padding).take(steps * batch * replicas_per_pipeline)

@@ -26,7 +26,7 @@ UNKNOWN_DIM_STAND_IN = 2
 
 def element_spec(data):
     """Return the per-replica element spec of a dataset, distributed dataset or EvalData."""
-    data = getattr(data, "dataset", data)  # keras_tpu.data.pipelines.EvalData
+    data = getattr(data, "dataset", data)  # keras_tpu.data.evaluation_batches.EvalData
     spec = getattr(data, "element_spec", None)
     if spec is None:
         raise checks.ConfigError(

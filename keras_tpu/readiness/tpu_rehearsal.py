@@ -58,7 +58,7 @@ def rehearse_tpu(model, dataset, *, eval_dataset=None):
       dataset: its training input: a tf.data.Dataset or a distributed dataset
         (e.g. from keras_tpu.data.train_dataset) of (x, y) or (x, y, weights).
       eval_dataset: its evaluation input (a dataset, distributed dataset or
-        keras_tpu.data.pipelines.EvalData); None rehearses evaluation on `dataset`.
+        keras_tpu.data.evaluation_batches.EvalData); None rehearses evaluation on `dataset`.
 
     Returns:
       A RehearsalReport; `report.raise_if_failed()` raises TPURehearsalError.

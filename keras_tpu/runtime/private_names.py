@@ -107,7 +107,7 @@ PRIVATE_ATTRIBUTES = {
         ),
         PrivateAttribute(
             "_random_generator", "tf_keras BaseRandomLayer",
-            "backups hold the dropout generators' state (backup_contents.random_generators)",
+            "backups hold the dropout generators' state (random_generators.random_generators)",
             "one warning: a resumed run draws other dropout masks",
             lambda: hasattr(keras.layers.Dropout(0.5, name="probe_dropout"), "_random_generator"),
         ),

@@ -14,7 +14,7 @@ verified before it is used, and a damaged newest one falls back to the one
 before). Epoch and batch are derived from it, so they always agree with the
 weights; the input pipeline skips the examples of the steps already trained
 (`data.train_dataset(start_step=...)`). The checkpoint also holds the state of each
-layer's `tf.random.Generator` (`backup_contents.random_generators`), so dropout resumes
+layer's `tf.random.Generator` (`random_generators.random_generators`), so dropout resumes
 with the masks an uninterrupted run would draw.
 
 Beside each checkpoint, written before it, are the run's records
@@ -34,7 +34,7 @@ import tempfile
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.engine.backup import backup_contents
+from keras_tpu.engine.backup import random_generators
 from keras_tpu.engine.backup import backup_store
 from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.rundir import output_paths
@@ -133,7 +133,7 @@ class Backup(keras.callbacks.Callback):
         """
         if self._stores is None:
             self._checkpoint = tf.train.Checkpoint(
-                model=self.model, random_generators=backup_contents.random_generators(self.model)
+                model=self.model, random_generators=random_generators.random_generators(self.model)
             )
             read = backup_store.BackupStore(os.path.join(self.directory, "chief"), self.keep)
             if self.chief:

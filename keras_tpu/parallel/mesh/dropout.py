@@ -33,7 +33,7 @@ class BatchSplitDropout(determinism.TrainingDropout):
 
     The noise comes from the layer's own tf.random.Generator, as keras Dropout's
     does under `enable_tf_random_generator`, so backups hold its state
-    (engine.backup_contents.random_generators) and a resumed run draws the same masks.
+    (engine.backup.random_generators) and a resumed run draws the same masks.
 
     Args:
       rate: the fraction of units dropped.

@@ -1,10 +1,10 @@
-"""What a backup holds and costs: the model and its random generators.
+"""The layers' random generators a backup holds, so dropout resumes with the same masks.
 
-(A step whose loss is not finite is never backed up: stops/nan_stop.finite_loss.)
 A backup's `tf.train.Checkpoint` holds the model (weights, optimizer and its step) and
 each layer's `tf.random.Generator` state (`random_generators`), so dropout resumes with
-the uninterrupted run's masks (what one costs: rundir/disk_space.checkpoint_bytes).
-checkpointing.Backup writes and restores them.
+the uninterrupted run's masks (what a backup costs: rundir/disk_space.checkpoint_bytes).
+checkpointing.Backup writes and restores them; a run's records (history, callback states)
+are run_records.py's.
 """
 
 import logging
