@@ -18,13 +18,19 @@ A tfds split, with the run's text features: --tfds_split=glue/mrpc:validation.
 The text columns, label column and task type default to the run's.
 Images (an image classifier's run or export): a folder of class folders (photos/cat/*.jpg;
 labelled by folder name through the run's class names, for --mode=evaluate) or, to predict,
-every image under --image_dir at any depth; each is read as training read an image folder,
-at the model's input size and channels; a row's id is the image's path relative to
+every image under --image_dir at any depth; each is decoded as the run's evaluation decoded
+its images (the model's input contract); a row's id is the image's path relative to
 --image_dir. Files that are not images, and images that do not decode, are left out and
 listed (count and first names); the others get their rows:
   python scripts/predict.py --model_dir=/tmp/cnn --image_dir=new_photos --output_file=p.tsv
   python scripts/predict.py --model_dir=/tmp/cnn --mode=evaluate --image_dir=photos_test
-TFRecord files need the parse function that training used (code, not a recorded config):
+Image TFRecords in the run's layout (Kaggle's unlabelled test .tfrec included), each row keyed
+by the records' id feature (--id_key, default 'id'), into a submission CSV (id,label):
+  python scripts/predict.py --model_dir=/tmp/flowers --tfrecords='test*.tfrec' \
+    --output_file=submission.csv                 # --csv_columns=class_name|probabilities
+Images are read encoded and decoded by the model's own input contract (its run's size, crop,
+resize and range; an export states it), as the run's evaluation read its images.
+Other TFRecords need the parse function that training used (code, not a recorded config):
 keras_tpu.predict(keras_tpu.data.tfrecord_source(pattern, parse_fn), model_dir=...).
 GLUE's test splits in the GLUE submission format (models/bert/glue/glue_submission.py): one file
 per task, named as gluebenchmark.com names it, into the folder --output_file names:
@@ -58,6 +64,9 @@ from models.bert.glue import glue_submission  # noqa: E402
 MODES = ("predict", "evaluate")
 # rows: one row per input (.tsv or .jsonl); glue: GLUE's submission file for a test split.
 OUTPUT_FORMATS = ("rows", "glue")
+# A .csv --output_file (a Kaggle submission): id, then the predicted class id ("label"),
+# its name ("class_name") or one probability column per class ("probabilities").
+CSV_COLUMNS = ("label", "class_name", "probabilities")
 
 
 @dataclasses.dataclass
@@ -70,12 +79,15 @@ class PredictConfig:
     input_file: str | None = None
     tfds_split: str | None = None
     image_dir: str | None = None
+    tfrecords: str | None = None
+    id_key: str | None = None
     text_keys: str | None = None
     label_key: str | None = None
     no_header: bool = False
     column_names: str | None = None
     output_file: str | None = None
     output_format: str = "rows"
+    csv_columns: str = "label"
     report_file: str | None = None
     class_names: str | None = None
     weights: str = "auto"
@@ -90,12 +102,15 @@ class PredictConfig:
         checks.one_of("output_format", self.output_format, OUTPUT_FORMATS)
         if bool(self.model_dir) == bool(self.export_dir):
             raise checks.ConfigError("pass --model_dir (a finished run) or --export_dir, one.")
-        given = sum(bool(v) for v in (self.input_file, self.tfds_split, self.image_dir))
+        checks.one_of("csv_columns", self.csv_columns, CSV_COLUMNS)
+        given = sum(bool(v) for v in (self.input_file, self.tfds_split, self.image_dir,
+                                      self.tfrecords))  # fmt: skip
         # No input: --mode=evaluate scores the run's own evaluation splits (all of them).
         if given > 1 or (given == 0 and not (self.mode == "evaluate" and self.model_dir)):
             raise checks.ConfigError(
-                "pass one of --input_file (.tsv or .csv), --tfds_split or --image_dir "
-                "(--mode=evaluate --model_dir without one: the run's own evaluation splits)."
+                "pass one of --input_file (.tsv or .csv), --tfds_split, --image_dir or "
+                "--tfrecords (--mode=evaluate --model_dir without one: the run's own "
+                "evaluation splits)."
             )
         several = len(self.input_names()) > 1
         if several and (self.mode != "evaluate" or self.output_file):
@@ -106,14 +121,22 @@ class PredictConfig:
             )
         if self.output_format == "glue":
             self._check_glue()
-        elif self.output_file and not self.output_file.endswith((".tsv", ".jsonl")):
-            raise checks.ConfigError(f"--output_file={self.output_file}: end it .tsv or .jsonl.")
-        text_flags = [f"--{n}" for n in ("text_keys", "label_key", "no_header", "column_names")
-                      if getattr(self, n)]  # fmt: skip
-        if self.image_dir and text_flags:
+        elif self.output_file and not self.output_file.endswith((".tsv", ".jsonl", ".csv")):
             raise checks.ConfigError(
-                f"--image_dir reads images; {', '.join(text_flags)} name text columns: drop them "
-                f"(an image folder's labels are its class folders' names)."
+                f"--output_file={self.output_file}: end it .tsv or .jsonl (rows), or .csv (a "
+                f"submission: id and --csv_columns)."
+            )
+        if self.id_key and not self.tfrecords:
+            raise checks.ConfigError(
+                f"--id_key={self.id_key} names a TFRecord feature: it goes with --tfrecords."
+            )
+        text_flags = [f"--{n}" for n in ("text_keys", "label_key", "no_header", "column_names")
+                      if getattr(self, n) and not (self.tfrecords and n == "label_key")]  # fmt: skip
+        if (self.image_dir or self.tfrecords) and text_flags:
+            raise checks.ConfigError(
+                f"--{'image_dir' if self.image_dir else 'tfrecords'} reads images; "
+                f"{', '.join(text_flags)} name text columns: drop them (an image folder's "
+                f"labels are its class folders' names; records' is the run's --label_key)."
             )
         if self.tfds_split and not self.model_dir:
             raise checks.ConfigError("--tfds_split reads the run's text features: add --model_dir.")
@@ -155,11 +178,18 @@ flag_utils.define_flags(PredictConfig, {
     "(glue/mnli:validation_matched,validation_mismatched).",
     "image_dir": "Or images: every image under it, at any depth (--mode=evaluate: class folders, "
     "labelled by their names); files that do not decode are listed, the others get rows.",
+    "tfrecords": "Or image TFRecords (a file pattern, gs:// too) in the run's record layout, "
+    "labelled or not (Kaggle's test .tfrec): each row keyed by the records' id (--id_key).",
+    "id_key": "With --tfrecords: the feature holding each record's id (default: 'id' when the "
+    "records hold one, else rows are numbered from 0).",
     "text_keys": "Text columns: 'sentence' or a pair 'sentence1,sentence2' (default: the run's).",
     "label_key": "Label column (default: the run's); --mode=evaluate needs it.",
     **flag_utils.TEXT_FILE_HELP,  # As train_bert.py's: the file is read as training reads it.
     "output_file": "Write one row per input: .tsv or .jsonl (id, class, name, probabilities; "
-    "or score). --output_format=glue: the submission folder.",
+    "or score), or .csv: a submission (id and --csv_columns). --output_format=glue: the "
+    "submission folder.",
+    "csv_columns": "A .csv --output_file's columns after id: label (the class id, Kaggle's "
+    "id,label), class_name, or probabilities (a column per class, named by the class names).",
     "output_format": "rows (--output_file's rows) or glue: a GLUE test split's submission file "
     "(e.g. MNLI-m.tsv: index, prediction) into the --output_file folder.",
     "report_file": "--mode=evaluate: the JSON report (default: <model_dir>/evaluations/"
@@ -187,7 +217,8 @@ def input_spec(config):
     return prediction_inputs.InputSpec(
         input_files=tuple(config.input_names()) if config.input_file else (),
         tfds_splits=tuple(config.input_names()) if config.tfds_split else (),
-        image_dir=config.image_dir, labelled=config.mode == "evaluate",
+        image_dir=config.image_dir, tfrecords=config.tfrecords, id_key=config.id_key,
+        labelled=config.mode == "evaluate",
         text_keys=config.text_keys, label_key=config.label_key, no_header=config.no_header,
         column_names=config.column_names,
         class_names=tuple(config.class_names.split(",")) if config.class_names else None,
@@ -210,9 +241,11 @@ class _Progress:
         print(f"{self.verb}: {done:,}/{total:,} examples, {rate:,.1f} examples/s", flush=True)
 
 
-def _write_rows(path, predictions):
+def _write_rows(path, predictions, csv_columns="label"):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     rows = predictions.rows()
+    if path.endswith(".csv"):
+        return _write_submission(path, predictions, rows, csv_columns)
     with open(path, "w", encoding="utf-8") as f:
         if path.endswith(".jsonl"):
             f.writelines(json.dumps(row) + "\n" for row in rows)
@@ -223,6 +256,31 @@ def _write_rows(path, predictions):
         for row in rows:
             values = [str(row[k]) for k in columns] + [repr(p) for p in row.get("probabilities", ())]
             f.write("\t".join(values) + "\n")
+
+
+def _write_submission(path, predictions, rows, columns):
+    """Write a submission CSV: id, then the class id, its name, or each class's probability."""
+    import csv  # pylint: disable=g-import-not-at-top
+
+    if "score" in rows[0]:
+        header, values = ["id", "score"], [[row["score"]] for row in rows]
+    elif columns == "probabilities":
+        names = predictions.class_names or [str(c) for c in range(len(rows[0]["probabilities"]))]
+        header, values = ["id", *names], [row["probabilities"] for row in rows]
+    elif columns == "class_name":
+        if not predictions.class_names:
+            raise checks.ConfigError(
+                "--csv_columns=class_name: the run names no classes; use --csv_columns=label "
+                "(class ids) or --class_names=a,b,c."
+            )
+        header, values = ["id", "label"], [[row["class_name"]] for row in rows]
+    else:
+        header, values = ["id", "label"], [[row["class_id"]] for row in rows]
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows([row["id"], *v] for row, v in zip(rows, values))
+    return path
 
 
 def run(config):
@@ -268,7 +326,8 @@ def run(config):
     if config.output_format == "glue":
         written = glue_submission.write(config.output_file, config.tfds_split, predictions)
     elif config.output_file:
-        _write_rows(config.output_file, dataclasses.replace(predictions, class_names=class_names))
+        _write_rows(config.output_file, dataclasses.replace(predictions, class_names=class_names),
+                    config.csv_columns)  # fmt: skip
     left_out = predictions.left_out  # Images that do not decode: listed, no row.
     print(f"{config.mode}: {predictions.examples} examples in {predictions.seconds:.2f} s, "
           f"{predictions.examples_per_second:.1f} examples/s"

@@ -6,8 +6,9 @@
     keras_tpu.evaluate(inputs.splits, loaded=loaded)       # MNLI: matched and mismatched
 
 Text files (.tsv or .csv, read as training read its files: one reader, text_files.py),
-tfds text splits (with the run's text features; a GLUE example's idx is each row's id) and
-image folders (at the model's input size and channels). The text columns, label column,
+tfds text splits (with the run's text features; a GLUE example's idx is each row's id),
+image folders and image TFRecords (encoded: the model's own input contract decodes them,
+data/images/image_contract.py; a record's id feature is its row's id). The text columns, label column,
 task type and class names default to the run's (its config.yaml and summary.json).
 """
 
@@ -17,6 +18,7 @@ import re
 
 from keras_tpu import checks
 from keras_tpu.data.images import image_folders
+from keras_tpu.data.images import image_records
 from keras_tpu.data import text_sources
 from keras_tpu.engine.conclude import summary as summary_lib
 
@@ -29,6 +31,8 @@ class InputSpec:
       input_files: .tsv or .csv files.
       tfds_splits: "name:split" items, e.g. "glue/mnli:validation_matched".
       image_dir: a folder of class folders (labelled) or of images.
+      tfrecords: a pattern of image TFRecords in the run's layout (labelled or not).
+      id_key: the records' id feature, each row's id (default "id" when they hold one).
       labelled: read the labels (to evaluate); else they are zeros and may be absent.
       text_keys: "sentence" or "sentence1,sentence2" (default: the run's).
       label_key: the label column (default: the run's, else "label").
@@ -39,6 +43,8 @@ class InputSpec:
     input_files: tuple = ()
     tfds_splits: tuple = ()
     image_dir: str | None = None
+    tfrecords: str | None = None
+    id_key: str | None = None
     labelled: bool = False
     text_keys: str | None = None
     label_key: str | None = None
@@ -81,9 +87,10 @@ def run_settings(model_dir, loaded):
     """Return the run's config (empty for an export alone) with its class names."""
     summary = (summary_lib.read(model_dir) or {}) if model_dir else {}
     run = dict(summary.get("config", {}))
-    # The run's class names (given, or a training file's sorted label names): the rows name
-    # the classes, and a labelled file may hold names instead of ids.
-    run.setdefault("class_names", summary.get("class_names"))
+    # The run's class names as it resolved them (given, a --class_names file's lines, or a
+    # training file's sorted label names), never its flag read again (a file's path): the
+    # rows name the classes, and a labelled file may hold names instead of ids.
+    run["class_names"] = summary.get("class_names")
     if not run["class_names"]:  # An export alone names its classes itself.
         run["class_names"] = loaded.class_names
     scoring = getattr(loaded, "scoring", None)
@@ -105,7 +112,9 @@ def resolve(spec, run, model):
     names = tuple(spec.class_names) if spec.class_names else None
     names = names or (tuple(run["class_names"]) if run.get("class_names") else None)
     if spec.image_dir:
-        return _images(spec, names, model)
+        return _images(spec, names)
+    if spec.tfrecords:
+        return _image_records(spec, run, names)
     items = spec.input_files or spec.tfds_splits
     tfds = not spec.input_files
     if not items:  # The run's own evaluation splits (a tfds run: all of them, MNLI's both).
@@ -158,19 +167,27 @@ def _text_file(spec, run, path, names):
     return (split.x, split.y), names
 
 
-def _images(spec, names, model):
-    """Return the Inputs of spec.image_dir, at the model's input size."""
-    shape = getattr(model, "input_shape", None)
-    if not (isinstance(shape, tuple) and len(shape) == 4 and shape[-1] in (1, 3)):
-        raise checks.ConfigError(
-            f"--image_dir={spec.image_dir}: the model takes inputs of shape {shape}, not "
-            f"images [batch, height, width, 1 or 3]; pass --input_file or --tfds_split."
-        )
-    source = image_folders.image_inputs(spec.image_dir, shape[1:3], channels=shape[3],
-                                        class_names=names, labelled=spec.labelled)  # fmt: skip
+def _images(spec, names):
+    """Return the Inputs of spec.image_dir: encoded, for the model's own contract to decode."""
+    source = image_folders.image_inputs(spec.image_dir, class_names=names, labelled=spec.labelled)
     name = os.path.basename(os.path.normpath(spec.image_dir))
     return Inputs({name: source}, name,
                   names or (source.class_names if spec.labelled else None))  # fmt: skip
+
+
+def _image_records(spec, run, names):
+    """Return the Inputs of spec.tfrecords, read by the run's record layout and keys."""
+    trained_on_records = "record_layout" in run  # A CNN run's config (an export alone: none).
+    keys = run if trained_on_records else {}
+    source = image_records.image_record_inputs(
+        spec.tfrecords, layout=keys.get("record_layout") or "kaggle",
+        image_key=keys.get("image_key"), label_key=spec.label_key or keys.get("label_key"),
+        label_offset=keys.get("label_offset"),
+        id_key=spec.id_key, labelled=spec.labelled,
+    )  # fmt: skip
+    pattern = os.path.basename(spec.tfrecords.rstrip("/"))
+    name = re.sub(r"\W+", "_", pattern.split("*")[0]).strip("_") or "records"
+    return Inputs({name: source}, name, names)
 
 
 def _tfds_names(name, label_key):

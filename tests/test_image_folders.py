@@ -190,7 +190,7 @@ def test_a_folder_is_read_whole_and_what_cannot_be_read_is_listed_or_refused(tmp
 
     # Prediction: every image at any depth, a row each; the broken one left out and listed.
     caplog.clear()
-    inputs = data.image_inputs(root, (6, 5))
+    inputs = data.image_inputs(root)
     assert inputs.example_ids == readable and inputs.left_out == ("dog/broken.jpg",)
     assert inputs.num_examples == 5 and len(list(inputs.open_shard(1, 0, False))) == 5
     assert caplog.messages[-1] == f"keras_tpu: {root}: left out 1 file(s) that do not decode (no row for them): dog/broken.jpg"
@@ -251,25 +251,29 @@ def test_cnn_image_folder_flags_are_checked_when_the_config_is_made(fields, mess
 
 def test_images_to_predict_on_are_read_as_trained_with_their_paths_as_ids(folder, tmp_path):
     root, pixels = folder
-    labelled = data.image_inputs(root, 8, channels=1, class_names=CLASSES, labelled=True)
+    labelled = data.image_inputs(root, class_names=CLASSES, labelled=True)
     assert labelled.example_ids[:2] == ("eight/000.png", "eight/001.png") and labelled.num_examples == 30
+    assert labelled.encoded_images  # The model's own contract decodes them (image_contract.py).
     examples = list(labelled.open_shard(1, 0, False).as_numpy_iterator())
-    for (image, label), name in zip(examples, labelled.example_ids):
-        np.testing.assert_allclose(image, pixels[os.path.join(root, name)] / 255.0, atol=1e-6)
+    gray = image_folders.folder_contract(8, channels=1)  # As a gray 8x8 run reads them.
+    for (encoded, label), name in zip(examples, labelled.example_ids):
+        assert encoded == open(os.path.join(root, name), "rb").read()
+        np.testing.assert_allclose(gray.model_inputs([encoded]).numpy()[0],
+                                   pixels[os.path.join(root, name)] / 255.0, atol=1e-6)  # fmt: skip
         assert CLASSES[label] == name.split("/")[0]
     flat = tmp_path / "flat"
     flat.mkdir()
     for name in ("b.png", "a.png"):
         (flat / name).write_bytes(open(os.path.join(root, "zero", "000.png"), "rb").read())
-    unlabelled = data.image_inputs(str(flat) + "/", (16, 12))
+    unlabelled = data.image_inputs(str(flat) + "/")
     assert unlabelled.example_ids == ("a.png", "b.png")
-    assert unlabelled.open_shard(1, 0, False).element_spec[0].shape == (16, 12, 3)
+    assert unlabelled.open_shard(1, 0, False).element_spec[0] == tf.TensorSpec((), tf.string)
     os.makedirs(os.path.join(root, "seven"))
     with pytest.raises(checks.ConfigError, match=r"class folder\(s\) \['seven'\] that are not "
                        r"among the classes trained on \(\['eight', 'one', 'zero'\]\)"):
-        data.image_inputs(root, 8, class_names=CLASSES, labelled=True)  # fmt: skip
+        data.image_inputs(root, class_names=CLASSES, labelled=True)  # fmt: skip
     with pytest.raises(checks.ConfigError, match="has no class folders"):
-        data.image_inputs(str(flat), 8, labelled=True)
+        data.image_inputs(str(flat), labelled=True)
 
 
 @pytest.mark.slow  # In-process but 15-45 s: the fast tier stays under 4 minutes.
@@ -307,11 +311,11 @@ def test_a_cnn_run_on_an_image_folder_keeps_its_class_names_and_predicts_as_its_
     assert "predict: 30 examples" in capsys.readouterr().out
     assert len(rows_file.read_text().splitlines()) == 31
     # Every image of the folder, labelled by its class folder's name.
-    inputs = data.image_inputs(root, 8, class_names=summary["class_names"], labelled=True)
+    inputs = data.image_inputs(root, class_names=summary["class_names"], labelled=True)
     report = keras_tpu.evaluate(inputs, model_dir=run_dir)
     p = report.predictions
-    images = np.stack([x for x, _ in inputs.open_shard(1, 0, False).as_numpy_iterator()])
-    want = loaded.signatures["serving_default"](image=tf.constant(images))
+    encoded = [x for x, _ in inputs.open_shard(1, 0, False).as_numpy_iterator()]
+    want = loaded.signatures["serving_default"](image_bytes=tf.constant(encoded))
     np.testing.assert_allclose(p.probabilities, want["probabilities"].numpy(), rtol=1e-6, atol=1e-6)
     labels = [CLASSES.index(name.split("/")[0]) for name in p.ids]
     assert report.examples == 30 and labels == [0] * 10 + [1] * 10 + [2] * 10
@@ -325,7 +329,7 @@ def test_a_cnn_run_on_an_image_folder_keeps_its_class_names_and_predicts_as_its_
     # A folder as users have it: a row for each image that decodes, at any depth; the rest listed.
     mixed = str(tmp_path / "mixed")
     readable = write_mixed_folder(mixed)
-    predictions = keras_tpu.predict(data.image_inputs(mixed, 8), model_dir=run_dir)
+    predictions = keras_tpu.predict(data.image_inputs(mixed), model_dir=run_dir)
     assert [r["id"] for r in predictions.rows()] == list(readable)
     assert predictions.left_out == ("dog/broken.jpg",) and predictions.class_names == CLASSES
     assert {r["class_name"] for r in predictions.rows()} <= set(CLASSES)
@@ -371,9 +375,10 @@ def test_train_cnn_on_an_image_folder_on_4_replicas_resumes_exactly_after_sigkil
     scored = run_script("predict.py", f"--model_dir={killed_dir}", "--mode=evaluate",
                         f"--image_dir={root}", f"--output_file={rows_file}")  # fmt: skip
     assert scored.returncode == 0, scored.stderr[-3000:]
-    inputs = data.image_inputs(root, 8)  # As predict.py reads them: the model's size, RGB.
-    images = np.stack([x for x, _ in inputs.open_shard(1, 0, False).as_numpy_iterator()])
-    want = tf.saved_model.load(export_dir).signatures["serving_default"](image=tf.constant(images))
+    inputs = data.image_inputs(root)  # As predict.py reads them: encoded, for the model's contract.
+    encoded = [x for x, _ in inputs.open_shard(1, 0, False).as_numpy_iterator()]
+    want = tf.saved_model.load(export_dir).signatures["serving_default"](
+        image_bytes=tf.constant(encoded))  # fmt: skip
     with open(rows_file, encoding="utf-8") as f:
         header, *rows = [line.rstrip("\n").split("\t") for line in f]
     assert header == ["id", "class_id", "class_name", "probability_0", "probability_1", "probability_2"]

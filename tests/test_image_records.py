@@ -277,10 +277,11 @@ def test_train_cnn_on_jpeg_records_with_a_backbone_resumes_exactly_after_sigkill
 
     # Exact evaluation: the export's predictions on the evaluation images (decoded as the
     # run decodes them, never augmented), recomputed in NumPy.
-    source = data.image_tfrecord_source(str(tmp_path / "eval-*"), 32)
-    decoded, read_labels = _read(source)
+    # The export takes the records' JPEG bytes as they are (its input contract decodes them).
+    inputs = data.image_record_inputs(str(tmp_path / "eval-*"), labelled=True)
+    encoded, read_labels = _read(inputs)
     served = tf.saved_model.load(export_dir).signatures["serving_default"]
-    probabilities = served(image=tf.constant(decoded, tf.float32))["probabilities"].numpy()
+    probabilities = served(image_bytes=tf.constant(encoded))["probabilities"].numpy()
     assert len(probabilities) == 40 and sorted(read_labels) == sorted(eval_labels.tolist())
     assert test["accuracy"] == pytest.approx(np.mean(probabilities.argmax(1) == read_labels), abs=1e-6)
     top5 = np.argsort(-probabilities, axis=1)[:, :5]

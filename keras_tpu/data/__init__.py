@@ -30,6 +30,8 @@ from keras_tpu.data.images.image_records import WrittenRecords  # noqa: F401
 from keras_tpu.data.images.image_records import write_image_records  # noqa: F401
 from keras_tpu.data.images.augment import ImageAugment  # noqa: F401
 from keras_tpu.data.images.image_folders import image_inputs  # noqa: F401
+from keras_tpu.data.images.image_records import image_record_inputs  # noqa: F401
+from keras_tpu.data.images.image_contract import ImageContract  # noqa: F401
 from keras_tpu.data.pipelines import Batching  # noqa: F401
 from keras_tpu.data.pipelines import to_device_dtypes  # noqa: F401
 from keras_tpu.data.pipelines import check_readable_by_tpu_host  # noqa: F401
@@ -52,6 +54,7 @@ __all__ = [
     "DatasetUnavailableError",
     "EvalData",
     "ImageAugment",
+    "ImageContract",
     "RECORD_LAYOUTS",
     "RecordLayout",
     "Source",
@@ -62,6 +65,8 @@ __all__ = [
     "eval_dataset",
     "eval_dataset_fn",
     "image_folder_sources",
+    "image_inputs",
+    "image_record_inputs",
     "image_tfrecord_source",
     "load_csv",
     "load_digits",

@@ -33,7 +33,7 @@ class Outputs:
       examples: how many examples the source holds.
       seconds: wall time of the pass (the first batch's tracing included).
       ids: each example's id as the source's elements carry it (`Source.open_shard_with_ids`,
-        read in the same pass), else None.
+        read in the same pass: int64, or strings as str), else None.
     """
 
     outputs: object
@@ -66,7 +66,7 @@ def _with_positions(source, steps, batch, context, preprocess):
     pipelines_, pipeline_id = context.num_input_pipelines, context.input_pipeline_id
     if source.open_shard_with_ids is not None:
         ds = source.open_shard_with_ids(pipelines_, pipeline_id)
-        ds = ds.map(lambda element, i: (*evaluation_batches.with_weight(*element), tf.cast(i, tf.int64)))
+        ds = ds.map(lambda element, i: (*evaluation_batches.with_weight(*element), _id(i)))
     else:
         ds = evaluation_batches.weighted(source.open_shard(pipelines_, pipeline_id, False))
         ds = ds.map(lambda x, y, w: (x, y, w, tf.constant(-1, tf.int64)))
@@ -74,8 +74,9 @@ def _with_positions(source, steps, batch, context, preprocess):
         lambda i, e: (*e, i * pipelines_ + pipeline_id)  # Its place in the source.
     )
     minus_one = tf.constant(-1, tf.int64)
+    no_id = tf.constant("" if ds.element_spec[3].dtype == tf.string else -1, ds.element_spec[3].dtype)
     padding = evaluation_batches.padding_examples(ds.map(lambda x, y, w, *_: (x, y, w)))
-    padding = padding.map(lambda x, y, w: (x, y, w, minus_one, minus_one))
+    padding = padding.map(lambda x, y, w: (x, y, w, no_id, minus_one))
     replicas_per_pipeline = context.num_replicas_in_sync // pipelines_
     ds = ds.concatenate(padding).take(steps * batch * replicas_per_pipeline)
     ds = ds.batch(batch, drop_remainder=True)
@@ -85,7 +86,14 @@ def _with_positions(source, steps, batch, context, preprocess):
             x, y = preprocess(x, y)
         return x, (y, weight, position, example_id)
 
-    return autotune.without_autotune_thread(ds.map(prepare).prefetch(2))
+    # In parallel: decoding images (an image contract's preprocessing) bounds a prediction.
+    prepared = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return autotune.without_autotune_thread(prepared.prefetch(2))
+
+
+def _id(value):
+    """An example's id as rows carry it: a string as it is, a number as int64."""
+    return value if value.dtype == tf.string else tf.cast(value, tf.int64)
 
 
 def run(strategy, call, data, per_replica_batch, *, preprocess=None, on_batch=None):
@@ -145,8 +153,16 @@ def run(strategy, call, data, per_replica_batch, *, preprocess=None, on_batch=No
     return Outputs(
         outputs=tf.nest.map_structure(pick, outputs), labels=tf.nest.map_structure(pick, labels),
         weights=pick(weights), examples=examples, seconds=seconds,
-        ids=pick(ids) if source.open_shard_with_ids is not None else None,
+        ids=_readable(pick(ids)) if source.open_shard_with_ids is not None else None,
     )  # fmt: skip
+
+
+def _readable(ids):
+    """Return ids as rows show them: string ids (bytes) decoded."""
+    if ids.dtype.kind in "SO":
+        return np.array([i.decode("utf-8", "replace") if isinstance(i, bytes) else i for i in ids],
+                        dtype=object)  # fmt: skip
+    return ids
 
 
 def _local_rows(strategy, result):

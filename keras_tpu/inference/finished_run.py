@@ -16,6 +16,7 @@ from typing import Any, Callable
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.data.images import image_contract
 from keras_tpu.engine import config_yaml
 from keras_tpu.engine import registry
 from keras_tpu.engine.conclude import scoring as scoring_lib
@@ -46,6 +47,9 @@ class Loaded:
       scoring: how its outputs are read and scored (the task's loss and metrics, logits or
         not, classes, a sigmoid or a score): the run's task's, or what its export carries
         (None: an export written without it, engine/conclude/scoring.py).
+      input_contract: what the model takes as an image (data.images.ImageContract): the
+        run's task's, or what its export states; None: not an image model, or an export
+        written before exports stated it.
     """
 
     call: Callable
@@ -56,6 +60,29 @@ class Loaded:
     description: str
     summary: dict | None = None
     scoring: scoring_lib.Scoring | None = None
+    input_contract: image_contract.ImageContract | None = None
+
+    def preprocess_of(self, source):
+        """Return the host preprocessing of `source`'s batches for this model.
+
+        Encoded images (`Source.encoded_images`) are decoded through the model's own input
+        contract, as its run's evaluation read its images; any other input takes the
+        task's preprocessing (arrays, text).
+
+        Raises:
+          ConfigError: encoded images for a model that states no image contract.
+        """
+        if not source.encoded_images:
+            return self.preprocess
+        contract = self.input_contract
+        if contract is None:
+            raise checks.ConfigError(
+                f"{source.name} holds encoded images, and the {self.description} states no "
+                f"image input contract (size, crop, resize, range), so its images cannot be "
+                f"read as its run read them: predict from the run's directory (model_dir=, "
+                f"an image run's task states it), or export the run again with this keras_tpu."
+            )
+        return lambda images, labels: (contract.model_inputs(images), labels)
 
     @property
     def class_names(self):
@@ -102,7 +129,8 @@ def load_export(export_dir, *, strategy=None, per_replica_batch=None):
         strategy = tf.distribute.get_strategy()
     model = _revive(export_dir)
     return Loaded(model, None, None, strategy, per_replica_batch or DEFAULT_BATCH,
-                  f"export {export_dir}", scoring=scoring_lib.read(export_dir))  # fmt: skip
+                  f"export {export_dir}", scoring=scoring_lib.read(export_dir),
+                  input_contract=image_contract.read(export_dir))  # fmt: skip
 
 
 def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"):
@@ -170,7 +198,7 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
                                     task.class_names, config)  # fmt: skip
     return Loaded(model, task.preprocess, task, strategy,
                   per_replica_batch or config.per_replica_batch_size, description, summary,
-                  record)  # fmt: skip
+                  record, task.input_contract)  # fmt: skip
 
 
 def _weights_from_export(model, export_dir, summary):

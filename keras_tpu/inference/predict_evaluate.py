@@ -228,7 +228,7 @@ def _run(data, model_dir, export_dir, loaded, class_names, on_batch, load_args):
     source = batched_outputs.as_input_source(data)
     outputs = batched_outputs.run(
         loaded.strategy, loaded.call, source, loaded.per_replica_batch,
-        preprocess=loaded.preprocess, on_batch=on_batch,
+        preprocess=loaded.preprocess_of(source), on_batch=on_batch,
     )  # fmt: skip
     class_ids, probabilities, scores = _read_outputs(outputs.outputs, loaded.scoring)
     # Ids in the data (a GLUE example's idx) come from the same read as the outputs.

@@ -101,6 +101,10 @@ class CNNConfig(keras_tpu.RunConfig):
         return bool(self.train_tfrecords) or self.backbone != "cnn"
 
 
+# A task builder's default: the contract `input_contract` reads off the config.
+_OF_THE_CONFIG = object()
+
+
 @keras_tpu.register_task("cnn")
 def cnn_task(config: CNNConfig, train=None, test=None, finished=None) -> keras_tpu.Task:
     """Return the Task of the CNN on `config.dataset`, or on the given in-memory splits.
@@ -114,10 +118,14 @@ def cnn_task(config: CNNConfig, train=None, test=None, finished=None) -> keras_t
       finished: a finished run's stored facts (keras_tpu.predict rebuilding it): an image
         folder run is rebuilt from its class names, its folders not read.
     """
-    if finished is not None and config.image_dir and finished.class_names:
+    if finished is not None and (config.image_dir or config.train_tfrecords):
+        # A finished run rebuilt to predict: from what it stored, its training files (and a
+        # --class_names file) never read again; they may be gone.
         train, test = finished.train_data, finished.eval_data
-        preprocess, num_classes = None, len(finished.class_names)
-        image_shape, name = (config.image_size, config.image_size, 3), config.image_dir
+        num_classes = len(finished.class_names) if finished.class_names else config.num_classes
+        image_shape = (config.image_size, config.image_size, 3)
+        name = config.image_dir or config.train_tfrecords
+        return _image_or_cnn_task(config, train, test, None, image_shape, num_classes, name)
     elif train is None and test is None and config.train_tfrecords:
         return _image_task(config, *datasets.image_record_sources(config))
     elif train is None and test is None and config.image_dir:
@@ -135,10 +143,26 @@ def cnn_task(config: CNNConfig, train=None, test=None, finished=None) -> keras_t
     else:
         train, test, preprocess, image_shape, num_classes = datasets.in_memory_images(train, test)
         name = "in-memory arrays"
+        return _image_or_cnn_task(config, train, test, preprocess, image_shape, num_classes,
+                                  name, contract=None)  # fmt: skip
+    return _image_or_cnn_task(config, train, test, preprocess, image_shape, num_classes, name)
+
+
+def _image_or_cnn_task(config, train, test, preprocess, image_shape, num_classes, name,
+                       contract=_OF_THE_CONFIG):  # fmt: skip
+    """Return the image recipe's Task, or the built-in CNN's on the data given.
+
+    `contract`: the model's ImageContract; default `input_contract`'s (arrays given in
+    memory: None).
+    """
+    if contract is _OF_THE_CONFIG:
+        contract = input_contract(config, image_shape)
     class_names = getattr(train, "class_names", None)  # An image folder's (a Source's).
     if config.image_route:
-        return _image_task(config, train, test, preprocess, image_shape, num_classes, name)
+        return _image_task(config, train, test, preprocess, image_shape, num_classes, name,
+                           contract)  # fmt: skip
     return keras_tpu.Task(
+        input_contract=contract,
         build_model=lambda: cnn.build_cnn(image_shape, num_classes, variant=config.variant),
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],
@@ -150,16 +174,43 @@ def cnn_task(config: CNNConfig, train=None, test=None, finished=None) -> keras_t
         mode="max",
         name=name,
         class_weight=config.class_weight,
-        export=functools.partial(cnn_export.export_cnn, class_names=class_names),
+        export=functools.partial(cnn_export.export_cnn, class_names=class_names,
+                                 contract=contract),
     )
 
 
-def _image_task(config, train, test, preprocess, image_shape, num_classes, name):
+def input_contract(config, image_shape):
+    """Return the ImageContract the run's model takes its images by.
+
+    As the run's evaluation reads its images: TFRecords decoded as uint8, their central
+    square (`eval_crop_fraction`) resized with antialiasing, into a [0, 255] model; image
+    folders and the built-in datasets (digits, tfds images) as image folders read them:
+    the whole image stretched to the size, in [0, 1], times 255 for a backbone trained on
+    folders. (Arrays a caller passed in memory state none: their range is the caller's.)
+    """
+    if config.train_tfrecords:
+        return data.ImageContract(
+            image_shape[:2], channels=image_shape[-1], crop_fraction=config.eval_crop_fraction,
+            antialias=True, pixels="uint8", input_range=(0.0, 255.0),
+        )  # fmt: skip
+    # Folders' [0, 1] pixels are scaled to [0, 255] for a backbone (`_to_model_range`); a
+    # dataset's reach the model as they are.
+    scaled = bool(config.image_dir) and config.image_route
+    return data.ImageContract(
+        image_shape[:2], channels=image_shape[-1], crop_fraction=None, antialias=False,
+        pixels="float", input_range=(0.0, 255.0 if scaled else 1.0),
+    )  # fmt: skip
+
+
+def _image_task(config, train, test, preprocess, image_shape, num_classes, name,
+                contract=_OF_THE_CONFIG):  # fmt: skip
     """Return the image recipe's Task: a backbone, augmentation, the recipe's optimizer and loss."""
     recipe = config.recipe()
     frozen = config.freeze_backbone_epochs > 0
+    if contract is _OF_THE_CONFIG:
+        contract = input_contract(config, image_shape)
     if config.image_dir and preprocess is None:  # Folders give [0, 1]; the backbones take [0, 255].
-        preprocess = _to_pixel_range
+        preprocess = functools.partial(_to_model_range, contract)
     built = {}  # The model, for the optimizer's weight-decay exclusions (built just before).
 
     def build_model():
@@ -206,7 +257,8 @@ def _image_task(config, train, test, preprocess, image_shape, num_classes, name)
         name=name,
         class_weight=config.class_weight,
         callbacks=lambda: list(callbacks),
-        export=functools.partial(cnn_export.export_cnn, class_names=class_names),
+        input_contract=contract,
+        export=functools.partial(cnn_export.export_cnn, class_names=class_names, contract=contract),
     )
 
 
@@ -218,8 +270,8 @@ def _exact_name(variable):
     return f"^{re.escape(variable.name.rsplit(':', 1)[0])}(/replica_\\d+)?:\\d+$"
 
 
-def _to_pixel_range(images, labels):
-    return images * 255.0, labels
+def _to_model_range(contract, images, labels):
+    return contract.to_model(images), labels
 
 
 def _replicas():

@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.data.images import image_contract
 from keras_tpu.data.sources import surveys
 from keras_tpu.data.sources.source_types import Source
 
@@ -75,6 +76,19 @@ class ImageFiles:
             self, paths=tuple(self.paths[i] for i in indices),
             labels=tuple(self.labels[i] for i in indices),
         )  # fmt: skip
+
+
+def folder_contract(image_size, channels=3, input_range=(0.0, 1.0)):
+    """Return the ImageContract of image folders read at `image_size`.
+
+    The whole image, stretched to `image_size` (bilinear, not antialiased, as Keras's
+    `image_dataset_from_directory` resizes), as float32 in [0, 1]; a model taking
+    [0, 255] (a keras.applications backbone) states `input_range=(0, 255)`.
+    """
+    return image_contract.ImageContract(
+        image_size, channels=channels, crop_fraction=None, antialias=False, pixels="float",
+        input_range=input_range,
+    )  # fmt: skip
 
 
 def walk_images(folder):
@@ -210,26 +224,13 @@ def image_files_source(files, image_size, *, channels=3, name=None, example_ids=
       left_out: the ids of files left out as unreadable (Source.left_out).
     """
     height, width = (int(v) for v in image_size)
-    checks.one_of("channels", channels, (1, 3))
     paths = tf.constant(list(files.paths))
     labels = tf.constant(list(files.labels), tf.int32)
 
+    contract = folder_contract((height, width), channels)
+
     def decode(path, label):
-        # BMP and GIF decode to 3 or 4 channels only: gray images are converted after.
-        raw = tf.io.read_file(path)
-        image = tf.io.decode_image(raw, channels=3 if channels == 3 else 0, expand_animations=False)
-        if channels == 1:
-            image = tf.cond(
-                tf.shape(image)[-1] >= 3,
-                lambda: tf.image.rgb_to_grayscale(image[..., :3]),
-                lambda: image[..., :1],  # Gray, or gray and alpha.
-            )  # fmt: skip
-        image = tf.cast(image, tf.float32) / 255.0
-        same_size = tf.reduce_all(tf.equal(tf.shape(image)[:2], (height, width)))
-        # A resize at scale 1 returns the same pixels: images already at the run's size
-        # skip it (image_records.decode_image does the same).
-        image = tf.cond(same_size, lambda: image, lambda: tf.image.resize(image, (height, width)))
-        return tf.ensure_shape(image, (height, width, channels)), label
+        return contract.decode(tf.io.read_file(path)), label
 
     def read(ds):
         return ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -315,22 +316,24 @@ def image_folder_sources(
     return train, image_files_source(validation, size, channels=channels, name=where)
 
 
-def image_inputs(root, image_size, *, channels=3, class_names=None, labelled=False):
-    """Return a Source of the images under `root` to predict or evaluate on, read as training read.
+def image_inputs(root, image_size=None, *, channels=None, class_names=None, labelled=False):
+    """Return a Source of the images under `root`, encoded, to predict or evaluate on.
 
-    Each image is decoded and resized as `image_folder_sources` does it (bilinear, [0, 1]),
-    and its id (`Source.example_ids`, the prediction rows' id) is its path relative to
-    `root`. To predict, every image under `root` is read, at any depth, in sorted order;
-    with `labelled`, class folders (`root/<class name>/.../<image>`). Files that are not
-    images are listed in one line; every image is decoded once first (with progress
-    lines), and one that does not decode is left out, listed in one line and in
-    `Source.left_out` (a prediction reports it: `Predictions.left_out`), so the others
-    still get their rows.
+    Each element is an image file's bytes (and its label): `keras_tpu.predict` and
+    `keras_tpu.evaluate` decode them through the model's own `ImageContract` (the run's,
+    or its export's), as the run's evaluation decoded its images, so no caller chooses
+    a size, a crop or a range. Each id (`Source.example_ids`, the prediction rows' id) is
+    the image's path relative to `root`. To predict, every image under `root` is read,
+    at any depth, in sorted order; with `labelled`, class folders
+    (`root/<class name>/.../<image>`). Files that are not images are listed in one line;
+    every image is decoded once first (with progress lines), and one that does not decode
+    is left out, listed in one line and in `Source.left_out` (a prediction reports it:
+    `Predictions.left_out`), so the others still get their rows.
 
     Args:
       root: a folder of images, or of class folders of images.
-      image_size: (height, width), or one int for a square: the run's input size.
-      channels: 3 (RGB) or 1 (grayscale): the run's input channels.
+      image_size, channels: refused: the model's contract gives them (keras_tpu < 0.2
+        read the images at a size the caller chose, in [0, 1] whatever the model took).
       class_names: the run's classes; with `labelled`, each folder's name is its label's
         name (default: the folders' sorted names, as training names them).
       labelled: the labels are the class folders' (for evaluation); else every label is 0.
@@ -338,9 +341,14 @@ def image_inputs(root, image_size, *, channels=3, class_names=None, labelled=Fal
     Raises:
       MissingFileError: `root` is not a folder.
       ConfigError: with `labelled`, no class folders or a folder that is not a class; no
-        images, or none that decodes.
+        images, or none that decodes; an image_size or channels given.
     """
-    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    if image_size is not None or channels is not None:
+        raise checks.ConfigError(
+            f"image_inputs({root!r}, image_size={image_size}, channels={channels}): images are "
+            f"read encoded and decoded by the model's own input contract (its run's or its "
+            f"export's size, crop, resize and range); drop image_size and channels."
+        )
     if not tf.io.gfile.isdir(root):
         raise checks.MissingFileError(f"image folder {root} does not exist.")
     if labelled:
@@ -356,7 +364,7 @@ def image_inputs(root, image_size, *, channels=3, class_names=None, labelled=Fal
         paths = tuple(os.path.join(root, name) for name in images)
         files = ImageFiles(paths, (0,) * len(paths), tuple(class_names or ("",)), root, tuple(others))
     ids = tuple(os.path.relpath(path, root) for path in files.paths)
-    source = image_files_source(files, size, channels=channels, name=root, example_ids=ids)
+    source = encoded_files_source(files, name=root, example_ids=ids)
     found = surveys.survey(source)
     if not found.unreadable:
         return source
@@ -369,5 +377,38 @@ def image_inputs(root, image_size, *, channels=3, class_names=None, labelled=Fal
             f"image folder {root}: none of its {len(ids)} images decodes; check the files "
             f"(e.g. open one) or pass another folder."
         )
-    return image_files_source(files.take(keep), size, channels=channels, name=root,
-                              example_ids=tuple(ids[i] for i in keep), left_out=left_out)  # fmt: skip
+    return encoded_files_source(files.take(keep), name=root,
+                                example_ids=tuple(ids[i] for i in keep), left_out=left_out)  # fmt: skip
+
+
+def encoded_files_source(files, *, name=None, example_ids=None, left_out=()):
+    """Return a Source of (encoded image bytes, int32 label) of `files`, for prediction.
+
+    Its survey decodes each file once (as any contract would: `tf.io.decode_image`) and
+    leaves out the ones that do not decode.
+    """
+    paths = tf.constant(list(files.paths))
+    labels = tf.constant(list(files.labels), tf.int32)
+
+    def survey():
+        def check(index, path):
+            image = tf.io.decode_image(tf.io.read_file(path), expand_animations=False)
+            # A value of the pixels keeps the decode from being pruned.
+            return index, tf.reduce_max(image)
+
+        checked = tf.data.Dataset.from_tensor_slices(paths).enumerate().map(
+            check, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )  # fmt: skip
+        return checked.ignore_errors().map(lambda index, pixel: index).batch(SURVEY_CHUNK)
+
+    def open_shard(num_pipelines, pipeline_id, by_file):
+        del by_file  # One example per file.
+        ds = tf.data.Dataset.from_tensor_slices((paths, labels)).shard(num_pipelines, pipeline_id)
+        return ds.map(lambda path, label: (tf.io.read_file(path), label),
+                      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)  # fmt: skip
+
+    return Source(
+        name or os.path.dirname(os.path.dirname(files.paths[0])), len(files.paths), open_shard,
+        files.paths, num_classes=len(files.class_names), class_names=files.class_names,
+        example_ids=example_ids, survey=survey, left_out=tuple(left_out), encoded_images=True,
+    )  # fmt: skip

@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.data.images import image_contract
 from keras_tpu.data.images import image_folders
 from keras_tpu.data.sources import file_sources
 
@@ -94,29 +95,24 @@ def kaggle_count(files):
 def decode_image(encoded, image_size, channels=3, crop_fraction=1.0):
     """Return one encoded image decoded, its central square cropped and resized, as uint8.
 
+    The records' contract (`image_contract.ImageContract`, which owns the steps).
+
     Args:
-      encoded: a scalar string tensor (JPEG, PNG, GIF or BMP bytes).
+      encoded: a scalar string tensor (JPEG, PNG, GIF, BMP or WebP bytes).
       image_size: the output's height and width.
       channels: 3 (RGB) or 1 (grayscale).
       crop_fraction: the side of the central square kept, as a fraction of the shorter
         side (ImageNet evaluation: 0.875, i.e. resize 256 then crop 224; 1.0: all of it).
     """
-    image = tf.io.decode_image(encoded, channels=channels, expand_animations=False)
-    shape = tf.shape(image)
-    side = tf.cast(tf.cast(tf.minimum(shape[0], shape[1]), tf.float32) * crop_fraction, tf.int32)
-    side = tf.maximum(side, 1)
-    top, left = (shape[0] - side) // 2, (shape[1] - side) // 2
-    image = image[top:top + side, left:left + side]
+    return record_contract(image_size, channels, crop_fraction).decode(encoded)
 
-    def resized():
-        out = tf.image.resize(image, (image_size, image_size), antialias=True)
-        return tf.saturate_cast(tf.round(out), tf.uint8)
 
-    # Records written at the training size (Kaggle's TPU datasets: 192-512 pixels) need no
-    # resize: at scale 1 it returns the same pixels, and it cost more than the decode (a
-    # 224-pixel JPEG: 0.8 ms against 0.5 ms on one core).
-    image = tf.cond(tf.equal(side, image_size), lambda: image, resized)
-    return tf.ensure_shape(image, (image_size, image_size, channels))
+def record_contract(image_size, channels=3, crop_fraction=1.0):
+    """Return the ImageContract of image records read at `image_size`: uint8, models take [0, 255]."""
+    return image_contract.ImageContract(
+        (image_size, image_size), channels=channels, crop_fraction=crop_fraction,
+        antialias=True, pixels="uint8", input_range=(0.0, 255.0),
+    )  # fmt: skip
 
 
 def image_tfrecord_source(
@@ -161,12 +157,13 @@ def image_tfrecord_source(
         keys.label_key: tf.io.FixedLenFeature([], tf.int64),
     }
 
+    contract = record_contract(image_size, channels, crop_fraction)
+
     def parse_batch(records):
         example = tf.io.parse_example(records, features)
         images = tf.map_fn(
-            lambda encoded: decode_image(encoded, image_size, channels, crop_fraction),
-            example[keys.image_key],
-            fn_output_signature=tf.TensorSpec((image_size, image_size, channels), tf.uint8),
+            contract.decode, example[keys.image_key],
+            fn_output_signature=tf.TensorSpec(contract.shape, tf.uint8),
             parallel_iterations=DECODE_PARALLELISM,
         )
         labels = tf.cast(example[keys.label_key] - keys.label_offset, tf.int32)
@@ -181,6 +178,104 @@ def image_tfrecord_source(
         parallel_reads=True, size_bytes=decoded, num_classes=num_classes,
         class_names=class_names, shuffle_buffer=SHUFFLE_BUFFER,
     )  # fmt: skip
+
+
+def image_record_inputs(
+    pattern, *, layout="kaggle", image_key=None, label_key=None, label_offset=None,
+    id_key=None, labelled=False, name=None,
+):  # fmt: skip
+    """Return a Source of image records to predict or evaluate on: (encoded bytes, label).
+
+    As `image_folders.image_inputs` reads a folder: the images stay encoded, for
+    `keras_tpu.predict`/`evaluate` to decode through the model's own contract. Kaggle's
+    test records hold no label, and an `id` a submission is keyed by:
+
+        inputs = data.image_record_inputs("test*.tfrec")             # ids: the `id` feature
+        keras_tpu.predict(inputs, model_dir=run).rows()              # [{"id": "a8f3c1", ...}]
+
+    Args:
+      pattern: a file glob (local or gs://), or a list of files.
+      layout, image_key, label_key, label_offset: as `image_tfrecord_source` (the run's).
+      id_key: the feature holding each record's id (bytes or int64), its rows' id;
+        default "id" when the first record holds one, else rows are numbered.
+      labelled: read the labels (to evaluate); else every label is 0 and the records
+        need none.
+      name: a label for messages; default: the pattern.
+
+    Raises:
+      MissingFileError: no file matches.
+      ConfigError: the first record lacks the image (or, labelled, the label) feature, or
+        a named id_key: one line naming the file, the key, what it holds and the flag.
+    """
+    keys = record_layout(layout, image_key, label_key, label_offset)
+    files = sorted(tf.io.gfile.glob(pattern)) if isinstance(pattern, str) else list(pattern)
+    if not files:
+        raise checks.MissingFileError(f"no TFRecord files match {pattern!r}.")
+    held = _first_record_features(files)
+    _require(held, files[0], keys.image_key, "bytes", "--image_key (or --record_layout)")
+    if labelled:
+        _require(held, files[0], keys.label_key, "int64", "--label_key (or --record_layout)")
+    if id_key is None and "id" in held:
+        id_key = "id"
+    if id_key is not None:
+        _require(held, files[0], id_key, None, "--id_key")
+    features = {keys.image_key: tf.io.FixedLenFeature([], tf.string)}
+    if labelled:
+        features[keys.label_key] = tf.io.FixedLenFeature([], tf.int64)
+    id_dtype = tf.string if id_key is None or held[id_key] == "bytes" else tf.int64
+    if id_key is not None:
+        features[id_key] = tf.io.FixedLenFeature([], id_dtype)
+
+    def parse(record):
+        example = tf.io.parse_single_example(record, features)
+        label = (tf.cast(example[keys.label_key] - keys.label_offset, tf.int32) if labelled
+                 else tf.constant(0, tf.int32))  # fmt: skip
+        return (example[keys.image_key], label), example.get(id_key, tf.constant(-1, tf.int64))
+
+    def records(num_pipelines, pipeline_id):
+        return tf.data.TFRecordDataset(files).shard(num_pipelines, pipeline_id).map(
+            parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)  # fmt: skip
+
+    source = file_sources.tfrecord_source(
+        files, lambda record: parse(record)[0], name=name or str(pattern),
+    )  # fmt: skip
+    return dataclasses.replace(
+        source, open_shard=lambda n, i, by_file: records(n, i).map(lambda element, _: element),
+        open_shard_with_ids=records if id_key is not None else None, encoded_images=True,
+    )  # fmt: skip
+
+
+def _first_record_features(files):
+    """Return {feature name: "bytes" | "int64" | "float"} of the first record of `files`.
+
+    Raises:
+      ConfigError: the first file is empty, truncated or not TFRecords (named).
+    """
+    try:
+        first = next(iter(tf.data.TFRecordDataset(files[:1]).take(1)), None)
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+        raise checks.ConfigError(
+            f"{files[0]} is not a whole TFRecord file ({e.message.splitlines()[0]}); "
+            f"check the file (a truncated copy?) or leave it out of the pattern."
+        ) from e
+    if first is None:
+        raise checks.ConfigError(
+            f"{files[0]} holds no records (an empty file); leave it out of the pattern."
+        )
+    example = tf.train.Example.FromString(first.numpy())
+    return {key: feature.WhichOneof("kind").replace("_list", "")
+            for key, feature in example.features.feature.items()}  # fmt: skip
+
+
+def _require(held, path, key, kind, flag):
+    """Raise ConfigError unless the record features `held` have `key` (of `kind`, if given)."""
+    if key in held and (kind is None or held[key] == kind):
+        return
+    found = ", ".join(f"{k} ({v})" for k, v in sorted(held.items())) or "no features"
+    what = f"no {key!r}" if key not in held else f"{key!r} as {held[key]}, not {kind}"
+    raise checks.ConfigError(
+        f"{path}: the records hold {what}; they hold {found}: name the feature with {flag}."
+    )
 
 
 # JPEG and PNG files go into the records as they are (TensorFlow decodes both on the host).

@@ -101,6 +101,9 @@ class Source:
         ones in one read. Without it a count parses every example (`open_shard`).
       left_out: the ids of examples left out because they cannot be read (images that do
         not decode), for a prediction's report (`Predictions.left_out`).
+      encoded_images: the features are encoded images (one JPEG, PNG, ... string each):
+        prediction and evaluation decode them through the model's own input contract
+        (`data.images.image_contract`), never as the caller guesses.
     """
 
     name: str
@@ -120,6 +123,7 @@ class Source:
     open_shard_with_ids: Callable[[int, int], tf.data.Dataset] | None = None
     survey: Callable[[], tf.data.Dataset] | None = None
     left_out: tuple = ()
+    encoded_images: bool = False
 
     def __post_init__(self):
         if self.shuffles_each_file and self.open_files is None:

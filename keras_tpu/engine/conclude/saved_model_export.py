@@ -171,7 +171,7 @@ def class_names_function(model, class_names):
 
 def export_model(
     model, export_dir, strategy, *, overwrite=False, serving=None, signatures=None,
-    class_names=None,
+    class_names=None, input_contract=None,
 ):  # fmt: skip
     """Write `model` as a SavedModel (Keras format inside, loadable by TF Serving).
 
@@ -190,6 +190,9 @@ def export_model(
       signatures: the saved model's serving signatures (default: Keras's own).
       class_names: each class's name, in label order: the export gets `class_names()`
         (see `class_names_function`).
+      input_contract: what the model takes as an image (a `data.images.ImageContract`),
+        written beside the SavedModel (`image_contract.FILE`), inside the same atomic
+        write: prediction decodes images through it.
     """
     compat.ensure_tf_keras(model)
     saved = model if serving is None else serving
@@ -205,6 +208,8 @@ def export_model(
             )
         if _SCORING.get() is not None:
             _SCORING.get().write(directory)
+        if input_contract is not None:
+            input_contract.write(directory)
 
     return save_atomically(save, export_dir, model, overwrite=overwrite)
 

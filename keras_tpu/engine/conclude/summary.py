@@ -84,13 +84,14 @@ class RunSummary(collections.abc.Mapping):
     train_data: str | None = None  # Cached in memory or streamed, and why (data.cache_policy).
     stopped_early: dict | None = None  # early_stopping.StoppedEarly, when the run stopped early.
     class_names: list | None = None  # Task.class_names: the name of each label, in order.
+    input_contract: dict | None = None  # Task.input_contract: what the model takes as an image.
     extra: dict = dataclasses.field(default_factory=dict)  # Backend-specific (e.g. the mesh).
 
     def to_dict(self):
         """Return the summary.json mapping (extra's keys at the top level)."""
         value = dataclasses.asdict(self)
         value.update(value.pop("extra"))
-        for key in ("dataset", "class_names"):
+        for key in ("dataset", "class_names", "input_contract"):
             if value[key] is None:
                 del value[key]
         return value
@@ -248,6 +249,7 @@ def run_summary(run, trained, test, *, weights, checksum):
         config=dataclasses.asdict(config),
         dataset=run.task.name,
         class_names=list(run.task.class_names) if run.task.class_names else None,
+        input_contract=run.task.input_contract.to_json() if run.task.input_contract else None,
         extra=run.backend.summary_extra(),
     )
 

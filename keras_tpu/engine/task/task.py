@@ -102,6 +102,12 @@ class Task:
         default: the training Source's own (`data.images.image_folders`, named text labels).
         The summary lists them and the export returns them:
         `tf.saved_model.load(export_dir).class_names()`.
+      input_contract: how an encoded input becomes the model's input, when the model
+        takes images: a `data.images.ImageContract` (size, channels, crop, resize, range),
+        as the run's evaluation reads its images. The summary records it, the export
+        carries it (an image export's `serving_default` takes encoded bytes through it),
+        and `keras_tpu.predict`/`evaluate` decode encoded images with it (never as a
+        caller guesses). None: the model takes what the data gives (arrays, text).
       name: the data's name in the summary ("dataset").
       task_name: the registered name (set by the registry; written to config.yaml).
       backend: a `engine.backend.Backend` subclass that builds and steps the model
@@ -126,6 +132,7 @@ class Task:
     callbacks: Sequence[Any] | Callable[[], Sequence[Any]] = ()
     class_weight: Any = None
     class_names: Sequence[str] | None = None
+    input_contract: Any = None
     name: str | None = None
     task_name: str | None = None
     backend: Any = None
