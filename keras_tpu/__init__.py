@@ -17,6 +17,21 @@ keras_tpu.layers, keras_tpu.parallel.mesh, ...), each with its own `__all__`. do
 lists them. The model garden (the top-level `models` package: BERT, the CNN and their
 tasks) is built on these names only, and keras_tpu never imports it (tests/test_layering.py
 checks both).
+
+Modules, in reading order (each folder's __init__.py is its front door):
+  runtime/       where a run executes: the strategy, the TPU, clusters, device rules, logs
+  readiness/     will the TPU work: the doctor and the TPU compile rehearsal
+  data/          per-replica input pipelines; sources/ and images/
+  engine/        the run engine: fit, its Task, steps, callbacks, backups, stops, the end
+  inference/     predict and evaluate after training
+  parallel/      weights split across devices (the DTensor mesh)
+  checks.py      argument checks and their one-line errors (ConfigError)
+  layers.py      layers a model builds with to keep the guarantees (public)
+  metrics.py     GLUE's metrics, exact over every example (public)
+  plots.py       matplotlib helpers for notebooks
+  public_api.py  the public API, declared once
+
+Entry points: the names below, as public_api.py declares them.
 """
 
 from keras_tpu.runtime import logs as _logs

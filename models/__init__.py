@@ -1,5 +1,6 @@
 """The model garden on keras_tpu's public API: one folder per model family.
 
+Modules, in reading order (each family's __init__.py is its front door):
   cnn/          the image CNN: builder (cnn_builder.py), keras.applications backbones
                 (backbones.py), the image recipe (image_recipe.py) and its task (cnn_task.py)
   bert/         BERT: encoder, classifier, configs, TF Hub and Hugging Face import,
@@ -9,6 +10,8 @@
 Importing `models` registers the tasks "cnn" and "bert" (keras_tpu.register_task);
 `train_cnn` / `train_bert` are the one call behind scripts/train_cnn.py,
 scripts/train_bert.py and the notebooks. keras_tpu never imports this package.
+Entry points: CNNConfig, cnn_task, train_cnn, BertRunConfig, bert_task, train_bert,
+IMAGE_DATASETS, load_image_data (below; scripts/, notebooks/).
 
 `models` is a generic name another project may install too (docs/guide.md, "Layout"):
 the scripts refuse, in one line, a `models` that is not this one first on the path

@@ -24,6 +24,8 @@ else:  # python scripts/train_cnn.py
     import flag_utils
 import models  # noqa: E402
 
+# One flag per models.CNNConfig field (models/cnn/cnn_task.py), its help text here; the
+# recipe's flags (--optimizer, --lr_schedule, --weight_decay, ...) act in models/cnn/image_recipe.py.
 flag_utils.define_flags(
     models.CNNConfig,
     {

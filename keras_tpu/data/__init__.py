@@ -3,13 +3,26 @@
     from keras_tpu import data
     train, steps = data.train_dataset(strategy, data.load_digits()[0], per_replica_batch=64)
 
-`training_stream` builds the training stream (an epoch per pass, started at any step,
-cached or streamed by `cache_policy`); `pipelines` the batch arithmetic and exact
-evaluation; `sources/` reads examples (arrays, TSV, TFRecord, tfds, digits; TSV/CSV files
-through `sources/text_files.py`, one reader for training and prediction), `text_sources`
-text columns; `images/` class folders of images, image TFRecords and training
-augmentation that resumes exactly. Tokenising is the model's (e.g.
+Every pipeline has static shapes, shards per input pipeline the same way on one CPU, N
+replicas, a cluster or a TPU pod, starts training at any step without replay, and evaluates
+every example once (padding weighs 0). Tokenising is the model's (e.g.
 models/bert/bert_text.py), passed as `preprocess`.
+
+Modules, in reading order:
+  pipelines.py           the batch arithmetic every pipeline shares (Batching, finish_batches)
+  training_stream.py     the training stream: an epoch per pass, started at any step
+  evaluation_batches.py  exact evaluation: every example once, padded per replica
+  function_eval.py       exact evaluation of a dataset function: counted, then padded
+  cache_policy.py        whether a training split is cached in host memory or streamed
+  structures.py          nested examples: dicts and tuples of arrays, named in messages
+  text_sources.py        text columns (TextColumns), sentences and pairs, to train or predict
+  autotune.py            no tf.data autotune thread (it stalls the end of every run)
+  sources/               where examples come from: arrays, TSV/CSV, TFRecord, tfds, counts
+  images/                image folders, image TFRecords, augmentation that resumes exactly
+
+Entry points: the names below (keras_tpu.data, public); `pipelines`, `training_stream`,
+`cache_policy`, `function_eval`, `sources.surveys` (engine/, chiefly steps/run_inputs.py);
+`evaluation_batches` (inference/); `text_sources` (models/, scripts/).
 """
 
 from keras_tpu.data.sources.sources import ArraySplit  # noqa: F401

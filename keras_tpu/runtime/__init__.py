@@ -1,1 +1,27 @@
-"""Where a run executes: strategy resolution, TPU connection, clusters, the tf_keras engine, logs."""
+"""Where a run executes: strategy resolution, TPU connection, clusters, the tf_keras engine, logs.
+
+Nothing here changes TensorFlow at import, and nothing waits forever: every probe of a TPU or
+a cluster is bounded in time, and what a run uses on the device found (precision, XLA,
+steps per execution) is one rule per device kind.
+
+Modules, in reading order:
+  strategy/            resolve_strategy and StrategyInfo; clusters; replica-consistent layers
+  tpu/                 a TPU's address, connection, health and holders
+  detect.py            find a TPU or a cluster from the environment, without TensorFlow
+  device_rules.py      per device kind: the "auto" precision (auto_precision), XLA, steps per execution
+  accelerators.py      per-replica memory of each accelerator, and which one a strategy runs on
+  cpu_features.py      what the host CPU computes natively (bf16), from /proc/cpuinfo
+  compat.py            tf_keras pinned as `keras`; the TensorFlow / tf_keras pair checked
+  determinism.py       seed every random source; ContentSeededDropout
+  saved_model_dropout.py  a TF Hub encoder's SavedModel dropout made deterministic
+  logs.py              how loud TensorFlow is (quiet in the scripts, --log_level)
+  private_names.py     tf_keras's and TensorFlow's private attributes: read or set only here
+  tf_registries.py     TensorFlow's op and kernel registries, read in one place
+  tf_build.py          which TensorFlow build, Keras and libtpu are installed
+  health_report.py     the doctor's Check and Report values
+
+Entry points: `strategy.resolver.resolve_strategy`, `describe`, `strategy.strategy_info.StrategyInfo`
+(public; everywhere), `compat.keras` (every module that builds with Keras),
+`device_rules.steps_per_execution` (engine/steps/compiling.py, parallel/mesh/),
+`private_names.read`/`write`, `determinism.seed_everything`, `logs` (scripts/).
+"""

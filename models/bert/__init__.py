@@ -1,24 +1,25 @@
 """BERT: the public names, one import away (`from models import bert`).
 
-One module per part, as keras-hub lays out its BERT:
+One module per part, as keras-hub lays out its BERT; the "bert" task fine-tunes a TF Hub
+encoder (native, tfhub.dev, or imported from Hugging Face) on sentences or sentence pairs.
 
-  bert_config.py           BertConfig, the published PRESETS, count_parameters
-  bert_encoder.py          the native encoder (build_bert_encoder) and its layers
-  bert_hub.py              TF Hub encoders: export_encoder, load_encoder (interface checks)
-  bert_classifier.py       build_bert_classifier, on an encoder layer (or a handle)
-  bert_flops.py            training FLOPs per example (for MFU)
-  bert_memory.py           the memory model: bytes per replica of a training step
-                           (with bert_memory_estimate.py and bert_introspect.py;
-                           models.bert.memory.planner plans batches with it)
-  memory.py                the memory planner: estimate, plan (batch_search.py), check_fits
-                           (fit_warning.py)
-  bert_optimizer.py        bert_adamw: AdamW with BERT's warm-up and linear decay
-  bert_export.py           export_bert: a classifier that takes raw strings, for serving
-  hf_bert.py               Hugging Face safetensors -> native encoder and TF Hub export
-                           (with hf_config.py and hf_weights.py)
-  bert_task.py             the "bert" task: BertRunConfig, bert_task, train_bert
-                           (with bert_vocab.py, glue.py and extra_eval.py)
-  glue_submission.py       GLUE test-split predictions as gluebenchmark.com takes them
+Modules, in reading order:
+  bert_config.py      BertConfig, the published PRESETS, count_parameters
+  bert_encoder.py     the native encoder (build_bert_encoder) and its layers
+  bert_classifier.py  build_bert_classifier / build_bert_regressor on an encoder layer
+  bert_hub.py         TF Hub encoders: export_encoder, load_encoder (interface checked)
+  bert_text.py        WordPiece preprocessing on the host, packed to a fixed length
+  bert_vocab.py       the task's up-front check: the vocabulary fits the embedding table
+  bert_optimizer.py   bert_adamw: AdamW with BERT's warm-up and linear decay
+  bert_task.py        the "bert" task: BertRunConfig, bert_task, train_bert
+  bert_export.py      export_bert: the serving signature (raw strings in, predictions out)
+  glue/               GLUE tasks' shapes, extra evaluation splits, submission files
+  hf/                 Hugging Face safetensors -> the native encoder and TF Hub export
+  memory/             FLOPs and the memory model; the batch planner (memory/planner.py)
+  mesh/               BERT on a DTensor mesh: layouts, the sharded classifier, its export
+
+Entry points: the names below; `bert_task` (models/__init__.py), `bert_export`,
+`hf.hf_bert`, `glue.glue_submission`, `memory.planner` (scripts/).
 """
 
 from models.bert.memory.bert_flops import training_flops_per_example  # noqa: F401

@@ -1,9 +1,15 @@
 """The image CNN: the public names, one import away (`from models import cnn`).
 
+Modules, in reading order:
+  cnn_task.py      the "cnn" task: CNNConfig (its fields are train_cnn.py's flags), cnn_task,
+                   train_cnn; its data in models/datasets.py
   cnn_builder.py   build_cnn and its VARIANTS
-  cnn_export.py    export_cnn: the serving signature (probabilities, class ids and names)
   backbones.py     keras.applications backbones with a head, weights files, a frozen start
   image_recipe.py  scaled LR with warm-up + cosine, AdamW/SGD decay, label smoothing, top-5
+  cnn_export.py    export_cnn: the serving signature (probabilities, class ids and names)
+
+Entry points: the names below; `cnn_task.CNNConfig`, `cnn_task`, `train_cnn`
+(models/__init__.py); `backbones` (models/datasets.py).
 """
 
 from models.cnn.cnn_builder import BATCHNORM_MOMENTUM  # noqa: F401

@@ -5,6 +5,9 @@
     python scripts/train_cnn.py --image_dir=photos/ --validation_split=0.2 --image_size=64
     python scripts/train_cnn.py --train_tfrecords='gs://b/train*.tfrec' --eval_tfrecords=... \
         --backbone=efficientnetv2_b0 --weights=imagenet --image_size=224   # configs/images_*.yaml
+
+A `CNNConfig` field is a flag of scripts/train_cnn.py, whose help text is written there; the
+recipe's fields (optimizer, schedule, decay, smoothing) act in models/cnn/image_recipe.py.
 """
 
 import dataclasses

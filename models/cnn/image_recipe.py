@@ -10,6 +10,10 @@ linear warm-up and followed by a cosine decay to 0; the loss smooths the labels;
 decay is decoupled (AdamW) or SGD's (momentum 0.9, `weight_decay` as tf_keras applies it);
 accuracy and top-5 accuracy are reported, exact over every evaluation example.
 
+A recipe setting (--optimizer, --lr_schedule, --weight_decay, ...) is three places: its
+`CNNConfig` field (models/cnn/cnn_task.py, passed here by `CNNConfig.recipe`), its rule here
+(`Recipe`, `optimizer`), and its flag's help text in scripts/train_cnn.py.
+
 Training batches mixed by mixup or CutMix (`data.ImageAugment(mixup_alpha=...)`) carry
 mixed one-hot rows instead of integer labels: the loss takes either (the smoothing applies
 to the mixed rows as to one-hot ones, as timm's mixup target does), and the training

@@ -10,6 +10,10 @@ once, before anything is written, and its writer then trusts it), its writer
 (`save_atomically`: a temp directory beside export_dir, renamed into place; its
 temporary directory is named by atomic_writes.temp_prefix) and what is saved.
 It also carries, beside the SavedModel, what scoring it needs (scoring.py).
+
+The serving signature's input and output names are each family's, set by its `Task.export`
+(which calls `export_model` with them): models/cnn/cnn_export.py, models/bert/bert_export.py
+(on a mesh, models/bert/mesh/mesh_export.py); a Task's default export keeps Keras's own.
 """
 
 import contextlib

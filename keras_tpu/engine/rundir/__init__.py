@@ -1,0 +1,18 @@
+"""A run's directory: it belongs to one run, and every file in it is written whole.
+
+model_dir holds run.json (what the run trains), run.lock, config.yaml, summary.json,
+best/, backup/ and tensorboard/; this folder checks the paths, claims the directory and
+writes files atomically. What goes into those files is its writers' (backup/, conclude/).
+
+Modules, in reading order:
+  run_dir.py        open_run: the identity checked, the lock, room to write
+  run_identity.py   RunIdentity: what a run trains, recorded in run.json, and what counts in it
+  output_paths.py   model_dir and export_dir checked before training; whose export is where
+  atomic_writes.py  files and directories written whole; a failed write's one line (write_error)
+  disk_space.py     what a backup, best/ and the export cost on disk (weights_bytes)
+  leftovers.py      what a killed run left behind, removed at the next start
+
+Entry points: `run_dir.open_run`, `run_identity.RunIdentity`, `leftovers.clean`
+(training_run.py, trainer.py); `atomic_writes`, `disk_space.weights_bytes`,
+`output_paths` (backup/, callbacks/, conclude/, config_yaml.py, run_config.py).
+"""

@@ -4,6 +4,7 @@
 dtype's size) behind every free-space figure: a backup (`checkpoint_bytes`: the
 weights and an Adam-like optimizer's slots), `best/` and the export (the weights).
 `megabytes` and `size_text` are how those figures read in a one-line error.
+The full-disk line itself is atomic_writes.write_error (a backup's: backup/checkpointing.py).
 """
 
 import numpy as np

@@ -1,4 +1,8 @@
-"""Compile, train and evaluate keras_tpu.keras models under a strategy (precision: precision.py)."""
+"""Compile, train and evaluate keras_tpu.keras models under a strategy (precision: precision.py).
+
+What "auto" means for `steps_per_execution` and XLA (`jit_compile`) on each kind of device is
+runtime/device_rules.py's rule (steps_per_execution, device_defaults); compiling applies it.
+"""
 
 import tensorflow as tf
 

@@ -3,6 +3,10 @@
 `choose_precision` says which policy and why, without setting it (a run's summary and
 progress lines carry the reason); `apply_precision` sets that choice as Keras's global
 policy before the models are built (`set_precision`: both at once).
+
+The "auto" rule itself (bf16 on a TPU and on CPUs that compute it natively, fp16 on
+tensor-core GPUs, fp32 elsewhere, and its reason) is runtime/device_rules.auto_precision,
+read here through StrategyInfo.precision_policy; change the rule there, not here.
 """
 
 import dataclasses

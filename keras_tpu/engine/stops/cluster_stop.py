@@ -1,5 +1,8 @@
 """A preempted worker stops the whole cluster at one step, every worker backed up at it.
 
+(A worker that is lost rather than preempted: its one line is runtime/strategy/cluster.worker_failure,
+raised by training_run.py as `stop.Stop.lost_worker`.)
+
 On a `MultiWorkerMirroredStrategy` cluster (or a TPU VM pod) the SIGTERM of a
 spot VM reaches one worker. Were that worker to back up alone, its save would
 meet the other workers' training collectives: the chief dies with

@@ -1,5 +1,6 @@
 """Model parallelism: a model's weights split on a ("batch", "model") DTensor mesh.
 
+Modules, in reading order:
   layout.py     the mesh, weights on it, batches laid out on it, the train step
   dropout.py    dropout whose mask is drawn split over "batch" only
   run_setup.py  build the mesh model's loop and size its run
@@ -14,6 +15,8 @@ Task's own `build_model`, or a MeshModel that builds its model under its own
     task = keras_tpu.Task(..., backend=functools.partial(mesh.ShardedBackend,
                                                          layout_map=my_layouts))
     task = keras_tpu.Task(..., backend=functools.partial(mesh.ShardedBackend, model=spec))
+
+Entry points: the names below (public: keras_tpu.parallel.mesh; BERT's models/bert/mesh/).
 """
 
 from keras_tpu.parallel.mesh.backend import MeshModel

@@ -8,7 +8,9 @@
 Any flag given (--text_keys, --num_classes, --task_type, --metrics,
 --tfds_eval_split) wins over these defaults. The test splits' labels are hidden
 (-1): GLUE's dev sets are the "validation" splits; glue_submission.py writes test-split
-predictions as the benchmark takes them.
+predictions as the benchmark takes them. The metrics themselves (F1, Matthews, Pearson,
+Spearman), exact over every example, are keras_tpu.metrics'; the table here (METRICS) only
+names them, with their direction.
 """
 
 import dataclasses

@@ -1,7 +1,9 @@
 """The BERT memory estimate's vocabulary: its constants, presets and `MemoryEstimate`.
 
-bert_memory.py computes the estimate (the memory model; docs/memory.md lists every
-term); models.bert.memory.planner is the planner's public entry point.
+No estimate is computed here: this module holds the result's type (`MemoryEstimate`, its
+table and totals) and the constants it is computed with. The estimate is
+bert_memory.estimate (the memory model; docs/memory.md lists every term); the plan (the
+largest batch that fits) is batch_search.plan; models.bert.memory.planner re-exports both.
 """
 
 import dataclasses

@@ -1,5 +1,9 @@
 """Plan per-replica memory for BERT training: will it fit on this device, and at what batch?
 
+The memory planner's one import (its facade): it computes nothing itself but re-exports
+the parts below. The estimate is bert_memory.estimate, the plan batch_search.plan, the
+run's warning fit_warning.check_fits.
+
     from models.bert.memory import planner
     est = planner.estimate("base", per_replica_batch=32, seq_length=128, precision="bf16")
     print(est.table())
@@ -13,8 +17,8 @@ The parts, one job each:
   models/bert/memory/bert_memory_estimate.py  constants, presets, MemoryEstimate
   models/bert/memory/bert_memory.py           the memory model: estimate()
   models/bert/memory/bert_introspect.py       a built model's BERT sizes and precision
-  models/bert/memory/batch_search.py             plan(): the largest batch, the smallest K
-  models/bert/memory/fit_warning.py              check_fits(): the warning before compiling
+  models/bert/memory/batch_search.py          plan(): the largest batch, the smallest K
+  models/bert/memory/fit_warning.py           check_fits(): the warning before compiling
 """
 
 from models.bert.memory.bert_memory import activation_breakdown  # noqa: F401
