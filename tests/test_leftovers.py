@@ -181,10 +181,10 @@ def test_a_full_disk_during_the_runs_export_is_the_run_stopped_of_every_stop(
 
     replace = atomic_writes.replace_directory
 
-    def full(temp_dir, target):
+    def full(temp_dir, target, **kwargs):
         if os.path.basename(target) == "export":
             raise OSError(errno.ENOSPC, "No space left on device")
-        replace(temp_dir, target)  # best/
+        replace(temp_dir, target, **kwargs)  # best/
 
     monkeypatch.setattr(atomic_writes, "replace_directory", full)
     export = tmp_path / "export"
