@@ -173,6 +173,12 @@ def test_unwritable_or_full_model_dir_is_named(tmp_path):
         run_dir.check_writable(str(tmp_path / "run"), 2**40)
     run_dir.check_writable(str(tmp_path / "run"), 1)
     assert (tmp_path / "run").is_dir()
+    # Backups on another disk (a symlinked backup/): that disk's free space is the one counted.
+    (tmp_path / "bigger").mkdir()
+    os.symlink(tmp_path / "bigger", tmp_path / "run" / "backup")
+    with pytest.raises(run_dir.RunDirError, match=f"^{tmp_path}/run/backup \\(a link to "
+                       f"{tmp_path}/bigger\\) has .* free; its backups need about"):  # fmt: skip
+        run_dir.check_writable(str(tmp_path / "run"), 2**40)
 
 
 @pytest.mark.parametrize("field", ["model_dir", "export_dir"])

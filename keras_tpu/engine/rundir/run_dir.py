@@ -195,10 +195,15 @@ def check_writable(model_dir, needed_bytes):
         return
     if not os.access(model_dir, os.W_OK):
         raise RunDirError(f"model_dir {model_dir} is not writable by this user.")
-    free = shutil.disk_usage(model_dir).free
+    # Backups go where model_dir/backup is: another disk when it is a symlink to one.
+    backup_dir = os.path.join(model_dir, "backup")
+    where = backup_dir if owned_files.is_linked_directory(backup_dir) else model_dir
+    free = shutil.disk_usage(where).free
     if free < needed_bytes:
+        shown = (f"model_dir {model_dir}" if where == model_dir
+                 else f"{backup_dir} (a link to {os.path.realpath(where)})")  # fmt: skip
         raise RunDirError(
-            f"model_dir {model_dir} has {disk_space.megabytes(free)} free; its backups need about "
+            f"{shown} has {disk_space.megabytes(free)} free; its backups need about "
             f"{disk_space.megabytes(needed_bytes)}. Free space there or use another --model_dir."
         )
 
