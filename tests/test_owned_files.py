@@ -6,7 +6,6 @@ export; the run trains, backs up and resumes through the links.
 """
 
 import dataclasses
-import errno
 import hashlib
 import json
 import logging
@@ -19,11 +18,11 @@ import tensorflow as tf
 import keras_tpu
 from keras_tpu.engine.backup import backup_store
 from keras_tpu.engine.callbacks import best_tracker
-from keras_tpu.engine.rundir import atomic_writes
 from keras_tpu.engine.rundir import leftovers
 from keras_tpu.engine.rundir import owned_files
 from tests.conftest import tiny_task
 from tests.test_leftovers import _dead_pid
+from tests.test_leftovers import fill_the_disk_at_the_export
 
 # The user's files: beside the run's own, one named almost like a backup's, one in a folder.
 SENTINELS = ("notes.txt", "ckpt-notes.txt", "mine/records.txt")
@@ -105,14 +104,7 @@ def test_a_failed_export_then_its_resume_write_through_the_links_and_keep_the_us
 ):
     model_dir, targets = _linked_run(tmp_path)
     before = {name: _digests(target) for name, target in targets.items()}
-    replace = atomic_writes.replace_directory
-
-    def full(temp_dir, target, **kwargs):
-        if os.path.basename(target) == "export":
-            raise OSError(errno.ENOSPC, "No space left on device")
-        replace(temp_dir, target, **kwargs)  # best/
-
-    monkeypatch.setattr(atomic_writes, "replace_directory", full)
+    fill_the_disk_at_the_export(monkeypatch)
     config = keras_tpu.RunConfig(
         per_replica_batch_size=8, epochs=2, model_dir=str(model_dir), verbose=0,
         export_dir=str(tmp_path / "export"), keep_backups=1,
