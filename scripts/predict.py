@@ -96,6 +96,7 @@ class PredictConfig:
     strategy: str | None = None
     cpu_replicas: int | None = None
     progress_seconds: float = 30.0
+    trust_run_dir: bool = False
 
     def __post_init__(self):
         checks.one_of("mode", self.mode, MODES)
@@ -201,6 +202,8 @@ flag_utils.define_flags(PredictConfig, {
     "strategy": flag_utils.run_help("strategy") + " Default: the run's.",
     "cpu_replicas": flag_utils.run_help("cpu_replicas") + " Default: the run's.",
     "progress_seconds": "A progress line at most this often (seconds).",
+    "trust_run_dir": "Import the code --model_dir's config.yaml names (its import:, a "
+    "module:function task); without it a run directory runs no code (only for runs you trust).",
 })
 
 
@@ -288,6 +291,7 @@ def run(config):
     loaded = inference.load(
         config.model_dir, config.export_dir, strategy=_strategy(config),
         per_replica_batch=config.per_replica_batch_size, weights=config.weights,
+        trust_run_dir=config.trust_run_dir,
     )  # fmt: skip
     run_config = prediction_inputs.run_settings(config.model_dir, loaded)
     inputs = prediction_inputs.resolve(input_spec(config), run_config, loaded.call)

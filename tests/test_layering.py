@@ -413,6 +413,17 @@ ONE_OWNER = {
     "identity_names": "keras_tpu/engine/rundir/run_identity.py",  # Where identity is owned.
     "exact_loss": "keras_tpu/engine/callbacks/log_callbacks.py",  # The exact loss in the logs.
     "chance_warning": "keras_tpu/engine/conclude/summary.py",
+    "remove_owned": "keras_tpu/engine/rundir/owned_files.py",  # What a run removes, by name.
+    "refuse_untrusted": "keras_tpu/engine/registry.py",  # A run directory runs no code unasked.
+}
+
+# Removing files is owned_files.py's (never through a symlink, only what the run wrote);
+# these remove a process's own temp directory (tempfile.mkdtemp) below that layer.
+REMOVALS = ("rmtree", "os.remove", "os.unlink", "os.rmdir", "gfile.remove")
+OWN_TEMP_REMOVALS = {
+    "keras_tpu/runtime/saved_model_dropout.py": "its SavedModel copy, at exit (layer 1)",
+    "keras_tpu/engine/stops/cluster_stop.py": "a worker's scratch save (below rundir)",
+    "models/bert/mesh/mesh_export.py": "its emptied scratch folder (public API only)",
 }
 
 
@@ -431,6 +442,16 @@ def test_each_concept_is_decided_in_one_place():
     wrong = {name: defined.get(name, []) for name in ONE_OWNER}
     wrong = {name: paths for name, paths in wrong.items() if paths != [ONE_OWNER[name]]}
     assert not wrong, f"defined elsewhere or more than once (ONE_OWNER names the owner): {wrong}"
+
+
+def test_every_removal_goes_through_owned_files():
+    found = set()
+    for path in _python_files("keras_tpu", "models", "scripts"):
+        if path != ONE_OWNER["remove_owned"] and any(
+            r in open(os.path.join(REPO, path)).read() for r in REMOVALS
+        ):
+            found.add(path)
+    assert found == set(OWN_TEMP_REMOVALS), "remove with keras_tpu.engine.rundir.owned_files"
 
 
 def test_one_evaluate_name_per_meaning():

@@ -174,19 +174,23 @@ def test_a_run_killed_after_its_summary_is_cleaned_by_the_no_op_rerun(tmp_path, 
     assert (tmp_path / "run.lock").exists() and (tmp_path / "backup").exists()
 
 
+def fill_the_disk_at_the_export(monkeypatch):
+    """Make writing a directory named `export` fail as a full disk does (best/ is written)."""
+    replace = atomic_writes.replace_directory
+
+    def full(temp_dir, target, **kwargs):
+        if os.path.basename(target) == "export":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        replace(temp_dir, target, **kwargs)  # best/
+
+    monkeypatch.setattr(atomic_writes, "replace_directory", full)
+
+
 def test_a_full_disk_during_the_runs_export_is_the_run_stopped_of_every_stop(
     tmp_path, monkeypatch
 ):
     """`except keras_tpu.RunStopped` (the README's) catches it too: exit 2, the backup kept."""
-
-    replace = atomic_writes.replace_directory
-
-    def full(temp_dir, target):
-        if os.path.basename(target) == "export":
-            raise OSError(errno.ENOSPC, "No space left on device")
-        replace(temp_dir, target)  # best/
-
-    monkeypatch.setattr(atomic_writes, "replace_directory", full)
+    fill_the_disk_at_the_export(monkeypatch)
     export = tmp_path / "export"
     config = keras_tpu.RunConfig(
         per_replica_batch_size=8, epochs=1, model_dir=str(tmp_path / "run"), export_dir=str(export)

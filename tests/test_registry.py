@@ -2,10 +2,14 @@
 
 import dataclasses
 import os
+import sys
 
+import numpy as np
 import pytest
+import yaml
 
 import keras_tpu
+from keras_tpu.engine import config_yaml
 from keras_tpu.engine import registry
 import models  # noqa: F401  (registers the model garden's "cnn" and "bert")
 from models.cnn import cnn_task as cnn
@@ -81,3 +85,74 @@ def test_a_finished_runs_bert_task_is_rebuilt_without_reading_its_files(tmp_path
         task.train_data.open_shard(1, 0, False)
     with pytest.raises(keras_tpu.ConfigError, match="train.tsv"):  # Training reads them.
         registry.get_task("bert").build(config)
+
+
+# A module that, when imported, leaves a file: whether a run directory ran it.
+SNEAKY = '''
+import pathlib
+import numpy as np
+import keras_tpu
+
+pathlib.Path({sentinel!r}).write_text("ran")
+
+
+@keras_tpu.register_task("sneaky_regressor")
+def build(config: keras_tpu.RunConfig) -> keras_tpu.Task:
+    x = np.random.default_rng(0).random((32, 3), dtype=np.float32)
+    return keras_tpu.Task(
+        build_model=lambda: keras_tpu.keras.Sequential([keras_tpu.keras.layers.Dense(1, input_shape=(3,))]),
+        loss="mse", train_data=(x, x.sum(axis=1)), monitor="loss",
+    )
+'''
+
+
+def _forget(monkeypatch, sentinel):
+    """As another process would be: the module not imported, its task not registered."""
+    monkeypatch.delitem(sys.modules, "sneaky_tasks", raising=False)
+    monkeypatch.delitem(registry._TASKS, "sneaky_regressor", raising=False)
+    sentinel.unlink(missing_ok=True)
+
+
+def test_a_run_directory_imports_no_code_unless_trusted(tmp_path, monkeypatch, predict_script):
+    sentinel, code = tmp_path / "ran", tmp_path / "code" / "sneaky_tasks.py"
+    code.parent.mkdir()
+    code.write_text(SNEAKY.format(sentinel=str(sentinel)))
+    registry.import_modules([str(code)])  # Training imported it: the user's --import.
+    run = tmp_path / "run"
+    config = keras_tpu.RunConfig(per_replica_batch_size=8, epochs=1, model_dir=str(run),
+                                 verbose=0, tensorboard=False)  # fmt: skip
+    keras_tpu.fit("sneaky_regressor", config)
+    assert config_yaml.read_task(str(run / "config.yaml")).imports == (str(code),)
+    x = np.zeros((4, 3), np.float32)
+    for task in ("file", "module:function"):
+        if task == "module:function":  # config.yaml names the task by import string alone.
+            written = yaml.safe_load((run / "config.yaml").read_text())
+            written.update(task="sneaky_tasks:build", **{"import": []})
+            (run / "config.yaml").write_text(yaml.safe_dump(written))
+            monkeypatch.syspath_prepend(str(code.parent))
+        _forget(monkeypatch, sentinel)
+        named = str(code) if task == "file" else "sneaky_tasks"
+        message = (f"the run in {run} names code to import: {named}; reading a run directory runs "
+                   f"none of its code unasked. If you trust it, pass --trust_run_dir (in Python, "
+                   f"trust_run_dir=True), or import that module yourself first.")  # fmt: skip
+        with pytest.raises(registry.UntrustedCodeError) as refused:
+            keras_tpu.predict(x, model_dir=str(run))
+        assert str(refused.value) == message and not sentinel.exists()
+        if task == "file":
+            with pytest.raises(registry.UntrustedCodeError, match="--trust_run_dir"):  # predict.py
+                predict_script.run(predict_script.PredictConfig(model_dir=str(run),
+                                                                input_file="x.tsv"))  # fmt: skip
+            assert not sentinel.exists()
+        assert keras_tpu.predict(x, model_dir=str(run), trust_run_dir=True).examples == 4
+        assert sentinel.exists()  # Trusted: imported and run.
+
+
+def test_registered_tasks_imported_modules_and_the_model_garden_need_no_trust():
+    registry.refuse_untrusted("run", ["models.cnn.cnn_task"], "cnn")  # The garden, beside keras_tpu.
+    registry.refuse_untrusted("run", [], "models.cnn.cnn_task:cnn_task")
+    # Imported already, by name or from that file (the user's own import of it).
+    registry.refuse_untrusted("run", ["json", os.path.join(REPO, "keras_tpu", "checks.py")], None)
+    assert "antigravity" not in sys.modules
+    with pytest.raises(registry.UntrustedCodeError, match=r"^run names code to import: antigravity;"):
+        registry.refuse_untrusted("run", [], "antigravity:fly")
+    assert "antigravity" not in sys.modules  # Refused unread: its import opens a browser.

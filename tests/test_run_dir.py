@@ -1,6 +1,7 @@
 """Tests for engine/rundir/run_dir.py and run_identity.py: identity, the directory lock, writability."""
 
 import dataclasses
+import functools
 import json
 import os
 import socket
@@ -14,6 +15,7 @@ import keras_tpu
 from keras_tpu import keras
 import models
 from keras_tpu.engine import run_config
+from keras_tpu.engine.backup import backup_store
 from keras_tpu.engine.rundir import run_dir
 from keras_tpu.engine.rundir import run_identity
 
@@ -74,17 +76,18 @@ def test_a_subclass_keeps_the_settings_of_fields_it_redefines_and_says_its_own()
 def test_another_run_in_the_directory_is_refused_until_overwrite(tmp_path):
     base = models.CNNConfig()
     backup = tmp_path / "backup"
-    run_dir.check_identity(str(tmp_path), _identity(base), overwrite=False, backup_dir=str(backup))
+    remove = functools.partial(backup_store.remove_backups, str(backup))
+    run_dir.check_identity(str(tmp_path), _identity(base), overwrite=False, remove_backups=remove)
     backup.mkdir()
     other = dataclasses.replace(base, dataset="synthetic")
     with pytest.raises(run_dir.RunDirError) as e:
         run_dir.check_identity(str(tmp_path), _identity(other), overwrite=False,
-                               backup_dir=str(backup))  # fmt: skip
+                               remove_backups=remove)  # fmt: skip
     message = str(e.value)
     assert "dataset 'digits' -> 'synthetic'" in message
     assert "--model_dir" in message and "--overwrite" in message and "\n" not in message
     assert backup.exists()
-    run_dir.check_identity(str(tmp_path), _identity(other), overwrite=True, backup_dir=str(backup))
+    run_dir.check_identity(str(tmp_path), _identity(other), overwrite=True, remove_backups=remove)
     assert not backup.exists()
     recorded = json.loads((tmp_path / run_identity.IDENTITY_FILE).read_text())
     assert recorded["fields"]["dataset"] == "synthetic"
@@ -129,14 +132,14 @@ def test_a_field_added_by_a_newer_keras_tpu_at_its_default_is_the_same_run(tmp_p
     assert _identity(base).differences(older) == []
     assert run_identity.same_fields(str(tmp_path), base, global_batch=64)
     run_dir.check_identity(str(tmp_path), _identity(base), overwrite=False,
-                           backup_dir=str(tmp_path / "backup"))  # fmt: skip
+                           remove_backups=list)  # fmt: skip
     (tmp_path / run_identity.IDENTITY_FILE).write_text(json.dumps(recorded))
     bigger = dataclasses.replace(base, image_size=96)
     assert _identity(bigger).differences(older) == ["image_size"]
     assert not run_identity.same_fields(str(tmp_path), bigger, global_batch=64)
     with pytest.raises(run_dir.RunDirError, match=r"image_size None -> 96"):
         run_dir.check_identity(str(tmp_path), _identity(bigger), overwrite=False,
-                               backup_dir=str(tmp_path / "backup"))  # fmt: skip
+                               remove_backups=list)  # fmt: skip
 
 
 def test_lock_refuses_a_live_holder_and_takes_over_a_dead_one(tmp_path):
@@ -170,6 +173,12 @@ def test_unwritable_or_full_model_dir_is_named(tmp_path):
         run_dir.check_writable(str(tmp_path / "run"), 2**40)
     run_dir.check_writable(str(tmp_path / "run"), 1)
     assert (tmp_path / "run").is_dir()
+    # Backups on another disk (a symlinked backup/): that disk's free space is the one counted.
+    (tmp_path / "bigger").mkdir()
+    os.symlink(tmp_path / "bigger", tmp_path / "run" / "backup")
+    with pytest.raises(run_dir.RunDirError, match=f"^{tmp_path}/run/backup \\(a link to "
+                       f"{tmp_path}/bigger\\) has .* free; its backups need about"):  # fmt: skip
+        run_dir.check_writable(str(tmp_path / "run"), 2**40)
 
 
 @pytest.mark.parametrize("field", ["model_dir", "export_dir"])

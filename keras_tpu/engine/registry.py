@@ -16,6 +16,7 @@ finished run's task is rebuilt to predict from what the run stored, reading no d
 
 import dataclasses
 import importlib
+import importlib.util
 import inspect
 import logging
 import os
@@ -39,6 +40,10 @@ class UnknownTaskError(checks.ConfigError):
 
 class ImportFailedError(checks.ConfigError):
     """A module named by --import (or a config file's `import:`) raised while importing."""
+
+
+class UntrustedCodeError(checks.ConfigError):
+    """A run directory names code to import that this process has not imported: not run unasked."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,6 +191,57 @@ def import_modules(modules):
             # The user's module raised: one line naming where and what (the traceback is
             # chained as __cause__; scripts print it with --log_level=debug).
             raise ImportFailedError(_import_failed(module, e)) from e
+
+
+def refuse_untrusted(origin, modules, task):
+    """Raise UntrustedCodeError if importing `modules` or `task` would run code afresh.
+
+    What a run directory names (its config.yaml's `import:`, a "module:function" task)
+    is data: reading it runs no code the user did not ask for, as `yaml.safe_load` and
+    safetensors load data. Needing no trust: a registered task name; a module already
+    imported in this process (a file path: the module imported from that file), which
+    is the user's own code; the model garden beside keras_tpu (`models.*`, whose tasks
+    are built in). Anything else would be imported afresh: the caller's trust flag
+    (`--trust_run_dir`, `trust_run_dir=True`) or the user's own import allows it.
+
+    Args:
+      origin: what names them, for the message (the run directory).
+      modules: the `import:` entries: dotted names or .py file paths.
+      task: the task's registered name or "module:function" string, or None.
+    """
+    named = [*modules]
+    if task and task not in _TASKS and ":" in task:
+        named.append(task.partition(":")[0])
+    fresh = [m for m in dict.fromkeys(named) if not (_imported(m) or _model_garden(m))]
+    if fresh:
+        raise UntrustedCodeError(
+            f"{origin} names code to import: {', '.join(fresh)}; reading a run directory runs "
+            f"none of its code unasked. If you trust it, pass --trust_run_dir (in Python, "
+            f"trust_run_dir=True), or import that module yourself first."
+        )
+
+
+def _imported(module):
+    """Return True if `module` (a dotted name or a .py file) is imported in this process."""
+    if not (module.endswith(".py") or os.sep in module):
+        return module in sys.modules
+    path = os.path.realpath(module)
+    files = (getattr(m, "__file__", None) for m in list(sys.modules.values()))
+    return any(f and os.path.realpath(f) == path for f in files)
+
+
+def _model_garden(module):
+    """Return True for `models` and below when that package is the one beside keras_tpu."""
+    if module.split(".")[0] != "models":
+        return False
+    beside = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "models", "__init__.py")  # fmt: skip
+    try:
+        spec = importlib.util.find_spec("models")  # A top-level package: found, not run.
+    except (ImportError, ValueError):
+        return False
+    origin = spec and spec.origin
+    return bool(origin) and os.path.realpath(origin) == os.path.realpath(beside)
 
 
 def _import_failed(module, error):

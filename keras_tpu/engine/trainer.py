@@ -26,8 +26,11 @@ Steps 1-2 and the precision are `fit`'s, here; steps 3-6 are a
 from start to exit (preemption.py).
 """
 
+import os
+
 from keras_tpu import checks
 from keras_tpu import data
+from keras_tpu.engine.backup import backup_store
 from keras_tpu.engine.steps import backend as backend_lib
 from keras_tpu.engine.task import instances
 from keras_tpu.engine.stops import fault_points
@@ -128,7 +131,8 @@ def _fit(task, config, strategy, entry, stopping):
         finished = summary_lib.finished_run(config, backend.global_batch())
         if finished is not None:
             if StrategyInfo.of(strategy).is_chief:  # Killed after its summary: lock, backups.
-                leftovers.clean_finished(config.model_dir)
+                leftovers.clean_finished(config.model_dir, remove_backups=lambda: (
+                    backup_store.remove_backups(os.path.join(config.model_dir, "backup"))))
             return finished
         run = training_run.TrainingRun(task, config, strategy, policy, backend, stopping)
         run.precision_reason = choice.reason

@@ -30,6 +30,7 @@ from keras_tpu.engine.steps import run_inputs
 from keras_tpu.engine import registry
 from keras_tpu.engine.rundir import run_dir
 from keras_tpu.engine.rundir import run_identity
+from keras_tpu.engine.backup import backup_store
 from keras_tpu.engine.backup import checkpointing
 from keras_tpu.engine.backup import run_position
 from keras_tpu.engine.conclude import saved_model_export
@@ -203,6 +204,9 @@ class TrainingRun:
                 overwrite=config.overwrite,
                 # The kept backups and the one being written, before the oldest is pruned.
                 needed_bytes=(config.keep_backups + 1) * disk_space.checkpoint_bytes(self.model),
+                remove_backups=lambda: backup_store.remove_backups(
+                    os.path.join(config.model_dir, "backup")
+                ),
             )
         try:
             if self.info.is_chief:  # Under the lock: no live run writes these.

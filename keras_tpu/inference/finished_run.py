@@ -133,7 +133,8 @@ def load_export(export_dir, *, strategy=None, per_replica_batch=None):
                   input_contract=image_contract.read(export_dir))  # fmt: skip
 
 
-def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"):
+def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto",
+             trust_run_dir=False):  # fmt: skip
     """Return the Loaded of the finished run in `model_dir`, rebuilt from its config.yaml.
 
     Args:
@@ -141,6 +142,9 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
       strategy: run on this strategy (default: the run's config resolves it, as training did).
       per_replica_batch: default the run's.
       weights: "auto" (the export if the run wrote one, else best/), "export" or "best".
+      trust_run_dir: import the code the run's config.yaml names (`import:`, a
+        "module:function" task) even if this process has not imported it
+        (registry.refuse_untrusted): only for a run directory you trust.
 
     Raises:
       ConfigError: not a finished run; a run of an unnamed Task (nothing to rebuild it
@@ -163,8 +167,11 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
             f"rebuilt from its config.yaml; pass its export_dir (or register the task: "
             f"keras_tpu.register_task)."
         )
+    task_name = ref.task or summary["task"]
+    if not trust_run_dir:  # Its config.yaml is data: it runs no code unasked.
+        registry.refuse_untrusted(f"the run in {model_dir}", ref.imports, task_name)
     registry.import_modules(ref.imports)
-    entry = registry.get_task(ref.task or summary["task"])
+    entry = registry.get_task(task_name)
     config = config_yaml.load_config(path, entry.config_cls)
     strategy = strategy or trainer.strategy_for(config)
     previous = keras.mixed_precision.global_policy()

@@ -138,13 +138,18 @@ class Evaluations:
 
 
 def load(model_dir=None, export_dir=None, *, strategy=None, per_replica_batch=None,
-         weights="auto"):  # fmt: skip
-    """Return the finished_run.Loaded of a run (`model_dir`) or of an export alone."""
+         weights="auto", trust_run_dir=False):  # fmt: skip
+    """Return the finished_run.Loaded of a run (`model_dir`) or of an export alone.
+
+    `trust_run_dir=True` lets a run's config.yaml import code this process has not
+    imported (finished_run.load_run): only for a run directory you trust.
+    """
     if bool(model_dir) == bool(export_dir):
         raise checks.ConfigError("pass model_dir (a finished run) or export_dir (an export), one.")
     if model_dir:
         return finished_run.load_run(model_dir, strategy=strategy,
-                                     per_replica_batch=per_replica_batch, weights=weights)  # fmt: skip
+                                     per_replica_batch=per_replica_batch, weights=weights,
+                                     trust_run_dir=trust_run_dir)  # fmt: skip
     return finished_run.load_export(export_dir, strategy=strategy,
                                     per_replica_batch=per_replica_batch)  # fmt: skip
 
@@ -164,7 +169,7 @@ def predict(data, *, model_dir=None, export_dir=None, loaded=None, class_names=N
       class_names: the classes' names, for `Predictions.rows` (default: the run's, from
         its summary.json, or an export's own `class_names()`).
       on_batch: optional callback(examples_done, examples_total), e.g. progress lines.
-      **load_args: strategy, per_replica_batch, weights (see `load`).
+      **load_args: strategy, per_replica_batch, weights, trust_run_dir (see `load`).
     """
     predictions, _, _ = _run(data, model_dir, export_dir, loaded, class_names, on_batch, load_args)
     return predictions

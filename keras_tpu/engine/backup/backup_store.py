@@ -28,8 +28,10 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.engine.backup import run_records
+from keras_tpu.engine.rundir import owned_files
 
 STATE_FILE = "checkpoint"  # tf.train.CheckpointManager's name, so tf.train tools find backups.
+CHIEF = "chief"  # model_dir/backup/chief: the store every worker restores from (the chief's).
 _FILE = re.compile(r"(?:ckpt|records)-(\d+)(?:\.index|\.data-\d+-of-\d+|_temp.*|\.json.*)$")
 _CHECKPOINT = re.compile(r"ckpt-(\d+)(?:\.index|\.data-\d+-of-\d+)$")
 # The text proto tf.train writes: `model_checkpoint_path: "ckpt-N"`, timestamps, ...
@@ -220,7 +222,7 @@ class BackupStore:
         for name in self._names():
             match = _FILE.match(name)
             if match and int(match.group(1)) not in self._kept:
-                _remove(os.path.join(self.directory, name))
+                owned_files.remove(os.path.join(self.directory, name))
 
     def discard(self, step):
         """Remove what an unfinished save of `step` left (its files, records, `*_temp` shards).
@@ -232,7 +234,7 @@ class BackupStore:
             match = _FILE.match(name)
             unfinished = match and int(match.group(1)) == step and step not in self._kept
             if unfinished or name.endswith(".tmp") or "_temp" in name:
-                _remove(os.path.join(self.directory, name))
+                owned_files.remove(os.path.join(self.directory, name))
 
     def _write_state(self, steps):
         """Rewrite the state file naming `steps` (newest first), atomically."""
@@ -244,8 +246,16 @@ class BackupStore:
         tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
 
 
-def _remove(path):
-    if tf.io.gfile.isdir(path):
-        tf.io.gfile.rmtree(path)
-    else:
-        tf.io.gfile.remove(path)
+def owns(name):
+    """Return True if `name` is a file a store writes: a step's checkpoint, records, the state file."""
+    return bool(_FILE.match(name)) or name in (STATE_FILE, STATE_FILE + ".tmp")
+
+
+def remove_backups(backup_dir):
+    """Remove the backups under `backup_dir` (model_dir/backup) by name; return what was removed.
+
+    Only the stores' own files go (`owns`): a symlinked backup/ (or backup/chief) keeps
+    its link and every file the run did not write (owned_files.remove_owned).
+    """
+    return owned_files.remove_owned(backup_dir, lambda name: owns if name == CHIEF else False)
+

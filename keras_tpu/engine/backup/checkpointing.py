@@ -38,6 +38,7 @@ from keras_tpu.engine.backup import random_generators
 from keras_tpu.engine.backup import backup_store
 from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.rundir import output_paths
+from keras_tpu.engine.rundir import owned_files
 from keras_tpu.engine.backup import run_records
 from keras_tpu.engine.stops import nan_stop
 from keras_tpu.engine.stops import fault_points
@@ -55,7 +56,7 @@ def holds_a_backup(model_dir):
     Read before any restore (a worker lost while the model builds): every worker reads
     the chief's directory to restore, so each can tell whether a restart starts at step 0.
     """
-    store = backup_store.BackupStore(os.path.join(model_dir, "backup", "chief"), 1)
+    store = backup_store.BackupStore(os.path.join(model_dir, "backup", backup_store.CHIEF), 1)
     try:
         return store.holds_any()
     except tf.errors.OpError:
@@ -135,7 +136,7 @@ class Backup(keras.callbacks.Callback):
             self._checkpoint = tf.train.Checkpoint(
                 model=self.model, random_generators=random_generators.random_generators(self.model)
             )
-            read = backup_store.BackupStore(os.path.join(self.directory, "chief"), self.keep)
+            read = backup_store.BackupStore(os.path.join(self.directory, backup_store.CHIEF), self.keep)
             if self.chief:
                 write = read
             else:
@@ -252,8 +253,8 @@ class Backup(keras.callbacks.Callback):
 
     def finish(self):
         """Delete the backups: call once the run's summary and export are safely written."""
-        if self.chief and tf.io.gfile.exists(self.directory):
-            tf.io.gfile.rmtree(self.directory)
+        if self.chief:  # By name: a symlinked backup/ keeps its link and the user's files.
+            backup_store.remove_backups(self.directory)
 
     # Callback hooks -----------------------------------------------------------
 
@@ -274,7 +275,7 @@ class Backup(keras.callbacks.Callback):
     def close(self):
         """Drop a worker's scratch directory; idempotent."""
         if getattr(self, "_scratch", None):
-            shutil.rmtree(self._scratch, ignore_errors=True)
+            owned_files.remove(self._scratch, best_effort=True)
 
     def on_epoch_begin(self, epoch, logs=None):
         # fit resets the metrics just before this hook. With the metrics built ahead

@@ -15,7 +15,6 @@ or the new one whole (a `.best.tmp-*` left by a kill is removed at the next star
 
 import dataclasses
 import os
-import shutil
 import tempfile
 
 import numpy as np
@@ -23,6 +22,7 @@ import numpy as np
 from keras_tpu import checks
 from keras_tpu.engine.rundir import atomic_writes
 from keras_tpu.engine.rundir import disk_space
+from keras_tpu.engine.rundir import owned_files
 from keras_tpu.engine.stops import nan_stop
 from keras_tpu.engine.stops import stop as stops
 from keras_tpu.runtime.compat import keras
@@ -152,7 +152,8 @@ class BestWeights(keras.callbacks.Callback):
             )
             self.model.save_weights(os.path.join(temp, WEIGHTS), options=self.options)
             if self.chief:
-                atomic_writes.replace_directory(temp, self.directory)
+                # Its index last: through a symlinked best/, files move in one by one.
+                atomic_writes.replace_directory(temp, self.directory, commit=WEIGHTS + ".index")
         except atomic_writes.WRITE_ERRORS as e:
             if not atomic_writes.is_write_error(e):
                 raise
@@ -165,7 +166,7 @@ class BestWeights(keras.callbacks.Callback):
             raise stops.Stop.disk(line).error() from e
         finally:
             if temp:
-                shutil.rmtree(temp, ignore_errors=True)
+                owned_files.remove(temp, best_effort=True)
 
     def state_dict(self):
         """Return the tracker's state: a resumed run replaces `best/` only when beaten."""

@@ -19,7 +19,6 @@ The serving signature's input and output names are each family's, set by its `Ta
 import contextlib
 import contextvars
 import os
-import shutil
 import tempfile
 
 import tensorflow as tf
@@ -27,6 +26,7 @@ import tensorflow as tf
 from keras_tpu.engine.rundir import atomic_writes
 from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.rundir import output_paths
+from keras_tpu.engine.rundir import owned_files
 from keras_tpu.runtime import private_names
 from keras_tpu.runtime import compat
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
@@ -86,8 +86,7 @@ def save_atomically(save_fn, export_dir, model, *, overwrite):
     weights_bytes = disk_space.weights_bytes(model)
     if output_paths.is_remote(export_dir):
         # Object stores (gs://) cannot rename directories: replace in place.
-        if tf.io.gfile.exists(export_dir):
-            tf.io.gfile.rmtree(export_dir)
+        owned_files.remove(export_dir)
         save_fn(export_dir)
         output_paths.write_marker(export_dir, model)
         return export_dir
@@ -99,7 +98,7 @@ def save_atomically(save_fn, export_dir, model, *, overwrite):
         temp_dir = tempfile.mkdtemp(prefix=atomic_writes.temp_prefix(export_dir), dir=parent)
         save_fn(temp_dir)
         output_paths.write_marker(temp_dir, model)
-        atomic_writes.replace_directory(temp_dir, export_dir)
+        atomic_writes.replace_directory(temp_dir, export_dir, commit="saved_model.pb")
     except atomic_writes.WRITE_ERRORS as e:
         if not atomic_writes.is_write_error(e):
             raise
@@ -109,7 +108,7 @@ def save_atomically(save_fn, export_dir, model, *, overwrite):
         ) from e
     finally:
         if temp_dir:
-            shutil.rmtree(temp_dir, ignore_errors=True)
+            owned_files.remove(temp_dir, best_effort=True)
     return export_dir
 
 
@@ -231,5 +230,5 @@ def export_on_every_worker(export_fn, export_dir, strategy):
     try:
         export_fn(os.path.join(scratch, "export"))
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        owned_files.remove(scratch, best_effort=True)
     return None

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.rundir import output_paths
+from keras_tpu.engine.rundir import owned_files
 from keras_tpu.engine.stops import stop as stops
 
 # What a failed write raises: Python's OSError (ENOSPC, EACCES, EROFS, ENOTDIR)
@@ -99,8 +100,7 @@ def write_file(path, text):
             os.fsync(f.fileno())  # On disk before the rename makes it the file.
         os.replace(temp, path)
     finally:
-        if os.path.exists(temp):
-            os.remove(temp)
+        owned_files.remove(temp, best_effort=True)  # Gone once renamed.
     return path
 
 
@@ -117,13 +117,24 @@ def is_write_error(error):
     return not isinstance(error, OSError) or error.errno in _WRITE_ERRNOS
 
 
-def replace_directory(temp_dir, target):
+def replace_directory(temp_dir, target, *, commit=None):
     """Rename `temp_dir` to `target`, removing what `target` held only once it is replaced.
 
     A kill between the renames leaves `.<target>.old-*` (holding the old copy) beside
-    `target`; `leftovers.clean` removes it at the next start.
+    `target`; `leftovers.clean` removes it at the next start. A `target` that is a
+    symlink to a directory (best/ on a bigger disk) is written through: see
+    `_replace_through_link`.
+
+    Args:
+      temp_dir: the new copy, whole.
+      target: where it goes.
+      commit: through a symlink, the file readers look for first (best/'s
+        `checkpoint.index`): removed first and put in last.
     """
-    if not os.path.exists(target):
+    if owned_files.is_linked_directory(target):
+        _replace_through_link(temp_dir, target, commit)
+        return
+    if not os.path.lexists(target):
         os.rename(temp_dir, target)
         return
     old = tempfile.mkdtemp(prefix=temp_prefix(target, "old"), dir=os.path.dirname(target))
@@ -134,4 +145,30 @@ def replace_directory(temp_dir, target):
         os.rename(os.path.join(old, "export"), target)  # Put the old export back.
         raise
     finally:
-        shutil.rmtree(old, ignore_errors=True)
+        owned_files.remove(old, best_effort=True)
+
+
+def _replace_through_link(temp_dir, target, commit):
+    """Move the entries of `temp_dir` into the symlinked directory `target`, one by one.
+
+    The link and what the run did not write there (the user's files) stay: renaming a new
+    copy over the link would take the directory off the disk it was moved to. The new
+    copy is staged inside `target` (`.<target>.tmp-<pid>-*`, on that disk: a rename
+    there is atomic; `leftovers.clean` removes a killed writer's), then each of its
+    entries replaces the one of that name, `commit` removed first and put in last: a kill
+    in between leaves a copy without its `commit` file (read as none), never a mix.
+    """
+    staged = tempfile.mkdtemp(prefix=temp_prefix(target), dir=target)
+    try:
+        names = sorted(os.listdir(temp_dir), key=lambda name: (name == commit, name))
+        for name in names:  # A copy across disks when the link leaves model_dir's.
+            shutil.move(os.path.join(temp_dir, name), os.path.join(staged, name))
+        if commit:
+            owned_files.remove(os.path.join(target, commit))
+        for name in names:
+            destination = os.path.join(target, name)
+            if os.path.isdir(destination) and not os.path.islink(destination):
+                owned_files.remove(destination)  # A rename replaces only an empty directory.
+            os.replace(os.path.join(staged, name), destination)
+    finally:
+        owned_files.remove(staged, best_effort=True)

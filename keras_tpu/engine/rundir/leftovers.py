@@ -10,20 +10,21 @@ use), so a kill can leave only these, each named with its writer's PID
     `.<export>.tmp-<pid>-*` beside export_dir: a write that never reached its rename;
   - `.<target>.old-<pid>-*`: the previous copy, held while the new one was renamed in;
     if the kill came between the two renames, it is renamed back instead.
+  - `best/.best.tmp-<pid>-*` (and the export's): a new copy staged inside a symlinked
+    best/ (or export_dir) to be moved in file by file (atomic_writes.replace_directory).
 
 A run that finished (its summary.json says "ok") and was killed before it released
 its lock or deleted its backups leaves `run.lock` (its PID dead) and `backup/`:
-the rerun, a no-op, removes those too. A live holder's lock keeps everything as it is.
+the rerun, a no-op, removes those too (the backups by name: a symlinked backup/ keeps
+its link and the user's files). A live holder's lock keeps everything as it is.
 Remote directories (gs://) have no temp copies: nothing to clean there.
 """
 
 import logging
 import os
 import re
-import shutil
 
-import tensorflow as tf
-
+from keras_tpu.engine.rundir import owned_files
 from keras_tpu.engine.rundir import run_dir
 
 log = logging.getLogger(__name__)
@@ -43,15 +44,23 @@ def clean(model_dir=None, export_dir=None):
     removed = []
     if model_dir and "://" not in model_dir:
         removed += _clean_temps(model_dir, MODEL_DIR_TARGETS)
+        removed += _clean_temps(os.path.join(model_dir, "best"), ("best",))  # Through a link.
     if export_dir and "://" not in export_dir:
         export_dir = os.path.abspath(export_dir)
-        removed += _clean_temps(os.path.dirname(export_dir), (os.path.basename(export_dir),))
+        name = os.path.basename(export_dir)
+        removed += _clean_temps(os.path.dirname(export_dir), (name,))
+        removed += _clean_temps(export_dir, (name,))  # Staged inside a symlinked export_dir.
     _say(removed)
     return removed
 
 
-def clean_finished(model_dir):
+def clean_finished(model_dir, *, remove_backups):
     """Remove a finished run's stale run.lock and its backups (see the module docstring).
+
+    Args:
+      model_dir: the finished run's directory.
+      remove_backups: () -> the paths removed: deletes its backups by name, never through
+        a symlink (backup_store.remove_backups, a layer above this one).
 
     Returns:
       The names removed; nothing while the lock's holder still runs.
@@ -64,11 +73,9 @@ def clean_finished(model_dir):
         return []  # A live run holds it (finishing right now), or it cannot be told.
     removed = []
     if holder is not None:
-        os.remove(lock)
+        owned_files.remove(lock)
         removed.append(f"{run_dir.LOCK_FILE} (PID {holder['pid']}, not running)")
-    backup = os.path.join(model_dir, "backup")
-    if tf.io.gfile.exists(backup):
-        tf.io.gfile.rmtree(backup)
+    if remove_backups():
         removed.append("backup/ (the run had finished)")
     removed += _clean_temps(model_dir, MODEL_DIR_TARGETS)
     _say(removed)
@@ -90,10 +97,7 @@ def _clean_temps(directory, targets):
             removed.append(f"{name} (renamed back to {match['target']})")
         else:
             removed.append(name)
-        if os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
-        elif os.path.exists(path):
-            os.remove(path)
+        owned_files.remove(path, best_effort=True)
     return removed
 
 

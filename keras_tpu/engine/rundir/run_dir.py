@@ -21,6 +21,7 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu.engine.rundir import atomic_writes
 from keras_tpu.engine.rundir import disk_space
+from keras_tpu.engine.rundir import owned_files
 from keras_tpu.engine.rundir import run_identity
 
 log = logging.getLogger(__name__)
@@ -60,17 +61,23 @@ def refuse_another_run(model_dir, identity):
         )
 
 
-def check_identity(model_dir, identity, *, overwrite, backup_dir):
+def check_identity(model_dir, identity, *, overwrite, remove_backups):
     """Refuse a run whose identity differs from the directory's; record it otherwise.
 
     With `overwrite` the directory's backups are deleted and the run starts over.
+
+    Args:
+      model_dir, identity: the run directory and the run's RunIdentity.
+      overwrite: start over: delete the backups instead of refusing another run's.
+      remove_backups: () -> the paths removed: deletes model_dir's backups by name, never
+        through a symlink (backup_store.remove_backups, a layer above this one).
     """
     path = os.path.join(model_dir, run_identity.IDENTITY_FILE)
     if not overwrite:
         refuse_another_run(model_dir, identity)
-    if overwrite and tf.io.gfile.exists(backup_dir):
-        log.warning("keras_tpu: --overwrite: deleting the backups in %s", backup_dir)
-        tf.io.gfile.rmtree(backup_dir)
+    if overwrite and remove_backups():
+        log.warning("keras_tpu: --overwrite: deleted the backups in %s",
+                    os.path.join(model_dir, "backup"))  # fmt: skip
     atomic_writes.write_file(path, identity.to_json())  # Torn, it would refuse every rerun.
 
 
@@ -170,18 +177,12 @@ class RunLock:
             time.sleep(1)  # A lock being written right now: read it again.
             return
         log.warning("keras_tpu: taking over the stale lock %s (holder %s)", self.path, holder)
-        try:
-            os.remove(self.path)
-        except FileNotFoundError:
-            pass
+        owned_files.remove(self.path)
 
     def release(self):
         if self.held:
             self.held = False
-            try:
-                os.remove(self.path)
-            except FileNotFoundError:
-                pass
+            owned_files.remove(self.path)
 
 
 def check_writable(model_dir, needed_bytes):
@@ -194,16 +195,23 @@ def check_writable(model_dir, needed_bytes):
         return
     if not os.access(model_dir, os.W_OK):
         raise RunDirError(f"model_dir {model_dir} is not writable by this user.")
-    free = shutil.disk_usage(model_dir).free
+    # Backups go where model_dir/backup is: another disk when it is a symlink to one.
+    backup_dir = os.path.join(model_dir, "backup")
+    where = backup_dir if owned_files.is_linked_directory(backup_dir) else model_dir
+    free = shutil.disk_usage(where).free
     if free < needed_bytes:
+        shown = (f"model_dir {model_dir}" if where == model_dir
+                 else f"{backup_dir} (a link to {os.path.realpath(where)})")  # fmt: skip
         raise RunDirError(
-            f"model_dir {model_dir} has {disk_space.megabytes(free)} free; its backups need about "
+            f"{shown} has {disk_space.megabytes(free)} free; its backups need about "
             f"{disk_space.megabytes(needed_bytes)}. Free space there or use another --model_dir."
         )
 
 
-def open_run(model_dir, *, identity, overwrite, needed_bytes):
+def open_run(model_dir, *, identity, overwrite, needed_bytes, remove_backups):
     """Check model_dir is writable, lock it, check and record the run's identity.
+
+    `remove_backups` is check_identity's, for `overwrite`.
 
     Returns:
       The held RunLock; release it when the run ends.
@@ -211,9 +219,7 @@ def open_run(model_dir, *, identity, overwrite, needed_bytes):
     check_writable(model_dir, needed_bytes)
     lock = RunLock(model_dir).acquire()
     try:
-        check_identity(
-            model_dir, identity, overwrite=overwrite, backup_dir=os.path.join(model_dir, "backup")
-        )
+        check_identity(model_dir, identity, overwrite=overwrite, remove_backups=remove_backups)
     except BaseException:
         lock.release()
         raise
