@@ -11,6 +11,7 @@ Modules, in reading order:
   atomic_writes.py  files and directories written whole; a failed write's one line (write_error)
   disk_space.py     what a backup, best/ and the export cost on disk (weights_bytes)
   leftovers.py      what a killed run left behind, removed at the next start
+  owned_files.py    every removal: only what the run wrote, never through a symlink
 
 Entry points: `run_dir.open_run`, `run_identity.RunIdentity`, `leftovers.clean`
 (training_run.py, trainer.py); `atomic_writes`, `disk_space.weights_bytes`,
