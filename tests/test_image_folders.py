@@ -12,6 +12,7 @@ every image that decodes and lists the rest; train_cnn.py refuses it in one line
 import dataclasses
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -222,7 +223,6 @@ def test_a_validation_folder_is_labelled_by_the_training_classes_and_a_new_class
     root, _ = folder
     validation = str(tmp_path / "validation")
     write_image_folder(validation, per_class=2, offset=10)
-    import shutil  # pylint: disable=g-import-not-at-top
     shutil.rmtree(os.path.join(validation, "eight"))  # Some of the classes: labelled as trained.
     _, held_out = data.image_folder_sources(root, 8, validation_dir=validation, channels=1)
     assert held_out.class_names == CLASSES and held_out.num_examples == 4
@@ -322,6 +322,18 @@ def test_a_cnn_run_on_an_image_folder_keeps_its_class_names_and_predicts_as_its_
     assert report.metrics["accuracy"] == pytest.approx(sk_metrics.accuracy_score(labels, p.class_ids), rel=1e-7)
     loss = sk_metrics.log_loss(labels, p.probabilities, labels=[0, 1, 2])
     assert report.metrics["loss"] == pytest.approx(loss, rel=1e-5)
+    # The run's own validation images, read back by every route: its test metrics exactly.
+    _, held_out = data.image_folder_sources(root, 8, validation_split=0.2)
+    validation = str(tmp_path / "validation")
+    for path in held_out.paths:
+        os.makedirs(os.path.join(validation, os.path.basename(os.path.dirname(path))), exist_ok=True)
+        shutil.copy(path, os.path.join(validation, os.path.basename(os.path.dirname(path)),
+                                       os.path.basename(path)))  # fmt: skip
+    own = data.image_inputs(validation, class_names=CLASSES, labelled=True)
+    for where in ({"model_dir": run_dir}, {"export_dir": export_dir}):
+        scored = keras_tpu.evaluate(own, **where).metrics
+        assert scored["accuracy"] == pytest.approx(summary["test"]["accuracy"], abs=1e-7), where
+        assert scored["loss"] == pytest.approx(summary["test"]["loss"], rel=1e-5), where
     rows = p.rows()  # The run's class names, as predict.py's rows carry them.
     assert [r["id"] for r in rows] == list(inputs.example_ids) and rows[12]["id"] == "one/002.png"
     assert [r["class_name"] for r in rows] == [n.decode() for n in want["class_names"].numpy()]
@@ -396,7 +408,6 @@ def test_train_cnn_on_an_image_folder_on_4_replicas_resumes_exactly_after_sigkil
     assert report["metrics"]["loss"] == pytest.approx(sk_metrics.log_loss(labels, probabilities), abs=1e-5)
 
     # The folder as users have it: an image one folder deeper, a TIFF, a truncated JPEG.
-    import shutil  # pylint: disable=g-import-not-at-top
     mixed = str(tmp_path / "mixed")
     shutil.copytree(root, mixed)
     os.makedirs(os.path.join(mixed, "zero", "more"))

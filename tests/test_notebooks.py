@@ -6,8 +6,10 @@ run: the offline `digits` dataset, or conftest's tiny random BERT (`tiny_hub`: e
 offline once, with a WordPiece vocabulary learned from SST-2), on 2 logical CPU replicas.
 """
 
+import csv
 import json
 import os
+import re
 
 import pytest
 
@@ -135,6 +137,15 @@ def test_cnn_notebook_runs_on_cpu(tmp_path, monkeypatch):
     photos = json.loads((tmp_path / "photos_run" / "summary.json").read_text())
     assert photos["status"] == "ok" and photos["test_examples"] == 360
     assert photos["class_names"] == [f"digit_{i}" for i in range(10)]
+    # "Read back": the run's own validation records score its test figures; test records with
+    # ids become a submission keyed by them.
+    read_back = re.search(r"read back: accuracy (\S+), loss (\S+) \(the run measured (\S+), (\S+)\)", text)
+    assert read_back and read_back.group(1) == read_back.group(3), text[-2000:]
+    assert abs(float(read_back.group(2)) - float(read_back.group(4))) < 2e-4
+    with open(tmp_path / "photos_run" / "submission.csv", encoding="utf-8") as f:
+        header, *rows = list(csv.reader(f))
+    assert header == ["id", "label"] and [r[0] for r in rows] == [f"img{i:04d}" for i in range(50)]
+    assert {int(r[1]) for r in rows} <= set(range(10))
 
 
 def test_bert_notebook_runs_on_cpu(tiny_hub, tmp_path, monkeypatch):
