@@ -33,6 +33,7 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu.data.images import image_folders
 from keras_tpu.data.sources import file_sources
+from keras_tpu.data.sources import record_checks
 
 # Records one training pipeline's shuffle holds when streamed (tensorflow/models' ImageNet
 # input pipeline uses 10,000); a cached split shuffles decoded images with the stream's own.
@@ -77,6 +78,21 @@ def record_layout(layout="kaggle", image_key=None, label_key=None, label_offset=
         layout = LAYOUTS[layout]
     changes = {"image_key": image_key, "label_key": label_key, "label_offset": label_offset}
     return dataclasses.replace(layout, **{k: v for k, v in changes.items() if v is not None})
+
+
+def record_spec(keys, *, labelled=True):
+    """Return the record_checks.RecordSpec of a RecordLayout: what each record must hold.
+
+    Args:
+      keys: the RecordLayout.
+      labelled: the label is required (False: read when present, e.g. a Kaggle test set).
+    """
+    return record_checks.RecordSpec((
+        record_checks.RequiredFeature(keys.image_key, tf.string, "--image_key",
+                                      "the encoded image"),
+        record_checks.RequiredFeature(keys.label_key, tf.int64, "--label_key",
+                                      "the label, a class id", required=labelled),
+    ), layout_flag="--record_layout")  # fmt: skip
 
 
 def kaggle_count(files):
@@ -179,7 +195,7 @@ def image_tfrecord_source(
     return file_sources.tfrecord_source(
         files or pattern, parse_batch, num_examples, name or str(pattern), parses_batches=True,
         parallel_reads=True, size_bytes=decoded, num_classes=num_classes,
-        class_names=class_names, shuffle_buffer=SHUFFLE_BUFFER,
+        class_names=class_names, shuffle_buffer=SHUFFLE_BUFFER, required=record_spec(keys),
     )  # fmt: skip
 
 

@@ -101,6 +101,12 @@ class Source:
         ones in one read. Without it a count parses every example (`open_shard`).
       left_out: the ids of examples left out because they cannot be read (images that do
         not decode), for a prediction's report (`Predictions.left_out`).
+      check: optional (whole=False) -> None: a cheap look at the data before it is read,
+        raising a one-line ConfigError that names the file and the setting that fixes it
+        (TFRecord files: each file's first record parsed against the features the source
+        requires, `data.sources.record_checks`); `whole=True` reads everything, to name the
+        file a failed read of the whole data did not. A survey calls it first (also when
+        its count is kept), and so can prediction.
     """
 
     name: str
@@ -120,6 +126,7 @@ class Source:
     open_shard_with_ids: Callable[[int, int], tf.data.Dataset] | None = None
     survey: Callable[[], tf.data.Dataset] | None = None
     left_out: tuple = ()
+    check: Callable[..., None] | None = None
 
     def __post_init__(self):
         if self.shuffles_each_file and self.open_files is None:
