@@ -231,8 +231,8 @@ def _spec_problem(record, spec):
         values = len(getattr(held[want.key], got).value)
         if want.length is not None and values != want.length:
             return (
-                f"feature {want.key!r} ({what}) holds {values} values, not {want.length}; "
-                f"{want.setting} names a feature with one value an example."
+                f"feature {want.key!r} ({what}) holds {values} values where the source reads "
+                f"{want.length}; check {want.setting}."
             )
     return None
 
