@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.data.sources import storage_errors
 from keras_tpu.data.sources import surveys
 from keras_tpu.data.sources.source_types import Source
 
@@ -125,6 +126,7 @@ def list_image_files(root, class_names=None):
       ConfigError: no class folders, a class with no images, or (with `class_names`)
         a folder that is not one of them.
     """
+    storage_errors.reach(root)  # Offline, isdir says False for a bucket it cannot reach.
     if not tf.io.gfile.isdir(root):
         raise checks.MissingFileError(f"image folder {root} does not exist.")
     folders = _class_folders(root)
@@ -341,6 +343,7 @@ def image_inputs(root, image_size, *, channels=3, class_names=None, labelled=Fal
         images, or none that decodes.
     """
     size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    storage_errors.reach(root)  # Offline, isdir says False for a bucket it cannot reach.
     if not tf.io.gfile.isdir(root):
         raise checks.MissingFileError(f"image folder {root} does not exist.")
     if labelled:

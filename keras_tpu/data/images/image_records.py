@@ -34,6 +34,7 @@ from keras_tpu import checks
 from keras_tpu.data.images import image_folders
 from keras_tpu.data.sources import file_sources
 from keras_tpu.data.sources import record_checks
+from keras_tpu.data.sources import storage_errors
 
 # Records one training pipeline's shuffle holds when streamed (tensorflow/models' ImageNet
 # input pipeline uses 10,000); a cached split shuffles decoded images with the stream's own.
@@ -188,7 +189,7 @@ def image_tfrecord_source(
         labels = tf.cast(example[keys.label_key] - keys.label_offset, tf.int32)
         return images, labels
 
-    files = sorted(tf.io.gfile.glob(pattern)) if isinstance(pattern, str) else list(pattern)
+    files = sorted(storage_errors.glob(pattern)) if isinstance(pattern, str) else list(pattern)
     if num_examples is None and files:
         num_examples = kaggle_count(files)
     decoded = None if num_examples is None else num_examples * image_size**2 * channels

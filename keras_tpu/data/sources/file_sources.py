@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.data.sources import record_checks
+from keras_tpu.data.sources import storage_errors
 from keras_tpu.data.sources import tfds_download
 from keras_tpu.data.sources.source_types import DatasetUnavailableError
 from keras_tpu.data.sources.source_types import Source
@@ -49,7 +50,7 @@ def tfrecord_source(
         mistyped key is one line naming the file and the setting); without it, only that
         each file has a readable first record.
     """
-    files = sorted(tf.io.gfile.glob(pattern)) if isinstance(pattern, str) else list(pattern)
+    files = sorted(storage_errors.glob(pattern)) if isinstance(pattern, str) else list(pattern)
     if not files:
         raise checks.MissingFileError(f"no TFRecord files match {pattern!r}.")
 
