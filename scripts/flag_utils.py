@@ -7,6 +7,7 @@ so scripts import it before anything that imports TensorFlow.
 import dataclasses
 import importlib.util
 import os
+import re
 import sys
 import typing
 
@@ -68,8 +69,10 @@ os.environ["KERAS_TPU_LOG_LEVEL"] = _log_level_from_argv(
 
 from keras_tpu.engine import config_yaml  # noqa: E402
 from keras_tpu.engine import run_config  # noqa: E402
+from keras_tpu.data.sources import storage_errors  # noqa: E402
 from keras_tpu.runtime import logs  # noqa: E402
 import keras_tpu  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 FLAGS = flags.FLAGS
 # Every script imports this module first, so every script has --log_level (applied by parse_flags).
@@ -154,16 +157,41 @@ def run_or_explain(fn, config, known_errors=keras_tpu.CONFIG_ERRORS):
     """Call fn(config); print a configuration error as one line and exit with 2.
 
     Configuration errors are keras_tpu's own (`checks.ConfigError` and the
-    strategy, dataset and cluster errors, see `keras_tpu.CONFIG_ERRORS`); anything
-    else (TensorFlow, Keras, a bug) keeps its traceback for a bug report.
+    strategy, dataset and cluster errors, see `keras_tpu.CONFIG_ERRORS`), and remote
+    storage that cannot be reached, read or written (a gs:// path offline, a placeholder
+    bucket, no permission: `storage_errors.explain`, which names the path, the setting
+    that gave it and what to check), wherever it was first touched. Anything else
+    (TensorFlow, Keras, a bug) keeps its traceback for a bug report.
     """
     try:
         return fn(config)
     except keras_tpu.RunStopped as stop:  # Preempted, NaN, full disk: the run's own line.
         stop.exit()
     except known_errors as e:
+        if isinstance(e, storage_errors.StorageError):  # Said again with the flag that gave it.
+            e = storage_errors.explain(e.error, e.path, setting=_setting_of(config, e.path))
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except tf.errors.OpError as e:
+        path = storage_errors.remote_path(e)
+        line = storage_errors.explain(e, path, setting=_setting_of(config, path))
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _setting_of(config, path):
+    """Return "--name" of the config field that gave the remote `path`, or None."""
+    if not path or not dataclasses.is_dataclass(config):
+        return None
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if isinstance(value, str) and "://" in value:
+            stem = re.split(r"[*?[]", value, maxsplit=1)[0]
+            if path.startswith(stem.rstrip("/")) or stem.startswith(path):
+                return f"--{field.name}"
+    return None
 
 
 def parse_flags(argv):

@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import shlex
 
 import pytest
 import yaml
@@ -185,3 +186,97 @@ def test_written_config_reruns_to_the_same_weights(tmp_path):
     again = json.loads((second / "summary.json").read_text())
     assert again["weights_sha256"] == summary["weights_sha256"]
     assert {**again["config"], "model_dir": None} == {**summary["config"], "model_dir": None}
+
+
+CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml")))
+# Keys whose file or folder is the data: remote (gs://) there, a run cannot be tried offline.
+_DATA_KEYS = ("train_tfrecords", "eval_tfrecords", "image_dir", "train_file", "eval_file")
+
+
+def header_runs(path):
+    """Return the config's own header commands: [(script, argv)], as its `#   python` lines say.
+
+    The lines before them that prepare their inputs (a hub export of a checkpoint at
+    /path/to/..., a vocabulary into /tmp) are not these: without them a run is one line
+    saying what is missing.
+    """
+    runs = []
+    for line in open(path):
+        if line.startswith("#   python scripts/") and f"--config_file=configs/{os.path.basename(path)}" in line:
+            words = shlex.split(line[1:].strip().rstrip("&").strip())
+            runs.append((os.path.basename(words[1]), tuple(words[2:])))
+    return runs
+
+
+def _offline_case(path, argv, tmp):
+    """Return (argv made short and kept in tmp, whether the data is remote).
+
+    A run that would train is made tiny (--epochs=1 --steps_per_epoch=2) and writes into
+    tmp instead of the file's /tmp paths (other runs share /tmp); a run on gs:// data
+    keeps every setting: its outcome offline is the one line being tested.
+    """
+    config = yaml.safe_load(open(path))
+    if any("://" in str(config.get(key, "")) for key in _DATA_KEYS):
+        return argv, True
+    outputs = [f"--{key}={tmp / key}" for key in ("model_dir", "export_dir")
+               if str(config.get(key, "")).startswith("/tmp")]  # fmt: skip
+    return (*argv, "--epochs=1", "--steps_per_epoch=2", *outputs), False
+
+
+def _one_line_or_a_run(result, remote, argv):
+    """Assert a result is one `error:` line with exit 2, or a finished run (its `run:` line);
+    return "error" or "run". On remote data the line names the placeholder bucket, or a
+    value the command line adds (a --class_names=/tmp/classes.txt that is not there)."""
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    if result.returncode == 0 and not remote:
+        assert any(line.startswith("run: ") for line in result.stdout.splitlines()), result.stdout[-2000:]
+        return "run"
+    assert result.returncode == 2 and len(errors) == 1, (result.returncode, result.stderr[-3000:])
+    given = [word.split("=", 1)[1] for word in argv[1:] if "=" in word]
+    if remote:
+        bucket = "gs://your-bucket/" in errors[0] and "placeholder bucket" in errors[0]
+        assert bucket or any(value in errors[0] for value in given), errors
+    return "error"
+
+
+@pytest.mark.slow  # Two children: train_cnn.py's commands in one, train_bert.py's in the other.
+def test_every_config_run_offline_as_its_header_says_runs_or_is_one_error_line(tmp_path):
+    cases = {}  # script -> {argv: (config, remote)}
+    for n, path in enumerate(CONFIGS):
+        for script, argv in header_runs(path):
+            if any(word.startswith("--task_index") for word in argv):
+                continue  # Its workers start together: test_the_two_worker_config_trains_as_its_header_says.
+            case, remote = _offline_case(path, argv, tmp_path / f"{n}-{len(cases.get(script, ()))}")
+            cases.setdefault(script, {})[case] = (os.path.basename(path), remote)
+    assert sum(len(c) for c in cases.values()) >= len(CONFIGS)  # Every other file: one at least.
+    outcomes = {}
+    for script, runs in sorted(cases.items()):
+        for argv, result in run_script_cases(script, list(runs), timeout=900).items():
+            name, remote = runs[argv]
+            outcomes[argv] = _one_line_or_a_run(result, remote, argv)
+            if name == "digits_cnn.yaml":  # Offline data: it runs.
+                assert outcomes[argv] == "run", result.stderr[-3000:]
+            if remote and len(argv) == 1:  # As the file says, nothing added: the bucket's line.
+                assert "placeholder bucket" in result.stderr, result.stderr[-3000:]
+    assert "error" in outcomes.values() and "run" in outcomes.values()
+
+
+@pytest.mark.slow
+@pytest.mark.serial  # A loopback cluster: its peers and time-outs need the cores.
+def test_the_two_worker_config_trains_as_its_header_says(tmp_path):
+    from tests import test_multiworker  # pylint: disable=g-import-not-at-top
+
+    path = os.path.join(REPO, "configs", "cnn_2workers.yaml")
+    runs = header_runs(path)
+    assert [argv[-1] for _, argv in runs] == ["--task_index=0", "--task_index=1"]
+    hosts = test_multiworker._hosts(2)  # Free ports: the file's 2222 and 2223 may be taken.
+    workers, logs = [], []
+    for i, (script, argv) in enumerate(runs):
+        logs.append(tmp_path / f"worker{i}.log")
+        command = [*test_multiworker._script(script), *argv, "--epochs=1", "--steps_per_epoch=2",
+                   f"--model_dir={tmp_path / f'run{i}'}", f"--worker_hosts={hosts}"]  # fmt: skip
+        workers.append(test_multiworker._start(command, None, i, logs[-1]))
+    for returncode, log in test_multiworker._finish(workers, logs, timeout=400):
+        assert returncode == 0 and "Traceback" not in log, log[-3000:]
+        assert test_multiworker._run_line(log).startswith("run: 2 replica(s) across 2 worker(s)")

@@ -224,3 +224,20 @@ def test_a_records_run_is_read_back_exactly_by_every_route(tmp_path, predict_scr
     served_metrics = json.loads(alone.stdout.strip().splitlines()[-1])
     assert served_metrics["accuracy"] == pytest.approx(test["accuracy"], abs=1e-7)
     assert served_metrics["loss"] == pytest.approx(test["loss"], rel=1e-5)
+
+
+def test_records_to_predict_on_are_keyed_by_their_id_and_a_missing_key_is_one_line(tmp_path):
+    images, _ = digit_images(3, size=8)
+    path = str(tmp_path / "test00-3.tfrec")
+    _write_kaggle_test_records(path, images, ["b7", "a1", "c3"])
+    inputs = data.image_record_inputs(str(tmp_path / "test*.tfrec"))
+    assert inputs.encoded_images and inputs.num_examples in (None, 3)
+    read = [(element, example_id) for element, example_id in
+            inputs.open_shard_with_ids(1, 0).as_numpy_iterator()]  # fmt: skip
+    assert [i.decode() for _, i in read] == ["b7", "a1", "c3"]
+    assert read[0][0][0] == tf.io.encode_jpeg(images[0]).numpy() and read[0][0][1] == 0
+    with pytest.raises(checks.ConfigError, match=r"test00-3.tfrec \(its first record\): has no id "
+                       r"feature 'name' .* it holds id \(bytes\), image \(bytes\). Set --id_key"):
+        data.image_record_inputs(path, id_key="name")
+    with pytest.raises(checks.ConfigError, match=r"test00-3.tfrec .*'class'.*--label_key"):
+        data.image_record_inputs(path, labelled=True)

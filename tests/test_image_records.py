@@ -380,3 +380,95 @@ def test_a_tasks_augment_reaches_training_batches_and_never_evaluation(tmp_path,
             seen += [image for image, keep in zip(part.numpy(), w.numpy()) if keep]
     assert len(seen) == 24
     assert sorted(i.tobytes() for i in seen) == sorted(i.astype(np.float32).tobytes() for i in images)
+
+
+def _unreadable_records(folder, case):
+    """Write two Kaggle-named shards of 8 digits, then spoil the second as `case` says.
+
+    Returns:
+      (the file pattern, the spoiled file, the label key the run is given).
+    """
+    os.makedirs(folder, exist_ok=True)
+    images, labels = digit_images(16)
+    files = write_records(os.path.join(folder, "train%02d-8.tfrec"), images, labels, shards=2)
+    spoiled = files[1]
+    if case == "string label":  # Labelled by name: what a records writer of class names gives.
+        examples = [tf.train.Example.FromString(r) for r in
+                    tf.data.TFRecordDataset(spoiled).as_numpy_iterator()]  # fmt: skip
+        with tf.io.TFRecordWriter(spoiled) as writer:
+            for example in examples:
+                feature = example.features.feature
+                name = str(feature["class"].int64_list.value[0]).encode()
+                del feature["class"]
+                feature["class"].bytes_list.value.append(name)
+                writer.write(example.SerializeToString())
+    elif case == "empty shard":  # A failed copy of a Kaggle shard: its name says 700.
+        os.remove(spoiled)
+        spoiled = os.path.join(folder, "train03-700.tfrec")
+        open(spoiled, "wb").close()
+    elif case == "truncated shard":  # Cut in its fifth record: the first four read.
+        with open(spoiled, "rb") as f:
+            raw = f.read()
+        with open(spoiled, "wb") as f:
+            f.write(raw[: len(raw) // 2])
+    label_key = "target" if case == "no label key" else "class"
+    first = files[0] if case == "no label key" else spoiled
+    return os.path.join(folder, "train*.tfrec"), first, label_key
+
+
+# What each case's one line says after the file's name: (the problem, the flag that fixes it).
+UNREADABLE_RECORDS = {
+    "no label key": ("(its first record): has no feature 'target' (the label, a class id, int64); "
+                     "it holds class (int64), image (bytes).", "Set --label_key=class"),
+    "string label": ("(its first record): feature 'class' (the label, a class id) is bytes, not "
+                     "int64; it holds class (bytes), image (bytes).",
+                     "Set --label_key to the int64 feature that holds it"),
+    "empty shard": ("is empty (0 bytes);", "copy it again from its source, or leave it out of "
+                                           "the file pattern."),
+    "truncated shard": ("is damaged: truncated record at ", "copy it again from its source, or "
+                                                            "leave it out of the file pattern."),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(UNREADABLE_RECORDS))
+def test_records_a_run_cannot_read_are_one_line_naming_the_file_before_anything_is_written(tmp_path, case):
+    import keras_tpu  # pylint: disable=g-import-not-at-top
+    from keras_tpu import keras  # pylint: disable=g-import-not-at-top
+
+    pattern, spoiled, label_key = _unreadable_records(str(tmp_path / "records"), case)
+    source = data.image_tfrecord_source(pattern, 32, num_classes=10, label_key=label_key)
+    task = keras_tpu.Task(
+        build_model=lambda: keras.Sequential([keras.layers.Flatten(input_shape=(32, 32, 3)),
+                                              keras.layers.Dense(10)]),
+        loss="sparse_categorical_crossentropy", train_data=source, monitor="loss",
+    )  # fmt: skip
+    run = tmp_path / "run"
+    config = keras_tpu.RunConfig(model_dir=str(run), per_replica_batch_size=4, epochs=1,
+                                 verbose=0, tensorboard=False)  # fmt: skip
+    with pytest.raises(checks.ConfigError) as error:
+        keras_tpu.fit(task, config)
+    problem, fix = UNREADABLE_RECORDS[case]
+    line = str(error.value)
+    assert line.startswith(f"{spoiled} {problem}") and fix in line and "\n" not in line, line
+    assert not run.exists()  # Before anything is written: not even the run directory.
+
+
+@pytest.mark.slow  # One child for the four cases.
+def test_train_cnn_on_records_it_cannot_read_is_one_error_line_exit_2(tmp_path):
+    from tests.conftest import run_script_cases  # pylint: disable=g-import-not-at-top
+
+    cases, expected = [], {}
+    for case in sorted(UNREADABLE_RECORDS):
+        folder = tmp_path / case.replace(" ", "_")
+        pattern, spoiled, label_key = _unreadable_records(str(folder), case)
+        argv = (f"--train_tfrecords={pattern}", "--num_classes=10", "--image_size=32",
+                f"--label_key={label_key}", "--epochs=1", f"--model_dir={folder / 'run'}")  # fmt: skip
+        cases.append(argv)
+        expected[argv] = (case, spoiled, folder / "run")
+    for argv, result in run_script_cases("train_cnn.py", cases).items():
+        case, spoiled, run = expected[argv]
+        problem, fix = UNREADABLE_RECORDS[case]
+        errors = [line for line in result.stderr.splitlines() if not line.startswith(("W", "I"))]
+        assert result.returncode == 2 and len(errors) == 1, (case, result.stderr[-2000:])
+        assert errors[0].startswith(f"error: {spoiled} {problem}") and fix in errors[0], errors
+        assert not run.exists(), case

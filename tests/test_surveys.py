@@ -128,3 +128,22 @@ def test_a_memory_cache_fill_says_what_it_reads_before_the_first_step(tmp_path, 
                         f"examples before the first step")  # fmt: skip
     assert len(lines) == 2 + 10 and "filling the memory cache" in lines[5]  # A line a tenth.
     assert lines[-1] == f"keras_tpu: memory cache of {what} filled: 400 examples"
+
+
+def test_a_survey_names_a_damaged_file_and_refuses_more_records_than_it_was_told(tmp_path):
+    source = _tfrecords(str(tmp_path / "data"), [40, 40])
+    told = dataclasses.replace(source, num_examples=70)  # As a wrong Kaggle count in a name.
+    with pytest.raises(keras_tpu.ConfigError) as error:
+        surveys.survey(told)
+    assert str(error.value) == (
+        f"{source.name} holds more than the 70 examples it was said to (num_examples: "
+        f"--train_examples / --eval_examples, or Kaggle's counts in the file names); give the "
+        f"right count, or none to have them counted."
+    )  # It was an IndexError.
+    damaged = str(tmp_path / "data" / "part-1.tfrecord")
+    with open(damaged, "rb") as f:
+        raw = f.read()
+    with open(damaged, "wb") as f:  # Its first record whole: the first-record check passes it.
+        f.write(raw[:-10])
+    with pytest.raises(keras_tpu.ConfigError, match=f"^{damaged} is damaged: truncated record at "):
+        surveys.survey(source)  # It was a DataLossError naming no file.

@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.data.images import image_contract
+from keras_tpu.data.sources import storage_errors
 from keras_tpu.data.sources import surveys
 from keras_tpu.data.sources.source_types import Source
 
@@ -139,6 +140,7 @@ def list_image_files(root, class_names=None):
       ConfigError: no class folders, a class with no images, or (with `class_names`)
         a folder that is not one of them.
     """
+    storage_errors.reach(root)  # Offline, isdir says False for a bucket it cannot reach.
     if not tf.io.gfile.isdir(root):
         raise checks.MissingFileError(f"image folder {root} does not exist.")
     folders = _class_folders(root)
@@ -349,6 +351,7 @@ def image_inputs(root, image_size=None, *, channels=None, class_names=None, labe
             f"read encoded and decoded by the model's own input contract (its run's or its "
             f"export's size, crop, resize and range); drop image_size and channels."
         )
+    storage_errors.reach(root)  # Offline, isdir says False for a bucket it cannot reach.
     if not tf.io.gfile.isdir(root):
         raise checks.MissingFileError(f"image folder {root} does not exist.")
     if labelled:

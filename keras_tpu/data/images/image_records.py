@@ -34,6 +34,8 @@ from keras_tpu import checks
 from keras_tpu.data.images import image_contract
 from keras_tpu.data.images import image_folders
 from keras_tpu.data.sources import file_sources
+from keras_tpu.data.sources import record_checks
+from keras_tpu.data.sources import storage_errors
 
 # Records one training pipeline's shuffle holds when streamed (tensorflow/models' ImageNet
 # input pipeline uses 10,000); a cached split shuffles decoded images with the stream's own.
@@ -78,6 +80,21 @@ def record_layout(layout="kaggle", image_key=None, label_key=None, label_offset=
         layout = LAYOUTS[layout]
     changes = {"image_key": image_key, "label_key": label_key, "label_offset": label_offset}
     return dataclasses.replace(layout, **{k: v for k, v in changes.items() if v is not None})
+
+
+def record_spec(keys, *, labelled=True):
+    """Return the record_checks.RecordSpec of a RecordLayout: what each record must hold.
+
+    Args:
+      keys: the RecordLayout.
+      labelled: the label is required (False: read when present, e.g. a Kaggle test set).
+    """
+    return record_checks.RecordSpec((
+        record_checks.RequiredFeature(keys.image_key, tf.string, "--image_key",
+                                      "the encoded image"),
+        record_checks.RequiredFeature(keys.label_key, tf.int64, "--label_key",
+                                      "the label, a class id", required=labelled),
+    ), layout_flag="--record_layout")  # fmt: skip
 
 
 def kaggle_count(files):
@@ -169,14 +186,14 @@ def image_tfrecord_source(
         labels = tf.cast(example[keys.label_key] - keys.label_offset, tf.int32)
         return images, labels
 
-    files = sorted(tf.io.gfile.glob(pattern)) if isinstance(pattern, str) else list(pattern)
+    files = sorted(storage_errors.glob(pattern)) if isinstance(pattern, str) else list(pattern)
     if num_examples is None and files:
         num_examples = kaggle_count(files)
     decoded = None if num_examples is None else num_examples * image_size**2 * channels
     return file_sources.tfrecord_source(
         files or pattern, parse_batch, num_examples, name or str(pattern), parses_batches=True,
         parallel_reads=True, size_bytes=decoded, num_classes=num_classes,
-        class_names=class_names, shuffle_buffer=SHUFFLE_BUFFER,
+        class_names=class_names, shuffle_buffer=SHUFFLE_BUFFER, required=record_spec(keys),
     )  # fmt: skip
 
 
@@ -208,21 +225,23 @@ def image_record_inputs(
         a named id_key: one line naming the file, the key, what it holds and the flag.
     """
     keys = record_layout(layout, image_key, label_key, label_offset)
-    files = sorted(tf.io.gfile.glob(pattern)) if isinstance(pattern, str) else list(pattern)
+    files = sorted(storage_errors.glob(pattern)) if isinstance(pattern, str) else list(pattern)
     if not files:
         raise checks.MissingFileError(f"no TFRecord files match {pattern!r}.")
-    held = _first_record_features(files)
-    _require(held, files[0], keys.image_key, "bytes", "--image_key (or --record_layout)")
-    if labelled:
-        _require(held, files[0], keys.label_key, "int64", "--label_key (or --record_layout)")
+    record_checks.check_records(files, record_spec(keys, labelled=labelled))
+    first = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(files[:1]))).numpy())
+    held = {key: feature.WhichOneof("kind") for key, feature in first.features.feature.items()}
     if id_key is None and "id" in held:
         id_key = "id"
-    if id_key is not None:
-        _require(held, files[0], id_key, None, "--id_key")
+    if id_key is not None and held.get(id_key) not in ("bytes_list", "int64_list"):
+        raise checks.ConfigError(
+            f"{files[0]} (its first record): has no id feature {id_key!r} of bytes or int64; it "
+            f"holds {record_checks.describe_features(first)}. Set --id_key to the records' id."
+        )
     features = {keys.image_key: tf.io.FixedLenFeature([], tf.string)}
     if labelled:
         features[keys.label_key] = tf.io.FixedLenFeature([], tf.int64)
-    id_dtype = tf.string if id_key is None or held[id_key] == "bytes" else tf.int64
+    id_dtype = tf.string if id_key is None or held[id_key] == "bytes_list" else tf.int64
     if id_key is not None:
         features[id_key] = tf.io.FixedLenFeature([], id_dtype)
 
@@ -243,39 +262,6 @@ def image_record_inputs(
         source, open_shard=lambda n, i, by_file: records(n, i).map(lambda element, _: element),
         open_shard_with_ids=records if id_key is not None else None, encoded_images=True,
     )  # fmt: skip
-
-
-def _first_record_features(files):
-    """Return {feature name: "bytes" | "int64" | "float"} of the first record of `files`.
-
-    Raises:
-      ConfigError: the first file is empty, truncated or not TFRecords (named).
-    """
-    try:
-        first = next(iter(tf.data.TFRecordDataset(files[:1]).take(1)), None)
-    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-        raise checks.ConfigError(
-            f"{files[0]} is not a whole TFRecord file ({e.message.splitlines()[0]}); "
-            f"check the file (a truncated copy?) or leave it out of the pattern."
-        ) from e
-    if first is None:
-        raise checks.ConfigError(
-            f"{files[0]} holds no records (an empty file); leave it out of the pattern."
-        )
-    example = tf.train.Example.FromString(first.numpy())
-    return {key: feature.WhichOneof("kind").replace("_list", "")
-            for key, feature in example.features.feature.items()}  # fmt: skip
-
-
-def _require(held, path, key, kind, flag):
-    """Raise ConfigError unless the record features `held` have `key` (of `kind`, if given)."""
-    if key in held and (kind is None or held[key] == kind):
-        return
-    found = ", ".join(f"{k} ({v})" for k, v in sorted(held.items())) or "no features"
-    what = f"no {key!r}" if key not in held else f"{key!r} as {held[key]}, not {kind}"
-    raise checks.ConfigError(
-        f"{path}: the records hold {what}; they hold {found}: name the feature with {flag}."
-    )
 
 
 # JPEG and PNG files go into the records as they are (TensorFlow decodes both on the host).

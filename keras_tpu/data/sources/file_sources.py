@@ -8,6 +8,8 @@ uninterrupted one does.
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.data.sources import record_checks
+from keras_tpu.data.sources import storage_errors
 from keras_tpu.data.sources import tfds_download
 from keras_tpu.data.sources.source_types import DatasetUnavailableError
 from keras_tpu.data.sources.source_types import Source
@@ -22,7 +24,7 @@ FILES_READ_AT_ONCE = 8
 def tfrecord_source(
     pattern, parse_fn, num_examples=None, name=None, *, parses_batches=False,
     parallel_reads=None, size_bytes=None, num_classes=None, class_names=None,
-    shuffle_buffer=None,
+    shuffle_buffer=None, required=None,
 ):  # fmt: skip
     """Return a Source over TFRecord files, sharded by file when there are enough.
 
@@ -43,8 +45,12 @@ def tfrecord_source(
       size_bytes: the examples' size once parsed, for the cache policy (default: the
         files' size on disk).
       num_classes, class_names, shuffle_buffer: as `Source` has them.
+      required: a `record_checks.RecordSpec`, the features `parse_fn` needs: each file's
+        first record is checked against it before a run reads the files (a missing or
+        mistyped key is one line naming the file and the setting); without it, only that
+        each file has a readable first record.
     """
-    files = sorted(tf.io.gfile.glob(pattern)) if isinstance(pattern, str) else list(pattern)
+    files = sorted(storage_errors.glob(pattern)) if isinstance(pattern, str) else list(pattern)
     if not files:
         raise checks.MissingFileError(f"no TFRecord files match {pattern!r}.")
 
@@ -97,6 +103,7 @@ def tfrecord_source(
         open_records=read_files if parses_batches else None,
         parse_batch=parse_fn if parses_batches else None,
         survey=lambda: count_records(files),
+        check=lambda whole=False: record_checks.check_records(files, required, whole=whole),
     )  # fmt: skip
 
 

@@ -104,6 +104,12 @@ class Source:
       encoded_images: the features are encoded images (one JPEG, PNG, ... string each):
         prediction and evaluation decode them through the model's own input contract
         (`data.images.image_contract`), never as the caller guesses.
+      check: optional (whole=False) -> None: a cheap look at the data before it is read,
+        raising a one-line ConfigError that names the file and the setting that fixes it
+        (TFRecord files: each file's first record parsed against the features the source
+        requires, `data.sources.record_checks`); `whole=True` reads everything, to name the
+        file a failed read of the whole data did not. A survey calls it first (also when
+        its count is kept), and so can prediction.
     """
 
     name: str
@@ -124,6 +130,7 @@ class Source:
     survey: Callable[[], tf.data.Dataset] | None = None
     left_out: tuple = ()
     encoded_images: bool = False
+    check: Callable[..., None] | None = None
 
     def __post_init__(self):
         if self.shuffles_each_file and self.open_files is None:

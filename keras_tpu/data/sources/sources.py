@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.data.sources import file_sources
+from keras_tpu.data.sources import storage_errors
 from keras_tpu.data import structures
 # The Source contract lives apart so that file_sources builds on it without a circle; its
 # names stay importable from here, where they have always been.
@@ -126,7 +127,9 @@ def load_tsv(path, text_column="sentence", label_column="label", num_classes=Non
         byte-order mark is accepted.
     """
     if not os.path.isfile(path):
-        raise checks.MissingFileError(f"TSV file {path} does not exist.")
+        raise checks.MissingFileError(
+            f"TSV file {path} does not exist{storage_errors.local_only(path, 'TSV files')}."
+        )
     # utf-8-sig: a byte-order mark (Excel, Notepad) would otherwise glue itself to
     # the first header name and hide the text column.
     with open(path, newline="", encoding="utf-8-sig") as f:

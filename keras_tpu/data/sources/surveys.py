@@ -29,6 +29,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from keras_tpu import checks
 from keras_tpu.data import autotune
 
 log = logging.getLogger(__name__)
@@ -83,25 +84,43 @@ def survey(source, *, progress_seconds=PROGRESS_SECONDS):
     known = source.num_examples
     why = ("to check that every example can be read" if known is not None
            else "to count its examples (a known num_examples skips this)")  # fmt: skip
+    if source.check is not None:  # Seconds, before a read of minutes: a wrong key, a 0-byte file.
+        source.check()
     log.warning("keras_tpu: reading %s whole before the first step, %s", source.name, why)
     seen = np.zeros(known, bool) if known is not None else None
     count, start = 0, time.perf_counter()
     last = start
     dataset = autotune.without_autotune_thread(_indices(source))
-    for chunk in dataset.as_numpy_iterator():
-        count += len(chunk)
-        if seen is not None:
-            seen[chunk] = True
-        now = time.perf_counter()
-        if now - last >= progress_seconds:
-            last = now
-            log.warning("keras_tpu: %s: %s examples read, %s/s", source.name, f"{count:,}",
-                        f"{count / (now - start):,.0f}")  # fmt: skip
+    try:
+        for chunk in dataset.as_numpy_iterator():
+            count += len(chunk)
+            if seen is not None:
+                if chunk.size and chunk.max() >= known:
+                    raise checks.ConfigError(_more_than_known(source, known))
+                seen[chunk] = True
+            now = time.perf_counter()
+            if now - last >= progress_seconds:
+                last = now
+                log.warning("keras_tpu: %s: %s examples read, %s/s", source.name, f"{count:,}",
+                            f"{count / (now - start):,.0f}")  # fmt: skip
+    except tf.errors.DataLossError:
+        # A damaged file, which the error does not name: the source's whole check names it.
+        if source.check is not None:
+            source.check(whole=True)
+        raise
     seconds = time.perf_counter() - start
     unreadable = tuple(np.flatnonzero(~seen).tolist()) if seen is not None else ()
     found = Survey(count, unreadable, seconds)
     log.warning("keras_tpu: %s: %s", source.name, describe(found, source))
     return found
+
+
+def _more_than_known(source, known):
+    return (
+        f"{source.name} holds more than the {known:,} examples it was said to (num_examples: "
+        f"--train_examples / --eval_examples, or Kaggle's counts in the file names); give "
+        f"the right count, or none to have them counted."
+    )
 
 
 def describe(found, source):
@@ -154,6 +173,8 @@ class Kept:
         stamp = files_stamp(source.paths) if source.paths else None
         entry = self.entries.get(source.name)
         if stamp is not None and entry and entry.get("stamp") == stamp:
+            if source.check is not None:  # The files are as read, but the keys may not be.
+                source.check()
             found = Survey(int(entry["examples"]), tuple(entry.get("unreadable", ())))
             log.warning("keras_tpu: %s: %s", source.name, describe(found, source))
             return found

@@ -16,6 +16,7 @@ import numpy as np
 
 from keras_tpu import checks
 from keras_tpu.data.sources import sources
+from keras_tpu.data.sources import storage_errors
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,9 @@ def read_text_rows(path, columns, *, labelled=True):
     may be missing from the header, and a header-less row may leave off a last label column.
     """
     if not os.path.isfile(path):
-        raise checks.MissingFileError(f"text file {path} does not exist.")
+        raise checks.MissingFileError(
+            f"text file {path} does not exist{storage_errors.local_only(path, 'TSV/CSV files')}."
+        )
     delimiter = "," if path.lower().endswith(".csv") else "\t"
     with open(path, newline="", encoding="utf-8-sig") as f:
         # GLUE's TSVs keep quotes as text (QUOTE_NONE); CSV has standard quoting.
