@@ -113,7 +113,7 @@ class Fields:
 
     def __init__(self, value, where=""):
         if not isinstance(value, dict):
-            raise Misfit(f"{where or 'it'} is {_kind(value)}, not an object")
+            raise Misfit(f"{f'field {where!r}' if where else 'it'} is {_kind(value)}, not an object")
         self.value = value
         self.where = where
 
@@ -144,7 +144,7 @@ class Fields:
 
     def object(self, key):
         """Return the field, an object, as Fields."""
-        return Fields(self.get(key), self.name(key)[len("field '"):-1])
+        return Fields(self.get(key), f"{self.where + '.' if self.where else ''}{key}")
 
     def numbers(self, key, *, finite=False):
         """Return the field, an object of numbers ({"loss": 0.5}), as {name: float}."""
