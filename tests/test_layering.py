@@ -413,6 +413,10 @@ ONE_OWNER = {
     "identity_names": "keras_tpu/engine/rundir/run_identity.py",  # Where identity is owned.
     "exact_loss": "keras_tpu/engine/callbacks/log_callbacks.py",  # The exact loss in the logs.
     "chance_warning": "keras_tpu/engine/conclude/summary.py",
+    # A run file read as a typed value or said damaged; summary.json's strict JSON.
+    "DamagedFileError": "keras_tpu/engine/rundir/run_files.py",
+    "Fields": "keras_tpu/engine/rundir/run_files.py",
+    "null_for_non_finite": "keras_tpu/engine/rundir/run_files.py",
 }
 
 

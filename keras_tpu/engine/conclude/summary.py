@@ -148,7 +148,7 @@ def write(summary, model_dir):
     if not model_dir:
         return None
     value = summary if isinstance(summary, dict) else summary.to_dict()
-    value, places = run_files.finite(value)
+    value, places = run_files.null_for_non_finite(value)
     if places:
         shown = ", ".join(places[:5]) + (f" and {len(places) - 5} more" if len(places) > 5 else "")
         log.warning("keras_tpu: %s records null for the non-finite %s (JSON has no NaN or "

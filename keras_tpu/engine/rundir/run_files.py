@@ -10,8 +10,8 @@ naming the file, the field, its value and the fix; the caller decides what that 
 a damaged backup, passed over for an older one (backup_store), or one `error:` line
 (run.json, run.lock, summary.json), never a traceback.
 
-Written, a run's JSON is strict too (`dumps`): NaN and infinities become null, and the
-caller is told where (`finite`), so any JSON parser reads summary.json.
+Written, summary.json is strict JSON: `null_for_non_finite` turns NaN and infinities
+into null and says where, so any JSON parser reads it.
 """
 
 import json
@@ -196,7 +196,7 @@ def read(path, parser=None, *, fix="", nan=None):
     return parse(data, path, parser, fix=fix, nan=nan)
 
 
-def finite(value, where=""):
+def null_for_non_finite(value, where=""):
     """Return (`value` with each NaN or infinity as None, the places replaced).
 
     Args:
@@ -204,17 +204,14 @@ def finite(value, where=""):
       where: the name of `value` in a place ("history.val_loss[2]").
     """
     if isinstance(value, dict):
-        pairs = [(k, finite(v, f"{where}.{k}" if where else str(k))) for k, v in value.items()]
+        pairs = [(k, null_for_non_finite(v, f"{where}.{k}" if where else str(k)))
+                 for k, v in value.items()]  # fmt: skip
         return {k: v for k, (v, _) in pairs}, [p for _, (_, places) in pairs for p in places]
     if isinstance(value, (list, tuple)):
-        items = [finite(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        items = [null_for_non_finite(v, f"{where}[{i}]") for i, v in enumerate(value)]
         return [v for v, _ in items], [p for _, places in items for p in places]
     if (isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral)
             and not math.isfinite(value)):  # fmt: skip
         return None, [where]
     return value, []
 
-
-def dumps(value, **kwargs):
-    """Return strict JSON of `value`: NaN and infinities as null (see `finite`)."""
-    return json.dumps(finite(value)[0], allow_nan=False, **kwargs)
