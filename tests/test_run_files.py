@@ -25,6 +25,7 @@ from keras_tpu.engine.conclude import summary as summary_lib
 from keras_tpu.engine.rundir import run_dir
 from keras_tpu.engine.rundir import run_files
 from keras_tpu.inference import finished_run
+from tests.conftest import CPU_REPLICAS
 from tests.conftest import read_summary
 from tests.conftest import strict_json
 from tests.conftest import tiny_task
@@ -44,7 +45,7 @@ class _Kill(keras.callbacks.Callback):
 def _fit(model_dir, kill=None, **fields):
     task = dataclasses.replace(tiny_task(), callbacks=lambda: [_Kill(kill)])
     config = keras_tpu.RunConfig(
-        model_dir=str(model_dir), epochs=6, per_replica_batch_size=8, cpu_replicas=1,
+        model_dir=str(model_dir), epochs=6, per_replica_batch_size=2, cpu_replicas=CPU_REPLICAS,
         steps_per_execution=1, backup_every_steps=2, mixed_precision="fp32", verbose=0, **fields,
     )  # fmt: skip
     return keras_tpu.fit(task, config)
