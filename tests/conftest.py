@@ -85,6 +85,40 @@ def _signal_handlers_given_back():
     assert not left, f"the test left signal handlers installed: {left}"
 
 
+def strict_json(text):
+    """Return the JSON value of `text` as a strict parser reads it: NaN and Infinity refused."""
+
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON (a strict parser refuses it)")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def read_summary(path):
+    """Return the summary.json at `path` (the file, or the run directory holding it), strictly.
+
+    summary.json is strict JSON (no NaN, no Infinity), which any parser reads.
+    """
+    path = str(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, "summary.json")
+    with open(path, encoding="utf-8") as f:
+        return strict_json(f.read())
+
+
+@pytest.fixture(autouse=True)
+def _summaries_are_strict_json(request):
+    """Fail a test that leaves a summary.json no strict JSON parser reads, under its tmp_path."""
+    yield
+    root = request.node.funcargs.get("tmp_path") if hasattr(request.node, "funcargs") else None
+    for folder, _, files in os.walk(root) if root else ():
+        if "summary.json" in files:
+            try:
+                read_summary(folder)
+            except ValueError as e:
+                pytest.fail(f"{folder}/summary.json is not strict JSON: {e}")
+
+
 def top_level_imports(module):
     """Return the module names `module` imports at its top level (not inside functions)."""
     tree = ast.parse(inspect.getsource(module))

@@ -78,8 +78,9 @@ def _records_of_another_step(chief):  # A copy gone wrong: step 10's records und
 DAMAGES = {  # How each shows in the one line.
     "truncated": (_truncate, f"reading {DATA}: Read less bytes than requested"),
     "no index": (_remove_index, "ckpt-20.index is missing"),
-    "deleted": (_delete, "ckpt-20.index is missing"),
-    "records": (_garble_records, "records-20.json: Expecting value: line 1 column 1 (char 0)"),
+    "deleted": (_delete, None),  # Its own line: the state file names a step with no files.
+    "records": (_garble_records,
+                "records-20.json: not JSON: Expecting value: line 1 column 1 (char 0)"),
     "records lost": (_lose_records, "records-20.json is missing"),
     "records of another step": (
         _records_of_another_step, "records-20.json holds the records of step 10"),
@@ -115,8 +116,13 @@ def test_a_damaged_newest_backup_falls_back_to_the_previous_with_one_line(tmp_pa
     # Choosing only reads: every worker of a cluster, reading these files, chooses step 10.
     assert _contents(chief) == files and _restore(tmp_path, caplog)[0] == 10
     np.testing.assert_array_equal(model.layers[0].kernel.numpy(), np.full((3, 4), 10.0))
-    assert lines == [f"keras_tpu: the backup of step 20 in {chief} is damaged ({reason}); "
-                     f"resuming from step 10 (10 steps lost)."]  # fmt: skip
+    if damage == "deleted":  # Only the state file names step 20: no step on disk was lost.
+        assert lines == [f"keras_tpu: the backup state file {chief}/checkpoint names step 20, "
+                         f"whose files are not there; ignored it and resuming from step 10, the "
+                         f"newest intact backup."]  # fmt: skip
+    else:
+        assert lines == [f"keras_tpu: the backup of step 20 in {chief} is damaged ({reason}); "
+                         f"resuming from step 10 (10 steps lost)."]  # fmt: skip
 
     only = tmp_path / "one"
     _saved(only, [10, 20], keep=1)
@@ -126,9 +132,15 @@ def test_a_damaged_newest_backup_falls_back_to_the_previous_with_one_line(tmp_pa
     with pytest.raises(backup_store.DamagedBackupError) as stopped:
         _restore(only, caplog, keep=1)
     assert isinstance(stopped.value, keras_tpu.CONFIG_ERRORS)  # The scripts' one line, exit 2.
+    what = (
+        f"the backup state file {only}/backup/chief/checkpoint names step 20, whose files are "
+        f"not there, and no checkpoint files are left"
+        if damage == "deleted"
+        else f"the backup of step 20 in {only}/backup/chief is damaged ({reason}), and no older "
+        f"backup is usable"
+    )
     assert str(stopped.value) == (
-        f"the backup of step 20 in {only}/backup/chief is damaged ({reason}), and no older "
-        f"backup is usable: the run cannot resume. Pass --overwrite to start over from step 0 "
+        f"{what}: the run cannot resume. Pass --overwrite to start over from step 0 "
         f"(or delete {only}/backup/chief), or put the backup's files back."
     )
 

@@ -1,6 +1,5 @@
 """Tests for models/bert/bert_vocab.py: a vocabulary larger than the encoder's table is refused."""
 
-import json
 import os
 
 import pytest
@@ -12,6 +11,7 @@ from models.bert import bert_text as text
 from models import bert
 from models.bert.hf import hf_bert
 from models.bert import bert_vocab
+from tests.conftest import read_summary
 
 WORDS = ["the", "film", "good", "bad", "movie", "dull", "great", "plot", "##s", "##ing", "."]
 SMALL = [*text.SPECIAL_TOKENS, *"abcdefghijklmnopqrstuvwxyz", *WORDS]
@@ -137,5 +137,5 @@ def test_a_larger_vocabulary_is_refused_before_anything_is_written_then_the_fix_
 
     summary = models.train_bert(_config(hub, model_dir))
     assert (summary["status"], summary["final_step"], summary["resumed_from_step"]) == ("ok", 2, 0)
-    assert json.loads((model_dir / "summary.json").read_text())["final_step"] == 2
+    assert read_summary(model_dir)["final_step"] == 2
     assert (model_dir / "run.json").exists()

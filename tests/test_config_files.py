@@ -11,6 +11,7 @@ import yaml
 from keras_tpu.engine import config_yaml
 import models
 from tests.conftest import REPO
+from tests.conftest import read_summary
 from tests.conftest import run_script
 from tests.conftest import run_script_cases
 
@@ -176,14 +177,14 @@ def test_written_config_reruns_to_the_same_weights(tmp_path):
         f"--model_dir={first}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads((first / "summary.json").read_text())
+    summary = read_summary(first)
     assert summary["config"]["epochs"] == 2 and summary["config"]["seed"] == 7
     assert summary["final_step"] == 20
     rerun = run_script(
         "train_cnn.py", f"--config_file={first / 'config.yaml'}", f"--model_dir={second}"
     )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    again = json.loads((second / "summary.json").read_text())
+    again = read_summary(second)
     assert again["weights_sha256"] == summary["weights_sha256"]
     assert {**again["config"], "model_dir": None} == {**summary["config"], "model_dir": None}
 

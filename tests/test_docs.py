@@ -24,6 +24,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO
+from tests.conftest import read_summary
 from tests.conftest import run_python
 from tests.conftest import subprocess_env
 
@@ -549,7 +550,7 @@ def test_readme_bert_block_runs_as_written(tmp_path):
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     # No TensorFlow or tf_keras warning through Python (the export's get_config warning was).
     assert not re.findall(r"^WARNING:(?:tensorflow|absl):.*", result.stderr, re.M)
-    summary = json.loads((tmp_path / "bert_run" / "summary.json").read_text())
+    summary = read_summary(tmp_path / "bert_run")
     assert summary["status"] == "ok"
     assert (summary["test_examples"], summary["train_examples"]) == (872, 8_000)
     assert (summary["replicas"], summary["global_batch"], summary["final_step"]) == (2, 64, 200)

@@ -16,7 +16,6 @@ tier runs `test_fault_chain_*`: every point once and every fault once, several p
 cluster run (a chain of faults across restarts, each stop checked, then the exact end).
 """
 
-import json
 import os
 import re
 import subprocess
@@ -28,6 +27,7 @@ import pytest
 from keras_tpu.engine.stops import fault_points
 from tests.conftest import REPO
 from tests.conftest import backup_step
+from tests.conftest import read_summary
 from tests.conftest import subprocess_env
 from tests.conftest import without_timing
 from tests.test_multiworker import _finish
@@ -89,7 +89,7 @@ def _checksum(log):
 
 def _records(model_dir):
     """Return what a restart must reproduce of summary.json: all but timing and the config."""
-    summary = json.loads((model_dir / "summary.json").read_text())
+    summary = read_summary(model_dir)
     records = {**without_timing(summary), "test": summary["test"]}
     # Each run of a cluster listens on new ports: the workers' addresses are the run's own.
     own = ("task", "cluster", "summary", "waited_for_workers_seconds")
@@ -150,7 +150,7 @@ def _check_stop(root, results, point, fault, victim):
             assert _last_line(log).startswith("error: "), logs
     saved = backup_step(str(root / "run"))
     if point == "summary":  # summary.json is whole: nothing to redo, the backups may be gone.
-        summary = json.loads((root / "run" / "summary.json").read_text())
+        summary = read_summary(root / "run")
         assert summary["status"] == "ok", logs
         for rc, log in results:
             assert rc != 143 or " after the run finished (step " in _last_line(log), logs

@@ -26,6 +26,7 @@ from tests.conftest import REPO
 from tests.conftest import backup_step
 from tests.conftest import best_weights
 from tests.conftest import epoch_scalars
+from tests.conftest import read_summary
 from tests.conftest import subprocess_env
 from tests.conftest import without_timing
 
@@ -383,7 +384,7 @@ def test_bert_stopped_at_an_epochs_last_step_resumes_to_the_uninterrupted_weight
     resumed, start = CHAINS[chain](run, tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     _assert_resumed_to(resumed, start, reference)
-    summary, whole_summary = (json.loads((d / "summary.json").read_text()) for d in (tmp_path, whole))
+    summary, whole_summary = (read_summary(d) for d in (tmp_path, whole))
     assert len(summary["history"]["val_loss"]) == 2
     assert without_timing(summary) == without_timing(whole_summary)
     assert summary["test"] == whole_summary["test"]
@@ -408,7 +409,7 @@ def test_bert_nan_on_the_mesh_exits_3_and_keeps_the_last_finite_backup(tmp_path,
     result = _train_bert_k(bert_hub, tmp_path / "run", model_parallel,
                            f"--export_dir={export_dir}", fault="nan", at=12)  # fmt: skip
     assert result.returncode == 3, result.stderr[-3000:]
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    summary = read_summary(tmp_path / "run")
     assert summary["status"] == "nan" and summary["nan_step"] == 13  # Poisoned after 12.
     assert backup_step(str(tmp_path / "run")) == 10 and not export_dir.exists()
 
@@ -492,7 +493,7 @@ def test_nan_fails_the_run_and_keeps_the_last_finite_backup(tmp_path):
                     fault="nan", at=30)  # fmt: skip
     assert result.returncode not in (0, None), result.stderr[-3000:]
     assert _last_line(result).startswith("error: ") and "nan" in _last_line(result).lower()
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary = read_summary(tmp_path)
     assert summary["status"] == "nan" and summary["nan_step"] == 31, summary.get("status")
     assert backup_step(str(tmp_path)) == 30
     for directory in ("backup/chief", "best"):
@@ -555,7 +556,7 @@ def test_failed_export_keeps_the_backup_so_the_rerun_does_not_retrain(tmp_path, 
     assert result.returncode == 0, result.stderr[-3000:]
     assert _run_line(result)[:2] == (STEPS_PER_EPOCH, STEPS_PER_EPOCH)
     assert (tmp_path / "export" / "saved_model.pb").exists()
-    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "ok"
+    assert read_summary(tmp_path)["status"] == "ok"
     assert not (tmp_path / "backup").exists()  # Deleted once summary and export are written.
 
 
@@ -651,7 +652,7 @@ def test_sigterm_in_the_final_evaluation_or_export_is_one_line_and_the_rerun_con
 def test_user_model_nan_exits_3_and_refuses_a_second_run_or_batch(tmp_path):
     result = _train_user(tmp_path, fault="nan", at=12)
     assert result.returncode == 3, result.stderr[-3000:]
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary = read_summary(tmp_path)
     assert summary["status"] == "nan" and summary["nan_step"] == 18  # Poisoned after 14.
     assert not (tmp_path / "export").exists()
     other = _train_user(tmp_path, "--per_replica_batch_size=4")

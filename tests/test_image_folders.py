@@ -24,6 +24,7 @@ from keras_tpu import data
 from keras_tpu import keras
 from keras_tpu.data.images import image_folders
 from tests.conftest import CPU_REPLICAS
+from tests.conftest import read_summary
 
 CLASSES = ("eight", "one", "zero")  # Folder names, sorted: labels 0, 1, 2.
 DIGIT_OF = {"zero": 0, "one": 1, "eight": 8}
@@ -295,8 +296,7 @@ def test_a_cnn_run_on_an_image_folder_keeps_its_class_names_and_predicts_as_its_
         model_dir=run_dir, export_dir=export_dir, tensorboard=False, backup=False,
     ))  # fmt: skip
     assert summary["class_names"] == list(CLASSES) and summary["test_examples"] == 6
-    with open(tmp_path / "run" / "summary.json", encoding="utf-8") as f:
-        assert json.load(f)["class_names"] == list(CLASSES)
+    assert read_summary(tmp_path / "run")["class_names"] == list(CLASSES)
     loaded = tf.saved_model.load(export_dir)
     assert [n.decode() for n in loaded.class_names().numpy()] == list(CLASSES)
     assert [n.decode() for n in keras.models.load_model(export_dir).class_names().numpy()] == list(CLASSES)
@@ -377,8 +377,7 @@ def test_train_cnn_on_an_image_folder_on_4_replicas_resumes_exactly_after_sigkil
     resumed = _script("train_cnn.py", killed_dir, *flags, f"--export_dir={export_dir}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _run_line(resumed) == (15, 5, checksum)  # Resumed from the epoch-1 backup.
-    with open(os.path.join(killed_dir, "summary.json"), encoding="utf-8") as f:
-        summary = json.load(f)
+    summary = read_summary(killed_dir)
     assert summary["class_names"] == list(CLASSES) and summary["test_examples"] == 30
 
     # After training, one predict.py call: --mode=evaluate writes the rows too (--output_file).

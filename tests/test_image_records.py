@@ -5,7 +5,6 @@ lossless, where pixels are compared), written with tf.train.Example, so nothing 
 downloaded.
 """
 
-import json
 import os
 import re
 
@@ -17,6 +16,7 @@ from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.data.images import image_records
 from tests.conftest import REPO
+from tests.conftest import read_summary
 
 
 def upscaled_rgb(images, size=32):
@@ -266,8 +266,7 @@ def test_train_cnn_on_jpeg_records_with_a_backbone_resumes_exactly_after_sigkill
     assert _run_line(resumed) == (6, 3, checksum)  # From the epoch-1 backup, mid-epoch 2 again.
     summaries = []
     for run_dir in (whole_dir, killed_dir):
-        with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as f:
-            summaries.append(json.load(f))
+        summaries.append(read_summary(run_dir))
     assert summaries[0]["test"] == summaries[1]["test"]
     for key in ("loss", "accuracy", "top5_accuracy", "val_loss", "val_accuracy",
                 "val_top5_accuracy"):  # fmt: skip
@@ -330,7 +329,7 @@ def test_a_backbone_from_scratch_reaches_95_percent_on_digit_jpegs(tmp_path):
                         f"--eval_tfrecords={tmp_path}/test-*", *FROM_SCRATCH_FLAGS,
                         f"--model_dir={run_dir}", "--notensorboard", timeout=1700)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = read_summary(run_dir)
     assert (summary["train_examples"], summary["test_examples"]) == (1437, 360)
     print(f"test accuracy {summary['test']['accuracy']:.4f}")
     assert summary["test"]["accuracy"] >= 0.95, summary["test"]

@@ -415,6 +415,10 @@ ONE_OWNER = {
     "chance_warning": "keras_tpu/engine/conclude/summary.py",
     "remove_owned": "keras_tpu/engine/rundir/owned_files.py",  # What a run removes, by name.
     "refuse_untrusted": "keras_tpu/engine/registry.py",  # A run directory runs no code unasked.
+    # A run file read as a typed value or said damaged; summary.json's strict JSON.
+    "DamagedFileError": "keras_tpu/engine/rundir/run_files.py",
+    "Fields": "keras_tpu/engine/rundir/run_files.py",
+    "null_for_non_finite": "keras_tpu/engine/rundir/run_files.py",
 }
 
 # Removing files is owned_files.py's (never through a symlink, only what the run wrote);

@@ -34,19 +34,22 @@ def _dead_pid():
 def test_a_summary_write_killed_before_its_rename_leaves_the_old_summary_and_no_temp(
     tmp_path, monkeypatch
 ):
-    summary_lib.write({"status": "nan", "final_step": 4}, str(tmp_path))
+    nan = {"status": "nan", "final_step": 4, "nan_step": 4, "message": "loss became NaN"}
+    ok = {"status": "ok", "final_step": 8, "precision_policy": "float32", "weights_sha256": "ab",
+          "test": {}}  # fmt: skip
+    summary_lib.write(nan, str(tmp_path))
 
     def killed(src, dst):
         raise KeyboardInterrupt  # A signal's exception between the write and the rename.
 
     monkeypatch.setattr(os, "replace", killed)
     with pytest.raises(KeyboardInterrupt):
-        summary_lib.write({"status": "ok", "final_step": 8}, str(tmp_path))
-    assert summary_lib.read(str(tmp_path)) == {"status": "nan", "final_step": 4}
+        summary_lib.write(ok, str(tmp_path))
+    assert summary_lib.read(str(tmp_path)) == nan
     assert sorted(os.listdir(tmp_path)) == ["summary.json"]
     monkeypatch.undo()
-    summary_lib.write({"status": "ok", "final_step": 8}, str(tmp_path))
-    assert summary_lib.read(str(tmp_path)) == {"status": "ok", "final_step": 8}
+    summary_lib.write(ok, str(tmp_path))
+    assert summary_lib.read(str(tmp_path)) == ok
 
 
 def test_one_best_counts_finite_epochs_that_beat_it_strictly():

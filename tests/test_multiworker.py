@@ -22,6 +22,7 @@ from tests.conftest import SST2
 from tests.conftest import REPO
 from tests.conftest import TIMING
 from tests.conftest import backup_step
+from tests.conftest import read_summary
 from tests.conftest import run_script
 from tests.conftest import run_script_cases
 from tests.conftest import subprocess_env
@@ -99,7 +100,7 @@ def _checksum(text):
 
 def _history(model_dir):
     """Return summary.json's history without its timing entries."""
-    history = json.loads((model_dir / "summary.json").read_text())["history"]
+    history = read_summary(model_dir)["history"]
     return {key: values for key, values in history.items() if key not in TIMING}
 
 
@@ -324,7 +325,7 @@ def test_two_workers_train_the_cnn_identically_and_only_the_chief_writes(cnn_clu
     # The phase boundaries' all-reduce runs in a function: no eager-collective warning.
     assert "eagerly has significant overhead" not in log0 + log1
 
-    summary = json.loads((tmp_path / "dir0" / "summary.json").read_text())
+    summary = read_summary(tmp_path / "dir0")
     assert summary["strategy"]["kind"] == "multi_worker"
     assert (summary["strategy"]["workers"], summary["replicas"]) == (2, 2)
     assert summary["strategy"]["task"] == {
@@ -417,7 +418,7 @@ def _restart_ends_as_uninterrupted(command, hosts, tmp_path, model_dir, saved, c
     workers, logs = _start_two(command, hosts, tmp_path)
     (rc0, log0), (rc1, log1) = _finish(workers, logs, timeout=400)
     assert (rc0, rc1) == (0, 0), log0[-3000:] + log1[-3000:]
-    summary = json.loads((model_dir / "summary.json").read_text())
+    summary = read_summary(model_dir)
     assert summary["resumed_from_step"] == saved
     assert summary["final_step"] == 6 * (DIGITS_TRAIN // 128)
     checksum, history = _reference(cnn_cluster_run)
@@ -584,7 +585,7 @@ def test_two_workers_fine_tune_bert_identically(tmp_path, tiny_hub):
     (rc0, log0), (rc1, log1) = _finish(workers, logs, timeout=400)
     assert (rc0, rc1) == (0, 0), log0[-3000:] + log1[-3000:]
     assert _checksum(log0) == _checksum(log1)
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    summary = read_summary(tmp_path / "run")
     assert (summary["replicas"], summary["global_batch"], summary["final_step"]) == (2, 32, 8)
     assert summary["test_examples"] == 872  # Every dev sentence once, across both workers.
 

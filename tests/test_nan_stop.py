@@ -7,7 +7,6 @@ summary naming the step).
 """
 
 import ast
-import json
 import os
 
 import numpy as np
@@ -21,6 +20,7 @@ from keras_tpu.engine.steps import compiling
 from keras_tpu.parallel import mesh as mesh_lib
 from keras_tpu.parallel.mesh import layout as mesh_layout
 from tests.conftest import REPO
+from tests.conftest import read_summary
 
 X = np.random.default_rng(0).normal(size=(64, 6)).astype(np.float32)
 Y = (X[:, 0] > 0).astype(np.int32)
@@ -130,6 +130,6 @@ def test_fit_and_the_mesh_loop_end_a_nan_epoch_alike(tmp_path, where):
     # It ends as every epoch does: validated, then every callback sees its end; then stop.
     assert ends == [(0, ends[0][1]), (1, ends[0][1])]
     assert {"val_loss", "val_accuracy", "loss", "accuracy"} <= set(ends[1][1])
-    summary = json.load(open(tmp_path / "summary.json"))
+    summary = read_summary(tmp_path)
     assert summary["status"] == "nan" and summary["nan_step"] == 8
     assert "The last finite backup (step 6)" in summary["message"]

@@ -7,7 +7,6 @@ offline once, with a WordPiece vocabulary learned from SST-2), on 2 logical CPU 
 """
 
 import csv
-import json
 import os
 import re
 
@@ -18,8 +17,9 @@ nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 pytest.importorskip("matplotlib")
 
-from tests.conftest import SST2
 from tests.conftest import REPO  # noqa: E402
+from tests.conftest import SST2
+from tests.conftest import read_summary
 
 # Fresh interpreters and long runs: the slow tier (`pytest -m slow`).
 pytestmark = pytest.mark.slow
@@ -129,12 +129,12 @@ def test_cnn_notebook_runs_on_cpu(tmp_path, monkeypatch):
     assert os.path.exists(tmp_path / "run" / "summary.json")
     assert os.path.exists(tmp_path / "export" / "saved_model.pb")
     # "Your own model": a Task through keras_tpu.fit, with its own metric and monitor.
-    own = json.loads((tmp_path / "own" / "summary.json").read_text())
+    own = read_summary(tmp_path / "own")
     assert own["status"] == "ok" and own["test_examples"] == 360 and "top3" in own["test"]
     assert "own model: test" in text and own["monitor"] == "val_loss"
     # "Your photos as TFRecords": the digits written as JPEG photos, then as shards, trained on.
     assert "1437 training and 360 validation images in 4 shards" in text
-    photos = json.loads((tmp_path / "photos_run" / "summary.json").read_text())
+    photos = read_summary(tmp_path / "photos_run")
     assert photos["status"] == "ok" and photos["test_examples"] == 360
     assert photos["class_names"] == [f"digit_{i}" for i in range(10)]
     # "Read back": the run's own validation records score its test figures; test records with

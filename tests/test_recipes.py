@@ -10,12 +10,14 @@ import tensorflow_datasets as tfds
 
 import models
 from models import cnn
-from tests.conftest import SST2
 from tests.conftest import CPU_REPLICAS
+from tests.conftest import SST2
 from tests.conftest import backup_step
+from tests.conftest import read_summary
 from tests.conftest import run_python
 from tests.conftest import run_script
 from tests.conftest import run_script_cases
+from tests.conftest import strict_json
 
 
 ABSL_INFO = re.compile(r"^I\d{4} ", re.M)
@@ -29,7 +31,7 @@ def main_job(tmp_path_factory):
     result = run_script("train_cnn.py", "--dataset=digits", f"--model_dir={model_dir}",
                         fresh=True)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    return result, json.loads((model_dir / "summary.json").read_text()), model_dir
+    return result, read_summary(model_dir), model_dir
 
 
 @pytest.mark.slow
@@ -181,7 +183,7 @@ def test_killed_run_resumes_from_its_last_backup(tmp_path):
 
     result = run_script("train_cnn.py", *flags, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary = read_summary(tmp_path)
     assert summary["resumed_from_step"] == saved  # Nothing before the last backup re-run.
     assert summary["final_step"] == 3 * (1437 // 16)  # The same total as an unbroken run.
 
@@ -251,7 +253,7 @@ def test_four_replicas_reach_95_percent_on_digits(tmp_path):
         f"--export_dir={tmp_path / 'export'}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary = read_summary(tmp_path)
     assert (summary["replicas"], summary["global_batch"]) == (4, 64)
     assert summary["strategy"]["rehearsal"] is True  # Logical CPU replicas stand in for chips.
     assert summary["steps_per_epoch"] == 1437 // 64
@@ -283,8 +285,7 @@ def test_train_cnn_in_process_on_four_replicas(tmp_path):
     assert summary["dataset"] == "digits" and summary["parameters"] == 6_410
     losses = [row["loss"] for row in summary["throughput"]]
     assert len(losses) == 3 and losses[-1] < losses[0]
-    with open(tmp_path / "summary.json") as f:
-        assert json.load(f)["weights_sha256"] == summary["weights_sha256"]
+    assert read_summary(tmp_path)["weights_sha256"] == summary["weights_sha256"]
     files = set(os.listdir(tmp_path))
     assert {"best", "tensorboard", "run.json"} <= files and "backup" not in files  # Done: deleted.
     assert summary["status"] == "ok" and summary["resumed_from_step"] == 0
@@ -353,7 +354,7 @@ def test_train_bert_sentence_pairs_on_sst2_pairs_serves_two_strings_and_predicts
     for chatter in ("Found untraced functions", "Sharding callback", "Writing fingerprint"):
         assert chatter not in output
     records = {name: (run_dir / name).read_text() for name in ("summary.json", "run.json")}
-    summary = json.loads(records["summary.json"])
+    summary = strict_json(records["summary.json"])
     assert summary["test_examples"] == len(dev) == 428
     assert summary["class_names"] == list(PAIR_NAMES)
     # 0.727 (f1 0.729) on this host in 2 x 100 steps from conftest's seeded export (the

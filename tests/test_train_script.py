@@ -1,12 +1,12 @@
 """scripts/train.py end to end: a user's task from YAML, its config.yaml rerun, bad names."""
 
-import json
 import os
 import re
 
 import pytest
 
 from tests.conftest import REPO
+from tests.conftest import read_summary
 from tests.conftest import run_script
 
 pytestmark = pytest.mark.slow
@@ -28,7 +28,7 @@ def test_a_user_task_trains_from_yaml_and_its_config_yaml_reruns_it(tmp_path):
                        f"--model_dir={again}", f"--export_dir={again / 'export'}")  # fmt: skip
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert CHECKSUM.search(rerun.stdout)[1] == CHECKSUM.search(result.stdout)[1]
-    summary = json.loads((again / "summary.json").read_text())
+    summary = read_summary(again)
     assert summary["task"] == "diabetes_mlp" and summary["final_step"] == 30
 
 

@@ -20,6 +20,7 @@ import keras_tpu
 from keras_tpu import keras
 from tests.conftest import CPU_REPLICAS
 from tests.conftest import REPO
+from tests.conftest import read_summary
 
 sys.path.insert(0, os.path.join(REPO, "examples"))
 import user_tasks  # noqa: E402  (examples/user_tasks.py: a user's module)
@@ -97,7 +98,7 @@ def test_summary_keys_and_best_weights_by_val_loss(regression):
     assert summary["monitor"] == "val_loss"
     assert summary["best"] == {"epoch": best_epoch, "val_loss": min(val_losses)}
     assert tf.train.latest_checkpoint(os.path.join(config.model_dir, "best")) is not None
-    on_disk = json.loads(open(os.path.join(config.model_dir, "summary.json")).read())
+    on_disk = read_summary(config.model_dir)
     # fit returns a RunSummary: its attributes, and summary.json's keys as a mapping.
     assert isinstance(summary, keras_tpu.RunSummary) and summary.test == summary["test"]
     assert on_disk == json.loads(json.dumps(summary.to_dict())) == summary
@@ -349,7 +350,7 @@ def test_script_rerun_of_a_finished_run_trains_nothing_and_overwrite_trains_agai
              f"--model_dir={model_dir}", f"--export_dir={model_dir / 'export'}"]  # fmt: skip
     first = run_script("train_cnn.py", *flags, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
-    summary = json.loads((model_dir / "summary.json").read_text())
+    summary = read_summary(model_dir)
     assert summary["final_step"] == 4
     before = _files(model_dir)
     assert "summary.json" in before and "export/saved_model.pb" in before
@@ -372,5 +373,5 @@ def test_script_rerun_of_a_finished_run_trains_nothing_and_overwrite_trains_agai
     after = _files(model_dir)
     for path in ("summary.json", "export/saved_model.pb"):
         assert after[path][0] > before[path][0], path  # Written again.
-    retrained = json.loads((model_dir / "summary.json").read_text())
+    retrained = read_summary(model_dir)
     assert (retrained["final_step"], retrained["resumed_from_step"]) == (4, 0)

@@ -213,7 +213,9 @@ class TrainingRun:
                 leftovers.clean(config.model_dir, config.export_dir)
                 run_inputs.keep_surveys(config.model_dir, self.surveys)
             last_step = self.shape.steps_per_epoch * config.epochs
-            start_step = backup.restore(self.model, last_step=last_step) if backup else 0
+            start_step = backup.restore(
+                self.model, last_step=last_step, steps_per_epoch=self.shape.steps_per_epoch
+            ) if backup else 0  # fmt: skip
             if config.model_dir and self.info.is_chief:  # Even a killed run can be rerun.
                 entry = registry.get_task(self.task.task_name) if self.task.task_name else None
                 config_yaml.write(

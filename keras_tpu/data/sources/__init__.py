@@ -12,6 +12,8 @@ Modules, in reading order:
   text_files.py      the one reader of TSV/CSV files, for training, evaluation and prediction
   tfds_download.py   why a tfds download failed: a missing package, no network, or else
   surveys.py         reading a whole source before step one, said and done once per run
+  record_checks.py   each TFRecord file's first record checked against what the source needs
+  storage_errors.py  a remote path's failure (offline, a placeholder bucket, no permission) in one line
 
 Entry points: the Source names re-exported by keras_tpu.data (public);
 `sources.as_source` (engine/, inference/), `surveys` (engine/steps/run_inputs.py).

@@ -8,11 +8,17 @@ a state file can name a step whose files are gone or be garbage itself, so the
 state file is not trusted: the candidates are the steps it names and the steps
 that have checkpoint files, newest first, and the first one whose every tensor
 reads back (each against the CRC32C its index holds) and whose records are there,
-parse and are of its step is used. Records are part of the backup: without them a
+parse, fit their fields and are of its step is used (`run_records.read`: the epochs
+done within the run, finite times; a callback's state must load: `choose`'s `check`).
+Records are part of the backup: without them a
 resume would silently report another history, best epoch and training metrics (the
 weights alone are exact), so a backup whose records are missing or damaged is a
 damaged backup. The others are damaged: a run falls back to an older backup, which
-is why `keep` (RunConfig.keep_backups) backups are kept.
+is why `keep` (RunConfig.keep_backups) backups are kept. The one line then says how
+many steps were lost: those between the chosen backup and the newest damaged one whose
+files are there, of a step within the run. A step the state file alone names (its files
+are not there, or it names a path outside the directory or a step past the run's last)
+is no lost step: the state file is ignored, with its own line.
 
 Choosing only reads: every worker of a cluster, choosing from the chief's files,
 restores the same step. Files are removed only by the writer, after a save
@@ -29,6 +35,7 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu.engine.backup import run_records
 from keras_tpu.engine.rundir import owned_files
+from keras_tpu.engine.rundir import run_files
 
 STATE_FILE = "checkpoint"  # tf.train.CheckpointManager's name, so tf.train tools find backups.
 CHIEF = "chief"  # model_dir/backup/chief: the store every worker restores from (the chief's).
@@ -61,10 +68,14 @@ class StoredBackup:
 
 @dataclasses.dataclass(frozen=True)
 class Damage:
-    """A backup that cannot be used: its step and why (one line)."""
+    """A backup that cannot be used: its step, why (one line), and whether it was in the run.
+
+    `in_run` is False for files of a step past the run's last: no step of this run is lost.
+    """
 
     step: int
     reason: str
+    in_run: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +86,8 @@ class Choice:
       directory: where the backups are.
       backup: the backup to restore, or None (none usable, or none at all).
       damaged: the newer backups that failed verification, newest first.
-      state_problem: why the state file was ignored (unreadable), or None.
+      state_problem: why the state file was ignored ("is unreadable (...)", "names step
+        30, whose files are not there"), or None.
     """
 
     directory: str
@@ -89,25 +101,25 @@ class Choice:
             return None
         step = self.backup.step
         if not self.damaged:
-            return (f"keras_tpu: the backup state file {self.directory}/{STATE_FILE} is unreadable "
-                    f"({self.state_problem}); ignored it and resuming from step {step}, the "
+            return (f"keras_tpu: the backup state file {self.directory}/{STATE_FILE} "
+                    f"{self.state_problem}; ignored it and resuming from step {step}, the "
                     f"newest intact backup.")  # fmt: skip
-        lost = self.damaged[0].step - step
+        lost = max([d.step - step for d in self.damaged if d.in_run and d.step > step], default=0)
         return (f"keras_tpu: {self._what_is_damaged()}; resuming from step {step} "
-                f"({lost} step{'s' if lost != 1 else ''} lost).")  # fmt: skip
+                f"({lost or 'no'} step{'s' if lost != 1 else ''} lost).")  # fmt: skip
 
     def error(self):
         """Return the DamagedBackupError for backups that exist but none usable, or None."""
         if self.backup is not None or not (self.damaged or self.state_problem):
             return None
         what = (
-            self._what_is_damaged()
+            f"{self._what_is_damaged()}, and no older backup is usable"
             if self.damaged
-            else (f"the backup state file {self.directory}/{STATE_FILE} is unreadable "
-                  f"({self.state_problem}) and no checkpoint files are left")  # fmt: skip
+            else (f"the backup state file {self.directory}/{STATE_FILE} {self.state_problem}, "
+                  f"and no checkpoint files are left")  # fmt: skip
         )
         return DamagedBackupError(
-            f"{what}, and no older backup is usable: the run cannot resume. Pass --overwrite "
+            f"{what}: the run cannot resume. Pass --overwrite "
             f"to start over from step 0 (or delete {self.directory}), or put the backup's files "
             f"back."
         )
@@ -143,8 +155,11 @@ class BackupStore:
         """Return whether the directory holds a checkpoint file or a state file (damaged or not)."""
         return any(_CHECKPOINT.match(name) or name == STATE_FILE for name in self._names())
 
-    def _state_steps(self):
-        """Return (steps the state file names, why it is unreadable or None)."""
+    def _state_steps(self, length=None):
+        """Return (steps the state file names, why it is ignored or None).
+
+        Only steps of checkpoints in this directory, within the run (`length`), count.
+        """
         path = os.path.join(self.directory, STATE_FILE)
         if not tf.io.gfile.exists(path):
             return set(), None
@@ -152,22 +167,50 @@ class BackupStore:
             with tf.io.gfile.GFile(path, "rb") as f:
                 lines = [line for line in f.read().decode("utf-8").splitlines() if line.strip()]
         except (UnicodeDecodeError, tf.errors.OpError) as e:
-            return set(), checks.first_line(e)
+            return set(), f"is unreadable ({checks.first_line(e)})"
         if not lines or not all(map(_STATE_LINE.match, lines)):
-            return set(), "not a checkpoint state"
-        names = [m.group(1) for m in map(_STATE_PATH.match, lines) if m]
-        return {int(m.group(1)) for m in map(_STATE_STEP.search, names) if m}, None
+            return set(), "is unreadable (not a checkpoint state)"
+        steps = set()
+        for name in (m.group(1) for m in map(_STATE_PATH.match, lines) if m):
+            match = _STATE_STEP.search(name)
+            here = os.path.dirname(name) in ("", self.directory) or os.path.normpath(
+                os.path.dirname(name)) == os.path.normpath(self.directory)  # fmt: skip
+            if not match or not here:
+                return set(), f"names {name}, not a checkpoint in {self.directory}"
+            step = int(match.group(1))
+            if length is not None and step > length.last_step:
+                return set(), f"names step {step}, past the run's last step {length.last_step}"
+            steps.add(step)
+        return steps, None
 
-    def choose(self):
-        """Return the Choice of the newest verified backup; read-only (see the module doc)."""
-        state_steps, state_problem = self._state_steps()
+    def choose(self, length=None, check=None):
+        """Return the Choice of the newest verified backup; reads only (see the module doc).
+
+        Args:
+          length: the run's `run_position.RunLength`, if known: a backup's step and its
+            records' epochs must lie within it.
+          check: called with a candidate's Records; returns why they do not fit the run
+            (one line) or None. The first candidate it accepts is chosen.
+        """
+        state_steps, state_problem = self._state_steps(length)
         names = self._names()
         listed = {int(m.group(1)) for m in map(_CHECKPOINT.match, names) if m}
+        on_disk = {int(m.group(1)) for m in map(_FILE.match, names) if m}
+        gone = sorted(state_steps - on_disk, reverse=True)
+        if gone and state_problem is None:  # Named, with none of its files: nothing was lost.
+            state_problem = f"names step {gone[0]}, whose files are not there"
         damaged = []
-        for step in sorted(listed | state_steps, reverse=True):
+        for step in sorted(listed | (state_steps & on_disk), reverse=True):
+            if length is not None and step > length.last_step:
+                reason = f"step {step} is past the run's last step {length.last_step}"
+                damaged.append(Damage(step, reason, in_run=False))
+                continue
             reason = self._verify(step, names)
             if reason is None:
-                records, reason = self._records(step, names)
+                records, reason = self._records(step, names, length)
+            if reason is None and check is not None and records is not None:
+                reason = check(records)
+                reason = reason and f"{os.path.basename(run_records.path('', step))}: {reason}"
             if reason is not None:
                 damaged.append(Damage(step, reason))
                 continue
@@ -177,14 +220,16 @@ class BackupStore:
             return Choice(self.directory, backup, tuple(damaged), state_problem)
         return Choice(self.directory, None, tuple(damaged), state_problem)
 
-    def _records(self, step, names):
+    def _records(self, step, names, length=None):
         """Return (the Records of `step`, None), or (None, why they cannot be used)."""
         name = os.path.basename(run_records.path(self.directory, step))
         if name not in names:
             return None, f"{name} is missing"
         try:
-            records = run_records.read(self.directory, step)
-        except (ValueError, TypeError, tf.errors.OpError) as e:
+            records = run_records.read(self.directory, step, length)
+        except run_files.DamagedFileError as e:
+            return None, f"{name}: {e.problem}"
+        except tf.errors.OpError as e:
             return None, f"{name}: {checks.first_line(e)}"
         if records is None:  # Gone between the listing and the read.
             return None, f"{name} is missing"

@@ -36,6 +36,7 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu.engine.backup import random_generators
 from keras_tpu.engine.backup import backup_store
+from keras_tpu.engine.backup import run_position
 from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.rundir import output_paths
 from keras_tpu.engine.rundir import owned_files
@@ -145,23 +146,32 @@ class Backup(keras.callbacks.Callback):
             self._stores = (read, write)
         return self._stores
 
-    def restore(self, model=None, *, last_step=None):
+    def restore(self, model=None, *, last_step=None, steps_per_epoch=None):
         """Restore the newest usable backup into the model; return its optimizer step (0: none).
 
         Damaged newer backups are passed over with one log line naming the steps lost;
         if backups exist but none is usable, this raises `DamagedBackupError` (exit 2).
+        A backup whose records do not fit the run (its step or epochs outside it, a
+        callback's state its callback cannot take) is a damaged backup too.
 
         Args:
           model: the model to restore into (else the callback's).
           last_step: the run's final optimizer step, if known. A backup at it trains
             no more, so the optimizer's slots (created at the first step, then given
             their restored values) are never created: that is expected, not reported.
+          steps_per_epoch: the run's epoch length; with `last_step`, the records' step
+            and epochs are checked against the run.
         """
         if model is not None:
             self.set_model(model)
         read, _ = self.stores()
         self.restored = True
-        choice = read.choose()
+        length = (
+            run_position.RunLength(steps_per_epoch, last_step)
+            if last_step is not None and steps_per_epoch else None
+        )  # fmt: skip
+        # The callbacks take their states as the backup is chosen: one that cannot is passed over.
+        choice = read.choose(length, check=self._load_states)
         error = choice.error()
         if error is not None:
             raise error
@@ -177,9 +187,16 @@ class Backup(keras.callbacks.Callback):
             )
             self.records = choice.backup.records
             if self.records is not None:
-                run_records.load(self.records, self.state_callbacks, self.history)
                 self._add_metrics = bool(self.records.metrics)
         return self.start_step
+
+    def _load_states(self, records):
+        """Give the callbacks their states and the carried time; return why not, or None."""
+        try:
+            run_records.load(records, self.state_callbacks, self.history)
+        except run_records.StateMisfit as e:
+            return str(e)
+        return None
 
     def expect_partial(self):
         """Say the restored backup's optimizer slots are not needed: the run trains no more."""
@@ -191,7 +208,16 @@ class Backup(keras.callbacks.Callback):
         self.state_callbacks = (*self.state_callbacks, holder)
         key = dict((id(c), k) for k, c in run_records.state_keys(self.state_callbacks))[id(holder)]
         if self.records is not None and key in self.records.callbacks:
-            holder.load_state_dict(self.records.callbacks[key])
+            try:  # Restored already: too late to pass this backup over, so one line.
+                run_records.load_state(key, holder, self.records.callbacks[key])
+            except run_records.StateMisfit as e:
+                step = self.records.step
+                raise backup_store.DamagedBackupError(
+                    f"the backup of step {step} in {self.stores()[0].directory} is damaged "
+                    f"({os.path.basename(run_records.path('', step))}: {e}): the run cannot "
+                    f"resume from it. Pass --overwrite to start over from step 0, or delete "
+                    f"that backup's files to resume from the one before."
+                ) from e
 
     def pending_epoch(self, steps_per_epoch):
         """Return the epoch whose last step was restored but which was not evaluated, or None."""

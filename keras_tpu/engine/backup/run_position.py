@@ -46,6 +46,28 @@ class RunPosition:
         return self.step % self.steps_per_epoch
 
 
+@dataclasses.dataclass(frozen=True)
+class RunLength:
+    """How long the run is: what a backup's step and epochs must lie within.
+
+    Attributes:
+      steps_per_epoch: the run's epoch length in steps.
+      last_step: its final optimizer step (steps_per_epoch * epochs).
+    """
+
+    steps_per_epoch: int
+    last_step: int
+
+    def epochs_done_at(self, step):
+        """Return (fewest, most) epochs ended at `step`: those trained to their last step.
+
+        At an epoch's last step its end may still be pending (backed up before its
+        evaluation), so one fewer is possible there.
+        """
+        most = step // self.steps_per_epoch
+        return (most - 1 if step and step % self.steps_per_epoch == 0 else most), most
+
+
 class _FitCounters:
     """tf_keras's `model._training_state` hook: where `Model.fit` starts.
 

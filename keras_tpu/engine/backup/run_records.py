@@ -27,11 +27,14 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
+from keras_tpu import checks
+from keras_tpu.engine.rundir import run_files
 from keras_tpu.runtime.compat import keras
 
 log = logging.getLogger(__name__)
 
 RECORDS_PREFIX = "records-"
+HISTORY_KEY = "RunHistory"  # RunHistory's key in Records.callbacks (state_keys: by class).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,12 +184,41 @@ def _gather_function(model, variables):
 
 
 def load(records, callbacks, history):
-    """Give each stateful callback its state from `records`; set the carried training time."""
-    for key, callback in state_keys(callbacks):
-        if key in records.callbacks:
-            callback.load_state_dict(records.callbacks[key])
+    """Give each stateful callback its state from `records`; set the carried training time.
+
+    Raises:
+      StateMisfit: a state its callback cannot take (every callback is given back the
+        state it had: nothing of these records is left half loaded).
+    """
+    keyed = [(key, callback) for key, callback in state_keys(callbacks) if key in records.callbacks]
+    before = [callback.state_dict() for _, callback in keyed]
+    for i, (key, callback) in enumerate(keyed):
+        try:
+            load_state(key, callback, records.callbacks[key])
+        except StateMisfit:  # Undone, this one too (it may have taken part of its state).
+            for (_, earlier), state in reversed(list(zip(keyed[: i + 1], before))):
+                earlier.load_state_dict(state)
+            raise
     if history is not None:
         history.carried_seconds = records.train_seconds
+
+
+class StateMisfit(ValueError):
+    """A callback's saved state that it cannot take (the message names the callback)."""
+
+
+# What a callback's load_state_dict raises for a state of another shape.
+_MISFITS = (KeyError, TypeError, ValueError, IndexError, AttributeError)
+
+
+def load_state(key, callback, state):
+    """Give `callback` its saved `state`; raise StateMisfit if it cannot take it."""
+    try:
+        callback.load_state_dict(state)
+    except _MISFITS as e:
+        raise StateMisfit(
+            f"the state of {key} does not fit it ({type(e).__name__}: {checks.first_line(e)})"
+        ) from e
 
 
 def metric_sums_fit(model, metrics):
@@ -247,26 +279,53 @@ def write(directory, records):
     tf.io.gfile.rename(temp, target, overwrite=True)
 
 
-_FIELD_TYPES = {"step": int, "epochs_done": int, "epoch_logs": dict,
-                "train_seconds": (int, float), "callbacks": dict, "metrics": list}  # fmt: skip
-
-
-def read(directory, step):
+def read(directory, step, length=None):
     """Return the Records saved with the checkpoint of `step`, or None if there are none.
 
-    Raises:
-      ValueError: the file is not JSON, or not Records (a field missing or of another type).
-      TypeError: a field Records does not have.
-    """
-    target = path(directory, step)
-    if not tf.io.gfile.exists(target):
-        return None
-    with tf.io.gfile.GFile(target) as f:
-        fields = json.load(f)
-    if not isinstance(fields, dict):
-        raise ValueError(f"holds a {type(fields).__name__}, not the run's records")
-    for name, kind in _FIELD_TYPES.items():
-        if not isinstance(fields.get(name), kind) or isinstance(fields.get(name), bool):
-            raise ValueError(f"field {name!r} is {fields.get(name)!r}, not the run's records")
-    return Records(**fields)
+    Every field is checked (`run_files.Fields`): the types, finite counts and times, the
+    step within the run and the epochs done at it when `length` (a
+    `run_position.RunLength`) is given, and the run history's own state (its epochs
+    and one value per epoch at most).
 
+    Raises:
+      run_files.DamagedFileError: the file is not JSON, or not the Records of a step of
+        this run (the message names the field and its value).
+    """
+    # NaN and Infinity as floats: a state may hold them (`inf`: no best value yet).
+    return run_files.read(path(directory, step), lambda f: _records(f, length), nan=float)
+
+
+def _records(fields, length):
+    """Return the Records in `fields` (run_files.Fields), each field checked."""
+    step = fields.integer("step", 0, length.last_step if length else None)
+    fewest, most = length.epochs_done_at(step) if length else (0, step)
+    epochs_done = fields.integer("epochs_done", max(fewest, 0), most)
+    callbacks = fields.object("callbacks")
+    for key in callbacks.value:  # Each state is an object: the protocol's dict.
+        callbacks.object(key)
+    if HISTORY_KEY in callbacks.value:  # The run's history: this module's own state.
+        _history_state(callbacks.object(HISTORY_KEY), epochs_done)
+    metrics = fields.listing("metrics")
+    for i, saved in enumerate(metrics):  # Per variable, one value per replica.
+        run_files.numbers_in(f"{fields.name('metrics')}[{i}]", run_files.listing(
+            f"{fields.name('metrics')}[{i}]", saved))  # fmt: skip
+    return Records(
+        step=step,
+        epochs_done=epochs_done,
+        epoch_logs=fields.numbers("epoch_logs"),  # A metric may be NaN (the loss never is).
+        train_seconds=fields.number("train_seconds", 0),
+        callbacks=callbacks.value,
+        metrics=metrics,
+    )
+
+
+def _history_state(state, epochs_done):
+    """Check RunHistory's saved state: the records' epochs, at most one value per epoch."""
+    state.integer("epochs_done", epochs_done, epochs_done)
+    history = state.object("history")
+    for key in history.value:
+        values = history.listing(key)
+        if len(values) > epochs_done:
+            raise run_files.Misfit(f"{history.name(key)} holds {len(values)} values for "
+                                   f"{epochs_done} epochs done")  # fmt: skip
+        run_files.numbers_in(history.name(key), values)

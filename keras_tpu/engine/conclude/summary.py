@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from keras_tpu.engine.rundir import atomic_writes
 from keras_tpu.engine.callbacks import best_tracker
+from keras_tpu.engine.rundir import run_files
 from keras_tpu.engine.rundir import run_identity
 
 log = logging.getLogger(__name__)
@@ -142,29 +143,73 @@ def write(summary, model_dir):
     """Write a summary (RunSummary, StoppedSummary or dict) to model_dir/summary.json.
 
     Whole or not at all (`atomic_writes.write_file`): a kill leaves the old summary or
-    the new one, never half of one.
+    the new one, never half of one. Strict JSON, which any parser reads: a NaN or an
+    infinity (a metric that diverged) is written as null, and one line says where.
     """
     if not model_dir:
         return None
     value = summary if isinstance(summary, dict) else summary.to_dict()
+    value, places = run_files.null_for_non_finite(value)
+    if places:
+        shown = ", ".join(places[:5]) + (f" and {len(places) - 5} more" if len(places) > 5 else "")
+        log.warning("keras_tpu: %s records null for the non-finite %s (JSON has no NaN or "
+                    "infinity)", SUMMARY_FILE, shown)  # fmt: skip
     tf.io.gfile.makedirs(model_dir)
     return atomic_writes.write_file(
-        os.path.join(model_dir, SUMMARY_FILE), json.dumps(value, indent=2)
+        os.path.join(model_dir, SUMMARY_FILE), json.dumps(value, indent=2, allow_nan=False)
     )
 
 
+# What to do about a damaged summary.json: it says how the run ended.
+DAMAGED_FIX = (
+    "it is not the summary keras_tpu writes; train the run again with --overwrite (or put the "
+    "file back)"
+)
+STATUSES = ("ok", "nan")  # RunSummary's and StoppedSummary's.
+
+
 def read(model_dir) -> dict[str, Any] | None:
-    """Return model_dir/summary.json as written, or None if there is none (or it is torn)."""
+    """Return model_dir/summary.json as written, or None if there is none.
+
+    Its fields are checked (`run_files.Fields`): the status, the steps, and for a finished
+    run what a rerun and predict.py read (the precision, the weights' checksum, the test,
+    history and config). A NaN or infinity an older keras_tpu wrote reads as null.
+
+    Raises:
+      run_files.DamagedFileError: not a summary keras_tpu writes (one line with the fix).
+    """
     if not model_dir:
         return None
     path = os.path.join(model_dir, SUMMARY_FILE)
-    if not tf.io.gfile.exists(path):
-        return None
-    try:
-        with tf.io.gfile.GFile(path) as f:
-            return json.load(f)
-    except ValueError:
-        return None
+    return run_files.read(path, _checked, fix=DAMAGED_FIX)
+
+
+def _checked(fields):
+    """Return summary.json's mapping (`fields`, run_files.Fields) once its fields fit."""
+    status = fields.text("status", STATUSES)
+    final_step = fields.integer("final_step", 0)
+    if status == "nan":
+        fields.integer("nan_step", 0, final_step)
+        fields.text("message")
+        return fields.value
+    fields.text("precision_policy")
+    fields.text("weights_sha256")
+    fields.numbers("test", finite=False)
+    for key in ("config", "strategy", "best", "stopped_early", "final_train"):
+        fields.optional(key, "object")
+    for key in ("task", "model", "dataset", "test_weights", "monitor"):
+        fields.optional(key, "text")
+    for key in ("epochs", "steps_per_epoch", "resumed_from_step", "global_batch", "replicas"):
+        fields.optional(key, "integer")
+    fields.optional("train_seconds", "number", 0)
+    if fields.has("history"):
+        history = fields.object("history")
+        for key in history.value:
+            run_files.numbers_in(history.name(key), history.listing(key))
+    if fields.has("class_names"):
+        for i, name in enumerate(fields.listing("class_names")):
+            run_files.text(f"{fields.name('class_names')}[{i}]", name)
+    return fields.value
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,6 +22,7 @@ from keras_tpu import checks
 from keras_tpu.engine.rundir import atomic_writes
 from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.rundir import owned_files
+from keras_tpu.engine.rundir import run_files
 from keras_tpu.engine.rundir import run_identity
 
 log = logging.getLogger(__name__)
@@ -41,11 +42,9 @@ def refuse_another_run(model_dir, identity):
     before the build (minutes for a large model), then `check_identity` compares the
     model's variables too.
     """
-    path = os.path.join(model_dir, run_identity.IDENTITY_FILE)
-    if not tf.io.gfile.exists(path):
+    recorded = run_identity.read(model_dir)  # Damaged: one line naming it and the fix.
+    if recorded is None:
         return
-    with tf.io.gfile.GFile(path) as f:
-        recorded = run_identity.RunIdentity.from_json(f.read())
     differ = identity.differences(recorded)
     if differ:
         recorded_fields, fields = dict(recorded.fields), dict(identity.fields)
@@ -93,10 +92,10 @@ def _finished(model_dir):
     """True if model_dir's summary.json says the run finished (status "ok")."""
     path = os.path.join(model_dir, "summary.json")  # summary.SUMMARY_FILE (a layer above).
     try:
-        with tf.io.gfile.GFile(path) as f:
-            return json.load(f).get("status") == "ok"
-    except (tf.errors.OpError, ValueError):
+        summary = run_files.read(path)
+    except (tf.errors.OpError, run_files.DamagedFileError):
         return False
+    return isinstance(summary, dict) and summary.get("status") == "ok"
 
 
 def pid_alive(pid):
@@ -110,6 +109,43 @@ def pid_alive(pid):
     return True
 
 
+def _lock_holder(fields):
+    """Return the holder {"pid", "host", ...} in run.lock's `fields` (run_files.Fields), checked."""
+    fields.integer("pid", 1)
+    fields.text("host")
+    fields.optional("started", "number", 0)
+    return fields.value
+
+
+def read_lock(path):
+    """Return the holder {"pid", "host", "started"} of the lock file `path`, checked.
+
+    Returns:
+      The holder, or {} if there is no lock or it is not JSON yet (being written, or a
+      write torn by a kill: `RunLock` waits a moment, then takes it over).
+
+    Raises:
+      RunDirError: JSON that is no holder (a pid that is no integer, no host): one line
+        naming the file, asking to delete it if no run trains there.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return {}
+    try:
+        run_files.parse(data, path)
+    except run_files.DamagedFileError:
+        return {}  # Not JSON (yet): torn or being written.
+    try:
+        return run_files.parse(data, path, _lock_holder)
+    except run_files.DamagedFileError as e:
+        raise RunDirError(
+            f"the lock {path} is damaged ({e.problem}): delete it if no run trains in "
+            f"{os.path.dirname(path)}, then run again."
+        ) from e
+
+
 def stale_lock(model_dir):
     """Return the holder {"pid", "host", ...} of model_dir's run.lock if it is dead, else None.
 
@@ -119,12 +155,10 @@ def stale_lock(model_dir):
     if "://" in path or not os.path.exists(path):
         return None
     try:
-        with open(path) as f:
-            holder = json.load(f)
-    except (OSError, ValueError):
+        holder = read_lock(path)
+    except (OSError, RunDirError):  # Cannot be told: not stale.
         return None
-    pid = holder.get("pid")
-    if holder.get("host") != socket.gethostname() or not isinstance(pid, int) or pid_alive(pid):
+    if not holder or holder["host"] != socket.gethostname() or pid_alive(holder["pid"]):
         return None
     return holder
 
@@ -159,11 +193,7 @@ class RunLock:
         raise RunDirError(f"could not take the lock {self.path}; another run keeps taking it.")
 
     def _take_over_if_stale(self):
-        try:
-            with open(self.path) as f:
-                holder = json.load(f)
-        except (OSError, ValueError):  # Being written, or a torn write from a kill.
-            holder = {}
+        holder = read_lock(self.path)  # {} while being written, or a torn write from a kill.
         pid, host = holder.get("pid"), holder.get("host")
         if pid == os.getpid() and host == socket.gethostname():
             raise RunDirError(f"this process already trains in {os.path.dirname(self.path)}.")

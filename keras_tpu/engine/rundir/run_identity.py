@@ -4,17 +4,23 @@ The config fields that change the result (RunConfig's `setting(identity=...)`), 
 global batch and the model's variable shapes. run_dir.check_identity refuses a run
 in a directory whose identity differs; summary.py reads whether the fields match.
 A field a newer keras_tpu added counts only off its default, and one an older
-keras_tpu recorded that is no longer identity does not count.
+keras_tpu recorded that is no longer identity does not count. A run.json that is not
+what `to_json` writes (torn, edited) is refused in one line (`read`), never trusted.
 """
 
 import dataclasses
 import json
 import os
 
-import tensorflow as tf
+from keras_tpu.engine.rundir import run_files
 
 IDENTITY_FILE = "run.json"
 IDENTITY = "identity"  # The dataclasses.field metadata key (run_config.setting).
+# What to do about a damaged run.json: it says which run the directory holds.
+DAMAGED_FIX = (
+    "it records which run {model_dir} holds; pass --overwrite to start over there (its "
+    "backups are deleted), or use another --model_dir"
+)
 
 
 def field_settings(config):
@@ -72,11 +78,9 @@ class RunIdentity:
         )
 
     @classmethod
-    def from_json(cls, text):
-        value = json.loads(text)
-        return cls(
-            tuple(sorted(value["fields"].items())), tuple((n, s) for n, s in value["variables"])
-        )
+    def from_json(cls, text, path=IDENTITY_FILE, fix=""):
+        """Return the identity `to_json` wrote; raise run_files.DamagedFileError if it is not."""
+        return run_files.parse(text, path, _recorded, fix=fix)
 
     def differences(self, other):
         """Return the names of what differs from `other`: fields, then "model variables"."""
@@ -87,6 +91,33 @@ class RunIdentity:
         if [list(v) for v in self.variables] != [list(v) for v in other.variables]:
             names.append("model variables")
         return names
+
+
+def _recorded(fields):
+    """Return the RunIdentity in run.json's `fields` (run_files.Fields), each checked."""
+    recorded = fields.object("fields")
+    variables = []
+    for i, variable in enumerate(fields.listing("variables")):
+        what = f"{fields.name('variables')}[{i}]"
+        if not (isinstance(variable, list) and len(variable) == 2):
+            raise run_files.Misfit(f"{what} is {variable!r:.60}, not [dtype, shape]")
+        dtype, shape = variable
+        run_files.text(f"{what}[0]", dtype)
+        for j, size in enumerate(run_files.listing(f"{what}[1]", shape)):
+            if size is not None:  # An unknown dimension is recorded as null.
+                run_files.integer(f"{what}[1][{j}]", size)
+        variables.append((dtype, shape))
+    return RunIdentity(tuple(sorted(recorded.value.items())), tuple(variables))
+
+
+def read(model_dir):
+    """Return the RunIdentity model_dir/run.json records, or None if there is none.
+
+    Raises:
+      run_files.DamagedFileError: it is not what `to_json` writes (one line with the fix).
+    """
+    path = os.path.join(model_dir, IDENTITY_FILE)
+    return run_files.read(path, _recorded, fix=DAMAGED_FIX.format(model_dir=model_dir))
 
 
 def not_identity(config):
@@ -103,11 +134,9 @@ def identity_fields(config, global_batch):
 
 def same_fields(model_dir, config, *, global_batch):
     """Return True if model_dir's run.json records the same identity fields as `config`."""
-    path = os.path.join(model_dir, IDENTITY_FILE)
-    if not tf.io.gfile.exists(path):
+    recorded = read(model_dir)
+    if recorded is None:
         return False
-    with tf.io.gfile.GFile(path) as f:
-        recorded = RunIdentity.from_json(f.read())
     fields, defaults = identity_fields(config, global_batch), dict(field_defaults(config))
     return not _differing(fields, recorded.fields, defaults, not_identity(config))
 
