@@ -59,8 +59,8 @@ def test_a_claim_survives_the_float32_vector_exactly():
     vector = agreement.encode(claim)
     assert vector.dtype == np.float32 and vector.shape == (1 + agreement.CAPACITY_BYTES // 3,)
     assert agreement.decode(vector) == claim
-    assert agreement.decode(agreement.encode(dataclasses.replace(claim, worker="wörker 1"))).worker \
-        == "wörker 1"  # fmt: skip
+    accented = dataclasses.replace(claim, worker="wörker 1")
+    assert agreement.decode(agreement.encode(accented)) == accented
 
 
 def test_a_claim_too_long_for_the_vector_still_tells_values_apart():
@@ -85,7 +85,8 @@ def test_equal_settings_agree():
 def test_another_seed_is_named_with_both_values_and_the_workers():
     claims = [_claim(0, True), _claim(1, seed=7)]
     found = agreement.differences(claims)
-    assert found == [agreement.Difference("seed", (("0", ("worker 0 (chief)",)), ("7", ("worker 1",))))]
+    held = (("0", ("worker 0 (chief)",)), ("7", ("worker 1",)))
+    assert found == [agreement.Difference("seed", held)]
     line = agreement.message(found, claims[1], 2)
     assert line == (
         "the workers were started with different settings: seed is 0 on worker 0 (chief), "
@@ -96,12 +97,14 @@ def test_another_seed_is_named_with_both_values_and_the_workers():
 
 
 def test_several_settings_and_workers_are_grouped_by_value_the_chiefs_first():
+    odd = {"seed": 7, "learning_rate": 0.1, "keep_best": False, "backup": False}
     claims = [_claim(1, epochs=6), _claim(0, True, epochs=4), _claim(2, epochs=4),
-              _claim(3, epochs=6, seed=7, learning_rate=0.1, keep_best=False, backup=False)]  # fmt: skip
+              _claim(3, epochs=6, **odd)]  # fmt: skip
     found = agreement.differences(claims)
     assert [d.name for d in found] == ["backup", "epochs", "keep_best", "learning_rate", "seed"]
     epochs = found[1]
-    assert epochs.values == (("4", ("worker 0 (chief)", "worker 2")), ("6", ("worker 1", "worker 3")))
+    assert epochs.values == (
+        ("4", ("worker 0 (chief)", "worker 2")), ("6", ("worker 1", "worker 3")))  # fmt: skip
     line = agreement.message(found, claims[0], 4)
     assert "epochs is 4 on workers 0 (chief), 2, 6 on workers 1, 3" in line
     assert "; and learning_rate, seed. Start" in line  # Past SHOWN: named only.
@@ -109,7 +112,8 @@ def test_several_settings_and_workers_are_grouped_by_value_the_chiefs_first():
 
 def test_a_setting_one_config_lacks_is_named_absent():
     chief = _claim(0, True)
-    worker = dataclasses.replace(_claim(1), settings=_claim(1).settings + (("dataset", '"digits"'),))
+    extra = (("dataset", '"digits"'),)
+    worker = dataclasses.replace(_claim(1), settings=_claim(1).settings + extra)
     [found] = agreement.differences([chief, worker])
     assert found.values == ((agreement.ABSENT, ("worker 0 (chief)",)), ('"digits"', ("worker 1",)))
 

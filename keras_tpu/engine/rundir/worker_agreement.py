@@ -201,8 +201,8 @@ def agree(strategy, values, *, model_dir=None, backup=True):
     try:
         rows = _all_gather(strategy, encode(this))
     except cluster.FAILURE_ERRORS as e:
-        raise cluster.worker_failure(e, info, model_dir, backup,
-                                     phase="while the workers compared their settings") from e  # fmt: skip
+        phase = "while the workers compared their settings"
+        raise cluster.worker_failure(e, info, model_dir, backup, phase=phase) from e
     claims = list({c.worker: c for c in map(decode, rows)}.values())  # One a worker.
     found = differences(claims)
     if found:
