@@ -411,6 +411,7 @@ ONE_OWNER = {
     "apply_precision": "keras_tpu/engine/steps/precision.py",
     "GlueMetric": "models/bert/glue/glue.py",  # GLUE's metrics table's row.
     "identity_names": "keras_tpu/engine/rundir/run_identity.py",  # Where identity is owned.
+    "WorkersDisagree": "keras_tpu/engine/rundir/worker_agreement.py",  # Workers share settings.
     "exact_loss": "keras_tpu/engine/callbacks/log_callbacks.py",  # The exact loss in the logs.
     "chance_warning": "keras_tpu/engine/conclude/summary.py",
     "remove_owned": "keras_tpu/engine/rundir/owned_files.py",  # What a run removes, by name.

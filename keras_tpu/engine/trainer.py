@@ -7,7 +7,8 @@ what to train, the engine owns the sequence and each guarantee, written once:
 
   1. resolve the strategy (before any data or TF Hub load: logical CPU replicas
      must be configured first), then build the Task if it was named;
-  2. a finished run in model_dir is a no-op that says so;
+  2. a cluster's workers agree on the run's settings (one collective), then a finished
+     run in model_dir is a no-op that says so;
   3. precision; data (split sizes checked); model, optimizer and metrics inside
      `strategy.scope()`; the task's up-front checks; the export dir; compile;
      the TPU compile rehearsal. Nothing is written before these pass;
@@ -36,6 +37,7 @@ from keras_tpu.engine.task import instances
 from keras_tpu.engine.stops import fault_points
 from keras_tpu.engine.stops import preemption
 from keras_tpu.engine.rundir import leftovers
+from keras_tpu.engine.rundir import worker_agreement
 from keras_tpu.engine.steps import precision
 from keras_tpu.engine import registry
 from keras_tpu.engine.conclude import summary as summary_lib
@@ -128,6 +130,11 @@ def _fit(task, config, strategy, entry, stopping):
         choice = precision.choose_precision(config.mixed_precision, strategy, supported=supported)
         policy = precision.apply_precision(choice)  # Chosen once: the reason is this choice's.
         backend = backend_lib.backend_for(task, config, strategy, policy)
+        # A cluster's workers hold one run's settings, before model_dir is read or written.
+        worker_agreement.agree(strategy, worker_agreement.settings(
+            config, global_batch=backend.global_batch(), precision=policy,
+            task_name=task.task_name,
+        ), model_dir=config.model_dir, backup=config.backup)  # fmt: skip
         finished = summary_lib.finished_run(config, backend.global_batch())
         if finished is not None:
             if StrategyInfo.of(strategy).is_chief:  # Killed after its summary: lock, backups.

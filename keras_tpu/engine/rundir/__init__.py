@@ -7,6 +7,7 @@ writes files atomically. What goes into those files is its writers' (backup/, co
 Modules, in reading order:
   run_dir.py        open_run: the identity checked, the lock, room to write
   run_identity.py   RunIdentity: what a run trains, recorded in run.json, and what counts in it
+  worker_agreement.py  a cluster's workers hold one run's settings: one all-gather at start-up
   output_paths.py   model_dir and export_dir checked before training; whose export is where
   atomic_writes.py  files and directories written whole; a failed write's one line (write_error)
   disk_space.py     what a backup, best/ and the export cost on disk (weights_bytes)
@@ -14,6 +15,7 @@ Modules, in reading order:
   owned_files.py    every removal: only what the run wrote, never through a symlink
 
 Entry points: `run_dir.open_run`, `run_identity.RunIdentity`, `leftovers.clean`
-(training_run.py, trainer.py); `atomic_writes`, `disk_space.weights_bytes`,
-`output_paths` (backup/, callbacks/, conclude/, config_yaml.py, run_config.py).
+(training_run.py, trainer.py), `worker_agreement.agree` (trainer.py); `atomic_writes`,
+`disk_space.weights_bytes`, `output_paths` (backup/, callbacks/, conclude/, config_yaml.py,
+run_config.py).
 """
