@@ -13,6 +13,7 @@ Modules, in reading order:
   disk_space.py     what a backup, best/ and the export cost on disk (weights_bytes)
   leftovers.py      what a killed run left behind, removed at the next start
   owned_files.py    every removal: only what the run wrote, never through a symlink
+  run_files.py      run.json, run.lock, summary.json and records read as typed values, or damaged
 
 Entry points: `run_dir.open_run`, `run_identity.RunIdentity`, `leftovers.clean`
 (training_run.py, trainer.py), `worker_agreement.agree` (trainer.py); `atomic_writes`,
