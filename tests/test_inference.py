@@ -225,3 +225,56 @@ def test_an_export_alone_scores_a_sigmoid_classifier_as_its_run_did(tmp_path):
     p = report.predictions
     assert p.scores is None and p.probabilities.shape == (37, 2)
     assert p.class_ids.tolist() == (p.probabilities[:, 1] > 0.5).astype(int).tolist()
+
+
+# A saturated sigmoid or softmax: the run's loss read its logits (tf_keras's `_keras_logits`);
+# an export alone and a run's directory are scored from them too (activation_logits.py).
+
+SAT_W = np.array([[120.0], [-240.0], [180.0]], np.float32)  # Most outputs saturate to 1.0 or 0.0.
+SAT_Y = (X @ SAT_W[:, 0] > 60).astype(np.float32)
+SAT_Y[[1, 4, 9, 16]] = 1 - SAT_Y[[1, 4, 9, 16]]  # Confidently wrong: their loss is the logit's.
+
+
+def _saturated(units):
+    def build():
+        activation = "sigmoid" if units == 1 else "softmax"
+        kernel = SAT_W if units == 1 else np.concatenate([-SAT_W, SAT_W], 1) / 2
+        return keras.Sequential([keras.layers.Dense(
+            units, activation=activation, input_shape=(3,), bias_initializer=keras.initializers.Constant(-60 / units),
+            kernel_initializer=keras.initializers.Constant(kernel))])  # fmt: skip
+
+    return build
+
+
+for _units in (1, 2):
+    keras_tpu.register_task(f"inference_test_saturated_{_units}")(
+        lambda config, units=_units: keras_tpu.Task(
+            build_model=_saturated(units),
+            loss="binary_crossentropy" if units == 1 else "sparse_categorical_crossentropy",
+            metrics=["accuracy"], train_data=(X, SAT_Y), eval_data=(DEV_X, SAT_Y[:37]),
+        ))  # fmt: skip
+
+
+@pytest.mark.parametrize("units", [pytest.param(1, id="sigmoid"),
+                                   pytest.param(2, id="softmax", marks=pytest.mark.slow)])
+def test_a_saturated_classifier_is_scored_with_its_runs_loss(tmp_path, units):
+    summary = keras_tpu.fit(f"inference_test_saturated_{units}",
+                            _config(tmp_path, epochs=1, learning_rate=1e-9))  # fmt: skip
+    export = str(tmp_path / "run" / "export")
+    served = keras.models.load_model(export, compile=False).predict(DEV_X, verbose=0)
+    assert ((served == 1.0) | (served == 0.0)).any(-1).sum() >= 15  # Saturated outputs.
+    loss = keras.losses.get("binary_crossentropy" if units == 1 else "sparse_categorical_crossentropy")
+    labels = SAT_Y[:37, None] if units == 1 else SAT_Y[:37]
+    from_probabilities = float(np.mean(loss(labels, served)))  # Clipped: what exports gave.
+    assert abs(from_probabilities - summary["test"]["loss"]) > 0.1
+    for where in (dict(export_dir=export), dict(model_dir=str(tmp_path / "run"))):
+        report = keras_tpu.evaluate((DEV_X, SAT_Y[:37]), **where)
+        # (Within the float32 rounding of the run's own sum: 1e-6, relative above 1.)
+        assert report.metrics["loss"] == pytest.approx(summary["test"]["loss"], rel=1e-6, abs=1e-6)
+        assert report.metrics["accuracy"] == summary["test"]["accuracy"], where
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    kernel, bias = keras.models.load_model(export).get_weights()
+    loaded = tf.saved_model.load(export)  # Served without keras_tpu: the logits the loss read.
+    logits = loaded.logits(DEV_X).numpy()
+    np.testing.assert_allclose(logits, DEV_X @ kernel + bias, rtol=1e-5, atol=1e-5)

@@ -18,6 +18,7 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu.engine import config_yaml
 from keras_tpu.engine import registry
+from keras_tpu.engine.conclude import activation_logits
 from keras_tpu.engine.conclude import scoring as scoring_lib
 from keras_tpu.engine.conclude import summary as summary_lib
 from keras_tpu.engine.task import task_builds
@@ -46,6 +47,8 @@ class Loaded:
       scoring: how its outputs are read and scored (the task's loss and metrics, logits or
         not, classes, a sigmoid or a score): the run's task's, or what its export carries
         (None: an export written without it, engine/conclude/scoring.py).
+      logits: features batch -> the logits of the final activation `scoring.activation`
+        names, which the run's loss read (an export's `logits()`), or None.
     """
 
     call: Callable
@@ -56,6 +59,7 @@ class Loaded:
     description: str
     summary: dict | None = None
     scoring: scoring_lib.Scoring | None = None
+    logits: Callable | None = None
 
     @property
     def class_names(self):
@@ -101,8 +105,10 @@ def load_export(export_dir, *, strategy=None, per_replica_batch=None):
         log.warning("keras_tpu: an export runs on this host's CPU (its serving ops are host ops)")
         strategy = tf.distribute.get_strategy()
     model = _revive(export_dir)
+    record = scoring_lib.read(export_dir)
+    logits = getattr(model, "logits", None) if record and record.activation else None
     return Loaded(model, None, None, strategy, per_replica_batch or DEFAULT_BATCH,
-                  f"export {export_dir}", scoring=scoring_lib.read(export_dir))  # fmt: skip
+                  f"export {export_dir}", scoring=record, logits=logits)  # fmt: skip
 
 
 def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"):
@@ -168,9 +174,10 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
         )
     record = scoring_lib.Scoring.of(model, task.loss, task_builds.build_metrics(task.metrics),
                                     task.class_names, config)  # fmt: skip
+    logits = activation_logits.logits_call(model) if record and record.activation else None
     return Loaded(model, task.preprocess, task, strategy,
                   per_replica_batch or config.per_replica_batch_size, description, summary,
-                  record)  # fmt: skip
+                  record, logits)  # fmt: skip
 
 
 def _weights_from_export(model, export_dir, summary):

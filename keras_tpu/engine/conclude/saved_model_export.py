@@ -14,12 +14,14 @@ It also carries, beside the SavedModel, what scoring it needs (scoring.py).
 
 import contextlib
 import contextvars
+import dataclasses
 import os
 import shutil
 import tempfile
 
 import tensorflow as tf
 
+from keras_tpu.engine.conclude import activation_logits
 from keras_tpu.engine.rundir import atomic_writes
 from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.rundir import output_paths
@@ -190,12 +192,17 @@ def export_model(
       signatures: the saved model's serving signatures (default: Keras's own).
       class_names: each class's name, in label order: the export gets `class_names()`
         (see `class_names_function`).
+
+    A model ending in a sigmoid or softmax also gets `logits()` (its inputs -> the logits
+    its loss read: activation_logits.served).
     """
     compat.ensure_tf_keras(model)
     saved = model if serving is None else serving
 
     def save(directory):
-        with serving_only(model), class_names_function(saved, class_names):
+        with serving_only(model), class_names_function(saved, class_names), (
+            activation_logits.served(saved)
+        ) as activation:
             saved.save(
                 directory,
                 include_optimizer=False,
@@ -204,7 +211,8 @@ def export_model(
                 options=_save_options(strategy, directory),
             )
         if _SCORING.get() is not None:
-            _SCORING.get().write(directory)
+            # The loss is read from logits only where the export serves them (`logits()`).
+            dataclasses.replace(_SCORING.get(), activation=activation).write(directory)
 
     return save_atomically(save, export_dir, model, overwrite=overwrite)
 
