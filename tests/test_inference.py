@@ -278,3 +278,25 @@ def test_a_saturated_classifier_is_scored_with_its_runs_loss(tmp_path, units):
     loaded = tf.saved_model.load(export)  # Served without keras_tpu: the logits the loss read.
     logits = loaded.logits(DEV_X).numpy()
     np.testing.assert_allclose(logits, DEV_X @ kernel + bias, rtol=1e-5, atol=1e-5)
+
+
+def test_a_bf16_runs_export_serves_what_its_run_measured(tmp_path):
+    # tf_keras casts the labels to the outputs' dtype for the loss and metrics: bfloat16
+    # outputs were measured against labels rounded to 8 bits, which the export's users do not
+    # have. The run's model ends in float32 (task_builds.float32_outputs): the same bf16 layers.
+    labels = DEV_X @ np.array([3.0, -1.7, 2.3], np.float32) + 1.37
+    task = keras_tpu.Task(
+        build_model=lambda: keras.Sequential([keras.layers.Dense(8, activation="relu", input_shape=(3,)),
+                                              keras.layers.Dense(1)]),
+        loss="mse", metrics=["mae"], train_data=(DEV_X, labels), eval_data=(DEV_X, labels),
+    )  # fmt: skip
+    summary = keras_tpu.fit(task, _config(tmp_path, epochs=1, mixed_precision="bf16"))
+    assert summary["precision_policy"] == "mixed_bfloat16"
+    export = keras.models.load_model(str(tmp_path / "run" / "export"), compile=False)
+    assert [layer.compute_dtype for layer in export.layers[1:]] == ["bfloat16", "bfloat16", "float32"]
+    assert export.output.dtype == "float32"
+    served = export.predict(DEV_X, verbose=0)[:, 0]
+    assert summary["test"]["mae"] == pytest.approx(np.abs(served - labels).mean(), rel=1e-6)
+    assert summary["test"]["loss"] == pytest.approx(((served - labels) ** 2).mean(), rel=1e-6)
+    report = keras_tpu.evaluate((DEV_X, labels), export_dir=str(tmp_path / "run" / "export"))
+    assert report.metrics["mae"] == pytest.approx(summary["test"]["mae"], rel=1e-6)
