@@ -173,6 +173,7 @@ def parse_flags(argv):
     parser prints "FATAL Flags parsing error" and exits with 1. absl's message
     already carries its "Did you mean" suggestion for a mistyped name.
     """
+    _key_flags_of_the_script()
     try:
         remaining = flags.FLAGS(argv)
     except flags.Error as e:
@@ -180,6 +181,18 @@ def parse_flags(argv):
         sys.exit(2)
     logs.configure(FLAGS.log_level)
     return remaining
+
+
+def _key_flags_of_the_script():
+    """Make the flags defined here (`define_flags`, --log_level) the running script's own.
+
+    absl's --helpshort lists the key flags of the main module (`sys.argv[0]`), and a flag
+    is key to the module that defined it: this one, for every script's config flags, so
+    --helpshort listed none of them.
+    """
+    for name in FLAGS:
+        if FLAGS.find_module_defining_flag(name) == __name__:
+            FLAGS.register_key_flag_for_module(sys.argv[0], FLAGS[name])
 
 
 def print_run(summary):

@@ -72,6 +72,17 @@ def _error_lines(result):
     return [line for line in result.stderr.splitlines() if line.startswith("error: ")]
 
 
+def test_helpshort_lists_the_scripts_own_flags():
+    # Flags defined by flag_utils are key to the script (absl's --helpshort lists the main
+    # module's key flags only: it listed none of a script's config flags).
+    for script, own in (("train.py", "--task"), ("train_cnn.py", "--dataset")):
+        result = run_script(script, "--helpshort")
+        assert "Traceback" not in result.stderr, result.stderr[-2000:]  # (absl exits 1 on help.)
+        listed = set(re.findall(r"^  --(?:\[no\])?(\w+)", result.stdout, re.M))
+        assert {"epochs", "model_dir", "mixed_precision", "config_file", "log_level",
+                own[2:]} <= listed, (script, sorted(listed))  # fmt: skip
+
+
 def test_help_lists_the_tasks_and_a_failing_import_or_data_mistake_is_one_line(tmp_path):
     helped = run_script("train.py", "--help")
     assert "Registered tasks: bert, cnn " in helped.stdout and "--task" in helped.stdout
