@@ -195,6 +195,22 @@ def _key_flags_of_the_script():
             FLAGS.register_key_flag_for_module(sys.argv[0], FLAGS[name])
 
 
+def train_rate(summary):
+    """Return the result line's training rate: after the first step, whose trace it leaves out.
+
+    E.g. "174 train examples/s after the first step (90.2 s with its trace)".
+    """
+    after, first = (summary.get("train_examples_per_second_after_first_step"),
+                    summary.get("first_step_seconds"))  # fmt: skip
+    if after is None:  # One execution (or none) in this process: the rate includes its trace.
+        return f"{_rate(summary['train_examples_per_second'])} train examples/s (its trace included)"
+    return f"{_rate(after)} train examples/s after the first step ({first:.1f} s with its trace)"
+
+
+def _rate(value):
+    return f"{value:.0f}" if value >= 10 else f"{value:.1f}"
+
+
 def print_run(summary):
     """Print where the run ran, its final weights' checksum and which weights were tested.
 

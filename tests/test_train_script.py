@@ -21,6 +21,9 @@ def test_a_user_task_trains_from_yaml_and_its_config_yaml_reruns_it(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "task diabetes_mlp: test loss" in result.stdout and " mae " in result.stdout
+    # The rate leaves out the first step's trace, and says so.
+    assert re.search(r"; \d+ train examples/s after the first step \(\d+\.\d s with its trace\)",
+                     result.stdout), result.stdout  # fmt: skip
     assert (first / "export" / "saved_model.pb").exists()
     config_yaml = (first / "config.yaml").read_text()
     assert "task: diabetes_mlp" in config_yaml and "user_tasks.py" in config_yaml
