@@ -292,6 +292,10 @@ def test_a_bf16_runs_export_serves_what_its_run_measured(tmp_path):
     )  # fmt: skip
     summary = keras_tpu.fit(task, _config(tmp_path, epochs=1, mixed_precision="bf16"))
     assert summary["precision_policy"] == "mixed_bfloat16"
+    # The strategy record states the precision the run used, not the device's "auto" rule's.
+    assert summary["strategy"]["precision_policy"] == "mixed_bfloat16"
+    assert summary["strategy"]["precision_reason"] == "bf16: asked for (--mixed_precision=bf16)"
+    assert "Precision policy mixed_bfloat16 (bf16: asked for" in summary["strategy"]["summary"]
     export = keras.models.load_model(str(tmp_path / "run" / "export"), compile=False)
     assert [layer.compute_dtype for layer in export.layers[1:]] == ["bfloat16", "bfloat16", "float32"]
     assert export.output.dtype == "float32"

@@ -251,7 +251,7 @@ def run_summary(run, trained, test, *, weights, checksum):
             run.callbacks.meter.examples_per_second_after_first_step(), 1),
         weights_sha256=checksum,
         chief=run.info.is_chief,
-        strategy=run.info.to_dict(),
+        strategy=run.info.with_precision(run.policy, run.precision_reason).to_dict(),
         config=dataclasses.asdict(config),
         dataset=run.task.name,
         class_names=list(run.task.class_names) if run.task.class_names else None,
