@@ -99,6 +99,29 @@ def test_predict_by_export_alone_and_by_best_weights(classifier_run):
     assert best.metrics["accuracy"] == summary["best"]["val_accuracy"]
 
 
+def test_a_run_of_other_replicas_predicts_in_a_process_that_ran_tensorflow(classifier_run, tmp_path,
+                                                                          caplog):
+    # This process set up its 4 logical CPUs long ago: a run rehearsed on 2 cannot get them
+    # back, and predicting does not need them (each example runs once, rows in input order).
+    import shutil  # pylint: disable=g-import-not-at-top
+
+    _, _, model_dir = classifier_run
+    two = tmp_path / "two_replicas"
+    shutil.copytree(model_dir, two)
+    config = (two / "config.yaml").read_text()
+    assert f"cpu_replicas: {CPU_REPLICAS}\n" in config
+    (two / "config.yaml").write_text(config.replace(f"cpu_replicas: {CPU_REPLICAS}\n", "cpu_replicas: 2\n"))
+    with caplog.at_level("WARNING"):
+        moved = keras_tpu.predict(DEV_X, model_dir=str(two))
+    lines = [r.getMessage() for r in caplog.records if "logical CPU replicas" in r.getMessage()]
+    assert lines == [f"keras_tpu: the run trained on 2 logical CPU replicas, which this process can "
+                     f"no longer set up (TensorFlow already ran); predicting on its 1 "
+                     f"replica(s) instead: the same outputs"]  # fmt: skip
+    np.testing.assert_allclose(moved.probabilities,
+                               keras_tpu.predict(DEV_X, model_dir=model_dir).probabilities,
+                               rtol=1e-6, atol=1e-7)  # fmt: skip
+
+
 def test_evaluate_a_regression_run(tmp_path):
     keras_tpu.fit("inference_test_regressor", _config(tmp_path))
     report = keras_tpu.evaluate((DEV_X, DEV_X.sum(1)), model_dir=str(tmp_path / "run"))

@@ -144,7 +144,7 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
     registry.import_modules(ref.imports)
     entry = registry.get_task(ref.task or summary["task"])
     config = config_yaml.load_config(path, entry.config_cls)
-    strategy = strategy or trainer.strategy_for(config)
+    strategy = strategy or _strategy_for(config, trainer)
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(summary["precision_policy"])  # As the run computed.
     try:
@@ -178,6 +178,26 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
     return Loaded(model, task.preprocess, task, strategy,
                   per_replica_batch or config.per_replica_batch_size, description, summary,
                   record, logits)  # fmt: skip
+
+
+def _strategy_for(config, trainer):
+    """Return the strategy the run's config resolves to, or this process's own.
+
+    A run rehearsed on N logical CPUs (cpu_replicas) cannot get them in a process whose
+    TensorFlow already set up its devices; predicting needs no particular replica count
+    (each example runs once, in order), so it runs on the process's devices instead.
+    """
+    try:
+        return trainer.strategy_for(config)
+    except resolver.DeviceConfigError:
+        if not config.cpu_replicas:
+            raise
+        strategy = trainer.strategy_for(dataclasses.replace(config, cpu_replicas=0))
+        log.warning("keras_tpu: the run trained on %d logical CPU replicas, which this process "
+                    "can no longer set up (TensorFlow already ran); predicting on its %d "
+                    "replica(s) instead: the same outputs", config.cpu_replicas,
+                    strategy.num_replicas_in_sync)  # fmt: skip
+        return strategy
 
 
 def _weights_from_export(model, export_dir, summary):
