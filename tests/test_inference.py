@@ -303,6 +303,7 @@ def test_a_saturated_classifier_is_scored_with_its_runs_loss(tmp_path, units):
     np.testing.assert_allclose(logits, DEV_X @ kernel + bias, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # Emulated bf16 on CPUs without it: 40 s on a loaded 2-core host.
 def test_a_bf16_runs_export_serves_what_its_run_measured(tmp_path):
     # tf_keras casts the labels to the outputs' dtype for the loss and metrics: bfloat16
     # outputs were measured against labels rounded to 8 bits, which the export's users do not
