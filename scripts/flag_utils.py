@@ -201,6 +201,7 @@ def parse_flags(argv):
     parser prints "FATAL Flags parsing error" and exits with 1. absl's message
     already carries its "Did you mean" suggestion for a mistyped name.
     """
+    _key_flags_of_the_script()
     try:
         remaining = flags.FLAGS(argv)
     except flags.Error as e:
@@ -208,6 +209,34 @@ def parse_flags(argv):
         sys.exit(2)
     logs.configure(FLAGS.log_level)
     return remaining
+
+
+def _key_flags_of_the_script():
+    """Make the flags defined here (`define_flags`, --log_level) the running script's own.
+
+    absl's --helpshort lists the key flags of the main module (`sys.argv[0]`), and a flag
+    is key to the module that defined it: this one, for every script's config flags, so
+    --helpshort listed none of them.
+    """
+    for name in FLAGS:
+        if FLAGS.find_module_defining_flag(name) == __name__:
+            FLAGS.register_key_flag_for_module(sys.argv[0], FLAGS[name])
+
+
+def train_rate(summary):
+    """Return the result line's training rate: after the first step, whose trace it leaves out.
+
+    E.g. "174 train examples/s after the first step (90.2 s with its trace)".
+    """
+    after, first = (summary.get("train_examples_per_second_after_first_step"),
+                    summary.get("first_step_seconds"))  # fmt: skip
+    if after is None:  # One execution (or none) in this process: the rate includes its trace.
+        return f"{_rate(summary['train_examples_per_second'])} train examples/s (its trace included)"
+    return f"{_rate(after)} train examples/s after the first step ({first:.1f} s with its trace)"
+
+
+def _rate(value):
+    return f"{value:.0f}" if value >= 10 else f"{value:.1f}"
 
 
 def print_run(summary):

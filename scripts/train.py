@@ -75,7 +75,7 @@ def main(argv):
     print(
         f"task {ENTRY.name}: test {metrics or '(no eval data)'} on {summary['test_examples']} "
         f"examples; {summary['replicas']} replica(s), global batch {summary['global_batch']}; "
-        f"{summary['train_examples_per_second']:.0f} train examples/s"
+        f"{flag_utils.train_rate(summary)}"
     )
     flag_utils.print_run(summary)
 

@@ -73,7 +73,7 @@ def main(argv):
     print(
         f"eval {scores} on {summary['test_examples']} examples; "
         f"{summary['replicas']} replica(s), global batch {summary['global_batch']}; "
-        f"{summary['train_examples_per_second']:.1f} train examples/s"
+        f"{flag_utils.train_rate(summary)}"
     )
     flag_utils.print_run(summary)
 

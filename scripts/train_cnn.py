@@ -90,7 +90,7 @@ def main(argv):
         f"test accuracy {test['accuracy']:.4f}, loss {test['loss']:.4f} on "
         f"{summary['test_examples']} examples; {summary['replicas']} replica(s), global batch "
         f"{summary['global_batch']} ({summary['per_replica_batch']} per replica); "
-        f"{summary['train_examples_per_second']:.0f} train examples/s"
+        f"{flag_utils.train_rate(summary)}"
     )
     if "top5_accuracy" in test:
         print(f"test top-5 accuracy {test['top5_accuracy']:.4f}")

@@ -442,7 +442,8 @@ def without_timing(summary):
     """Return a summary.json dict without its timing fields (and the test fields a resume may change)."""
     summary = dict(summary)
     for key in ("train_seconds", "train_examples_per_second", "resumed_from_step", "config",
-                "test", "test_weights"):  # fmt: skip
+                "test", "test_weights", "first_step_seconds",
+                "train_examples_per_second_after_first_step"):  # fmt: skip
         summary.pop(key)
     for key in ("history", "final_train"):
         summary[key] = {k: v for k, v in summary[key].items() if k not in TIMING}

@@ -99,6 +99,29 @@ def test_predict_by_export_alone_and_by_best_weights(classifier_run):
     assert best.metrics["accuracy"] == summary["best"]["val_accuracy"]
 
 
+def test_a_run_of_other_replicas_predicts_in_a_process_that_ran_tensorflow(classifier_run, tmp_path,
+                                                                          caplog):
+    # This process set up its 4 logical CPUs long ago: a run rehearsed on 2 cannot get them
+    # back, and predicting does not need them (each example runs once, rows in input order).
+    import shutil  # pylint: disable=g-import-not-at-top
+
+    _, _, model_dir = classifier_run
+    two = tmp_path / "two_replicas"
+    shutil.copytree(model_dir, two)
+    config = (two / "config.yaml").read_text()
+    assert f"cpu_replicas: {CPU_REPLICAS}\n" in config
+    (two / "config.yaml").write_text(config.replace(f"cpu_replicas: {CPU_REPLICAS}\n", "cpu_replicas: 2\n"))
+    with caplog.at_level("WARNING"):
+        moved = keras_tpu.predict(DEV_X, model_dir=str(two))
+    lines = [r.getMessage() for r in caplog.records if "logical CPU replicas" in r.getMessage()]
+    assert lines == [f"keras_tpu: the run trained on 2 logical CPU replicas, which this process can "
+                     f"no longer set up (TensorFlow already ran); predicting on its 1 "
+                     f"replica(s) instead: the same outputs"]  # fmt: skip
+    np.testing.assert_allclose(moved.probabilities,
+                               keras_tpu.predict(DEV_X, model_dir=model_dir).probabilities,
+                               rtol=1e-6, atol=1e-7)  # fmt: skip
+
+
 def test_evaluate_a_regression_run(tmp_path):
     keras_tpu.fit("inference_test_regressor", _config(tmp_path))
     report = keras_tpu.evaluate((DEV_X, DEV_X.sum(1)), model_dir=str(tmp_path / "run"))
@@ -225,3 +248,83 @@ def test_an_export_alone_scores_a_sigmoid_classifier_as_its_run_did(tmp_path):
     p = report.predictions
     assert p.scores is None and p.probabilities.shape == (37, 2)
     assert p.class_ids.tolist() == (p.probabilities[:, 1] > 0.5).astype(int).tolist()
+
+
+# A saturated sigmoid or softmax: the run's loss read its logits (tf_keras's `_keras_logits`);
+# an export alone and a run's directory are scored from them too (activation_logits.py).
+
+SAT_W = np.array([[120.0], [-240.0], [180.0]], np.float32)  # Most outputs saturate to 1.0 or 0.0.
+SAT_Y = (X @ SAT_W[:, 0] > 60).astype(np.float32)
+SAT_Y[[1, 4, 9, 16]] = 1 - SAT_Y[[1, 4, 9, 16]]  # Confidently wrong: their loss is the logit's.
+
+
+def _saturated(units):
+    def build():
+        activation = "sigmoid" if units == 1 else "softmax"
+        kernel = SAT_W if units == 1 else np.concatenate([-SAT_W, SAT_W], 1) / 2
+        return keras.Sequential([keras.layers.Dense(
+            units, activation=activation, input_shape=(3,), bias_initializer=keras.initializers.Constant(-60 / units),
+            kernel_initializer=keras.initializers.Constant(kernel))])  # fmt: skip
+
+    return build
+
+
+for _units in (1, 2):
+    keras_tpu.register_task(f"inference_test_saturated_{_units}")(
+        lambda config, units=_units: keras_tpu.Task(
+            build_model=_saturated(units),
+            loss="binary_crossentropy" if units == 1 else "sparse_categorical_crossentropy",
+            metrics=["accuracy"], train_data=(X, SAT_Y), eval_data=(DEV_X, SAT_Y[:37]),
+        ))  # fmt: skip
+
+
+@pytest.mark.parametrize("units", [pytest.param(1, id="sigmoid"),
+                                   pytest.param(2, id="softmax", marks=pytest.mark.slow)])
+def test_a_saturated_classifier_is_scored_with_its_runs_loss(tmp_path, units):
+    summary = keras_tpu.fit(f"inference_test_saturated_{units}",
+                            _config(tmp_path, epochs=1, learning_rate=1e-9))  # fmt: skip
+    export = str(tmp_path / "run" / "export")
+    served = keras.models.load_model(export, compile=False).predict(DEV_X, verbose=0)
+    assert ((served == 1.0) | (served == 0.0)).any(-1).sum() >= 15  # Saturated outputs.
+    loss = keras.losses.get("binary_crossentropy" if units == 1 else "sparse_categorical_crossentropy")
+    labels = SAT_Y[:37, None] if units == 1 else SAT_Y[:37]
+    from_probabilities = float(np.mean(loss(labels, served)))  # Clipped: what exports gave.
+    assert abs(from_probabilities - summary["test"]["loss"]) > 0.1
+    for where in (dict(export_dir=export), dict(model_dir=str(tmp_path / "run"))):
+        report = keras_tpu.evaluate((DEV_X, SAT_Y[:37]), **where)
+        # (Within the float32 rounding of the run's own sum: 1e-6, relative above 1.)
+        assert report.metrics["loss"] == pytest.approx(summary["test"]["loss"], rel=1e-6, abs=1e-6)
+        assert report.metrics["accuracy"] == summary["test"]["accuracy"], where
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    kernel, bias = keras.models.load_model(export).get_weights()
+    loaded = tf.saved_model.load(export)  # Served without keras_tpu: the logits the loss read.
+    logits = loaded.logits(DEV_X).numpy()
+    np.testing.assert_allclose(logits, DEV_X @ kernel + bias, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow  # Emulated bf16 on CPUs without it: 40 s on a loaded 2-core host.
+def test_a_bf16_runs_export_serves_what_its_run_measured(tmp_path):
+    # tf_keras casts the labels to the outputs' dtype for the loss and metrics: bfloat16
+    # outputs were measured against labels rounded to 8 bits, which the export's users do not
+    # have. The run's model ends in float32 (task_builds.float32_outputs): the same bf16 layers.
+    labels = DEV_X @ np.array([3.0, -1.7, 2.3], np.float32) + 1.37
+    task = keras_tpu.Task(
+        build_model=lambda: keras.Sequential([keras.layers.Dense(8, activation="relu", input_shape=(3,)),
+                                              keras.layers.Dense(1)]),
+        loss="mse", metrics=["mae"], train_data=(DEV_X, labels), eval_data=(DEV_X, labels),
+    )  # fmt: skip
+    summary = keras_tpu.fit(task, _config(tmp_path, epochs=1, mixed_precision="bf16"))
+    assert summary["precision_policy"] == "mixed_bfloat16"
+    # The strategy record states the precision the run used, not the device's "auto" rule's.
+    assert summary["strategy"]["precision_policy"] == "mixed_bfloat16"
+    assert summary["strategy"]["precision_reason"] == "bf16: asked for (--mixed_precision=bf16)"
+    assert "Precision policy mixed_bfloat16 (bf16: asked for" in summary["strategy"]["summary"]
+    export = keras.models.load_model(str(tmp_path / "run" / "export"), compile=False)
+    assert [layer.compute_dtype for layer in export.layers[1:]] == ["bfloat16", "bfloat16", "float32"]
+    assert export.output.dtype == "float32"
+    served = export.predict(DEV_X, verbose=0)[:, 0]
+    assert summary["test"]["mae"] == pytest.approx(np.abs(served - labels).mean(), rel=1e-6)
+    assert summary["test"]["loss"] == pytest.approx(((served - labels) ** 2).mean(), rel=1e-6)
+    report = keras_tpu.evaluate((DEV_X, labels), export_dir=str(tmp_path / "run" / "export"))
+    assert report.metrics["mae"] == pytest.approx(summary["test"]["mae"], rel=1e-6)

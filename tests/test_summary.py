@@ -29,9 +29,10 @@ def test_a_summary_reads_by_attribute_and_by_summary_json_key():
     assert summary["mesh"] == {"model": 2}  # A backend's extra key, at the top level.
     assert "extra" not in summary and "dataset" not in summary  # As summary.json: None left out.
     assert summary.get("class_names", "none") == "none"
-    # 30 required fields, precision_reason, train_data and stopped_early (written as null) and
-    # the extra key; not dataset, class_names or extra itself.
-    assert len(FIELDS) == 30 and len(summary) == len(list(summary)) == 34
+    # 30 required fields, precision_reason, train_data, stopped_early, first_step_seconds and
+    # train_examples_per_second_after_first_step (written as null) and the extra key; not
+    # dataset, class_names or extra itself.
+    assert len(FIELDS) == 30 and len(summary) == len(list(summary)) == 36
 
 
 def test_a_summary_is_read_only():

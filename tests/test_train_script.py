@@ -21,6 +21,9 @@ def test_a_user_task_trains_from_yaml_and_its_config_yaml_reruns_it(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "task diabetes_mlp: test loss" in result.stdout and " mae " in result.stdout
+    # The rate leaves out the first step's trace, and says so.
+    assert re.search(r"; \d+ train examples/s after the first step \(\d+\.\d s with its trace\)",
+                     result.stdout), result.stdout  # fmt: skip
     assert (first / "export" / "saved_model.pb").exists()
     config_yaml = (first / "config.yaml").read_text()
     assert "task: diabetes_mlp" in config_yaml and "user_tasks.py" in config_yaml
@@ -70,6 +73,17 @@ def nan_features(config):
 
 def _error_lines(result):
     return [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+
+
+def test_helpshort_lists_the_scripts_own_flags():
+    # Flags defined by flag_utils are key to the script (absl's --helpshort lists the main
+    # module's key flags only: it listed none of a script's config flags).
+    for script, own in (("train.py", "--task"), ("train_cnn.py", "--dataset")):
+        result = run_script(script, "--helpshort")
+        assert "Traceback" not in result.stderr, result.stderr[-2000:]  # (absl exits 1 on help.)
+        listed = set(re.findall(r"^  --(?:\[no\])?(\w+)", result.stdout, re.M))
+        assert {"epochs", "model_dir", "mixed_precision", "config_file", "log_level",
+                own[2:]} <= listed, (script, sorted(listed))  # fmt: skip
 
 
 def test_help_lists_the_tasks_and_a_failing_import_or_data_mistake_is_one_line(tmp_path):

@@ -213,6 +213,29 @@ def test_throughput_meter_reports_mfu():
     assert logs["mfu"] == pytest.approx(50 * 1e9 / 1e12, rel=0.05)
 
 
+def test_the_rate_after_the_first_step_leaves_out_its_trace_and_the_evaluations(monkeypatch):
+    from keras_tpu.engine.callbacks import log_callbacks  # pylint: disable=g-import-not-at-top
+
+    clock = [0.0]
+    monkeypatch.setattr(log_callbacks.time, "perf_counter", lambda: clock[0])
+    meter = log_callbacks.ThroughputMeter(global_batch=10)
+    meter.on_epoch_begin(0)
+    for batch, now in ((3, 90.0), (7, 91.0), (11, 92.0)):  # Executions of 4 steps; a 90 s trace.
+        clock[0] = now
+        meter.on_train_batch_end(batch)
+    clock[0] = 102.0  # 10 s of evaluation: not training.
+    meter.on_epoch_begin(1)
+    for batch, now in ((3, 103.0), (7, 104.0)):
+        clock[0] = now
+        meter.on_train_batch_end(batch)
+    assert meter.first_step_seconds == 90.0
+    assert meter.examples_per_second_after_first_step() == 16 * 10 / 4.0
+    lone = log_callbacks.ThroughputMeter(global_batch=10)
+    lone.on_epoch_begin(0)
+    lone.on_train_batch_end(3)
+    assert lone.examples_per_second_after_first_step() is None  # One execution: no rate.
+
+
 def test_remote_tpu_writes_through_this_host(mirrored, monkeypatch):
     from keras_tpu.engine.callbacks import callback_list as callbacks  # pylint: disable=g-import-not-at-top
 

@@ -289,7 +289,8 @@ class TrainingRun:
                     nan_step=guard.step,
                     final_step=int(self.model.optimizer.iterations.numpy()),
                     message=message,
-                    strategy=self.info.to_dict(),
+                    strategy=self.info.with_precision(
+                        self.policy, getattr(self, "precision_reason", None)).to_dict(),
                     config=dataclasses.asdict(self.config),
                 ),
                 self.config.model_dir,

@@ -19,6 +19,7 @@ from keras_tpu import checks
 from keras_tpu.data.images import image_contract
 from keras_tpu.engine import config_yaml
 from keras_tpu.engine import registry
+from keras_tpu.engine.conclude import activation_logits
 from keras_tpu.engine.conclude import scoring as scoring_lib
 from keras_tpu.engine.conclude import summary as summary_lib
 from keras_tpu.engine.task import task_builds
@@ -50,6 +51,8 @@ class Loaded:
       input_contract: what the model takes as an image (data.images.ImageContract): the
         run's task's, or what its export states; None: not an image model, or an export
         written before exports stated it.
+      logits: features batch -> the logits of the final activation `scoring.activation`
+        names, which the run's loss read (an export's `logits()`), or None.
     """
 
     call: Callable
@@ -61,6 +64,7 @@ class Loaded:
     summary: dict | None = None
     scoring: scoring_lib.Scoring | None = None
     input_contract: image_contract.ImageContract | None = None
+    logits: Callable | None = None
 
     def preprocess_of(self, source):
         """Return the host preprocessing of `source`'s batches for this model.
@@ -128,8 +132,10 @@ def load_export(export_dir, *, strategy=None, per_replica_batch=None):
         log.warning("keras_tpu: an export runs on this host's CPU (its serving ops are host ops)")
         strategy = tf.distribute.get_strategy()
     model = _revive(export_dir)
+    record = scoring_lib.read(export_dir)
+    logits = getattr(model, "logits", None) if record and record.activation else None
     return Loaded(model, None, None, strategy, per_replica_batch or DEFAULT_BATCH,
-                  f"export {export_dir}", scoring=scoring_lib.read(export_dir),
+                  f"export {export_dir}", scoring=record, logits=logits,
                   input_contract=image_contract.read(export_dir))  # fmt: skip
 
 
@@ -173,7 +179,7 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
     registry.import_modules(ref.imports)
     entry = registry.get_task(task_name)
     config = config_yaml.load_config(path, entry.config_cls)
-    strategy = strategy or trainer.strategy_for(config)
+    strategy = strategy or _strategy_for(config, trainer)
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(summary["precision_policy"])  # As the run computed.
     try:
@@ -203,9 +209,30 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
         )
     record = scoring_lib.Scoring.of(model, task.loss, task_builds.build_metrics(task.metrics),
                                     task.class_names, config)  # fmt: skip
+    logits = activation_logits.logits_call(model) if record and record.activation else None
     return Loaded(model, task.preprocess, task, strategy,
                   per_replica_batch or config.per_replica_batch_size, description, summary,
-                  record, task.input_contract)  # fmt: skip
+                  record, input_contract=task.input_contract, logits=logits)  # fmt: skip
+
+
+def _strategy_for(config, trainer):
+    """Return the strategy the run's config resolves to, or this process's own.
+
+    A run rehearsed on N logical CPUs (cpu_replicas) cannot get them in a process whose
+    TensorFlow already set up its devices; predicting needs no particular replica count
+    (each example runs once, in order), so it runs on the process's devices instead.
+    """
+    try:
+        return trainer.strategy_for(config)
+    except resolver.DeviceConfigError:
+        if not config.cpu_replicas:
+            raise
+        strategy = trainer.strategy_for(dataclasses.replace(config, cpu_replicas=0))
+        log.warning("keras_tpu: the run trained on %d logical CPU replicas, which this process "
+                    "can no longer set up (TensorFlow already ran); predicting on its %d "
+                    "replica(s) instead: the same outputs", config.cpu_replicas,
+                    strategy.num_replicas_in_sync)  # fmt: skip
+        return strategy
 
 
 def _weights_from_export(model, export_dir, summary):

@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.inference import batched_outputs
+from keras_tpu.engine.conclude import activation_logits
 from keras_tpu.engine.conclude import scoring as scoring_lib
 from keras_tpu.engine.steps import compiling
 from keras_tpu.inference import finished_run
@@ -171,8 +172,8 @@ def predict(data, *, model_dir=None, export_dir=None, loaded=None, class_names=N
       on_batch: optional callback(examples_done, examples_total), e.g. progress lines.
       **load_args: strategy, per_replica_batch, weights, trust_run_dir (see `load`).
     """
-    predictions, _, _ = _run(data, model_dir, export_dir, loaded, class_names, on_batch, load_args)
-    return predictions
+    loaded = loaded or load(model_dir, export_dir, **load_args)
+    return _run(data, loaded, class_names, on_batch)[0]
 
 
 def evaluate(data, eval_data=None, *, model_dir=None, export_dir=None, loaded=None,
@@ -206,8 +207,15 @@ def evaluate(data, eval_data=None, *, model_dir=None, export_dir=None, loaded=No
         return Evaluations({str(key): evaluate(split, loaded=loaded, name=str(key),
                                                on_batch=on_batch)
                             for key, split in data.items()})  # fmt: skip
-    predictions, outputs, loaded = _run(data, model_dir, export_dir, loaded, None, on_batch,
-                                        load_args)  # fmt: skip
+    loaded = loaded or load(model_dir, export_dir, **load_args)
+    activation = loaded.scoring.activation if loaded.scoring is not None else None
+    if activation and loaded.logits is None:
+        raise checks.ConfigError(
+            f"the {loaded.description}'s outputs are a {activation}'s, whose logits its run's "
+            f"loss read, but it serves no logits() to score them with; evaluate the run "
+            f"(model_dir=), or export it again with keras_tpu.fit."
+        )
+    predictions, outputs, logits = _run(data, loaded, None, on_batch, activation)
     if loaded.scoring is None and not isinstance(outputs.outputs, dict):
         raise checks.ConfigError(
             f"the {loaded.description} carries no scoring record ({scoring_lib.FILE}): whether "
@@ -215,33 +223,42 @@ def evaluate(data, eval_data=None, *, model_dir=None, export_dir=None, loaded=No
             f"metrics are unknown, so it cannot be scored as its run was; evaluate the run "
             f"(model_dir=), or export it with keras_tpu.fit, whose exports carry one."
         )
-    raw = _metric_inputs(outputs.outputs, predictions, loaded.from_logits)
+    raw = logits if activation else _metric_inputs(outputs.outputs, predictions, loaded.from_logits)
     labels, weights = np.asarray(outputs.labels), outputs.weights
     if labels.ndim == 1 and raw.ndim == 2 and raw.shape[-1] == 1:
         labels = labels[:, None]  # As Keras reads a score's labels: one column, as the outputs.
-    metrics = {}
-    for metric in _metrics(loaded, predictions, outputs.examples):
-        metric.update_state(labels, raw, sample_weight=weights)
-        metrics[metric.name] = float(metric.result())
-    metrics["loss"] = _loss(loaded, predictions, labels, raw, weights)
+    built = _metrics(loaded, predictions, outputs.examples)
+    loss = _loss_object(loaded, predictions)
+    per_example = _scored(built, loss, labels, raw, weights, activation)
+    metrics = {metric.name: float(metric.result()) for metric in built}
+    metrics["loss"] = float(np.sum(per_example * weights) / np.sum(weights))
     name = name or batched_outputs.as_input_source(data).name
     return Evaluation(metrics, outputs.examples, name, predictions)
 
 
-def _run(data, model_dir, export_dir, loaded, class_names, on_batch, load_args):
-    loaded = loaded or load(model_dir, export_dir, **load_args)
+def _run(data, loaded, class_names, on_batch, activation=None):
+    """Return (Predictions, batched_outputs.Outputs, logits or None) of `loaded` over `data`.
+
+    With `activation` ("sigmoid", "softmax": the loss reads its logits) the pass runs the
+    logits (`loaded.logits`): the outputs are the activation's of them, the logits returned.
+    """
     source = batched_outputs.as_input_source(data)
     outputs = batched_outputs.run(
-        loaded.strategy, loaded.call, source, loaded.per_replica_batch,
-        preprocess=loaded.preprocess_of(source), on_batch=on_batch,
+        loaded.strategy, loaded.logits if activation else loaded.call, source,
+        loaded.per_replica_batch, preprocess=loaded.preprocess_of(source), on_batch=on_batch,
     )  # fmt: skip
+    logits = None
+    if activation:
+        logits = np.asarray(outputs.outputs, np.float32)
+        outputs = dataclasses.replace(
+            outputs, outputs=activation_logits.apply(activation, logits).numpy())
     class_ids, probabilities, scores = _read_outputs(outputs.outputs, loaded.scoring)
     # Ids in the data (a GLUE example's idx) come from the same read as the outputs.
     ids = source.example_ids if outputs.ids is None else tuple(outputs.ids.tolist())
     names = tuple(class_names) if class_names else loaded.class_names
     predictions = Predictions(class_ids, probabilities, scores, names, outputs.examples,
                               outputs.seconds, loaded.description, ids, source.left_out)  # fmt: skip
-    return predictions, outputs, loaded
+    return predictions, outputs, logits
 
 
 def _read_outputs(outputs, scoring):
@@ -321,8 +338,8 @@ def _named_metric(name, classes):
     )
 
 
-def _loss(loaded, predictions, labels, raw, weights):
-    """Return the weighted mean per-example loss: the task's, else the default for the outputs."""
+def _loss_object(loaded, predictions):
+    """Return the loss to score with: the task's, else the export's record's, else the default."""
     if loaded.task is not None:
         loss = keras.losses.get(loaded.task.loss)
     elif loaded.scoring is not None:
@@ -331,6 +348,24 @@ def _loss(loaded, predictions, labels, raw, weights):
         loss = keras.losses.MeanSquaredError()
     else:
         loss = keras.losses.SparseCategoricalCrossentropy()
+    return loss
+
+
+def _scored(metrics, loss, labels, raw, weights, activation):
+    """Update `metrics` with every example; return each example's `loss` (float64).
+
+    In a tf.function, as the run computed them: with `activation`, `raw` are its logits and
+    the loss and metrics get its outputs with the logits kept on them
+    (activation_logits.with_logits), which tf_keras's crossentropies read.
+    """
     fn = loss.call if isinstance(loss, keras.losses.Loss) else loss
-    per_example = np.asarray(fn(tf.constant(labels), tf.constant(raw)), np.float64).reshape(-1)
-    return float(np.sum(per_example * weights) / np.sum(weights))
+
+    @tf.function
+    def score(labels, raw, weights):
+        outputs = activation_logits.with_logits(raw, activation) if activation else raw
+        for metric in metrics:
+            metric.update_state(labels, outputs, sample_weight=weights)
+        return fn(labels, outputs)
+
+    per_example = score(tf.constant(labels), tf.constant(raw), tf.constant(weights))
+    return np.asarray(per_example, np.float64).reshape(-1)

@@ -56,6 +56,13 @@ def _generator_in_source():
     return "self._generator" in inspect.getsource(holder)
 
 
+def _sigmoid_keeps_logits():
+    kept = []
+    tf.function(lambda x: kept.append(hasattr(keras.activations.sigmoid(x), "_keras_logits")),
+                input_signature=[tf.TensorSpec([1])]).get_concrete_function()  # fmt: skip
+    return kept == [True]
+
+
 PRIVATE_ATTRIBUTES = {
     a.name: a
     for a in (
@@ -121,6 +128,14 @@ PRIVATE_ATTRIBUTES = {
             "the device a per-replica dataset is placed on (data/autotune.py)",
             "read as a CPU's: the autotune thread is dropped there too",
             lambda: hasattr(tf.data.Dataset.range(1), "_variant_tensor"),
+        ),
+        PrivateAttribute(
+            "_keras_logits", "a tf_keras sigmoid's or softmax's output tensor (its logits)",
+            "an export serves a sigmoid's or softmax's logits and is scored from them, as the "
+            "run's crossentropy was (engine/conclude/activation_logits.py)",
+            "no logits are served: the loss is read from the probabilities, as tf_keras's own "
+            "crossentropy then reads it too",
+            _sigmoid_keeps_logits,
         ),
         PrivateAttribute(
             "_sync_calculate_mean_and_var", "tf_keras BatchNormalization (overridden)",

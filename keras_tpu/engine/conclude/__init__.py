@@ -8,6 +8,7 @@ Modules, in reading order:
   saved_model_export.py the SavedModel export: `preflight` before training, `save_atomically`,
                         what is kept (serving only); export_model
   scoring.py            Scoring: the loss, metrics and output kind an export carries
+  activation_logits.py  the logits a final sigmoid or softmax read, served as the export's `logits()`
   summary.py            RunSummary: what a run reports, written as model_dir/summary.json
 
 One room away: each family's serving signature (its input and output names) is its own

@@ -18,11 +18,13 @@ The serving signature's input and output names are each family's, set by its `Ta
 
 import contextlib
 import contextvars
+import dataclasses
 import os
 import tempfile
 
 import tensorflow as tf
 
+from keras_tpu.engine.conclude import activation_logits
 from keras_tpu.engine.rundir import atomic_writes
 from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.rundir import output_paths
@@ -196,12 +198,17 @@ def export_model(
       input_contract: what the model takes as an image (a `data.images.ImageContract`),
         written beside the SavedModel (`image_contract.FILE`), inside the same atomic
         write: prediction decodes images through it.
+
+    A model ending in a sigmoid or softmax also gets `logits()` (its inputs -> the logits
+    its loss read: activation_logits.served).
     """
     compat.ensure_tf_keras(model)
     saved = model if serving is None else serving
 
     def save(directory):
-        with serving_only(model), class_names_function(saved, class_names):
+        with serving_only(model), class_names_function(saved, class_names), (
+            activation_logits.served(saved)
+        ) as activation:
             saved.save(
                 directory,
                 include_optimizer=False,
@@ -210,7 +217,8 @@ def export_model(
                 options=_save_options(strategy, directory),
             )
         if _SCORING.get() is not None:
-            _SCORING.get().write(directory)
+            # The loss is read from logits only where the export serves them (`logits()`).
+            dataclasses.replace(_SCORING.get(), activation=activation).write(directory)
         if input_contract is not None:
             input_contract.write(directory)
 

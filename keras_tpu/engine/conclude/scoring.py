@@ -14,13 +14,17 @@ rebuild (a loss or metric class of your own).
 
 import dataclasses
 import json
+import logging
 import os
 import warnings
 
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.engine.conclude import activation_logits
 from keras_tpu.runtime.compat import keras
+
+log = logging.getLogger(__name__)
 
 CLASSES, SIGMOID, SCORE = "classes", "sigmoid", "score"
 OUTPUTS = (CLASSES, SIGMOID, SCORE)
@@ -43,6 +47,10 @@ class Scoring:
       text_keys: the text columns the run read (e.g. ("sentence1", "sentence2")), when its
         config names them: a file to predict on is read by the same columns.
       label_key: the label column the run read, when its config names it.
+      activation: "sigmoid" or "softmax" when the outputs are that final activation's,
+        whose logits tf_keras's crossentropies read (activation_logits.py): the loss is
+        then computed from the logits (an export serves them as `logits()`), not from
+        probabilities clipped at epsilon. None: the outputs are scored as they are.
     """
 
     output: str
@@ -53,6 +61,7 @@ class Scoring:
     unknown: tuple = ()
     text_keys: tuple | None = None
     label_key: str | None = None
+    activation: str | None = None
 
     @classmethod
     def of(cls, model, loss, metrics, class_names=None, run_config=None):
@@ -83,7 +92,8 @@ class Scoring:
         return cls(output, bool(config.get("from_logits", False)), saved_loss, saved_metrics,
                    tuple(class_names) if class_names else None, tuple(unknown),
                    tuple(text_keys.split(",")) if isinstance(text_keys, str) else None,
-                   label_key if isinstance(label_key, str) else None)  # fmt: skip
+                   label_key if isinstance(label_key, str) else None,
+                   activation_logits.activation_of(model))  # fmt: skip
 
     def loss_object(self, where):
         """Return the loss to score with; raise ConfigError if it cannot be rebuilt."""
@@ -132,7 +142,13 @@ def read(export_dir):
     for key in ("metrics", "class_names", "unknown", "text_keys"):
         fields[key] = tuple(fields[key]) if fields.get(key) is not None else None
     fields["unknown"] = fields["unknown"] or ()
-    return Scoring(**fields)
+    record = Scoring(**fields)
+    if "activation" not in fields and record.output != SCORE and not record.from_logits:
+        log.warning("keras_tpu: the export in %s was written before exports served their "
+                    "activation's logits: its loss is read from its probabilities, clipped at "
+                    "epsilon (its run read logits: a saturated output's loss differs)",
+                    export_dir)  # fmt: skip
+    return record
 
 
 def _serialised(obj, module, unknown, kind):

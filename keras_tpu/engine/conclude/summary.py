@@ -86,6 +86,10 @@ class RunSummary(collections.abc.Mapping):
     stopped_early: dict | None = None  # early_stopping.StoppedEarly, when the run stopped early.
     class_names: list | None = None  # Task.class_names: the name of each label, in order.
     input_contract: dict | None = None  # Task.input_contract: what the model takes as an image.
+    # This process's: its first step's seconds (the step's trace included), and its training
+    # examples/s after that step (None: it ran one execution or none).
+    first_step_seconds: float | None = None
+    train_examples_per_second_after_first_step: float | None = None
     extra: dict = dataclasses.field(default_factory=dict)  # Backend-specific (e.g. the mesh).
 
     def to_dict(self):
@@ -288,15 +292,22 @@ def run_summary(run, trained, test, *, weights, checksum):
             round(final_step * shape.global_batch / trained.seconds, 1) if trained.seconds else 0.0
         ),
         throughput=run.callbacks.meter.history,
+        first_step_seconds=_rounded(run.callbacks.meter.first_step_seconds, 3),
+        train_examples_per_second_after_first_step=_rounded(
+            run.callbacks.meter.examples_per_second_after_first_step(), 1),
         weights_sha256=checksum,
         chief=run.info.is_chief,
-        strategy=run.info.to_dict(),
+        strategy=run.info.with_precision(run.policy, run.precision_reason).to_dict(),
         config=dataclasses.asdict(config),
         dataset=run.task.name,
         class_names=list(run.task.class_names) if run.task.class_names else None,
         input_contract=run.task.input_contract.to_json() if run.task.input_contract else None,
         extra=run.backend.summary_extra(),
     )
+
+
+def _rounded(value, digits):
+    return None if value is None else round(value, digits)
 
 
 def finished_run(config, global_batch):

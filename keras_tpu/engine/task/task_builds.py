@@ -8,7 +8,10 @@ cannot take the mesh, a metric name Keras does not know.
 
 import difflib
 import inspect
+import logging
 import re
+
+import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.engine.stops import early_stopping
@@ -16,9 +19,12 @@ from keras_tpu.engine.task import instances
 from keras_tpu.runtime import compat
 from keras_tpu.runtime.compat import keras
 
+log = logging.getLogger(__name__)
+
 
 def build_model(task):
-    """Return the model `task.build_model()` builds, checked (`check_built_model`).
+    """Return the model `task.build_model()` builds, checked (`check_built_model`), its
+    outputs float32 (`float32_outputs`).
 
     tf_keras refuses a Keras 3 layer added to a Sequential with a TypeError naming its
     class: that is one ConfigError naming it and its tf_keras equivalent.
@@ -33,7 +39,38 @@ def build_model(task):
         keras3 = type(name, (), {"__module__": module})  # Names it as refuse_keras3 does.
         instances.refuse_keras3(keras3, "a layer Task.build_model adds")
         raise
-    return check_built_model(model)
+    return float32_outputs(check_built_model(model))
+
+
+def float32_outputs(model):
+    """Return `model`, or the same layers ending in a float32 linear Activation if its
+    outputs are bfloat16 or float16 (a mixed precision policy's last layer).
+
+    tf_keras casts the labels to the outputs' dtype before the loss and the metrics
+    (compile_utils.match_dtype_and_rank): bfloat16 outputs would train towards, and be
+    measured against, labels rounded to 8 bits (a regression's test MAE 0.098802 in
+    summary.json, its export's predictions 0.098483 against the real labels). Keras's
+    mixed-precision guide ends a model in float32 for this; the cast is exact, so the
+    export serves the run's own computation. A model without symbolic outputs (a
+    subclassed one, not yet called) is returned as it is, with one warning.
+    """
+    if not isinstance(model, keras.Model):
+        return model
+    outputs = getattr(model, "outputs", None)
+    if not outputs:
+        if keras.mixed_precision.global_policy().compute_dtype in _LOW_PRECISION:
+            log.warning("keras_tpu: model %r has no symbolic outputs to make float32: under "
+                        "policy %s, tf_keras casts the labels to its outputs' dtype for the "
+                        "loss and metrics; give its last layer dtype='float32'", model.name,
+                        keras.mixed_precision.global_policy().name)  # fmt: skip
+        return model
+    if not any(getattr(o.dtype, "name", o.dtype) in _LOW_PRECISION for o in tf.nest.flatten(outputs)):
+        return model
+    cast = lambda t: keras.layers.Activation("linear", dtype="float32")(t)  # noqa: E731
+    return keras.Model(model.input, tf.nest.map_structure(cast, model.output), name=model.name)
+
+
+_LOW_PRECISION = ("bfloat16", "float16")
 
 
 def check_built_model(model):

@@ -165,6 +165,18 @@ class StrategyInfo:
             text += f" Fell back because: {self.fallback_reason}."
         return text
 
+    def with_precision(self, policy, reason):
+        """Return this info with the precision a run used (its policy and why) as its own.
+
+        A run's summary.json describes what the run computed in: an --mixed_precision=fp32
+        run on a bf16 host is float32 there, not the device's "auto" choice.
+        """
+        if reason is None:
+            return self
+        defaults = dataclasses.replace(self.defaults, precision_policy=policy,
+                                       precision_reason=reason)  # fmt: skip
+        return dataclasses.replace(self, defaults=defaults)
+
     def to_dict(self):
         """Return the JSON-serialisable dict `describe()` returns (earlier keys kept)."""
         info = {
