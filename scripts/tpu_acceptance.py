@@ -17,7 +17,8 @@ from absl import flags
 # This process only orchestrates: on a TPU host it must not load libtpu (one process holds
 # the chip), so its steps' children can. Set before TensorFlow is imported (flag_utils does).
 if os.environ.get("TPU_LOAD_LIBRARY") is not None:
-    os.environ["KERAS_TPU_USER_TPU_LOAD_LIBRARY"]  # main_job.USER_SETTING = os.environ["TPU_LOAD_LIBRARY"]
+    # main_job.USER_SETTING: the user's own value, given back to the children.
+    os.environ["KERAS_TPU_USER_TPU_LOAD_LIBRARY"] = os.environ["TPU_LOAD_LIBRARY"]
 os.environ["TPU_LOAD_LIBRARY"] = "0"
 os.environ["KERAS_TPU_SKIPPED_LIBTPU"] = "1"  # keras_tpu's setting, not the user's (compat.py).
 

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from keras_tpu.engine.stops import fault_points
 
@@ -100,9 +101,8 @@ def run_child(job, fields, *, timeout, fault_point=None, fault="SIGKILL", evalua
       evaluate: also recompute the export's test metric in NumPy (job_child.evaluate_export).
     """
     os.makedirs(fields["model_dir"], exist_ok=True)
-    result_path = os.path.join(fields["model_dir"], "acceptance_child.json")
-    if os.path.exists(result_path):
-        os.remove(result_path)
+    # A new name a child: an earlier child's result is never read as this one's.
+    result_path = os.path.join(fields["model_dir"], f"acceptance_child-{time.time_ns()}.json")
     spec = {"task": job.task, "imports": list(job.imports), "fields": fields,
             "metric": job.metric, "evaluate": evaluate, "result": result_path}  # fmt: skip
     faults = {fault_points.POINT_VARIABLE: fault_point, fault_points.FAULT_VARIABLE: fault}

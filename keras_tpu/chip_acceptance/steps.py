@@ -191,7 +191,7 @@ def _step_rate(strategy_found, spe, steps):
     return steps / (time.monotonic() - start)
 
 
-def steps_per_execution(context):
+def execution_rates(context):
     """Step rates at 1 and 10 (and 100 under --full) steps per execution."""
     strategy_found = context.shared.get("strategy")
     if strategy_found is None:
@@ -462,7 +462,7 @@ STEPS = (
     Step("strategy", strategy, claims.STRATEGY, 180, 180),
     Step("compile_rehearsal", compile_rehearsal, claims.COMPILE_REHEARSAL, 90, 120),
     Step("tpu_compile", tpu_compile, claims.TPU_COMPILE, 180, 300),
-    Step("steps_per_execution", steps_per_execution, claims.STEPS_PER_EXECUTION, 120, 300),
+    Step("steps_per_execution", execution_rates, claims.STEPS_PER_EXECUTION, 120, 300),
     Step("tpu_memory_info", tpu_memory_info, claims.TPU_MEMORY_INFO, 30, 30),
     Step("bf16_on_chip", bf16_on_chip, claims.BF16_ON_CHIP, 120, 120),
     Step("embedding_gather", embedding_gather, claims.EMBEDDING_GATHER, 120, 120),
