@@ -25,6 +25,7 @@ Modules, in reading order (each folder's __init__.py is its front door):
   engine/        the run engine: fit, its Task, steps, callbacks, backups, stops, the end
   inference/     predict and evaluate after training
   parallel/      weights split across devices (the DTensor mesh)
+  chip_acceptance/  the acceptance command: the docs' TPU claims checked on a chip, one report
   checks.py      argument checks and their one-line errors (ConfigError)
   layers.py      layers a model builds with to keep the guarantees (public)
   metrics.py     GLUE's metrics, exact over every example (public)
@@ -68,6 +69,8 @@ from keras_tpu.runtime.strategy.resolver import resolve_strategy  # noqa: E402
 from keras_tpu.runtime.strategy.resolver import describe  # noqa: E402
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo  # noqa: E402
 from keras_tpu.readiness.doctor import doctor  # noqa: E402
+from keras_tpu.chip_acceptance.run import acceptance  # noqa: E402
+from keras_tpu.chip_acceptance.main_job import AcceptanceJob  # noqa: E402
 from keras_tpu.runtime.strategy.resolver import StrategyError  # noqa: E402
 from keras_tpu.runtime.strategy.resolver import DeviceConfigError  # noqa: E402
 from keras_tpu.runtime.strategy.resolver import TPUConnectionError  # noqa: E402
@@ -101,6 +104,8 @@ __all__ = [
     "describe",
     "StrategyInfo",
     "doctor",
+    "acceptance",
+    "AcceptanceJob",
     "StrategyError",
     "DeviceConfigError",
     "TPUConnectionError",

@@ -38,6 +38,8 @@ TOP_LEVEL = (
     "keras_tpu.runtime.strategy.resolver:describe",
     "keras_tpu.runtime.strategy.strategy_info:StrategyInfo",
     "keras_tpu.readiness.doctor:doctor",
+    "keras_tpu.chip_acceptance.run:acceptance",
+    "keras_tpu.chip_acceptance.main_job:AcceptanceJob",
     "keras_tpu.runtime.strategy.resolver:StrategyError",
     "keras_tpu.runtime.strategy.resolver:DeviceConfigError",
     "keras_tpu.runtime.strategy.resolver:TPUConnectionError",

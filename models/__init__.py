@@ -6,12 +6,13 @@ Modules, in reading order (each family's __init__.py is its front door):
   bert/         BERT: encoder, classifier, configs, TF Hub and Hugging Face import,
                 FLOPs and memory model, AdamW recipe, text export, its task and GLUE
   datasets.py   the datasets the tasks train on (image datasets by name, text files, tfds)
+  acceptance_job.py  the acceptance command's main job (the digits CNN and its bar)
 
 Importing `models` registers the tasks "cnn" and "bert" (keras_tpu.register_task);
 `train_cnn` / `train_bert` are the one call behind scripts/train_cnn.py,
 scripts/train_bert.py and the notebooks. keras_tpu never imports this package.
 Entry points: CNNConfig, cnn_task, train_cnn, BertRunConfig, bert_task, train_bert,
-IMAGE_DATASETS, load_image_data (below; scripts/, notebooks/).
+IMAGE_DATASETS, load_image_data, acceptance_job (below; scripts/, notebooks/).
 
 `models` is a generic name another project may install too (docs/guide.md, "Layout"):
 the scripts refuse, in one line, a `models` that is not this one first on the path
@@ -56,3 +57,4 @@ from models.cnn.cnn_task import cnn_task  # noqa: E402,F401
 from models.cnn.cnn_task import train_cnn  # noqa: E402,F401
 from models.datasets import IMAGE_DATASETS  # noqa: E402,F401
 from models.datasets import load_image_data  # noqa: E402,F401
+from models.acceptance_job import acceptance_job  # noqa: E402,F401

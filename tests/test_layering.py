@@ -19,6 +19,7 @@ Layers, lowest first (a module may import its own layer and the ones below):
                stops < rundir < run_config < registry < config_yaml < backup < callbacks
                < conclude < task < steps < training_run < trainer
   4 parallel   model parallelism (the DTensor mesh) | inference  predict and evaluate after training
+               | chip_acceptance  the acceptance command (the docs' claims on a chip)
   5 api        keras_tpu/__init__.py: the public names
   6 models     the model garden (top-level models/: BERT, the CNN, their tasks)
                | keras_tpu/plots.py (notebook plots, on the public API)
@@ -51,6 +52,7 @@ RANK = {
         "conclude", "task", "steps", "training_run", "trainer",
     ))},  # fmt: skip
     "keras_tpu.inference": 4,
+    "keras_tpu.chip_acceptance": 4,
     "keras_tpu.parallel": 4,
     "keras_tpu": 5,
     "models": 6,
@@ -351,7 +353,7 @@ def test_keras_tpu_exports_exactly_its_one_declaration():
     from keras_tpu import public_api  # pylint: disable=g-import-not-at-top
 
     names = public_api.top_level_names()
-    assert keras_tpu.__all__ == names and len(set(names)) == len(names) == 31
+    assert keras_tpu.__all__ == names and len(set(names)) == len(names) == 33
     for entry in public_api.TOP_LEVEL:
         name, module, attribute = public_api.split(entry)
         value = importlib.import_module(module)

@@ -1,0 +1,125 @@
+"""The main job: a registered task trained by keras_tpu.fit in a child process of its own.
+
+The toolkit knows no model family: a AcceptanceJob names its task by its registered name ("cnn")
+and the modules that register it (`imports`, e.g. "models"); the model garden gives one
+(`models.acceptance_job()`). Each run is a child process (`job_child.py`): a fresh
+TensorFlow, a SIGKILL that kills only it, and a timeout that is the step's bound.
+"""
+
+import dataclasses
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from keras_tpu.engine.stops import fault_points
+
+
+@dataclasses.dataclass(frozen=True)
+class AcceptanceJob:
+    """A task the acceptance command trains, and the bar its metric must reach.
+
+    Attributes:
+      task: the registered task name (keras_tpu.register_task), e.g. "cnn".
+      imports: modules whose import registers it, e.g. ("models",).
+      quick_fields, full_fields: its config's fields (the task's RunConfig subclass) under
+        --quick and --full; model_dir, export_dir and the devices are the command's.
+      metric: the test metric the bar applies to (summary.json's `test`).
+      quick_bar, full_bar: the lowest value of `metric` that passes.
+      description: what the job is, for the report ("digits CNN, 4 epochs").
+      memory_probe: "module:function" of `strategy -> estimated bytes` that also runs the
+        estimated step on the TPU (the memory_planner step reads the measured peak after it).
+    """
+
+    task: str
+    imports: tuple = ()
+    quick_fields: dict = dataclasses.field(default_factory=dict)
+    full_fields: dict = dataclasses.field(default_factory=dict)
+    metric: str = "accuracy"
+    quick_bar: float = 0.0
+    full_bar: float = 0.0
+    description: str = ""
+    memory_probe: str | None = None
+
+    def fields(self, quick):
+        return dict(self.quick_fields if quick else self.full_fields)
+
+    def bar(self, quick):
+        return self.quick_bar if quick else self.full_bar
+
+
+def load_probe(ref):
+    """Return the function a "module:function" memory probe names."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildRun:
+    """One child run: its exit code, its summary (None if it wrote none) and its stderr tail."""
+
+    returncode: int
+    summary: dict | None
+    evaluation: dict | None
+    stderr: str
+    timed_out: bool = False
+
+    def cause(self):
+        """Return why the child failed, in one line."""
+        if self.timed_out:
+            return "the run did not finish within the step's bound"
+        lines = [ln for ln in self.stderr.strip().splitlines() if ln.strip()]
+        return f"exit {self.returncode}: {lines[-1][:300] if lines else 'no output'}"
+
+
+USER_SETTING = "KERAS_TPU_USER_TPU_LOAD_LIBRARY"
+
+
+def child_environment(**more):
+    """Return the environment of a child run: libtpu is the child's to load.
+
+    scripts/tpu_acceptance.py keeps libtpu out of its own process (TPU_LOAD_LIBRARY=0, the
+    user's value kept in USER_SETTING), so a child on a TPU host can take the chip.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in ("TPU_LOAD_LIBRARY", "KERAS_TPU_SKIPPED_LIBTPU")}
+    if os.environ.get(USER_SETTING) is not None:
+        env["TPU_LOAD_LIBRARY"] = os.environ[USER_SETTING]
+    env.pop(fault_points.POINT_VARIABLE, None)
+    env.pop(fault_points.FAULT_VARIABLE, None)
+    env.update(more)
+    return env
+
+
+def run_child(job, fields, *, timeout, fault_point=None, fault="SIGKILL", evaluate=False):
+    """Train `job` with `fields` in a child process; return its ChildRun.
+
+    Args:
+      fault_point: a fault_points point ("step:3") where the child gets `fault`.
+      evaluate: also recompute the export's test metric in NumPy (job_child.evaluate_export).
+    """
+    os.makedirs(fields["model_dir"], exist_ok=True)
+    # A new name a child: an earlier child's result is never read as this one's.
+    result_path = os.path.join(fields["model_dir"], f"acceptance_child-{time.time_ns()}.json")
+    spec = {"task": job.task, "imports": list(job.imports), "fields": fields,
+            "metric": job.metric, "evaluate": evaluate, "result": result_path}  # fmt: skip
+    faults = {fault_points.POINT_VARIABLE: fault_point, fault_points.FAULT_VARIABLE: fault}
+    env = child_environment(**(faults if fault_point else {}))
+    command = [sys.executable, "-m", "keras_tpu.chip_acceptance.job_child", json.dumps(spec)]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)  # fmt: skip
+    try:
+        _, stderr = process.communicate(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # The child's own session: it and its children.
+        _, stderr = process.communicate()
+        timed_out = True
+    result = {}
+    if os.path.exists(result_path):
+        with open(result_path, encoding="utf-8") as f:
+            result = json.load(f)
+    return ChildRun(process.returncode, result.get("summary"), result.get("evaluation"),
+                    stderr[-4000:], timed_out)  # fmt: skip

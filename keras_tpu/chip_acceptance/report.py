@@ -1,0 +1,153 @@
+"""The acceptance report: one StepResult a step, the environment, acceptance.json and .md.
+
+acceptance.json has a versioned schema (SCHEMA_VERSION; `problems` lists where a mapping
+breaks it, which the tests and a reader of a sent report both use). The Markdown summary is
+the same report as a table, ready to paste into an issue.
+"""
+
+import dataclasses
+import json
+import os
+
+SCHEMA_VERSION = 1
+OK, FAIL, SKIP = "ok", "fail", "skip"
+STATUSES = (OK, FAIL, SKIP)
+JSON_NAME, MARKDOWN_NAME = "acceptance.json", "acceptance.md"
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+    """What one step found.
+
+    Attributes:
+      name: the step (steps.STEPS).
+      status: "ok", "fail" or "skip".
+      detail: the finding in words; for a fail, the cause.
+      fix: for a fail, what to do (or what to send back).
+      figures: the step's measurements, name -> number or short string.
+      seconds: how long the step took.
+      claim: "doc:line: 'quote'": the promise the step checks (a fail contradicts it).
+    """
+
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+    figures: dict = dataclasses.field(default_factory=dict)
+    seconds: float = 0.0
+    claim: str = ""
+
+    def line(self):
+        """Return the step as the one line the command prints."""
+        text = f"{self.status:<4} {self.name}: {self.detail}"
+        if self.status == FAIL:
+            text += f" Contradicts {self.claim}." if self.claim else ""
+            text += f" Fix: {self.fix}" if self.fix else ""
+        return text
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """A whole acceptance run: how it ran, where, and every step's result, in order."""
+
+    mode: str  # "quick" or "full".
+    environment: dict
+    steps: tuple
+    seconds: float = 0.0
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def ok(self):
+        return all(step.status != FAIL for step in self.steps)
+
+    def to_dict(self):
+        return {
+            "schema_version": self.schema_version,
+            "mode": self.mode,
+            "ok": self.ok,
+            "seconds": round(self.seconds, 1),
+            "environment": self.environment,
+            "steps": [dataclasses.asdict(step) for step in self.steps],
+        }
+
+    def markdown(self):
+        """Return the summary: the environment in one line, then one table row per step."""
+        env = self.environment
+        where = ", ".join(f"{key} {env[key]}" for key in ENVIRONMENT_HEADLINE if env.get(key))
+        counts = {s: sum(step.status == s for step in self.steps) for s in STATUSES}
+        lines = [
+            f"## keras_tpu acceptance ({self.mode}): "
+            + ", ".join(f"{n} {s}" for s, n in counts.items()),
+            "",
+            f"{where}; {self.seconds:.0f} s; schema {self.schema_version}.",
+            "",
+            "| step | status | figures | finding | claim |",
+            "|---|---|---|---|---|",
+        ]
+        for step in self.steps:
+            figures = ", ".join(f"{k}={_short(v)}" for k, v in step.figures.items())
+            finding = step.detail + (f" Fix: {step.fix}" if step.fix and step.status == FAIL else "")
+            lines.append(
+                f"| {step.name} | {step.status} | {figures} | {_cell(finding)} | {_cell(step.claim)} |"
+            )
+        return "\n".join(lines) + "\n"
+
+    def write(self, output_dir):
+        """Write acceptance.json and acceptance.md into output_dir; return the JSON's path."""
+        os.makedirs(output_dir, exist_ok=True)
+        path = os.path.join(output_dir, JSON_NAME)
+        _write_atomically(path, json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+        _write_atomically(os.path.join(output_dir, MARKDOWN_NAME), self.markdown())
+        return path
+
+
+ENVIRONMENT_HEADLINE = ("chip", "strategy", "replicas", "tensorflow", "tf_keras", "libtpu", "python")
+
+
+def _short(value):
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _cell(text):
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _write_atomically(path, text):
+    temp = f"{path}.tmp-{os.getpid()}"
+    with open(temp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(temp, path)
+
+
+_STEP_FIELDS = {
+    "name": str, "status": str, "detail": str, "fix": str, "figures": dict,
+    "seconds": (int, float), "claim": str,
+}  # fmt: skip
+
+
+def problems(value):
+    """Return where `value` (a loaded acceptance.json) breaks the schema; [] when it is valid."""
+    found = []
+    if not isinstance(value, dict):
+        return [f"the report is a {type(value).__name__}, not an object"]
+    if value.get("schema_version") != SCHEMA_VERSION:
+        found.append(f"schema_version is {value.get('schema_version')!r}, not {SCHEMA_VERSION}")
+    for key, kind in (("mode", str), ("ok", bool), ("environment", dict), ("steps", list)):
+        if not isinstance(value.get(key), kind):
+            found.append(f"{key} is missing or not a {kind.__name__}")
+    for i, step in enumerate(value.get("steps") or []):
+        if not isinstance(step, dict):
+            found.append(f"steps[{i}] is not an object")
+            continue
+        for key, kind in _STEP_FIELDS.items():
+            if not isinstance(step.get(key), kind):
+                found.append(f"steps[{i}].{key} is missing or of the wrong type")
+        if step.get("status") not in STATUSES:
+            found.append(f"steps[{i}].status is {step.get('status')!r}, not one of {STATUSES}")
+        if step.get("status") == FAIL and not step.get("claim"):
+            found.append(f"steps[{i}] ({step.get('name')}) fails without naming the doc line")
+    if isinstance(value.get("steps"), list) and isinstance(value.get("ok"), bool):
+        failed = any(isinstance(s, dict) and s.get("status") == FAIL for s in value["steps"])
+        if value["ok"] == failed:
+            found.append(f"ok is {value['ok']} but {'a' if failed else 'no'} step failed")
+    return found

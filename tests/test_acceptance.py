@@ -1,0 +1,248 @@
+"""The acceptance command (keras_tpu/chip_acceptance, scripts/tpu_acceptance.py).
+
+Fast: the step runner cuts a hanging step at its bound and records a raising one as fail,
+and the report is still written, valid against its schema; a broken claim (a planner
+estimate off by 2x, a resume at another checksum, an evaluation off by one example) is
+`fail` naming its doc line; the TPU-only steps' TPU branches run through stand-ins (faked
+StrategyInfo facts, a monkeypatched get_memory_info). Slow: the script end to end on 4 CPU
+replicas. docs/verification.md's acceptance column names only steps that exist, and every
+step is named there.
+"""
+
+import dataclasses
+import json
+import os
+import re
+import time
+
+import pytest
+
+import keras_tpu
+from keras_tpu.chip_acceptance import claims
+from keras_tpu.chip_acceptance import report as report_lib
+from keras_tpu.chip_acceptance import run as run_lib
+from keras_tpu.chip_acceptance import step_runner
+from keras_tpu.chip_acceptance import steps as steps_lib
+from keras_tpu.runtime.strategy import strategy_info
+from keras_tpu.runtime.strategy.strategy_inspect import TPUSystem
+from keras_tpu.runtime import detect
+from tests.conftest import REPO, run_script, subprocess_env
+
+
+def _context(tmp_path, **kwargs):
+    return step_runner.Context(output_dir=str(tmp_path), **kwargs)
+
+
+def _sleeps(context):
+    time.sleep(30)
+    return step_runner.ok("never")
+
+
+def _raises(context):
+    raise RuntimeError("the chip said no")
+
+
+def _fine(context):
+    return step_runner.ok("fine", answer=42)
+
+
+def test_a_sleeping_step_is_cut_at_its_bound_a_raising_one_fails_and_the_report_is_written(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(steps_lib, "STEPS", (
+        step_runner.Step("environment", _sleeps, claims.ENVIRONMENT, 0.5, 0.5),
+        step_runner.Step("doctor", _raises, claims.DOCTOR, 5, 5),
+        step_runner.Step("strategy", _fine, claims.STRATEGY, 5, 5),
+    ))  # fmt: skip
+    monkeypatch.setattr(steps_lib, "NAMES", ("environment", "doctor", "strategy"))
+    lines = []
+    start = time.monotonic()
+    report = run_lib.acceptance(output_dir=str(tmp_path), stream=lines.append)
+    assert time.monotonic() - start < 5
+    by_name = {s.name: s for s in report.steps}
+    assert by_name["environment"].status == "fail"
+    assert by_name["environment"].detail.startswith("exceeded 0.5 s")
+    assert by_name["doctor"].status == "fail"
+    assert "RuntimeError: the chip said no" in by_name["doctor"].detail
+    assert by_name["strategy"].status == "ok" and by_name["strategy"].figures == {"answer": 42}
+    assert lines[0].startswith("fail environment: exceeded 0.5 s")
+    written = json.loads((tmp_path / "acceptance.json").read_text())
+    assert report_lib.problems(written) == []
+    assert written["ok"] is False and [s["status"] for s in written["steps"]] == ["fail", "fail", "ok"]
+    markdown = (tmp_path / "acceptance.md").read_text()
+    assert "| doctor | fail |" in markdown and "1 ok, 2 fail, 0 skip" in markdown
+
+
+def test_the_schema_check_names_what_is_wrong():
+    good = report_lib.Report("quick", {"python": "3.11"}, (
+        report_lib.StepResult("main_job", "ok", "fine", claim="README.md:34: 'x'"),
+    )).to_dict()  # fmt: skip
+    assert report_lib.problems(good) == []
+    assert report_lib.problems({**good, "schema_version": 0}) == ["schema_version is 0, not 1"]
+    bad_step = {**good, "ok": False, "steps": [{**good["steps"][0], "status": "fail", "claim": ""}]}
+    assert report_lib.problems(bad_step) == ["steps[0] (main_job) fails without naming the doc line"]
+    assert report_lib.problems({**good, "ok": False}) == ["ok is False but no step failed"]
+
+
+def test_every_claim_quotes_its_document():
+    for step in steps_lib.STEPS:
+        assert step.claim.locate() is not None, (step.name, step.claim)
+    assert claims.EXACT_RESUME.cite().startswith("docs/guide.md:4")
+
+
+def _result(step, finding):
+    """The StepResult `step` would record for `finding` (as run_step does)."""
+    return step_runner.run_step(dataclasses.replace(step, run=lambda _: finding),
+                                step_runner.Context(output_dir="/nonexistent"))  # fmt: skip
+
+
+STEP = {s.name: s for s in steps_lib.STEPS}
+
+
+def test_a_planner_estimate_off_by_2x_fails_naming_the_memory_doc_line():
+    assert steps_lib.compare_memory(1000, 900).status == "ok"
+    finding = steps_lib.compare_memory(2000, 900)  # The estimate twice the fitting one.
+    result = _result(STEP["memory_planner"], finding)
+    assert result.status == "fail" and result.figures["peak_over_estimate"] == 0.45
+    line = claims.MEMORY_PLANNER.locate()
+    assert f"Contradicts docs/memory.md:{line}: 'peak/estimate: 0.79..0.98" in result.line()
+
+
+def test_a_resume_at_another_checksum_fails_naming_the_guide_line():
+    uninterrupted = {"final_step": 88, "weights_sha256": "aaaa", "resumed_from_step": 0}
+    same = {"final_step": 88, "weights_sha256": "aaaa", "resumed_from_step": 38}
+    assert steps_lib.compare_resume(uninterrupted, same).status == "ok"
+    result = _result(STEP["exact_resume"], steps_lib.compare_resume(uninterrupted, {**same, "weights_sha256": "bbbb"}))
+    assert result.status == "fail"
+    assert "ended at bbbb, not the uninterrupted aaaa" in result.detail
+    assert f"docs/guide.md:{claims.EXACT_RESUME.locate()}:" in result.claim
+    from_zero = steps_lib.compare_resume(uninterrupted, {**same, "resumed_from_step": 0})
+    assert from_zero.status == "fail" and "no backup was used" in from_zero.detail
+
+
+def test_an_evaluation_one_example_off_fails():
+    summary = {"test": {"accuracy": 336 / 360, "loss": 0.27}, "test_examples": 360}
+    evaluation = {"examples": 360, "correct": 336, "accuracy": 336 / 360, "loss": 0.27000001}
+    assert steps_lib.compare_evaluation(summary, evaluation).status == "ok"
+    off = steps_lib.compare_evaluation(summary, {**evaluation, "correct": 335})
+    assert off.status == "fail" and "counts 336 of 360" in off.detail and "335 of 360" in off.detail
+
+
+# --- TPU-only steps through stand-ins ---------------------------------------------------------
+
+
+def _on_a_tpu(monkeypatch, strategy, *, num_tasks=1, per_task=4):
+    """Make StrategyInfo say `strategy` is a TPU system of num_tasks hosts (conftest.pretend's way)."""
+    info = strategy_info.StrategyInfo.of(strategy)
+    tpu = TPUSystem(detect.TPULocation("local", "test"), (2, 2), num_tasks, per_task)
+    fake = dataclasses.replace(info, kind="tpu", tpu=tpu, replicas=num_tasks * per_task)
+    monkeypatch.setitem(strategy_info._registry, id(strategy), fake)
+    return fake
+
+
+def test_tpu_only_steps_skip_with_their_reason_on_the_cpu(tmp_path, mirrored):
+    context = _context(tmp_path)
+    context.shared["strategy"] = mirrored
+    for name in ("tpu_compile", "tpu_memory_info", "bf16_on_chip", "embedding_gather",
+                 "pod_slice", "tpu_mesh", "memory_planner"):  # fmt: skip
+        result = step_runner.run_step(STEP[name], context)
+        assert result.status == "skip" and result.detail.startswith("TPU-only: the strategy is cpu"), result
+
+
+def test_tpu_branches_run_through_stand_ins(tmp_path, mirrored, monkeypatch):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    _on_a_tpu(monkeypatch, mirrored)
+    asked = []
+
+    def memory_info(device):
+        asked.append(device)
+        return {"current": 3 * 2**20, "peak": 9 * 2**20}
+
+    monkeypatch.setattr(tf.config.experimental, "get_memory_info", memory_info)
+    monkeypatch.setattr(tf.config.experimental, "reset_memory_stats", lambda device: None)
+    context = _context(tmp_path)
+    context.shared["strategy"] = mirrored
+    result = step_runner.run_step(STEP["tpu_memory_info"], context)
+    assert result.status == "ok" and result.figures["peak_mib"] == 9.0 and asked == ["CPU:0"]
+    # The real compile's path (the TPU's XLA compile, two steps run) on the stand-in's devices.
+    compiled = step_runner.run_step(STEP["tpu_compile"], context)
+    assert compiled.status == "ok" and compiled.figures["compile_and_run_seconds"] > 0
+    bf16 = step_runner.run_step(STEP["bf16_on_chip"], context)
+    assert bf16.status == "ok" and 0 < bf16.figures["worst_relative_error"] < 2e-2
+    gather = step_runner.run_step(STEP["embedding_gather"], context)  # The CPU raises: recorded.
+    assert gather.status == "ok" and "raised" in gather.figures["past_the_table"]
+    # The planner against the faked peak (9 MiB): an estimate of 18 MiB is off by 2x.
+    module = tmp_path / "probe_for_acceptance.py"
+    module.write_text("def probe(strategy):\n    return 18 * 2**20\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    context.job = keras_tpu.AcceptanceJob(task="cnn", memory_probe="probe_for_acceptance:probe")
+    planner = step_runner.run_step(STEP["memory_planner"], context)
+    assert planner.status == "fail" and planner.figures["peak_over_estimate"] == 0.5
+    assert "docs/memory.md:" in planner.line()
+    assert step_runner.run_step(STEP["pod_slice"], context).status == "skip"  # One host.
+
+
+def test_a_pod_slice_with_every_host_joined_and_one_missing(tmp_path, mirrored, monkeypatch):
+    fake = _on_a_tpu(monkeypatch, mirrored, num_tasks=2, per_task=4)
+    context = _context(tmp_path)
+    context.shared["strategy"] = mirrored
+    joined = step_runner.run_step(STEP["pod_slice"], context)
+    assert joined.status == "ok" and joined.figures == {"num_tasks": 2, "num_tpus_per_task": 4, "replicas": 8}
+    monkeypatch.setitem(strategy_info._registry, id(mirrored), dataclasses.replace(fake, replicas=4))
+    missing = step_runner.run_step(STEP["pod_slice"], context)
+    assert missing.status == "fail" and "4 replicas, not 2 hosts x 4" in missing.detail
+
+
+def test_main_job_steps_skip_without_a_job_or_when_this_process_holds_the_tpu(tmp_path):
+    context = _context(tmp_path)
+    for name in steps_lib.CHILD_STEPS:
+        assert "no main job given" in step_runner.run_step(STEP[name], context).detail
+    context.job = keras_tpu.AcceptanceJob(task="cnn")
+    context.shared["holds_tpu"] = True
+    assert "this process holds the TPU" in step_runner.run_step(STEP["main_job"], context).detail
+
+
+# --- docs/verification.md's acceptance column -------------------------------------------------
+
+
+def _verification_rows():
+    """(first cell, last cell) of every table row of docs/verification.md with 4 columns."""
+    rows = []
+    with open(os.path.join(REPO, "docs", "verification.md"), encoding="utf-8") as f:
+        for line in f:
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            if len(cells) == 4 and not set(cells[0]) <= set("-") and cells[0] not in ("TPU-only code path", "path"):
+                rows.append((cells[0], cells[2], cells[3]))
+    return rows
+
+
+def test_verification_names_an_existing_step_for_every_path_not_exercised():
+    rows = _verification_rows()
+    assert len(rows) > 20
+    named = set()
+    for path, exercised, step_cell in rows:
+        names = re.findall(r"`([a-z_0-9]+)`", step_cell)
+        if "**not exercised**" in exercised:
+            assert names, f"docs/verification.md: the row '{path[:60]}' names no acceptance step"
+        assert set(names) <= set(steps_lib.NAMES), (path[:60], set(names) - set(steps_lib.NAMES))
+        named.update(names)
+    assert set(steps_lib.NAMES) <= named, f"steps in no row: {set(steps_lib.NAMES) - named}"
+
+
+@pytest.mark.slow
+def test_the_quick_cpu_rehearsal_writes_a_valid_report_with_every_step_ok_or_skip(tmp_path):
+    result = run_script("tpu_acceptance.py", "--quick", "--cpu_replicas=4",
+                        f"--output_dir={tmp_path}", timeout=900, env=subprocess_env())  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    written = json.loads((tmp_path / "acceptance.json").read_text())
+    assert report_lib.problems(written) == []
+    statuses = {s["name"]: s["status"] for s in written["steps"]}
+    assert list(statuses) == list(steps_lib.NAMES)
+    assert set(statuses.values()) <= {"ok", "skip"}, statuses
+    for name in ("environment", "strategy", "main_job", "exact_resume", "exact_evaluation"):
+        assert statuses[name] == "ok", name
+    resume = next(s for s in written["steps"] if s["name"] == "exact_resume")["figures"]
+    assert resume["resumed_from_step"] > 0 and resume["resumed_sha256"] == resume["uninterrupted_sha256"]
+    assert "## keras_tpu acceptance (quick)" in result.stdout
+    assert (tmp_path / "acceptance.md").read_text() in result.stdout
