@@ -4,6 +4,9 @@ One typed value for every path (built-in tasks, user tasks, the sharded loop, a 
 finished run), so a key cannot be spelled two ways; `to_dict()` is the JSON the scripts print
 from. It is also a read-only mapping over those same keys (`summary["test"]["accuracy"]`,
 as summary.json reads), so code written against summary.json reads a returned summary too.
+
+How summary.json is read back and kept strict JSON (a NaN written as null, a damaged file one
+line) is the run files' reader's: engine/rundir/run_files.py (`null_for_non_finite`, `Fields`).
 """
 
 import collections.abc
