@@ -174,7 +174,15 @@ def _text_files(root):
 @pytest.mark.slow
 def test_pretrain_script_resumes_after_sigkill_to_the_same_weights(tmp_path):
     files = _text_files(tmp_path)
-    flags = (*files, *_FLAGS, "--epochs=2", "--steps_per_epoch=12", "--backup_every_steps=4")
+    # One vocabulary for both runs: the WordPiece trainer may order tied pieces differently
+    # from one learning to the next (a resumed run reuses its own, kept in model_dir).
+    lines = _sentences("train")
+    vocab = bert_text.write_vocab(
+        bert_text.learn_wordpiece_vocab(lines, 1000, special_tokens=mlm_task.PRETRAINING_TOKENS),
+        str(tmp_path / "vocab.txt"),
+    )
+    flags = (*files, *_FLAGS, f"--vocab_file={vocab}", "--epochs=2", "--steps_per_epoch=12",
+             "--backup_every_steps=4", "--steps_per_execution=1")  # fmt: skip
     whole = _script("pretrain_bert.py", tmp_path / "whole", *flags)
     assert whole.returncode == 0, whole.stderr[-3000:]
     killed = _script("pretrain_bert.py", tmp_path / "killed", *flags, fault="SIGKILL", at=17)
