@@ -12,6 +12,8 @@ import pytest
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu import keras
+from keras_tpu import layers
 from keras_tpu.engine import registry
 from models.bert.bert_config import INPUT_NAMES
 from models.bert.bert_config import bert_config
@@ -147,6 +149,25 @@ def test_the_head_is_tied_to_the_word_embeddings():
     inputs = {name: tf.ones([2, 16], tf.int32) for name in INPUT_NAMES}
     logits = model({**inputs, mlm_head.POSITIONS: tf.constant([[1, 2, 3, 0]] * 2)})
     assert logits.shape == (2, 4, 50) and logits.dtype == tf.float32
+
+
+def test_the_encoders_dropout_has_no_random_state():
+    # keras Dropout's stateful op restarts its sequence in a resumed process: the resumed
+    # run would drop other units than the uninterrupted one (and end at other weights).
+    config = bert_config("tiny", vocab_size=50, num_layers=1)
+    model = mlm_head.build_pretraining_model(config, seq_length=16, max_predictions_per_seq=4)
+    dropouts = [m for m in model.submodules if isinstance(m, keras.layers.Dropout)]
+    assert len(dropouts) == 3  # Embeddings, attention, hidden (used twice).
+    assert all(isinstance(m, layers.ContentSeededDropout) for m in dropouts)
+    assert len({m.seed for m in dropouts}) == 3
+    ids = tf.constant([[2, 5, 7, 9] * 4] * 2, tf.int32)
+    inputs = dict(
+        input_word_ids=ids, input_mask=tf.ones_like(ids), input_type_ids=tf.zeros_like(ids)
+    )
+    inputs[mlm_head.POSITIONS] = tf.constant([[1, 2, 3, 0]] * 2)
+    first, again = model(inputs, training=True), model(inputs, training=True)
+    np.testing.assert_array_equal(first.numpy(), again.numpy())  # Same input, same masks.
+    assert not np.array_equal(first.numpy(), model(inputs, training=False).numpy())
 
 
 def test_the_task_is_registered_and_checks_its_config():

@@ -11,7 +11,8 @@ Modules, in reading order:
 
 Guarantee: a run resumed after SIGKILL masks every example as the uninterrupted run did
 (the masker is the Task's `augment`, seeded by the engine's per-example stream seeds and
-each sequence's corpus index), so it ends at the same weights; evaluation masks are fixed.
+each sequence's corpus index) and drops the units it dropped (the encoder's dropout is
+content-seeded, mlm_head.py), so it ends at the same weights; evaluation masks are fixed.
 
 Entry points: `keras_tpu.fit("bert_mlm", BertMlmConfig(...))`, `scripts/train.py
 --task=bert_mlm`, `scripts/pretrain_bert.py`. docs/pretraining.md is the guide.

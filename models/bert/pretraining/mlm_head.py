@@ -17,6 +17,7 @@ per masked token.
 import tensorflow as tf
 
 from keras_tpu import keras
+from keras_tpu import layers
 from models.bert.bert_config import INPUT_NAMES
 from models.bert.bert_encoder import build_bert_encoder
 from models.bert.pretraining import masking
@@ -64,17 +65,29 @@ def build_pretraining_model(config, seq_length, max_predictions_per_seq):
     """Return the masked-LM model: BERT's four features in, float32 logits at the masked positions.
 
     Call inside `strategy.scope()`. The encoder is `build_bert_encoder(config)`, a sub-model
-    named "bert_encoder" (`model.get_layer("bert_encoder")`), with the TF Hub BERT interface.
+    named "bert_encoder" (`model.get_layer("bert_encoder")`), with the TF Hub BERT interface,
+    its dropout `content_seeded_dropout`'s (a resumed run drops the units it dropped).
     """
     inputs = {
         name: keras.Input(shape=(seq_length,), dtype=tf.int32, name=name) for name in INPUT_NAMES
     }
     positions = keras.Input(shape=(max_predictions_per_seq,), dtype=tf.int32, name=POSITIONS)
-    encoder = build_bert_encoder(config)
+    encoder = build_bert_encoder(config, dropout=content_seeded_dropout)
     sequence_output = encoder(inputs)["sequence_output"]
     table = encoder.get_layer("embeddings").word_embeddings
     logits = MaskedLMHead(table, config, name="masked_lm")(sequence_output, positions)
     return keras.Model({**inputs, POSITIONS: positions}, logits, name="bert_pretraining")
+
+
+def content_seeded_dropout(rate, name):
+    """The encoder's dropout: masks a function of the input and the run's seed, no state.
+
+    keras Dropout draws from a stateful op whose sequence restarts in a new process: a run
+    resumed at step 16 drew step 0's masks again, and ended 2e-4 off in epoch 2's loss and
+    at other weights. Named per layer, so each layer's seed (`determinism.op_seed` of the
+    name) is the same in every process, whatever else it built first.
+    """
+    return layers.ContentSeededDropout(rate, name=name)
 
 
 def _masked(y_true):
