@@ -8,10 +8,12 @@ Modules, in reading order (each family's __init__.py is its front door):
   datasets.py   the datasets the tasks train on (image datasets by name, text files, tfds)
   acceptance_job.py  the acceptance command's main job (the digits CNN and its bar)
 
-Importing `models` registers the tasks "cnn" and "bert" (keras_tpu.register_task);
+Importing `models` registers the tasks "cnn", "bert" and "bert_mlm" (keras_tpu.register_task);
 `train_cnn` / `train_bert` are the one call behind scripts/train_cnn.py,
-scripts/train_bert.py and the notebooks. keras_tpu never imports this package.
+scripts/train_bert.py and the notebooks (`pretrain_bert`: scripts/pretrain_bert.py).
+keras_tpu never imports this package.
 Entry points: CNNConfig, cnn_task, train_cnn, BertRunConfig, bert_task, train_bert,
+BertMlmConfig, bert_mlm_task, pretrain_bert,
 IMAGE_DATASETS, load_image_data, acceptance_job (below; scripts/, notebooks/).
 
 `models` is a generic name another project may install too (docs/guide.md, "Layout"):
@@ -52,6 +54,9 @@ if hidden_models():
 from models.bert.bert_task import BertRunConfig  # noqa: E402,F401
 from models.bert.bert_task import bert_task  # noqa: E402,F401
 from models.bert.bert_task import train_bert  # noqa: E402,F401
+from models.bert.pretraining.mlm_task import BertMlmConfig  # noqa: E402,F401
+from models.bert.pretraining.mlm_task import bert_mlm_task  # noqa: E402,F401
+from models.bert.pretraining.mlm_task import pretrain_bert  # noqa: E402,F401
 from models.cnn.cnn_task import CNNConfig  # noqa: E402,F401
 from models.cnn.cnn_task import cnn_task  # noqa: E402,F401
 from models.cnn.cnn_task import train_cnn  # noqa: E402,F401

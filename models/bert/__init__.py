@@ -13,6 +13,7 @@ Modules, in reading order:
   bert_optimizer.py   bert_adamw: AdamW with BERT's warm-up and linear decay
   bert_task.py        the "bert" task: BertRunConfig, bert_task, train_bert
   bert_export.py      export_bert: the serving signature (raw strings in, predictions out)
+  pretraining/        the masked LM from your own text: packing, dynamic masking, head, task
   glue/               GLUE tasks' shapes, extra evaluation splits, submission files
   hf/                 Hugging Face safetensors -> the native encoder and TF Hub export
   memory/             FLOPs and the memory model; the batch planner (memory/planner.py)

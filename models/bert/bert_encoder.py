@@ -17,6 +17,11 @@ layer; every HF `Linear.weight` is [out, in], so it is transposed onto a kernel)
 
 Query, key and value are separate [hidden, hidden] kernels (heads are split after the
 matmul, head h owning columns h*head_dim:(h+1)*head_dim, as in HF and the original BERT).
+
+Dropout is keras Dropout unless a `dropout` factory is given: keras Dropout draws from a
+stateful op whose sequence restarts in a new process, so a run resumed after a kill drops
+other units than the uninterrupted run did (its weights then differ). Pretraining from
+scratch passes `keras_tpu.layers.ContentSeededDropout` (no random state: resume-exact).
 """
 
 import dataclasses
@@ -43,10 +48,17 @@ def _dim(x, axis):
     return x.shape[axis] if x.shape[axis] is not None else tf.shape(x)[axis]
 
 
+def _keras_dropout(rate, name):
+    """The default dropout factory: keras Dropout (auto-named, as it always was)."""
+    del name
+    return keras.layers.Dropout(rate)
+
+
 class BertEmbeddings(keras.layers.Layer):
     """Sum word, position and token-type embeddings, then LayerNorm and dropout."""
 
-    def __init__(self, config, one_hot_lookup=False, **kwargs):
+    def __init__(self, config, one_hot_lookup=False, dropout=None, **kwargs):
+        """Create the layer; `dropout`: (rate, name) -> a dropout layer (see module doc)."""
         super().__init__(**kwargs)
         self.config = config if isinstance(config, BertConfig) else BertConfig(**config)
         # keras_tpu.parallel.mesh.layout looks rows up as a one-hot matmul: under DTensor the
@@ -55,7 +67,8 @@ class BertEmbeddings(keras.layers.Layer):
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=self.config.layer_norm_epsilon, name="layer_norm"
         )
-        self.dropout = keras.layers.Dropout(self.config.hidden_dropout)
+        dropout = dropout or _keras_dropout
+        self.dropout = dropout(self.config.hidden_dropout, f"{self.name}/dropout")
 
     def build(self, input_shape):
         c = self.config
@@ -106,7 +119,7 @@ class BertEmbeddings(keras.layers.Layer):
 class TransformerLayer(keras.layers.Layer):
     """One post-LayerNorm BERT layer: self-attention then the feed-forward block."""
 
-    def __init__(self, config, attention_dropout=None, **kwargs):
+    def __init__(self, config, attention_dropout=None, dropout=None, **kwargs):
         """Create the layer.
 
         Args:
@@ -115,6 +128,9 @@ class TransformerLayer(keras.layers.Layer):
             rate; default keras Dropout. keras_tpu.parallel.mesh.layout passes one that
             draws its mask split over the batch only (a DTensor workaround). Not part
             of the config: a reloaded layer uses the default.
+          dropout: (rate, name) -> a dropout layer, for the hidden dropout and (without
+            `attention_dropout`) the attention's; default keras Dropout (see module doc).
+            Not part of the config either.
         """
         super().__init__(**kwargs)
         c = self.config = config if isinstance(config, BertConfig) else BertConfig(**config)
@@ -139,8 +155,12 @@ class TransformerLayer(keras.layers.Layer):
         self.output_layer_norm = keras.layers.LayerNormalization(
             epsilon=c.layer_norm_epsilon, name="output_layer_norm"
         )
-        self.attention_dropout = (attention_dropout or keras.layers.Dropout)(c.attention_dropout)
-        self.hidden_dropout = keras.layers.Dropout(c.hidden_dropout)
+        dropout = dropout or _keras_dropout
+        if attention_dropout is not None:
+            self.attention_dropout = attention_dropout(c.attention_dropout)
+        else:
+            self.attention_dropout = dropout(c.attention_dropout, f"{self.name}/attention_dropout")
+        self.hidden_dropout = dropout(c.hidden_dropout, f"{self.name}/hidden_dropout")
 
     def _split_heads(self, x):
         """[batch, seq, hidden] -> [batch, heads, seq, head_dim]."""
@@ -174,13 +194,15 @@ class Pooler(keras.layers.Dense):
         return super().call(sequence_output[:, 0])
 
 
-def build_bert_encoder(config):
+def build_bert_encoder(config, dropout=None):
     """Build an uncompiled BERT encoder with the TF Hub BERT interface.
 
     Call it inside `strategy.scope()` so the variables live on every replica.
 
     Args:
       config: a BertConfig (e.g. `bert_config("base")`).
+      dropout: (rate, name) -> a dropout layer; default keras Dropout, whose masks a resumed
+        run does not draw again (see the module doc; pretraining passes ContentSeededDropout).
 
     Returns:
       A keras_tpu.keras Model taking a dict of int32 [batch, seq] tensors
@@ -195,22 +217,25 @@ def build_bert_encoder(config):
     if not isinstance(config, BertConfig):
         raise TypeError(f"config must be a BertConfig, got {type(config).__name__}.")
     inputs = {name: keras.Input(shape=(None,), dtype=tf.int32, name=name) for name in INPUT_NAMES}
-    return keras.Model(inputs, encoder_outputs(config, inputs), name="bert_encoder")
+    outputs = encoder_outputs(config, inputs, dropout=dropout)
+    return keras.Model(inputs, outputs, name="bert_encoder")
 
 
-def encoder_outputs(config, inputs, *, one_hot_lookup=False, attention_dropout=None):
+def encoder_outputs(config, inputs, *, one_hot_lookup=False, attention_dropout=None,
+                    dropout=None):
     """Apply the encoder's layers to Keras inputs; return the output dict (see above).
 
     keras_tpu.parallel.mesh.layout builds its classifier from these layers directly (one flat
     functional model), so that a LayoutMap names every variable by its layer, and passes
-    `one_hot_lookup` (BertEmbeddings) and `attention_dropout` (TransformerLayer).
+    `one_hot_lookup` (BertEmbeddings) and `attention_dropout` (TransformerLayer);
+    `dropout` goes to every layer (see `build_bert_encoder`).
     """
-    x = BertEmbeddings(config, one_hot_lookup=one_hot_lookup, name="embeddings")(
+    x = BertEmbeddings(config, one_hot_lookup=one_hot_lookup, dropout=dropout, name="embeddings")(
         inputs["input_word_ids"], inputs["input_type_ids"]
     )
     layer_outputs = []
     for i in range(config.num_layers):
-        x = TransformerLayer(config, attention_dropout, name=f"transformer/layer_{i}")(
+        x = TransformerLayer(config, attention_dropout, dropout, name=f"transformer/layer_{i}")(
             x, inputs["input_mask"]
         )
         layer_outputs.append(x)

@@ -219,7 +219,9 @@ def hub_preprocess(handle, seq_length=128):
     return HubBertPreprocessor(handle, seq_length).preprocess
 
 
-def learn_wordpiece_vocab(sentences, vocab_size=8000, lower_case=True):
+def learn_wordpiece_vocab(
+    sentences, vocab_size=8000, lower_case=True, special_tokens=SPECIAL_TOKENS
+):
     """Learn a WordPiece vocabulary from `sentences` (for models trained from scratch).
 
     Uses Hugging Face `tokenizers`' WordPiece trainer (Rust) with BERT's normalizer and
@@ -232,6 +234,8 @@ def learn_wordpiece_vocab(sentences, vocab_size=8000, lower_case=True):
       sentences: an iterable of str.
       vocab_size: the vocabulary size to learn (fewer when the text has fewer pieces).
       lower_case: lower-case and strip accents first (must match the preprocessor).
+      special_tokens: the tokens first in the vocabulary, in order (the masked LM adds
+        "[MASK]": models/bert/pretraining/mlm_task.py).
 
     Returns:
       The vocabulary as a list of tokens, "[PAD]" first.
@@ -247,7 +251,7 @@ def learn_wordpiece_vocab(sentences, vocab_size=8000, lower_case=True):
     )
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+        vocab_size=vocab_size, special_tokens=list(special_tokens),
         continuing_subword_prefix="##", show_progress=False,
     )  # fmt: skip
     tokenizer.train_from_iterator((str(s) for s in sentences), trainer=trainer)
