@@ -32,7 +32,7 @@ def test_unknown_names_are_one_line_listing_the_registered_ones():
     with pytest.raises(registry.UnknownTaskError) as info:
         registry.get_task("cnnn")
     message = str(info.value)
-    assert "\n" not in message and "bert, cnn" in message and "--import=" in message
+    assert "\n" not in message and "bert, bert_mlm, cnn" in message and "--import=" in message
     with pytest.raises(registry.UnknownTaskError, match="has no function 'nope'"):
         registry.get_task("models.cnn.cnn_task:nope")
 

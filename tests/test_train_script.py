@@ -88,7 +88,7 @@ def test_helpshort_lists_the_scripts_own_flags():
 
 def test_help_lists_the_tasks_and_a_failing_import_or_data_mistake_is_one_line(tmp_path):
     helped = run_script("train.py", "--help")
-    assert "Registered tasks: bert, cnn " in helped.stdout and "--task" in helped.stdout
+    assert "Registered tasks: bert, bert_mlm, cnn " in helped.stdout and "--task" in helped.stdout
     assert "error:" not in helped.stderr
     broken = tmp_path / "broken_tasks.py"
     broken.write_text("import numpy\n\nraise ValueError('the data file is missing')\n")
