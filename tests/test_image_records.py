@@ -289,12 +289,6 @@ def test_train_cnn_on_jpeg_records_with_a_backbone_resumes_exactly_after_sigkill
     target = np.full((40, 10), 0.1 / 10) + 0.9 * np.eye(10)[read_labels]
     smoothed = -(target * np.log(np.clip(probabilities, 1e-7, 1.0))).sum(1).mean()
     assert test["loss"] == pytest.approx(smoothed, rel=1e-4)
-    # Read back through the run: the same records, the backbone's [0, 255] contract applied.
-    import keras_tpu  # pylint: disable=g-import-not-at-top
-
-    scored = keras_tpu.evaluate(inputs, model_dir=killed_dir).metrics
-    assert scored["accuracy"] == pytest.approx(test["accuracy"], abs=1e-7)
-    assert scored["loss"] == pytest.approx(test["loss"], rel=1e-5)
 
 
 # The recipe of a backbone trained from scratch on digits as 32x32 JPEGs: the main job's
