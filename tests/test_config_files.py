@@ -265,6 +265,7 @@ def test_every_config_run_offline_as_its_header_says_runs_or_is_one_error_line(t
 
 @pytest.mark.slow
 @pytest.mark.serial  # A loopback cluster: its peers and time-outs need the cores.
+@pytest.mark.heavy  # Opt-in (`-m heavy`): ~120 s of CI; tests/test_multiworker.py trains the 2-worker CNN in CI.
 def test_the_two_worker_config_trains_as_its_header_says(tmp_path):
     from tests import test_multiworker  # pylint: disable=g-import-not-at-top
 
