@@ -65,6 +65,7 @@ from keras_tpu.inference.predict_evaluate import Evaluations  # noqa: E402
 from keras_tpu.inference.predict_evaluate import predict  # noqa: E402
 from keras_tpu.inference.predict_evaluate import Predictions  # noqa: E402
 from keras_tpu.engine.conclude.saved_model_export import export_model  # noqa: E402
+from keras_tpu.engine.conclude.saved_model_export import write_saved_model  # noqa: E402
 from keras_tpu.runtime.strategy.resolver import resolve_strategy  # noqa: E402
 from keras_tpu.runtime.strategy.resolver import describe  # noqa: E402
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo  # noqa: E402
@@ -100,6 +101,7 @@ __all__ = [
     "predict",
     "Predictions",
     "export_model",
+    "write_saved_model",
     "resolve_strategy",
     "describe",
     "StrategyInfo",

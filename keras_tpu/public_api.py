@@ -33,6 +33,7 @@ TOP_LEVEL = (
     "keras_tpu.inference.predict_evaluate:predict",
     "keras_tpu.inference.predict_evaluate:Predictions",
     "keras_tpu.engine.conclude.saved_model_export:export_model",
+    "keras_tpu.engine.conclude.saved_model_export:write_saved_model",
     # Devices: where a run executes and whether the TPU will work.
     "keras_tpu.runtime.strategy.resolver:resolve_strategy",
     "keras_tpu.runtime.strategy.resolver:describe",

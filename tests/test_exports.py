@@ -7,6 +7,7 @@ no custom_objects, and holds nothing of keras_tpu (no class, no metric, no loss)
 """
 
 import dataclasses
+import json
 import logging
 import os
 
@@ -17,6 +18,8 @@ import tf_keras
 
 import keras_tpu
 from keras_tpu import keras
+from keras_tpu.engine.conclude import scoring
+from keras_tpu.engine.rundir import atomic_writes
 from keras_tpu.engine.rundir import output_paths
 from keras_tpu.runtime.strategy import strategy_builders
 from models.bert import bert_export
@@ -25,6 +28,7 @@ from models import bert
 from models.cnn import cnn_task as cnn_task_lib
 from tests.conftest import CPU_REPLICAS
 from tests.conftest import run_python
+from tests.conftest import tiny_task
 
 RNG = np.random.default_rng(0)
 FEATURES = {"a": RNG.random((32, 3), dtype=np.float32), "b": RNG.random((32, 2), dtype=np.float32)}
@@ -76,6 +80,31 @@ def _keras3_layer(export_dir, endpoint):
 
     assert keras3.__version__.startswith("3.")
     return keras3.layers.TFSMLayer(export_dir, call_endpoint=endpoint)
+
+
+def test_a_tasks_export_writes_into_a_directory_the_run_owns_then_marked_scored_and_renamed(
+    tmp_path,
+):
+    """The one export path (#58): the Task's `export` writes into an empty temp directory
+    beside export_dir; the run then marks it (its model and run), records its scoring and
+    renames it into place. Nothing of it is passed through a context."""
+    handed = []
+
+    def export(model, directory, strategy):
+        handed.append((directory, sorted(os.listdir(directory))))
+        keras_tpu.write_saved_model(model, directory, strategy)
+
+    task = dataclasses.replace(tiny_task(), export=export)
+    _, export_dir = _fit_and_keep_model(task, tmp_path)
+    ((directory, entries),) = handed
+    assert entries == [] and directory != export_dir and not os.path.exists(directory)
+    assert os.path.dirname(directory) == os.path.dirname(export_dir)
+    assert os.path.basename(directory).startswith(atomic_writes.temp_prefix(export_dir))
+    with open(os.path.join(export_dir, output_paths.EXPORT_MARKER)) as f:
+        assert json.load(f)["run"] == str(tmp_path / "run")
+    record = scoring.read(export_dir)
+    assert (record.output, record.loss, record.activation) == ("score", "mse", None)
+    assert sorted(os.listdir(tmp_path)) == ["export", "run"]  # No temp directory left.
 
 
 @pytest.mark.parametrize(

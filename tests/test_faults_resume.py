@@ -90,8 +90,8 @@ if mode.startswith("SIGTERM:"):  # A signal while writing best/, or in the final
             return replace(src, dst)
         os.replace = summary_replace
     else:
-        save_atomically = outputs.save_atomically
-        outputs.save_atomically = lambda save, *a, **k: save_atomically(signalled(save), *a, **k)
+        export_whole = outputs.export_whole
+        outputs.export_whole = lambda where, write, *a, **k: export_whole(where, signalled(write), *a, **k)
 
 make = callbacks.make_callbacks
 def with_fault(*args, **kwargs):

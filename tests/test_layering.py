@@ -353,7 +353,7 @@ def test_keras_tpu_exports_exactly_its_one_declaration():
     from keras_tpu import public_api  # pylint: disable=g-import-not-at-top
 
     names = public_api.top_level_names()
-    assert keras_tpu.__all__ == names and len(set(names)) == len(names) == 33
+    assert keras_tpu.__all__ == names and len(set(names)) == len(names) == 34
     for entry in public_api.TOP_LEVEL:
         name, module, attribute = public_api.split(entry)
         value = importlib.import_module(module)
@@ -402,8 +402,14 @@ ONE_OWNER = {
     "weights_bytes": "keras_tpu/engine/rundir/disk_space.py",  # The model-bytes formula.
     "checkpoint_bytes": "keras_tpu/engine/rundir/disk_space.py",
     "first_line": "keras_tpu/checks.py",  # An error's one line.
-    "save_atomically": "keras_tpu/engine/conclude/saved_model_export.py",  # The export's writer.
-    "preflight": "keras_tpu/engine/conclude/saved_model_export.py",  # The export's one check.
+    # The export's parts, each defined once: the one path (preflight, write, marker, scoring
+    # record, rename), its check, its write, its marker and its scoring record.
+    "export_whole": "keras_tpu/engine/conclude/saved_model_export.py",
+    "preflight": "keras_tpu/engine/conclude/saved_model_export.py",
+    "check_export_dir": "keras_tpu/engine/rundir/output_paths.py",
+    "write_saved_model": "keras_tpu/engine/conclude/saved_model_export.py",
+    "write_marker": "keras_tpu/engine/rundir/output_paths.py",
+    "Scoring": "keras_tpu/engine/conclude/scoring.py",
     "build_metrics": "keras_tpu/engine/task/task_builds.py",  # What a run builds from its Task.
     "check_metric_name": "keras_tpu/engine/task/task_builds.py",
     "steps_per_execution": "keras_tpu/runtime/device_rules.py",  # "auto" on each device kind.
@@ -430,7 +436,6 @@ REMOVALS = ("rmtree", "os.remove", "os.unlink", "os.rmdir", "gfile.remove")
 OWN_TEMP_REMOVALS = {
     "keras_tpu/runtime/saved_model_dropout.py": "its SavedModel copy, at exit (layer 1)",
     "keras_tpu/engine/stops/cluster_stop.py": "a worker's scratch save (below rundir)",
-    "models/bert/mesh/mesh_export.py": "its emptied scratch folder (public API only)",
 }
 
 
@@ -449,6 +454,26 @@ def test_each_concept_is_decided_in_one_place():
     wrong = {name: defined.get(name, []) for name in ONE_OWNER}
     wrong = {name: paths for name, paths in wrong.items() if paths != [ONE_OWNER[name]]}
     assert not wrong, f"defined elsewhere or more than once (ONE_OWNER names the owner): {wrong}"
+
+
+def test_every_input_of_the_export_is_visible_at_its_call():
+    """No module holds a context variable (#58): the export's run, scoring record and
+    preflight are arguments of saved_model_export.export_whole, and the refusal of an
+    export_dir for a task without an export is written once."""
+    holders = [
+        path for path in _python_files("keras_tpu", "models", "scripts")
+        if any(
+            isinstance(node, (ast.Import, ast.ImportFrom)) and "contextvars" in (
+                [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module])
+            for node in ast.walk(_parse(path))
+        )
+    ]  # fmt: skip
+    assert holders == []
+    refusals = [
+        path for path in _python_files("keras_tpu", "models", "scripts")
+        if "this task has no export" in open(os.path.join(REPO, path)).read()
+    ]  # fmt: skip
+    assert refusals == ["keras_tpu/engine/training_run.py"]
 
 
 def test_every_removal_goes_through_owned_files():

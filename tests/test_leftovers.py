@@ -201,7 +201,7 @@ def test_a_full_disk_during_the_runs_export_is_the_run_stopped_of_every_stop(
     with pytest.raises(keras_tpu.RunStopped) as stopped:
         keras_tpu.fit(tiny_task(), config)
     assert stopped.value.exit_code == 2 and stopped.value.stop.kind == "disk"
-    assert isinstance(stopped.value, keras_tpu.ConfigError)  # As save_atomically's callers had it.
+    assert isinstance(stopped.value, keras_tpu.ConfigError)  # As export_whole's callers had it.
     assert str(stopped.value).startswith(f"cannot write {export}: No space left on device.")
     assert not export.exists() and [p.name for p in tmp_path.iterdir()] == ["run"]
     run = tmp_path / "run"

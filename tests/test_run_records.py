@@ -107,9 +107,9 @@ def test_a_run_stopped_at_each_phase_reports_the_uninterrupted_run(tmp_path, mon
         patch.setattr(backend.KerasBackend, "evaluate", _killed)  # During the final evaluation.
         _run(run, **exporting)
     with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
-        save_atomically = saved_model_export.save_atomically
-        killed = lambda save, *a, **k: save_atomically(_killed, *a, **k)  # noqa: E731
-        patch.setattr(saved_model_export, "save_atomically", killed)
+        export_whole = saved_model_export.export_whole
+        killed = lambda where, write, *a, **k: export_whole(where, _killed, *a, **k)  # noqa: E731
+        patch.setattr(saved_model_export, "export_whole", killed)
         _run(run, **exporting)  # During the export.
     assert not (tmp_path / "export").exists()
     resumed, seen = _run(run, **exporting)

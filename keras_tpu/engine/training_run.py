@@ -310,16 +310,16 @@ class TrainingRun:
             record = scoring.Scoring.of(self.model, self.task.loss,
                                         task_builds.build_metrics(self.task.metrics),
                                         self.task.class_names, config)  # fmt: skip
-            with output_paths.exporting_run(config.model_dir), (
-                saved_model_export.scoring_recorded(record)
-            ), saved_model_export.preflighted(
-                config.export_dir
-            ):
-                saved_model_export.export_on_every_worker(
-                    lambda export_dir: self._export(export_dir),
-                    config.export_dir,
-                    self.strategy,
-                )
+            run = output_paths.run_owner(config.model_dir)
+
+            def export(export_dir):  # Checked before training (preflight, above).
+                fault_points.reach("export")
+                return saved_model_export.export_whole(
+                    export_dir, self.backend.write_export, self.model,
+                    overwrite=config.overwrite, run=run, scoring=record, preflighted=True,
+                )  # fmt: skip
+
+            saved_model_export.export_on_every_worker(export, config.export_dir, self.strategy)
         summary = summary_lib.run_summary(self, trained, test, weights=weights, checksum=checksum)
         self._enter("finishing")
         if self.info.is_chief:
@@ -332,10 +332,6 @@ class TrainingRun:
         if self.callbacks.backup:  # Only now: a failed export leaves the backup for the rerun.
             self.callbacks.backup.finish()
         return summary
-
-    def _export(self, export_dir):
-        fault_points.reach("export")
-        return self.backend.export(export_dir, overwrite=self.config.overwrite)
 
     def _load_exported_weights(self):
         """Load the best weights if the config exports them; return "final" or "best"."""

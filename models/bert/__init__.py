@@ -12,7 +12,7 @@ Modules, in reading order:
   bert_vocab.py       the task's up-front check: the vocabulary fits the embedding table
   bert_optimizer.py   bert_adamw: AdamW with BERT's warm-up and linear decay
   bert_task.py        the "bert" task: BertRunConfig, bert_task, train_bert
-  bert_export.py      export_bert: the serving signature (raw strings in, predictions out)
+  bert_export.py      the serving signature (raw strings in): write_bert, export_bert
   pretraining/        the masked LM from your own text: packing, dynamic masking, head, task
   glue/               GLUE tasks' shapes, extra evaluation splits, submission files
   hf/                 Hugging Face safetensors -> the native encoder and TF Hub export
@@ -43,5 +43,6 @@ from models.bert.bert_hub import NEW_INTERFACE_HANDLE  # noqa: F401
 from models.bert.bert_hub import export_encoder  # noqa: F401
 from models.bert.bert_hub import load_encoder  # noqa: F401
 from models.bert.bert_export import export_bert  # noqa: F401
+from models.bert.bert_export import write_bert  # noqa: F401
 from models.bert.bert_optimizer import WarmupLinearDecay  # noqa: F401
 from models.bert.bert_optimizer import bert_adamw  # noqa: F401

@@ -90,32 +90,58 @@ def _string(name):
     return tf.TensorSpec([None], tf.string, name=name)
 
 
-def export_bert(
-    model, preprocessor, export_dir, strategy, *, pair, regression, overwrite=False,
-    class_names=None,
-):  # fmt: skip
-    """Export a BERT classifier or regressor whose serving signature takes raw strings.
+def saved_model_arguments(model, preprocessor, *, pair, regression, class_names=None):
+    """Return what `keras_tpu.write_saved_model` saves for a BERT model: serving, signatures, names.
 
     Args:
       model: the trained model, BERT input dicts -> logits (or a [batch, 1] score).
       preprocessor: a `text.BertPreprocessor` or `text.HubBertPreprocessor`.
-      export_dir: where to write the SavedModel (atomically).
-      strategy: the training strategy (remote TPUs write through this host).
       pair: serve `text_a` and `text_b` (a sentence pair) instead of `text`.
       regression: return {"score"} instead of {"probabilities", "class_ids"}.
-      overwrite: replace an export_dir holding something else.
       class_names: each class's name, in label order: the signature also returns
         {"class_names"} (the predicted class's name) and the export has `class_names()`.
-
-    Returns:
-      export_dir.
     """
     serving = _Serving(
         model, preprocessor, pair=pair, regression=regression, class_names=class_names
     )
     serving(serving.sample())  # Built: Keras saves the traced call for load_model.
+    return {
+        "serving": serving,
+        "signatures": {"serving_default": serving.signature()},
+        "class_names": None if regression else class_names,
+    }
+
+
+def write_bert(model, preprocessor, directory, strategy, *, pair, regression, class_names=None):
+    """Write a BERT classifier or regressor whose serving signature takes raw strings.
+
+    The BERT Task's `export` (the run checks, marks and renames `directory`): the
+    arguments as `saved_model_arguments`'s; `directory` is the caller's, written straight.
+    """
+    keras_tpu.write_saved_model(
+        model, directory, strategy,
+        **saved_model_arguments(model, preprocessor, pair=pair, regression=regression,
+                                class_names=class_names),
+    )  # fmt: skip
+
+
+def export_bert(
+    model, preprocessor, export_dir, strategy, *, pair, regression, overwrite=False,
+    class_names=None,
+):  # fmt: skip
+    """Export a BERT classifier or regressor alone into export_dir (`keras_tpu.export_model`).
+
+    Args:
+      model, preprocessor, pair, regression, class_names: as `saved_model_arguments`'s.
+      export_dir: where to write the SavedModel (atomically).
+      strategy: the training strategy (remote TPUs write through this host).
+      overwrite: replace an export_dir holding something else.
+
+    Returns:
+      export_dir.
+    """
     return keras_tpu.export_model(
-        model, export_dir, strategy, overwrite=overwrite, serving=serving,
-        signatures={"serving_default": serving.signature()},
-        class_names=None if regression else class_names,
+        model, export_dir, strategy, overwrite=overwrite,
+        **saved_model_arguments(model, preprocessor, pair=pair, regression=regression,
+                                class_names=class_names),
     )  # fmt: skip

@@ -227,9 +227,9 @@ def bert_task(config: BertRunConfig, finished=None) -> keras_tpu.Task:
         flops_per_example=lambda model: bert.training_flops_per_example(model, config.seq_length),
         check_memory=lambda model, info, policy: _check_memory(model, info, policy, config),
         check_model=lambda model: bert_vocab.check_vocabulary(model, preprocessor, config),
-        export=lambda model, export_dir, strategy, overwrite: bert_export.export_bert(
-            model, preprocessor, export_dir, strategy, pair=splits.pair,
-            regression=config.regression, overwrite=overwrite, class_names=splits.label_names,
+        export=lambda model, directory, strategy: bert_export.write_bert(
+            model, preprocessor, directory, strategy, pair=splits.pair,
+            regression=config.regression, class_names=splits.label_names,
         ),  # fmt: skip
     )
     return keras_tpu.Task(**{**fields, **sharded})

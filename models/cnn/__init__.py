@@ -6,7 +6,7 @@ Modules, in reading order:
   cnn_builder.py   build_cnn and its VARIANTS
   backbones.py     keras.applications backbones with a head, weights files, a frozen start
   image_recipe.py  scaled LR with warm-up + cosine, AdamW/SGD decay, label smoothing, top-5
-  cnn_export.py    export_cnn: the serving signature (probabilities, class ids and names)
+  cnn_export.py    the serving signatures (image bytes in): write_cnn, export_cnn
 
 Entry points: the names below; `cnn_task.CNNConfig`, `cnn_task`, `train_cnn`
 (models/__init__.py); `backbones` (models/datasets.py).

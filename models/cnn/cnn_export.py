@@ -64,19 +64,35 @@ def serving_signatures(model, class_names=None, contract=None):
     }  # fmt: skip
 
 
-def export_cnn(model, export_dir, strategy, *, overwrite=False, class_names=None, contract=None):
-    """Export a trained CNN with the serving signatures above (see `keras_tpu.export_model`).
+def write_cnn(model, directory, strategy, *, class_names=None, contract=None):
+    """Write a trained CNN's SavedModel with the signatures above into `directory`.
+
+    The CNN Task's `export` (the run checks, marks and renames `directory`);
+    `keras_tpu.write_saved_model` with the CNN's signatures and input contract.
 
     Args:
       model: the trained classifier (images -> probabilities).
-      export_dir: where to write the SavedModel (atomically).
+      directory: the directory the SavedModel is written into (its caller's).
       strategy: the training strategy (remote TPUs write through this host).
-      overwrite: replace an export_dir holding something else.
       class_names: each class's name, in label order: the signatures also return
         "class_names" (the predicted class's name). The run gives the export its
         `class_names()` function itself.
       contract: the model's ImageContract (the run's Task.input_contract): the signatures
         take encoded or decoded images through it, and the export states it.
+    """
+    keras_tpu.write_saved_model(
+        model, directory, strategy,
+        signatures=serving_signatures(model, class_names, contract), input_contract=contract,
+    )  # fmt: skip
+
+
+def export_cnn(model, export_dir, strategy, *, overwrite=False, class_names=None, contract=None):
+    """Export a trained CNN alone into export_dir (see `keras_tpu.export_model`).
+
+    Args:
+      model, strategy, class_names, contract: as `write_cnn`'s.
+      export_dir: where to write the SavedModel (atomically).
+      overwrite: replace an export_dir holding something else.
 
     Returns:
       export_dir.

@@ -177,7 +177,7 @@ def _image_or_cnn_task(config, train, test, preprocess, image_shape, num_classes
         mode="max",
         name=name,
         class_weight=config.class_weight,
-        export=functools.partial(cnn_export.export_cnn, class_names=class_names,
+        export=functools.partial(cnn_export.write_cnn, class_names=class_names,
                                  contract=contract),
     )
 
@@ -261,7 +261,7 @@ def _image_task(config, train, test, preprocess, image_shape, num_classes, name,
         class_weight=config.class_weight,
         callbacks=lambda: list(callbacks),
         input_contract=contract,
-        export=functools.partial(cnn_export.export_cnn, class_names=class_names, contract=contract),
+        export=functools.partial(cnn_export.write_cnn, class_names=class_names, contract=contract),
     )
 
 

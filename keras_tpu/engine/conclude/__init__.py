@@ -5,8 +5,9 @@ whole (loadable without keras_tpu, scored as the run was) and summed up in one t
 
 Modules, in reading order:
   final_evaluation.py   the final test: the last epoch's when the weights are the same
-  saved_model_export.py the SavedModel export: `preflight` before training, `save_atomically`,
-                        what is kept (serving only); export_model
+  saved_model_export.py the SavedModel export, one path: `preflight` before training, the
+                        write (`write_saved_model`: serving only), `export_whole` (marks,
+                        records scoring, renames); export_model
   scoring.py            Scoring: the loss, metrics and output kind an export carries
   activation_logits.py  the logits a final sigmoid or softmax read, served as the export's `logits()`
   summary.py            RunSummary: what a run reports, written as model_dir/summary.json
@@ -15,8 +16,9 @@ One room away: each family's serving signature (its input and output names) is i
 export function: models/cnn/cnn_export.py, models/bert/bert_export.py
 (models/bert/mesh/mesh_export.py on a mesh); the export's paths are rundir/output_paths.py's.
 
-Entry points: `saved_model_export.export_model` (public), `saved_model_export.preflight`
-(training_run.py), `summary.RunSummary` (public), `summary.read` and `summary.weights_checksum`
-(inference/, parallel/mesh/, scripts/), `scoring.Scoring` (training_run.py, inference/),
-`final_evaluation.final_test` (training_run.py).
+Entry points: `saved_model_export.export_model` and `write_saved_model` (public),
+`saved_model_export.preflight` and `export_whole` (training_run.py), `summary.RunSummary`
+(public), `summary.read` and `summary.weights_checksum` (inference/, parallel/mesh/,
+scripts/), `scoring.Scoring` (training_run.py, inference/), `final_evaluation.final_test`
+(training_run.py).
 """

@@ -5,20 +5,25 @@ of its training: no optimizer, no compiled loss or metrics. So it loads with
 `tf.saved_model.load`, `tf_keras.models.load_model` (no custom_objects) and Keras
 3's `keras.layers.TFSMLayer`, on a machine without keras_tpu (docs/guide.md, "Exports").
 
-The export whole, here: its one check before training (`preflight`: a run calls it
-once, before anything is written, and its writer then trusts it), its writer
-(`save_atomically`: a temp directory beside export_dir, renamed into place; its
-temporary directory is named by atomic_writes.temp_prefix) and what is saved.
-It also carries, beside the SavedModel, what scoring it needs (scoring.py).
+The export whole, here, each part defined once and every input visible at its call:
+  `preflight`          its one check (output_paths.check_export_dir): a run calls it once,
+                       before anything is written, and passes `preflighted=True` after;
+  `write_saved_model`  the write: the model's SavedModel into a directory its caller owns
+                       (what is saved: serving only, `logits()`, `class_names()`, the
+                       input contract); a Task's `export` calls it (or writes its own);
+  `export_whole`       the one path: preflight, a temp directory beside export_dir (named
+                       by atomic_writes.temp_prefix), the write, the marker (the model and
+                       the run, output_paths.write_marker), the scoring record a run gives
+                       (scoring.Scoring), then the rename into place;
+  `export_model`       the public export of a model alone: `write_saved_model` through
+                       `export_whole`, with no run and no scoring record.
 
 The serving signature's input and output names are each family's, set by its `Task.export`
-(which calls `export_model` with them): models/cnn/cnn_export.py, models/bert/bert_export.py
+(which calls `write_saved_model` with them): models/cnn/cnn_export.py, models/bert/bert_export.py
 (on a mesh, models/bert/mesh/mesh_export.py); a Task's default export keeps Keras's own.
 """
 
 import contextlib
-import contextvars
-import dataclasses
 import os
 import tempfile
 
@@ -34,16 +39,17 @@ from keras_tpu.runtime import compat
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
 
 
-# The export_dir a run preflighted before training (`preflighted`): its writer does not
-# check it again hours later.
-_PREFLIGHTED = contextvars.ContextVar("keras_tpu_preflighted_export", default=None)
-
-
 def preflight(export_dir, *, overwrite, model=None, run=None):
     """Refuse an export_dir holding something other than this run's export of `model`.
 
     The export's one check (output_paths.check_export_dir): a run calls it before
-    anything is written; `export_model` alone calls it as it writes.
+    anything is written; `export_whole` calls it as it writes, unless told it ran.
+
+    Args:
+      export_dir: the export directory (may not exist yet).
+      overwrite: replace whatever is there.
+      model: the model to export (None before it exists: only "is it an export").
+      run: the exporting run's output_paths.run_owner(model_dir); None: no run.
 
     Raises:
       OutputError: export_dir is a file, in memory, or holds another model's or
@@ -52,45 +58,49 @@ def preflight(export_dir, *, overwrite, model=None, run=None):
     output_paths.check_export_dir(export_dir, overwrite=overwrite, model=model, run=run)
 
 
-@contextlib.contextmanager
-def preflighted(export_dir):
-    """Within this context the writer trusts `preflight`'s check of `export_dir` (a run's)."""
-    token = _PREFLIGHTED.set(export_dir)
-    try:
-        yield
-    finally:
-        _PREFLIGHTED.reset(token)
+def export_whole(export_dir, write, model, *, overwrite, run=None, scoring=None,
+                 preflighted=False):  # fmt: skip
+    """Write an export whole: `write(directory)` into a temp dir beside export_dir, then rename.
 
-
-def save_atomically(save_fn, export_dir, model, *, overwrite):
-    """Call save_fn(directory) on a temp dir beside export_dir, then rename it into place.
-
-    A failed or interrupted save leaves export_dir as it was and no temp files; an
-    old export is replaced whole, so none of its files (e.g. a stale assets/vocab.txt)
-    survives into the new one.
+    The one path every export takes. A failed or interrupted write leaves export_dir as it
+    was and no temp files; an old export is replaced whole, so none of its files (e.g. a
+    stale assets/vocab.txt) survives into the new one.
 
     Args:
-      save_fn: writes a SavedModel into the directory it is given.
       export_dir: the final directory.
-      model: the exported model (for the identity marker and the size estimate).
+      write: directory -> None, writes the SavedModel into `directory` (an empty
+        directory this function owns): `write_saved_model`, or a Task's `export`.
+      model: the exported model, as trained (for the marker's identity and the size
+        estimate).
       overwrite: replace an export_dir holding something else.
+      run: the exporting run (output_paths.run_owner of its model_dir), recorded in the
+        marker; None: a model exported alone.
+      scoring: the run's scoring.Scoring, written beside the SavedModel (what
+        `keras_tpu.evaluate(export_dir=...)` scores with); None writes none.
+      preflighted: the caller ran `preflight` for this export_dir, model and run (a run
+        does, before training): it is not checked again.
 
     Returns:
       export_dir.
 
     Raises:
-      OutputError: export_dir holds something else (see `preflight`; not checked again
-        in a run that preflighted it), or the write failed (full disk, no permission),
-        with the space needed.
+      OutputError: export_dir holds something else (see `preflight`), or the write failed
+        (full disk, no permission), with the space needed.
     """
-    if _PREFLIGHTED.get() != export_dir:
-        preflight(export_dir, overwrite=overwrite, model=model)
+    if not preflighted:
+        preflight(export_dir, overwrite=overwrite, model=model, run=run)
+
+    def write_whole(directory):
+        write(directory)
+        output_paths.write_marker(directory, model, run)
+        if scoring is not None:
+            scoring.write(directory)
+
     weights_bytes = disk_space.weights_bytes(model)
     if output_paths.is_remote(export_dir):
         # Object stores (gs://) cannot rename directories: replace in place.
         owned_files.remove(export_dir)
-        save_fn(export_dir)
-        output_paths.write_marker(export_dir, model)
+        write_whole(export_dir)
         return export_dir
     export_dir = os.path.abspath(export_dir)
     parent = os.path.dirname(export_dir)
@@ -98,8 +108,7 @@ def save_atomically(save_fn, export_dir, model, *, overwrite):
     try:
         os.makedirs(parent, exist_ok=True)
         temp_dir = tempfile.mkdtemp(prefix=atomic_writes.temp_prefix(export_dir), dir=parent)
-        save_fn(temp_dir)
-        output_paths.write_marker(temp_dir, model)
+        write_whole(temp_dir)
         atomic_writes.replace_directory(temp_dir, export_dir, commit="saved_model.pb")
     except atomic_writes.WRITE_ERRORS as e:
         if not atomic_writes.is_write_error(e):
@@ -112,23 +121,6 @@ def save_atomically(save_fn, export_dir, model, *, overwrite):
         if temp_dir:
             owned_files.remove(temp_dir, best_effort=True)
     return export_dir
-
-
-_SCORING = contextvars.ContextVar("keras_tpu_export_scoring", default=None)
-
-
-@contextlib.contextmanager
-def scoring_recorded(record):
-    """Write `record` (a scoring.Scoring, or None) into each export saved in this context.
-
-    The run sets it around the task's export function (which calls `export_model`), so
-    the record lands inside the same atomic write as the SavedModel.
-    """
-    token = _SCORING.set(record)
-    try:
-        yield
-    finally:
-        _SCORING.reset(token)
 
 
 def _save_options(strategy, export_dir):
@@ -174,55 +166,77 @@ def class_names_function(model, class_names):
         del model.class_names
 
 
-def export_model(
-    model, export_dir, strategy, *, overwrite=False, serving=None, signatures=None,
-    class_names=None, input_contract=None,
+def write_saved_model(
+    model, directory, strategy, *, serving=None, signatures=None, class_names=None,
+    input_contract=None,
 ):  # fmt: skip
-    """Write `model` as a SavedModel (Keras format inside, loadable by TF Serving).
+    """Write `model`'s SavedModel (Keras format inside, loadable by TF Serving) into `directory`.
 
-    For a remote TPU node the files are written by this host, so a local
-    export_dir works (tensorflow/tensorflow#36447). The SavedModel is written
-    beside export_dir and renamed into place (`save_atomically`); an
-    export_dir holding something else is refused unless `overwrite`.
+    The write alone: `directory` is its caller's (a temp directory `export_whole` owns),
+    so nothing here checks, marks or renames. It is a Task's default `export`; a family's
+    export calls it with its signatures (models/cnn/cnn_export.py). For a remote TPU node
+    the files are written by this host, so a local directory works
+    (tensorflow/tensorflow#36447).
 
     Args:
       model: the trained tf_keras model.
-      export_dir: where the SavedModel goes.
+      directory: where the SavedModel goes (an empty or new directory).
       strategy: the training strategy (remote TPUs write through this host).
-      overwrite: replace an export_dir holding something else.
       serving: a Keras model that wraps `model` (e.g. with its preprocessing, as
         models/bert/bert_export.py does) to save instead of `model` itself.
       signatures: the saved model's serving signatures (default: Keras's own).
       class_names: each class's name, in label order: the export gets `class_names()`
         (see `class_names_function`).
       input_contract: what the model takes as an image (a `data.images.ImageContract`),
-        written beside the SavedModel (`image_contract.FILE`), inside the same atomic
-        write: prediction decodes images through it.
+        written beside the SavedModel (`image_contract.FILE`): prediction decodes images
+        through it.
 
     A model ending in a sigmoid or softmax also gets `logits()` (its inputs -> the logits
     its loss read: activation_logits.served).
     """
     compat.ensure_tf_keras(model)
     saved = model if serving is None else serving
+    with serving_only(model), class_names_function(saved, class_names), (
+        activation_logits.served(saved)
+    ):
+        saved.save(
+            directory,
+            include_optimizer=False,
+            save_format="tf",
+            signatures=signatures,
+            options=_save_options(strategy, directory),
+        )
+    if input_contract is not None:
+        input_contract.write(directory)
 
-    def save(directory):
-        with serving_only(model), class_names_function(saved, class_names), (
-            activation_logits.served(saved)
-        ) as activation:
-            saved.save(
-                directory,
-                include_optimizer=False,
-                save_format="tf",
-                signatures=signatures,
-                options=_save_options(strategy, directory),
-            )
-        if _SCORING.get() is not None:
-            # The loss is read from logits only where the export serves them (`logits()`).
-            dataclasses.replace(_SCORING.get(), activation=activation).write(directory)
-        if input_contract is not None:
-            input_contract.write(directory)
 
-    return save_atomically(save, export_dir, model, overwrite=overwrite)
+def export_model(
+    model, export_dir, strategy, *, overwrite=False, serving=None, signatures=None,
+    class_names=None, input_contract=None,
+):  # fmt: skip
+    """Export `model` alone as a SavedModel in export_dir (checked, written whole, marked).
+
+    `write_saved_model` through `export_whole`: the SavedModel is written beside
+    export_dir and renamed into place; an export_dir holding something else is refused
+    unless `overwrite`. A run exports through the same path, with its scoring record.
+
+    Args:
+      model, strategy, serving, signatures, class_names, input_contract: as
+        `write_saved_model`'s.
+      export_dir: where the SavedModel goes.
+      overwrite: replace an export_dir holding something else.
+
+    Returns:
+      export_dir.
+    """
+
+    def write(directory):
+        write_saved_model(
+            model, directory, strategy, serving=serving, signatures=signatures,
+            class_names=class_names, input_contract=input_contract,
+        )  # fmt: skip
+
+    return export_whole(export_dir, write, model, overwrite=overwrite)
 
 
 def export_on_every_worker(export_fn, export_dir, strategy):

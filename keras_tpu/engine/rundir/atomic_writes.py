@@ -45,7 +45,8 @@ _WRITE_ERRNOS = (
 class WriteFailed(output_paths.OutputError, stops.RunStopped):
     """A write failed (a full disk, no permission): one line, and a "disk" stop (exit 2).
 
-    Both kinds: a caller of the export's writer (saved_model_export.save_atomically) catches a ConfigError (a ValueError), and
+    Both kinds: a caller of the export's one path (saved_model_export.export_whole) catches a
+    ConfigError (a ValueError), and
     `fit`'s caller, whose export failed after training, the `keras_tpu.RunStopped` of
     every other stop.
     """

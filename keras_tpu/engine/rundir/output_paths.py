@@ -8,8 +8,6 @@ refuses another's. Writing them whole, and the message of a write that fails (a
 full disk), is atomic_writes.py's.
 """
 
-import contextlib
-import contextvars
 import hashlib
 import json
 import os
@@ -21,10 +19,6 @@ from keras_tpu import checks
 # Kept inside the SavedModel: assets.extra/ is the SavedModel directory for files
 # the graph does not use (TF Serving keeps its warm-up requests there).
 EXPORT_MARKER = os.path.join("assets.extra", "keras_tpu_export.json")
-# The run directory of the run exporting now (None: a run without model_dir): the marker
-# records it, so another run's export is not replaced without --overwrite. A context
-# value, so a Task's own export function (which calls export_model) needs no argument.
-_EXPORTING_RUN = contextvars.ContextVar("keras_tpu_exporting_run", default=None)
 
 
 def run_owner(model_dir):
@@ -32,16 +26,6 @@ def run_owner(model_dir):
     if not model_dir:
         return None
     return model_dir if "://" in model_dir else os.path.abspath(model_dir)
-
-
-@contextlib.contextmanager
-def exporting_run(model_dir):
-    """Within this context, exports are written by (and marked as) the run in `model_dir`."""
-    token = _EXPORTING_RUN.set(run_owner(model_dir))
-    try:
-        yield
-    finally:
-        _EXPORTING_RUN.reset(token)
 
 
 class OutputError(checks.ConfigError):
@@ -117,14 +101,12 @@ def check_export_dir(export_dir, *, overwrite, model=None, run=None):
       overwrite: replace whatever is there (the user passed --overwrite).
       model: the model to export; None checks only that a non-empty directory
         is a keras_tpu export (before the model exists).
-      run: the exporting run's `run_owner(model_dir)`; None: the one of the
-        `exporting_run` context, if any.
+      run: the exporting run's `run_owner(model_dir)`; None: a model exported alone.
 
     Raises:
       OutputError: export_dir is a file, or a non-empty directory that is not a
         keras_tpu export of the same model by the same run, and overwrite is False.
     """
-    run = run if run is not None else _EXPORTING_RUN.get()
     if not export_dir:
         return
     check_directory_path("export_dir", export_dir)
@@ -151,8 +133,8 @@ def check_export_dir(export_dir, *, overwrite, model=None, run=None):
     )
 
 
-def write_marker(export_dir, model):
-    """Write the marker of `model`'s export by the exporting run into `export_dir`."""
+def write_marker(export_dir, model, run):
+    """Write the marker of `model`'s export by `run` (a `run_owner`, or None) into export_dir."""
     tf.io.gfile.makedirs(os.path.join(export_dir, os.path.dirname(EXPORT_MARKER)))
     with tf.io.gfile.GFile(os.path.join(export_dir, EXPORT_MARKER), "w") as f:
-        json.dump({**model_identity(model), "run": _EXPORTING_RUN.get()}, f)
+        json.dump({**model_identity(model), "run": run}, f)

@@ -15,7 +15,6 @@ A backend refuses, with one ConfigError, any setting it cannot honour
 
 import dataclasses
 
-from keras_tpu import checks
 from keras_tpu.engine.steps import run_inputs
 from keras_tpu.engine.backup import run_position
 from keras_tpu.engine.conclude import saved_model_export as export_lib
@@ -105,8 +104,8 @@ class Backend:
         """
         return {f"val_{k}": v for k, v in self.evaluate().items() if k != "examples"}
 
-    def export(self, export_dir, *, overwrite):
-        """Write the serving export (atomically) and return its directory."""
+    def write_export(self, directory):
+        """Write the serving export into `directory` (saved_model_export.export_whole's)."""
         raise NotImplementedError
 
     def weights_checksum(self):
@@ -199,11 +198,9 @@ class KerasBackend(Backend):
         )  # fmt: skip
         return {f"val_{k}": v for k, v in logs.items()}
 
-    def export(self, export_dir, *, overwrite):
-        if self.task.export is None:
-            raise checks.ConfigError("this task has no export; drop --export_dir.")
+    def write_export(self, directory):
         with export_lib.class_names_function(self.model, self.task.class_names):
-            return self.task.export(self.model, export_dir, self.strategy, overwrite=overwrite)
+            self.task.export(self.model, directory, self.strategy)
 
 
 def backend_class(task):

@@ -77,8 +77,12 @@ class Task:
       mode: "min" or "max" for `monitor`, or "auto" (the default): "max" for names
         of accuracies, AUC, precision, recall, F1 and correlations, "min" for losses
         and errors; any other name must say which.
-      export: (model, export_dir, strategy, *, overwrite) -> export_dir, for
-        `--export_dir`; None refuses export_dir.
+      export: (model, directory, strategy) -> None, for `--export_dir`: writes the
+        model's SavedModel into `directory`, an empty directory the run owns (default
+        `keras_tpu.write_saved_model`; a family's adds its signatures). The run checks
+        export_dir before training, then marks the export, records its scoring and
+        renames `directory` into place (saved_model_export.export_whole). None refuses
+        export_dir.
       flops_per_example: model -> training FLOPs per example, for MFU.
       check_memory: (model, StrategyInfo, policy) -> a warning or None.
       check_model: model -> None, raising `ConfigError`: up-front checks (e.g. the
@@ -125,7 +129,7 @@ class Task:
     augment: Callable | None = None
     monitor: str = "val_loss"
     mode: str = best_tracker.AUTO
-    export: Callable | None = export_lib.export_model
+    export: Callable | None = export_lib.write_saved_model
     flops_per_example: Callable | None = None
     check_memory: Callable | None = None
     check_model: Callable | None = None

@@ -37,7 +37,6 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu import data
-from keras_tpu.engine.conclude import saved_model_export as export_lib
 from keras_tpu.engine.steps import backend as backend_lib
 from keras_tpu.engine.steps import execution_loop
 from keras_tpu.engine.task import task_builds
@@ -195,22 +194,16 @@ class ShardedBackend(backend_lib.Backend):
         evaluation = self.loop.evaluate(self.task.eval_data, self.task.preprocess, self.task.metrics)
         return evaluation.to_dict()
 
-    def export(self, export_dir, *, overwrite):
-        """Gather the weights and let the model write its export, atomically.
+    def write_export(self, directory):
+        """Gather the weights and write the export into `directory` (the run's temp dir).
 
         A sharded model cannot go through `model.save` (it refuses non-replicated
-        DTensors). The whole export is built in one temp directory beside export_dir
-        and renamed into place once: an interrupted export leaves export_dir as it was.
+        DTensors): the model family writes the gathered weights (`MeshModel.write_export`),
+        or a Task's own model is exported as an unsharded copy (`laid_out.LaidOutModel`).
         """
         weights = layout.gather_weights(self.model)
-        if isinstance(self.model_spec, laid_out.LaidOutModel):  # The Task's export writes it.
-            return self.model_spec.export(weights, export_dir, overwrite=overwrite)
-
-        def save(directory):
-            with tf.device("/CPU:0"):
-                self.model_spec.write_export(weights, directory)
-
-        return export_lib.save_atomically(save, export_dir, self.model, overwrite=overwrite)
+        with tf.device("/CPU:0"):
+            self.model_spec.write_export(weights, directory)
 
     def weights_checksum(self):
         return self.loop.weights_checksum()

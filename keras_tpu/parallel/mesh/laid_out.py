@@ -58,28 +58,23 @@ class LaidOutModel:
         with self.layout_map(mesh).scope():
             return task_builds.build_model(self.task)
 
-    def export(self, weights, export_dir, *, overwrite):
-        """Write the Task's export of an unsharded copy holding `weights`; return its directory.
+    def write_export(self, weights, directory):
+        """Write the Task's export of an unsharded copy holding `weights` into `directory`.
 
         Args:
           weights: {variable name: full array}, in the mesh model's variable order
             (`layout.gather_weights`); the copy's variables take them in that order.
-          export_dir: where the Task's export writes (atomically, as it always does).
-          overwrite: replace an export_dir holding something else.
+          directory: the run's temp directory (saved_model_export.export_whole's), on
+            the CPU device the mesh backend writes from.
         """
-        if self.task.export is None:
-            raise checks.ConfigError("this task has no export; drop --export_dir.")
-        with tf.device("/CPU:0"):
-            model = task_builds.build_model(self.task)
-            values = list(weights.values())
-            if [tuple(v.shape) for v in model.variables] != [value.shape for value in values]:
-                raise AssertionError(
-                    f"the unsharded copy's {len(model.variables)} variables do not match the "
-                    f"mesh model's {len(values)} in order and shape."
-                )
-            for variable, value in zip(model.variables, values):
-                variable.assign(value)
-            with export_lib.class_names_function(model, self.task.class_names):
-                return self.task.export(
-                    model, export_dir, tf.distribute.get_strategy(), overwrite=overwrite
-                )
+        model = task_builds.build_model(self.task)
+        values = list(weights.values())
+        if [tuple(v.shape) for v in model.variables] != [value.shape for value in values]:
+            raise AssertionError(
+                f"the unsharded copy's {len(model.variables)} variables do not match the "
+                f"mesh model's {len(values)} in order and shape."
+            )
+        for variable, value in zip(model.variables, values):
+            variable.assign(value)
+        with export_lib.class_names_function(model, self.task.class_names):
+            self.task.export(model, directory, tf.distribute.get_strategy())

@@ -18,7 +18,6 @@ from keras_tpu import checks
 from models import bert
 
 ENCODER_SUBDIR = "encoder"  # export_dir/encoder: the TF Hub encoder of the export.
-_CLASSIFIER_SCRATCH = ".classifier"  # Inside the export's temp dir, moved up before the rename.
 
 
 def load_native_encoder(handle):
@@ -62,9 +61,10 @@ def load_native_encoder(handle):
 def write_export(directory, weights, encoder_config, preprocessor, pair=False, class_names=None):
     """Write the encoder at directory/encoder and the raw-string classifier at directory.
 
-    `weights` are the mesh model's, gathered (`mesh.gather_weights`); the mesh backend
-    calls this inside its atomic save, so `directory` is a fresh temp directory. With
-    `class_names`, the classifier returns them beside the class ids (as `export_bert`).
+    `weights` are the mesh model's, gathered (`mesh.gather_weights`); the run calls this
+    with its export's temp directory (keras_tpu's write_export owns it, then renames it),
+    so both are written straight into it. With `class_names`, the classifier returns them
+    beside the class ids (as `write_bert`).
     """
     encoder_dir = os.path.join(directory, ENCODER_SUBDIR)
     encoder = bert.build_bert_encoder(encoder_config)
@@ -77,13 +77,7 @@ def write_export(directory, weights, encoder_config, preprocessor, pair=False, c
     classifier.get_layer("logits").set_weights(
         [weights["logits/kernel:0"], weights["logits/bias:0"]]
     )
-    # export_bert replaces its target whole, so it writes into a scratch
-    # subdirectory (the encoder beside it survives) whose entries then move up.
-    scratch = os.path.join(directory, _CLASSIFIER_SCRATCH)
-    bert.export_bert(
-        classifier, preprocessor, scratch, None, pair=pair, regression=False, overwrite=True,
+    bert.write_bert(
+        classifier, preprocessor, directory, None, pair=pair, regression=False,
         class_names=class_names,
     )  # fmt: skip
-    for entry in os.listdir(scratch):
-        os.rename(os.path.join(scratch, entry), os.path.join(directory, entry))
-    os.rmdir(scratch)
