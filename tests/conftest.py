@@ -425,6 +425,25 @@ def best_weights(model_dir):
     return {name: reader.get_tensor(name) for name in names}
 
 
+# A checkpoint's object graph names objects, not values: a layer's name (`dense_2` for the third
+# in one process), the functions fit tracks, and the optimizer's aliases of its slots (kept
+# only when it was built before a restore). best/ is compared by every other tensor.
+OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"
+
+
+def best_tensors(model_dir):
+    """Return {checkpoint key: value} of every tensor in model_dir/best: weights, optimizer step and slots."""
+    reader = tf.train.load_checkpoint(os.path.join(model_dir, "best", "checkpoint"))
+    return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map() if k != OBJECT_GRAPH}
+
+
+def assert_same_tensors(got, want):
+    """Assert two best_tensors() hold the same keys and, key by key, equal values."""
+    assert sorted(got) == sorted(want), sorted(set(got) ^ set(want))
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
 def epoch_scalars(model_dir):
     """Return [(train|validation, tag, epoch, value)] of every per-epoch scalar written."""
     scalars = []

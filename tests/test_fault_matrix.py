@@ -9,11 +9,14 @@ KERAS_TPU_FAULT in the environment of the worker hit), and asserts:
     a stopped worker with one `error:` line and no traceback;
   - whenever training had started, the chief's newest backup is the step the stop line names;
   - a restart of every worker, without faults, ends at the uninterrupted run's weights
-    checksum and summary.json (history, best, test, throughput, counts), computed once.
+    checksum, summary.json (history, best, test, throughput, counts) and `best/` (every
+    tensor, the optimizer's slots too), computed once.
 
 Tiers: `-m matrix` runs every point x fault (the full matrix, opt-in); CI's slow+serial
 tier runs `test_fault_chain_*`: every point once and every fault once, several points per
 cluster run (a chain of faults across restarts, each stop checked, then the exact end).
+Each chain holds a stop on the final epoch's last step (the reference's best epoch, 3),
+so a restart ends that epoch before any step and writes `best/` then.
 """
 
 import os
@@ -26,15 +29,18 @@ import pytest
 
 from keras_tpu.engine.stops import fault_points
 from tests.conftest import REPO
+from tests.conftest import assert_same_tensors
 from tests.conftest import backup_step
+from tests.conftest import best_tensors
 from tests.conftest import read_summary
 from tests.conftest import subprocess_env
 from tests.conftest import without_timing
 from tests.test_multiworker import _finish
 from tests.test_multiworker import _hosts
 
+EPOCHS = 3
 FLAGS = [
-    "--dataset=digits", "--variant=seed", "--epochs=3", "--verbose=0", "--notensorboard",
+    "--dataset=digits", "--variant=seed", f"--epochs={EPOCHS}", "--verbose=0", "--notensorboard",
     "--steps_per_execution=4", "--connect_timeout=20",
 ]  # fmt: skip
 STEPS_PER_EPOCH = 1437 // 128  # 64 per replica, 2 replicas (either way): 11.
@@ -98,20 +104,21 @@ def _records(model_dir):
 
 
 def _reference(root, workers):
+    """Return the uninterrupted run's (weights checksum, records, best/'s tensors)."""
     results = _run(root, "reference", workers=workers)
     assert [rc for rc, _ in results] == [0] * workers, results[0][1][-3000:]
-    return _checksum(results[0][1]), _records(root / "run")
+    return _checksum(results[0][1]), _records(root / "run"), best_tensors(root / "run")
 
 
 @pytest.fixture(scope="module")
 def cluster_reference(tmp_path_factory):
-    """The uninterrupted 2-worker run: (weights checksum, records); computed once."""
+    """The uninterrupted 2-worker run: (weights checksum, records, best/); computed once."""
     return _reference(tmp_path_factory.mktemp("cluster_reference"), 2)
 
 
 @pytest.fixture(scope="module")
 def machine_reference(tmp_path_factory):
-    """The uninterrupted one-machine run (2 replicas): (weights checksum, records)."""
+    """The uninterrupted one-machine run (2 replicas): (weights checksum, records, best/)."""
     return _reference(tmp_path_factory.mktemp("machine_reference"), 1)
 
 
@@ -176,9 +183,10 @@ def _restart_is_exact(root, workers, reference):
     results = _run(root, "restart", workers=workers)
     codes = [rc for rc, _ in results]
     assert codes == [0] * workers, results[0][1][-3000:] + results[-1][1][-3000:]
-    checksum, records = reference
+    checksum, records, best = reference
     assert _checksum(results[0][1]) == checksum
     assert _records(root / "run") == records
+    assert_same_tensors(best_tensors(root / "run"), best)  # The optimizer's slots too.
 
 
 def _victim(fault):
@@ -196,11 +204,14 @@ def _case(root, workers, reference, point, fault):
 
 def _chain(root, workers, reference, faults):
     """Run the workers once per (point, fault, count), each resuming the last; then exactly."""
+    assert reference[1]["best"]["epoch"] == EPOCHS  # A stop on its last step leaves it pending.
     for n, (point, fault, count) in enumerate(faults):
         victim = _victim(fault)
         results = _run(root, f"fault{n}", workers=workers,
                        faults={victim: (point, fault.split("-")[0], count)})  # fmt: skip
         codes, saved = _check_stop(root, results, point, fault, victim)
+        if point == "last_step":  # The final epoch's, its best: the restart ends it.
+            assert saved == EPOCHS * STEPS_PER_EPOCH, (saved, results[0][1][-2500:])
         print(f"{point}:{count} {fault}: exits {codes}, backup {saved}: "
               f"{_last_line(results[1 - victim if workers > 1 else 0][1])}")  # fmt: skip
     _restart_is_exact(root, workers, reference)
@@ -216,7 +227,9 @@ CLUSTER_CHAIN = (
     # Lost mid-training, as epoch 2's evaluation starts: the chief names the last backup
     # (step 19, the stop before) as the restart's start, and the restart trains from there.
     ("evaluation", "SIGKILL-worker", 1),
-    ("last_step", "SIGTERM2-chief", 1),  # Twice; the stop lands on step 33, not evaluated.
+    # Twice; the stop lands on step 33, the final epoch's last, not evaluated. That epoch is
+    # the best: the next run ends it before any step and writes best/ (it lacked the slots).
+    ("last_step", "SIGTERM2-chief", 1),
     ("export", "SIGTERM-chief", 1),  # Deferred to the next phase boundary: every worker, 143.
     ("final_evaluation", "SIGKILL-chief", 1),
 )
@@ -225,6 +238,9 @@ MACHINE_CHAIN = (
     ("step", "SIGKILL", 2),  # Step 8: before the first backup.
     ("evaluation", "SIGTERM", 1),  # Epoch 1's evaluation: the stop comes at step 15.
     ("backup", "SIGKILL", 1),  # Epoch 2's backup, half written.
+    # From step 15: epoch 3's last step (33), backed up, not evaluated. It is the best epoch:
+    # the next run ends it before any step, writes best/ (with the slots), and concludes.
+    ("last_step", "SIGTERM", 2),
     ("summary", "SIGTERM", 1),
 )
 

@@ -158,7 +158,8 @@ class Backup(keras.callbacks.Callback):
           model: the model to restore into (else the callback's).
           last_step: the run's final optimizer step, if known. A backup at it trains
             no more, so the optimizer's slots (created at the first step, then given
-            their restored values) are never created: that is expected, not reported.
+            their restored values) may never be created: that is expected, not reported
+            (writing `best/` creates them: best_tracker.optimizer_built).
           steps_per_epoch: the run's epoch length; with `last_step`, the records' step
             and epochs are checked against the run.
         """

@@ -8,6 +8,11 @@ strictly (a tie keeps the earlier epoch). `BestWeights` keeps the weights of
 that epoch in `model_dir/best`, the summary's `best` replays the same tracker
 over the run's history, and `export_weights="best"` loads `best/`.
 
+`best/` holds what an uninterrupted run's holds: the weights and the optimizer (its step and
+slots), as `model.save_weights` writes them. A restart that ends a pending epoch (its last
+step backed up before its evaluation) writes `best/` before any step created the slots, so
+they are built first (`optimizer_built`), taking the backup's values as they are created.
+
 `best/` is replaced atomically on a local disk: the new weights are written to
 `.best.tmp-*` beside it and renamed into place, so a kill leaves the previous best
 or the new one whole (a `.best.tmp-*` left by a kill is removed at the next start).
@@ -117,6 +122,23 @@ class BestTracker:
         self.epoch = state.get("epoch")
 
 
+def optimizer_built(model):
+    """Create `model.optimizer`'s slots if no training step has yet; return the model.
+
+    tf_keras creates them at the first step (steps/single_trace.py as training starts);
+    a restart that ends the epoch its backup stopped on, before any step, would save
+    `best/` without them. A slot created after a checkpoint's restore takes the
+    restored value (the checkpoint's deferred restoration), so `best/` then equals the
+    uninterrupted run's tensor by tensor. Idempotent: a built optimizer is left as is.
+    """
+    optimizer = getattr(model, "optimizer", None)
+    build = getattr(optimizer, "build", None)  # tf_keras's optimizers, the mesh's too.
+    if build is not None:  # A legacy optimizer has none: it creates its slots as restored.
+        with model.distribute_strategy.scope():  # Its slots mirror the weights.
+            build(model.trainable_variables)
+    return model
+
+
 class BestWeights(keras.callbacks.Callback):
     """Keep the best epoch's weights (by a BestTracker) in `directory`, replaced atomically.
 
@@ -139,6 +161,7 @@ class BestWeights(keras.callbacks.Callback):
 
     def write(self):
         """Write the model's weights to `directory`: via a temp dir and a rename when local."""
+        optimizer_built(self.model)  # Every worker: building the slots can run collectives.
         if "://" in self.directory:  # An object store has no rename: written in place.
             self.model.save_weights(os.path.join(self.directory, WEIGHTS), options=self.options)
             return
