@@ -220,7 +220,8 @@ class Preemption:
     def _on_signal(self, signum, frame):
         if self._retries:  # The stop `_raise` handed back: not a new signal.
             self._retries -= 1
-            self._raise(signum, frame)
+            if not self._defers():  # Training began meanwhile: its execution's end stops.
+                self._raise(signum, frame)
             return
         self.signals += 1
         name = signal.Signals(signum).name
