@@ -30,7 +30,9 @@ protocol, whatever the moment:
     to redo (the chief may already be deleting the backups).
 
 A second signal while stopping is said and ignored (the stop under way backs up);
-a third kills the process the default way. `Preemption` owns the handlers from
+a third kills the process the default way. A stop due at once whose handler runs
+inside a finalizer (garbage collected mid-export) is raised just after it returns:
+raised there, Python would print it as an ignored exception and drop it. `Preemption` owns the handlers from
 `fit`'s start (before the strategy connects) to its exit and gives the previous
 ones back.
 """
