@@ -80,7 +80,8 @@ flags.DEFINE_enum(
     "log_level",
     logs.DEFAULT_LEVEL,
     list(logs.LEVELS),
-    "TensorFlow's log level: warning (default) hides its INFO chatter; info or debug bring it back.",
+    "TensorFlow's log level: warning (default) hides its own text (INFO chatter, C++ warnings "
+    "and errors, deprecation notices); info or debug bring it back.",
 )
 
 

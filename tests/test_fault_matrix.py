@@ -51,6 +51,16 @@ BEFORE = ("connect", "build")  # Nothing trained yet: nothing to back up.
 CLUSTER_FAULTS = ("SIGTERM-chief", "SIGTERM-worker", "SIGTERM2-chief", "SIGKILL-worker",
                   "SIGKILL-chief")  # fmt: skip
 POINT_COUNTS = {"step": 3, "last_step": 2, "evaluation": 1, "evaluated": 1, "backup": 1}
+# TensorFlow's own text, out of the output at the default --log_level (runtime/logs.py): its
+# import's C++ lines, its deprecation block (a cluster's agreed stop printed it twice) and a
+# lost peer's collective abort with "Additional GRPC error information" (3-16 lines a worker).
+TENSORFLOW_TEXT = ("cpu_feature_guard", "cudart_stub", "absl::initializelog", "deprecat", "grpc")
+
+
+def _tensorflow_text(log):
+    """Return the lines of `log` but its `error:` line that hold TensorFlow's own text."""
+    return [line for line in log.splitlines() if not line.startswith("error: ")
+            and any(word in line.lower() for word in TENSORFLOW_TEXT)]  # fmt: skip
 
 
 def _command(model_dir, export_dir):
@@ -153,6 +163,7 @@ def _check_stop(root, results, point, fault, victim):
     assert all(rc in ok for rc, ok in zip(codes, allowed)), (codes, allowed, logs)
     for rc, log in results:
         assert "Traceback" not in log, logs
+        assert _tensorflow_text(log) == [], logs
         if rc in (2, 143):
             assert _last_line(log).startswith("error: "), logs
     saved = backup_step(str(root / "run"))
@@ -183,6 +194,7 @@ def _restart_is_exact(root, workers, reference):
     results = _run(root, "restart", workers=workers)
     codes = [rc for rc, _ in results]
     assert codes == [0] * workers, results[0][1][-3000:] + results[-1][1][-3000:]
+    assert [_tensorflow_text(log) for _, log in results] == [[]] * workers
     checksum, records, best = reference
     assert _checksum(results[0][1]) == checksum
     assert _records(root / "run") == records

@@ -632,7 +632,9 @@ def test_sigterm_in_the_final_evaluation_or_export_is_one_line_and_the_rerun_con
     ]:  # fmt: skip
         stopped = _train_user(run, export_dir, fault=fault)
         assert stopped.returncode == 143, stopped.stderr[-3000:]
-        assert "Traceback" not in stopped.stderr
+        # Not even a finalizer's ignored exception (a signal met inside a __del__ printed
+        # "Exception ignored in: <function AtomicFunction.__del__": tests/test_preemption.py).
+        assert "Traceback" not in stopped.stderr and "Exception ignored" not in stopped.stderr
         errors = [ln for ln in stopped.stderr.splitlines() if ln.startswith("error:")]
         assert errors == [f"error: stopped by SIGTERM {line}"], stopped.stderr[-3000:]
         # Nothing half-written: no temp copy left, no summary, the export only once complete.

@@ -19,6 +19,7 @@ import tensorflow as tf
 import keras_tpu
 from keras_tpu import keras
 from keras_tpu.engine.rundir import atomic_writes
+from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.callbacks import best_tracker
 from keras_tpu.engine.rundir import leftovers
 from keras_tpu.engine.conclude import summary as summary_lib
@@ -118,12 +119,16 @@ def test_a_full_disk_while_writing_best_is_one_line_with_the_fix(tmp_path, monke
         raise tf.errors.ResourceExhaustedError(None, None, reason)
 
     monkeypatch.setattr(model, "save_weights", full)
+    model.compile(optimizer=keras.optimizers.Adam(), loss="mse")  # As a run's: it has one.
     with pytest.raises(keras_tpu.RunStopped) as stopped:
         best.on_epoch_end(1, {"loss": 0.9, "val_loss": 0.4})
     assert stopped.value.exit_code == 2
     message = str(stopped.value)
     best = tmp_path / "best"
-    assert message.startswith(f"cannot write {best}: No space left on device. It needs at least")
+    # What best/ holds: the weights and the optimizer's slots (tests/test_disk_space.py).
+    needed = disk_space.size_text(disk_space.saved_weights_bytes(model))
+    assert message.startswith(f"cannot write {best}: No space left on device. It needs at least "
+                              f"{needed} free (the weights and the optimizer's slots; ")
     assert message.endswith(
         "Free space or fix the permissions, or choose another path. The last backup is kept: run "
         "the same command again to resume."

@@ -112,10 +112,23 @@ def test_tensorflow_internal_warnings_are_dropped_only_when_quiet(caplog):
                 absl_logging.warning(same_name, "<layer>", layer_class.__name__, layer_class)
         assert [r.args[2] for r in caplog.records] == [unregistered]
         caplog.clear()
+        # TensorFlow calling its own deprecated function (a cluster's agreed stop calls
+        # PreemptionCheckpointHandler.total_run_calls): a 3-line block, twice, around the
+        # stop's line.
+        from tensorflow.python.util import deprecation  # pylint: disable=g-import-not-at-top
+
+        def deprecated():  # Each warns once: a new one for each level.
+            return deprecation.deprecated(None, "Track steps using a tf.Variable.")(lambda: 3)
+
+        with caplog.at_level(logging.WARNING, logger="tensorflow"):
+            assert deprecated()() == 3
+        assert caplog.records == []
         logs.configure("info")
         with caplog.at_level(logging.WARNING, logger="tensorflow"):
             tf.get_logger().warning(message)
-        assert [r.getMessage() for r in caplog.records] == [message]
+            deprecated()()
+        assert [r.getMessage() for r in caplog.records][0] == message
+        assert "is deprecated and will be removed" in caplog.records[1].getMessage()
     finally:
         absl_logging.get_absl_logger().removeFilter(logs._harmless_records)
         tf.get_logger().removeFilter(logs._harmless_records)

@@ -5,6 +5,7 @@ bounds every wait: a stuck worker is killed and the test fails, never hangs.
 """
 
 import json
+import logging
 import os
 import re
 import signal
@@ -157,13 +158,14 @@ def test_bad_cluster_flags_are_one_line(bad_cluster_runs, flags, message):
     assert message in result.stderr
 
 
-def test_worker_failure_message_names_the_peer():
+def _cluster_info(task_index=0):
+    """The StrategyInfo of worker `task_index` of a 2-worker cluster at h:1, h:2."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     from keras_tpu.runtime.strategy import strategy_info  # pylint: disable=g-import-not-at-top
 
-    spec = detect.ClusterSpec(2, "worker", 0, {"worker": ["h:1", "h:2"]})
-    info = strategy_info.StrategyInfo(
+    spec = detect.ClusterSpec(2, "worker", task_index, {"worker": ["h:1", "h:2"]})
+    return strategy_info.StrategyInfo(
         kind="multi_worker",
         strategy="MultiWorkerMirroredStrategy",
         replicas=2,
@@ -174,6 +176,12 @@ def test_worker_failure_message_names_the_peer():
         tf_keras="2",
         role=strategy_info.ClusterRole(spec, collective_timeout=300, waited_for_workers_seconds=0),
     )
+
+
+def test_worker_failure_message_names_the_peer():
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    info = _cluster_info()
     error = tf.errors.UnavailableError(
         None,
         None,
@@ -599,3 +607,24 @@ def test_resolver_rejects_contradictory_cluster_arguments():
         keras_tpu.resolve_strategy(worker_hosts="a:1,b:2", task_index=0, cpu_replicas=2)
     with pytest.raises(ValueError, match="collective_timeout=0 must be > 0"):
         keras_tpu.resolve_strategy(collective_timeout=0, environ={})
+
+
+def test_a_long_lost_worker_reason_is_cut_at_a_word_and_logged_whole(caplog):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    words = " ".join(f"word{i:03d}" for i in range(80))  # 639 characters, none a space.
+    error = tf.errors.UnavailableError(
+        None, None, f"Socket closed {words}\nfrom remote target /job:worker/replica:0/task:1"
+    )  # fmt: skip
+    with caplog.at_level(logging.INFO, logger=cluster.__name__):
+        line = str(cluster.worker_failure(error, _cluster_info(), "/runs/a"))
+    reason = re.search(r"\(UnavailableError: (.*?)\); this is", line)[1]
+    assert reason.endswith("...") and len(reason) <= cluster.REASON_CHARS
+    shown = reason[: -len("...")].split(" ")
+    assert shown == f"Socket closed {words}".split(" ")[: len(shown)]  # Whole words only.
+    assert [r.levelno for r in caplog.records] == [logging.INFO]
+    assert words in caplog.records[0].getMessage() and "task:1" in caplog.records[0].getMessage()
+    short = tf.errors.UnavailableError(None, None, "Socket closed /job:worker/replica:0/task:1")
+    assert "(UnavailableError: Socket closed /job:worker/replica:0/task:1);" in str(
+        cluster.worker_failure(short, _cluster_info(), "/runs/a")
+    )  # Whole when it fits.

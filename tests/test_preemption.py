@@ -1,6 +1,8 @@
 """Tests for keras_tpu.engine.stops.preemption: SIGTERM/SIGINT in every phase end with one line."""
 
 import signal
+import sys
+import time
 import types
 
 import pytest
@@ -197,3 +199,30 @@ def test_a_signal_after_the_summary_says_the_run_finished_and_names_no_rerun_to_
     assert str(stopped.value) == (
         "stopped by SIGTERM after the run finished (step 12); nothing is left to do."
     )
+
+
+def test_a_signal_inside_a_finalizer_stops_the_run_just_after_it_without_a_traceback(monkeypatch):
+    """A signal whose handler runs inside a `__del__` is raised once the finalizer returns.
+
+    Python prints an exception raised in `__del__` as "Exception ignored in: <function
+    AtomicFunction.__del__ ...>" with its traceback and drops it: the export's SIGTERM (a
+    tf.function collected as the SavedModel is traced) printed that before the stop's line.
+    """
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+
+    class Collected:
+        def __del__(self):
+            signal.raise_signal(signal.SIGTERM)  # The handler runs here, before the return.
+            self.finalized = True
+
+    handling = _preemption(types.SimpleNamespace(saved_step=12, directory="/runs/a/backup"))
+    with pytest.raises(keras_tpu.RunStopped) as stopped, handling.installed():
+        handling.enter("exporting")
+        Collected()  # Collected at once: its __del__ meets the signal.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # The stop arrives as soon as __del__ returns.
+            time.sleep(0.01)
+    assert [hook.exc_type.__name__ for hook in unraisable] == []
+    assert str(stopped.value).startswith("stopped by SIGTERM during the export (step 12);")
+    assert handling.signals == 1  # Raised once out of the finalizer: not counted as a second.

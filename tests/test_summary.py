@@ -5,6 +5,7 @@ No run: a summary is built from fixed values, so each test takes milliseconds.
 
 import dataclasses
 import json
+import sys
 
 import pytest
 
@@ -59,3 +60,28 @@ def test_a_summary_an_older_keras_tpu_wrote_lacks_newer_fields():
     again = summary_lib.RunSummary.from_dict(written)
     assert (again.train_data, again.stopped_early, again.final_step) == (None, None, 12)
     assert again != _summary(train_data="cached")
+
+
+def test_a_finished_runs_rerun_names_the_worker_it_runs_on(
+    tmp_path, monkeypatch, capsys, predict_script
+):
+    """summary.json is the chief's: each worker's rerun says which worker it is.
+
+    Every worker of a finished 2-worker run's rerun said "this is worker 0 (chief)".
+    """
+    from tests.test_multiworker import _cluster_info  # pylint: disable=g-import-not-at-top
+
+    del predict_script  # Imports scripts/flag_utils.py (print_run) and removes its flags after.
+    written = _summary(chief=True, strategy=_cluster_info(0).to_dict(), replicas=2,
+                       resumed_from_step=0, weights_sha256="a6e70782",
+                       precision_policy="float32")  # fmt: skip
+    (tmp_path / "summary.json").write_text(json.dumps(written.to_dict()))
+    monkeypatch.setattr(summary_lib.run_identity, "same_fields", lambda *a, **k: True)
+    config = keras_tpu.RunConfig(model_dir=str(tmp_path))
+    for index, role in [(0, "this is worker 0 (chief)"),
+                        (1, "this is worker 1 (not the chief: wrote no summary)")]:  # fmt: skip
+        again = summary_lib.finished_run(config, 8, _cluster_info(index))
+        assert (again.chief, again.strategy["task"]["index"]) == (index == 0, index)
+        sys.modules["scripts.flag_utils"].print_run(again)
+        assert capsys.readouterr().out.split("; ")[1] == role
+    assert json.loads((tmp_path / "summary.json").read_text()) == written  # Read, not rewritten.

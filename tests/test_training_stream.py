@@ -18,6 +18,7 @@ from keras_tpu.data import cache_policy
 from keras_tpu.data import pipelines
 from keras_tpu.data.sources import file_sources
 from keras_tpu.runtime import determinism
+from tests.conftest import CPU_REPLICAS
 
 GLOBAL = 8
 
@@ -263,3 +264,35 @@ def test_an_augmented_stream_makes_its_seeds_per_batch_not_per_example(tmp_path)
                                                      dataset.take(4)]))  # fmt: skip
     # Each example's position in its epoch of 3 steps: 0..23, then 0..7 again.
     np.testing.assert_array_equal(x[:, 0] - y, np.r_[np.arange(24), np.arange(8)])
+
+
+def test_a_function_of_the_input_context_says_it_streams_and_the_summary_records_it(caplog):
+    """A fn(ctx) source printed no cache/stream line and left summary.json's train_data null."""
+    x = np.random.default_rng(0).random((32, 3), dtype=np.float32)
+
+    def replica_batches(context):
+        ds = tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1)))
+        ds = ds.shard(context.num_input_pipelines, context.input_pipeline_id).repeat()
+        return ds.batch(context.get_per_replica_batch_size(8), drop_remainder=True)
+
+    task = keras_tpu.Task(
+        build_model=lambda: keras_tpu.keras.Sequential(
+            [keras_tpu.keras.layers.Dense(1, input_shape=(3,))]
+        ),
+        loss="mse", train_data=replica_batches, monitor="loss",
+    )  # fmt: skip
+    config = keras_tpu.RunConfig(
+        cpu_replicas=CPU_REPLICAS, per_replica_batch_size=8 // CPU_REPLICAS, epochs=1,
+        steps_per_epoch=2, verbose=0,
+        mixed_precision="fp32",
+    )  # fmt: skip
+    with caplog.at_level("WARNING"):
+        summary = keras_tpu.fit(task, config)
+    line = ("training data streamed from the function test_a_function_of_the_input_context_says_"
+            "it_streams_and_the_summary_records_it.<locals>.replica_batches(InputContext), per "
+            "replica: keras_tpu neither caches nor counts its examples (cache them in the "
+            "function)")  # fmt: skip
+    assert summary["train_data"] == line and summary["train_examples"] is None
+    assert [r.getMessage() for r in caplog.records if "training data" in r.getMessage()] == [
+        f"keras_tpu: {line}"
+    ]

@@ -10,7 +10,9 @@ usually do. The rule (`cache="auto"`, the default):
   - file sources (TFRecord, tfds) are cached when their estimated size in memory
     (`CACHE_EXPANSION` x their bytes on disk) fits the budget, a share of the host's
     memory (`DEFAULT_BUDGET_SHARE`) unless one is given; else streamed;
-  - a source of unknown size (a user's Source without `size_bytes`) is streamed.
+  - a source of unknown size (a user's Source without `size_bytes`) is streamed;
+  - a function of the InputContext (`function_plan`) builds each replica's batches itself:
+    streamed as it builds them, neither cached nor counted by keras_tpu.
 
 `cache="memory"` and `cache="none"` decide for the user; a path caches on that disk.
 """
@@ -114,6 +116,19 @@ def plan(source, cache="auto", budget_bytes=None):
         None, f"training data streamed from {source.name}: about {_mb(needed)} in memory "
         f"({CACHE_EXPANSION}x its {_mb(source.size_bytes)} on disk) exceeds {where}; "
         f"cache='memory' caches it anyway",
+    )  # fmt: skip
+
+
+def function_plan(dataset_fn):
+    """Return the CachePlan of training data given as a function of the InputContext.
+
+    The function batches each replica's examples itself: keras_tpu streams what it
+    returns, caches none of it (whatever `cache` says) and cannot count it.
+    """
+    name = getattr(dataset_fn, "__qualname__", None) or type(dataset_fn).__name__
+    return CachePlan(
+        None, f"training data streamed from the function {name}(InputContext), per replica: "
+        f"keras_tpu neither caches nor counts its examples (cache them in the function)",
     )  # fmt: skip
 
 

@@ -135,9 +135,10 @@ def _fit(task, config, strategy, entry, stopping):
             config, global_batch=backend.global_batch(), precision=policy,
             task_name=task.task_name,
         ), model_dir=config.model_dir, backup=config.backup)  # fmt: skip
-        finished = summary_lib.finished_run(config, backend.global_batch())
+        info = StrategyInfo.of(strategy)
+        finished = summary_lib.finished_run(config, backend.global_batch(), info)
         if finished is not None:
-            if StrategyInfo.of(strategy).is_chief:  # Killed after its summary: lock, backups.
+            if info.is_chief:  # Killed after its summary: lock, backups.
                 leftovers.clean_finished(config.model_dir, remove_backups=lambda: (
                     backup_store.remove_backups(os.path.join(config.model_dir, "backup"))))
             return finished

@@ -3,7 +3,9 @@
 TensorFlow talks through three channels, each silenced differently:
 
 * C++ logs after start-up obey TF_CPP_MIN_LOG_LEVEL, which must be set before
-  TensorFlow is imported.
+  TensorFlow is imported: at "warning" and "error" only a FATAL line passes
+  (`_CPP_LEVELS`), so a cluster's lost peer is the run's one line, not TensorFlow's
+  collective abort and its gRPC details around it.
 * C++ logs during `import tensorflow` come before absl::InitializeLog() and
   ignore TF_CPP_MIN_LOG_LEVEL in TF 2.21 ("WARNING: All log messages before
   absl::InitializeLog() is called are written to STDERR", then the oneDNN and
@@ -13,7 +15,7 @@ TensorFlow talks through three channels, each silenced differently:
 * Known-harmless C++ error lines that TensorFlow prints while a run goes on
   normally (`HARMLESS`: 96 "Incompatible Matrix dimensions" from the cost model
   on a 2x2 DTensor mesh in a 20-step BERT run) cannot be silenced by level
-  without hiding every C++ error, so `quiet_startup` routes file descriptor 2
+  in a program that imported TensorFlow before keras_tpu, so `quiet_startup` routes file descriptor 2
   through a small child process that drops exactly those lines for the
   process's whole life. A child, not a thread: if the process crashes, the
   child still writes back everything it was sent, so no fatal line is lost.
@@ -21,7 +23,8 @@ TensorFlow talks through three channels, each silenced differently:
   "tensorflow" logger (tf_logging) or through absl directly (`from absl import
   logging`: the checkpoint saver's "Sharding callback duration" on every save, the
   SavedModel export's "Found untraced functions" and "Writing fingerprint"), so
-  both are set.
+  both are set; at "warning" and "error" TensorFlow's warnings about itself
+  (`_DropHarmlessRecords`: its deprecation notices among them) are dropped.
 
 keras_tpu/__init__.py calls `quiet_startup()` first; it acts only when
 KERAS_TPU_LOG_LEVEL is set (the scripts set it from --log_level before
@@ -42,10 +45,14 @@ from keras_tpu import checks
 LEVELS = ("debug", "info", "warning", "error")
 DEFAULT_LEVEL = "warning"
 ENV_VAR = "KERAS_TPU_LOG_LEVEL"
-# TF_CPP_MIN_LOG_LEVEL per level: 0 shows INFO, 1 WARNING, 2 ERROR. At "warning"
-# TensorFlow's C++ warnings stay hidden as the scripts always did: they are
-# about TensorFlow's internals (e.g. retracing notes), not the user's run.
-_CPP_LEVELS = {"debug": "0", "info": "0", "warning": "2", "error": "2"}
+# TF_CPP_MIN_LOG_LEVEL per level: 0 shows INFO, 1 WARNING, 2 ERROR, 3 only FATAL. At
+# "warning" (the default) and "error" TensorFlow's C++ log text stays out of the user's
+# output: its warnings are about TensorFlow's internals (e.g. retracing notes), and its
+# errors on a healthy stop repeat the run's one line around it (a cluster's lost peer: the
+# collective's abort, 3-16 lines of "Additional GRPC error information" per worker). What
+# the run must know reaches Python as an exception, which the scripts say in one line; a
+# FATAL line (the process aborts) stays. `--log_level=info` shows every C++ line again.
+_CPP_LEVELS = {"debug": "0", "info": "0", "warning": "3", "error": "3"}
 _PYTHON_LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -191,9 +198,17 @@ class _DropHarmlessRecords(logging.Filter):
     # so there is no conflict. An unregistered class of that name still gets the warning.
     SAME_NAME = "%s has the same name '%s' as a built-in TF-Keras object"
 
+    # TensorFlow's deprecation notices ("... (from tensorflow.python...) is deprecated and will
+    # be removed in a future version. Instructions for updating: ..."), a 3-line block each,
+    # twice: TensorFlow calls its own deprecated functions (a cluster's agreed stop calls
+    # PreemptionCheckpointHandler.total_run_calls), which the user can do nothing about.
+    DEPRECATION_FILE = os.path.join("tensorflow", "python", "util", "deprecation.py")
+
     def filter(self, record):
         message = record.getMessage()
         if message.startswith(self.MESSAGES) or self.RETRACING.search(message):
+            return False
+        if record.pathname.endswith(self.DEPRECATION_FILE):
             return False
         return not self._registered_under_its_package(record)
 

@@ -180,11 +180,14 @@ class BestWeights(keras.callbacks.Callback):
         except atomic_writes.WRITE_ERRORS as e:
             if not atomic_writes.is_write_error(e):
                 raise
-            weights = disk_space.weights_bytes(self.model)
             written = atomic_writes.tree_bytes(temp) if temp else 0
+            # save_weights writes the optimizer's slots with the weights: 3x for Adam.
+            holding = ("the weights and the optimizer's slots"
+                       if getattr(self.model, "optimizer", None) else "the model's weights")
             error = atomic_writes.write_error(
-                self.directory, e, needed_bytes=weights, written_bytes=written
-            )
+                self.directory, e, needed_bytes=disk_space.saved_weights_bytes(self.model),
+                written_bytes=written, holding=holding,
+            )  # fmt: skip
             line = f"{error} The last backup is kept: run the same command again to resume."
             raise stops.Stop.disk(line).error() from e
         finally:

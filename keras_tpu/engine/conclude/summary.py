@@ -104,6 +104,21 @@ class RunSummary(collections.abc.Mapping):
                 del value[key]
         return value
 
+    def for_worker(self, info):
+        """Return this summary as the worker of `info` (a StrategyInfo) reports it.
+
+        summary.json is the chief's: a finished run's rerun returns it on every worker,
+        which then said "this is worker 0 (chief)". The run is the chief's; which worker
+        this is, and whether it is the chief, are this process's.
+        """
+        strategy = dict(self.strategy or {})
+        task = info.to_dict().get("task")
+        if task is None:
+            strategy.pop("task", None)
+        else:
+            strategy["task"] = task
+        return dataclasses.replace(self, chief=info.is_chief, strategy=strategy)
+
     @classmethod
     def from_dict(cls, value):
         """Return the RunSummary a summary.json mapping was written from (`to_dict` undone).
@@ -313,8 +328,13 @@ def _rounded(value, digits):
     return None if value is None else round(value, digits)
 
 
-def finished_run(config, global_batch):
-    """Return the summary of this same run if it already finished in model_dir, else None."""
+def finished_run(config, global_batch, info=None):
+    """Return the summary of this same run if it already finished in model_dir, else None.
+
+    Args:
+      config, global_batch: the run asked for now.
+      info: this worker's StrategyInfo: the summary returned names it (`for_worker`).
+    """
     if not config.model_dir or config.overwrite:
         return None
     previous = read(config.model_dir)
@@ -326,7 +346,8 @@ def finished_run(config, global_batch):
         "keras_tpu: this run finished at step %d, summary in %s; nothing to do (--overwrite "
         "to train again).", previous["final_step"], os.path.join(config.model_dir, "summary.json"),
     )  # fmt: skip
-    return RunSummary.from_dict(previous)
+    summary = RunSummary.from_dict(previous)
+    return summary if info is None else summary.for_worker(info)
 
 
 def chance_warning(*, train_accuracy, eval_accuracy, num_classes):

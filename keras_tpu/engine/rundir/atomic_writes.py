@@ -63,8 +63,11 @@ def tree_bytes(path):
     return total
 
 
-def write_error(path, error, *, needed_bytes, written_bytes=0):
-    """Return the WriteFailed naming `path`, the reason, the space needed and the space free."""
+def write_error(path, error, *, needed_bytes, written_bytes=0, holding="the model's weights"):
+    """Return the WriteFailed naming `path`, the reason, the space needed and the space free.
+
+    `holding` says what `needed_bytes` counts, e.g. "the weights and the optimizer's slots".
+    """
     reason = getattr(error, "strerror", None) or getattr(error, "message", None) or str(error)
     # TensorFlow's messages are "<temp file>; <reason>": the temp file is gone.
     # ... and an eager op's ends in " [Op:SaveV2]", which says nothing to the user.
@@ -74,8 +77,8 @@ def write_error(path, error, *, needed_bytes, written_bytes=0):
         free = shutil.disk_usage(output_paths.existing_ancestor(path)).free
         needed = disk_space.size_text(max(needed_bytes, written_bytes))
         message += (
-            f" It needs at least {needed} free (the model's "
-            f"weights; {disk_space.size_text(written_bytes)} were written before the failure) and "
+            f" It needs at least {needed} free ({holding}; "
+            f"{disk_space.size_text(written_bytes)} were written before the failure) and "
             f"{disk_space.size_text(free)} are free there."
         )
     return WriteFailed(message + " Free space or fix the permissions, or choose another path.")

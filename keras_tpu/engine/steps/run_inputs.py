@@ -42,7 +42,7 @@ class RunInputs:
     eval: data.EvalData | None
     batching: data.Batching
     train_examples: int | None
-    cache: cache_policy.CachePlan | None = None  # None: a dataset function (it caches as it likes).
+    cache: cache_policy.CachePlan | None = None  # A dataset function's: streamed, per replica.
 
 
 def _is_dataset_fn(value):
@@ -77,6 +77,8 @@ def build(task, config, strategy):
             )
         _check_stream_length(task.train_data, config, batching)
         train, steps, examples = _from_function(task.train_data, strategy), None, None
+        cache = cache_policy.function_plan(task.train_data)
+        log.warning("keras_tpu: %s", cache.reason)
     else:
         source = data.as_source(task.train_data, "train")
         if source.num_examples is None:  # Not surveyed (survey_task): counted once, here.
@@ -111,7 +113,7 @@ def build(task, config, strategy):
         eval=_eval(task, strategy, batching),
         batching=batching,
         train_examples=examples,
-        cache=None if _is_dataset_fn(task.train_data) else cache,
+        cache=cache,
     )
 
 

@@ -12,12 +12,18 @@ step first.
 
 TensorFlow's `tf.distribute.experimental.PreemptionCheckpointHandler` (what
 orbit's `SaveCheckpointIfPreempted` action wraps) does that agreement through
-the cluster's coordination service: the preempted worker publishes "save after
-the next execution", waits until every worker has acknowledged it, and at that
+the cluster's coordination service: a thread of the handler polls the run's
+signal once a second (HANDLER_POLL_SECONDS); at the first execution end after
+it has seen the signal, the preempted worker publishes "save after the next
+execution", waits until every worker has acknowledged it, and at that
 execution's end every worker saves (the backup, a collective-safe write on each
-worker, the chief's copy kept) and stops. `ClusterStop` gives it the run's own
-signal (the handler polls `Preemption.signal`, so SIGTERM/SIGINT keep one owner),
-the run's save and its stop, and is asked once per execution on every worker.
+worker, the chief's copy kept) and stops. So the stop lands at the end of the
+execution after the signal's own, or of the one after that when the signal
+comes less than a poll before its execution ends (docs/guide.md says so;
+tests/test_cluster_stop.py checks TensorFlow still works this way).
+`ClusterStop` gives it the run's own signal (the handler polls
+`Preemption.signal`, so SIGTERM/SIGINT keep one owner), the run's save and its
+stop, and is asked once per execution on every worker.
 
 On Google Cloud CPU and TPU VMs TensorFlow 2.20-2.21's handler does nothing
 (`save_checkpoint_if_preempted` returns at once: failure_handling.py, "does not
@@ -46,6 +52,9 @@ UNKNOWN = "unknown"  # handler_platform() when the private names are gone.
 # The names TensorFlow gives the handler's own threads (failure_handling.py); see
 # quiet_watcher_errors.
 WATCHER_THREADS = ("PeerTerminationWatcher-", "WorkerTerminationSignalWatcher-")
+# How often the handler's thread asks `watch` for a signal (failure_handling.py's
+# `_poll_termination_signal`): the agreement starts at the first execution end after that.
+HANDLER_POLL_SECONDS = 1
 
 
 def handler_platform():

@@ -32,6 +32,7 @@ import signal
 import threading
 import time
 
+from keras_tpu.engine.stops import cluster_stop
 from keras_tpu.runtime.compat import keras
 
 POINT_VARIABLE = "KERAS_TPU_FAULT_POINT"
@@ -43,8 +44,9 @@ POINTS = (
 FAULTS = ("SIGTERM", "SIGTERM2", "SIGINT", "SIGKILL")
 SECOND_SIGNAL_SECONDS = 0.3  # SIGTERM2: the second signal, as an impatient supervisor sends it.
 
-# TensorFlow's PreemptionCheckpointHandler polls a worker's signal once a second.
-WATCH_SECONDS = 1.5
+# TensorFlow's PreemptionCheckpointHandler polls a worker's signal once a second: half a
+# second more, and it has seen the signal before the next execution ends.
+WATCH_SECONDS = cluster_stop.HANDLER_POLL_SECONDS + 0.5
 
 _reached = {}
 

@@ -30,15 +30,20 @@ protocol, whatever the moment:
     to redo (the chief may already be deleting the backups).
 
 A second signal while stopping is said and ignored (the stop under way backs up);
-a third kills the process the default way. `Preemption` owns the handlers from
+a third kills the process the default way. A stop due at once whose handler runs
+inside a finalizer (garbage collected mid-export) is raised just after it returns:
+raised there, Python would print it as an ignored exception and drop it. `Preemption` owns the handlers from
 `fit`'s start (before the strategy connects) to its exit and gives the previous
 ones back.
 """
 
+import _thread
 import contextlib
 import logging
+import os
 import signal
 import threading
+import weakref
 
 from keras_tpu.engine.stops import cluster_stop
 from keras_tpu.engine.stops import stop as stops
@@ -71,6 +76,27 @@ class _Interrupt(BaseException):
         self.stopped = stopped
 
 
+# How soon a signal that met a finalizer is raised again (see `_in_finalizer`).
+FINALIZER_RETRY_SECONDS = 0.01
+_WEAKREF_FILE = os.path.normcase(weakref.__file__)
+
+
+def _in_finalizer(frame):
+    """Return True if `frame` runs inside a finalizer (a `__del__`, a weakref's callback).
+
+    An exception raised there never reaches the run: Python prints it as "Exception ignored
+    in: <function AtomicFunction.__del__ ...>" with its traceback, and drops it. The
+    garbage collector runs finalizers at any allocation, so a signal's handler can start
+    inside one (the export's SIGTERM met a tf.function being collected).
+    """
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or os.path.normcase(code.co_filename) == _WEAKREF_FILE:
+            return True
+        frame = frame.f_back
+    return False
+
+
 class Preemption:
     """SIGTERM/SIGINT for one run: deferred to an execution's end while training, else at once.
 
@@ -99,6 +125,7 @@ class Preemption:
         self._previous = {}
         self.cluster = None  # A cluster_stop.ClusterStop on a multi-worker run.
         self.summary_path = None  # Where the finished run's summary.json is (phase "finished").
+        self._retries = 0  # Stops handed back to the main thread after a finalizer (`_raise`).
 
     def finished(self, summary_path):
         """The run's summary is written (at `summary_path`, or None without a model_dir).
@@ -193,7 +220,11 @@ class Preemption:
         return self.cluster is not None and self.phase in ("evaluating", "exporting")
 
     def _on_signal(self, signum, frame):
-        del frame
+        if self._retries:  # The stop `_raise` handed back: not a new signal.
+            self._retries -= 1
+            if not self._defers():  # Training began meanwhile: its execution's end stops.
+                self._raise(signum, frame)
+            return
         self.signals += 1
         name = signal.Signals(signum).name
         if self.signals == 3:  # Not stopping fast enough for the sender: the default way.
@@ -214,7 +245,27 @@ class Preemption:
             )  # fmt: skip
             log.warning("keras_tpu: %s: %s %s", name, what, when)
             return
+        self._raise(signum, frame)
+
+    def _raise(self, signum, frame):
+        """Raise the stop where the main thread is, or just after the finalizer it is in.
+
+        Inside a finalizer the stop would be printed as an ignored exception and lost
+        (`_in_finalizer`): the handler is called again (`_thread.interrupt_main`) a moment
+        later, once the finalizer has returned.
+        """
+        if _in_finalizer(frame):
+            self._retries += 1
+            threading.Timer(FINALIZER_RETRY_SECONDS, self._interrupt_again, (signum,)).start()
+            return
         raise _Interrupt(self.stopped())
+
+    def _interrupt_again(self, signum):
+        """Call the handler in the main thread again, if the run still holds the signals."""
+        if self._previous:  # Else the run is over: the previous handler must not see it.
+            _thread.interrupt_main(signum)
+        else:
+            self._retries = 0
 
     def stopped(self):
         """Return the RunStopped for the received signal: one line of what was saved."""

@@ -21,6 +21,7 @@ a "never hang" toolkit:
 """
 
 import json
+import logging
 import re
 import socket
 import time
@@ -29,6 +30,8 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.runtime.strategy import collective_deadline
+
+log = logging.getLogger(__name__)
 
 DEFAULT_COLLECTIVE_TIMEOUT = 300.0  # Seconds a worker may go without progress (a stuck peer).
 _POLL_SECONDS = 0.2
@@ -226,6 +229,20 @@ def _reason(message):
     return None
 
 
+REASON_CHARS = 300  # The longest TensorFlow reason the lost-worker line quotes.
+
+
+def cut_at_word(text, limit=REASON_CHARS):
+    """Return `text`, or its first words within `limit` characters and "..." after them."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 3]
+    space = cut.rfind(" ")
+    if space > 0 and not text[limit - 3].isspace():  # Drop the word the limit falls in.
+        cut = cut[:space]
+    return cut.rstrip(" ,;:.") + "..."
+
+
 def worker_failure(
     error, info, model_dir=None, backup=True, saved_step=None, phase="during training"
 ):
@@ -253,6 +270,8 @@ def worker_failure(
             break
     kind = type(error).__name__
     reason = _reason(message) or kind
+    # The line quotes the reason's first words; the log (--log_level=info) has the error whole.
+    log.info("keras_tpu: TensorFlow's error for the lost worker, in full: %s", message)
     if backup and model_dir and saved_step == 0:
         resume = f"nothing was backed up yet, so training restarts from step 0 in {model_dir}"
     elif backup and model_dir:
@@ -270,7 +289,7 @@ def worker_failure(
     else:
         what = f"the cluster lost {who} {phase}"
     return ClusterError(
-        f"{what} ({kind}: {reason[:300]}); this is "
+        f"{what} ({kind}: {cut_at_word(reason)}); this is "
         f"{this.task_type} {this.task_index} of {info.workers}. Restart every "
         f"worker with the same flags: {resume}."
     )
