@@ -256,7 +256,15 @@ def _runnable(block):
     return not (block.marker or "").startswith(("docs:names-only", "ci:"))
 
 
-@pytest.mark.parametrize("path", sorted({b.path for b in PYTHON_BLOCKS if _runnable(b)}))
+# The pages whose blocks train (10-25 s each on a quiet 2-core host) run in CI's slow tier:
+# the fast tier stays under 4 minutes.
+TRAINING_PAGES = ("README.md", "docs/guide.md", "docs/memory.md", "docs/model_parallel.md")
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param(path, marks=pytest.mark.slow) if path in TRAINING_PAGES else path
+    for path in sorted({b.path for b in PYTHON_BLOCKS if _runnable(b)})
+])  # fmt: skip
 def test_python_blocks_run(path, tmp_path):
     """Run a file's python blocks, in order, each in its own namespace, in one interpreter."""
     blocks = [b for b in PYTHON_BLOCKS if b.path == path and _runnable(b)]

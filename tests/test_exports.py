@@ -85,7 +85,7 @@ def _keras3_layer(export_dir, endpoint):
 def test_a_tasks_export_writes_into_a_directory_the_run_owns_then_marked_scored_and_renamed(
     tmp_path,
 ):
-    """The one export path (#58): the Task's `export` writes into an empty temp directory
+    """The one export path: the Task's `export` writes into an empty temp directory
     beside export_dir; the run then marks it (its model and run), records its scoring and
     renames it into place. Nothing of it is passed through a context."""
     handed = []

@@ -200,6 +200,7 @@ def _digits_config(**overrides):
     )
 
 
+@pytest.mark.slow  # In-process but 10-25 s on a quiet 2-core host: the fast tier stays under 4 minutes.
 def test_default_cnn_reaches_90_percent_on_digits_in_3_epochs():
     summary = models.train_cnn(_digits_config(epochs=3, strategy="cpu"))
     assert summary["final_step"] == 3 * 22  # 1,437 examples / 64, the last partial batch dropped.
@@ -207,6 +208,7 @@ def test_default_cnn_reaches_90_percent_on_digits_in_3_epochs():
     assert summary["accuracy_warning"] is None
 
 
+@pytest.mark.slow  # In-process but 10-25 s on a quiet 2-core host: the fast tier stays under 4 minutes.
 def test_summary_and_log_say_when_evaluation_is_at_chance(caplog):
     # Evaluation labelled differently from training (every test label shifted by one
     # class): the trained model is right on training data and wrong on evaluation.

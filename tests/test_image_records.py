@@ -183,7 +183,11 @@ def _stream(source, strategy, augment, start_step, seed=0, steps=6):
 ALL_OPTIONS = dict(randaugment_ops=1, num_classes=10, mixup_alpha=0.4, cutmix_alpha=1.0)
 
 
-@pytest.mark.parametrize("options", [{}, ALL_OPTIONS], ids=["plain", "randaugment_mixup"])
+@pytest.mark.parametrize("options", [
+    {},
+    # Every option on: 10-15 s of tracing on a quiet 2-core host, in CI's slow tier.
+    pytest.param(ALL_OPTIONS, marks=pytest.mark.slow),
+], ids=["plain", "randaugment_mixup"])  # fmt: skip
 def test_augmented_stream_resumes_exactly_and_epochs_differ(tmp_path, mirrored, options):
     images, labels = digit_images(40)
     write_records(str(tmp_path / "train-%d.tfrecord"), images, labels, shards=4)

@@ -457,7 +457,7 @@ def test_each_concept_is_decided_in_one_place():
 
 
 def test_every_input_of_the_export_is_visible_at_its_call():
-    """No module holds a context variable (#58): the export's run, scoring record and
+    """No module holds a context variable: the export's run, scoring record and
     preflight are arguments of saved_model_export.export_whole, and the refusal of an
     export_dir for a task without an export is written once."""
     holders = [

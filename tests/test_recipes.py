@@ -118,6 +118,7 @@ def test_train_cnn_on_tfds_mock_data_with_four_replicas(tmp_path):
     assert os.path.exists(tmp_path / "summary.json")
 
 
+@pytest.mark.slow  # In-process but 10-25 s on a quiet 2-core host: the fast tier stays under 4 minutes.
 def test_train_cnn_on_in_memory_arrays():
     rng = np.random.default_rng(0)
     images = rng.random((203, 12, 12, 1), dtype=np.float32)
@@ -264,6 +265,7 @@ def test_four_replicas_reach_95_percent_on_digits(tmp_path):
     assert (tmp_path / "export" / "saved_model.pb").exists()
 
 
+@pytest.mark.slow  # In-process but 10-25 s on a quiet 2-core host: the fast tier stays under 4 minutes.
 def test_train_cnn_in_process_on_four_replicas(tmp_path):
     # The whole recipe in this process (flax's train_test.py is the model): the same
     # code path as scripts/train_cnn.py, on the session's 4 logical CPU replicas.
