@@ -176,7 +176,7 @@ def class_names_function(model, class_names):
 
 def export_model(
     model, export_dir, strategy, *, overwrite=False, serving=None, signatures=None,
-    class_names=None, input_contract=None,
+    class_names=None, input_contract=None, extras=None,
 ):  # fmt: skip
     """Write `model` as a SavedModel (Keras format inside, loadable by TF Serving).
 
@@ -191,13 +191,18 @@ def export_model(
       strategy: the training strategy (remote TPUs write through this host).
       overwrite: replace an export_dir holding something else.
       serving: a Keras model that wraps `model` (e.g. with its preprocessing, as
-        models/bert/bert_export.py does) to save instead of `model` itself.
+        models/bert/bert_export.py does) to save instead of `model` itself, or a
+        tf.Module (saved by `tf.saved_model.save`: it loads with `tf.saved_model.load`,
+        not as a tf_keras model; models/bert/pretraining/mlm_export.py).
       signatures: the saved model's serving signatures (default: Keras's own).
       class_names: each class's name, in label order: the export gets `class_names()`
         (see `class_names_function`).
       input_contract: what the model takes as an image (a `data.images.ImageContract`),
         written beside the SavedModel (`image_contract.FILE`), inside the same atomic
         write: prediction decodes images through it.
+      extras: a function of the SavedModel's directory writing more into it, inside the
+        same atomic write (a pretrained encoder for fine-tuning in a subdirectory:
+        models/bert/pretraining/mlm_export.py).
 
     A model ending in a sigmoid or softmax also gets `logits()` (its inputs -> the logits
     its loss read: activation_logits.served).
@@ -209,18 +214,26 @@ def export_model(
         with serving_only(model), class_names_function(saved, class_names), (
             activation_logits.served(saved)
         ) as activation:
-            saved.save(
-                directory,
-                include_optimizer=False,
-                save_format="tf",
-                signatures=signatures,
-                options=_save_options(strategy, directory),
-            )
+            if isinstance(saved, compat.keras.Model):
+                saved.save(
+                    directory,
+                    include_optimizer=False,
+                    save_format="tf",
+                    signatures=signatures,
+                    options=_save_options(strategy, directory),
+                )
+            else:  # A tf.Module: its tracked variables and functions, no Keras layers.
+                tf.saved_model.save(
+                    saved, directory, signatures=signatures,
+                    options=_save_options(strategy, directory),
+                )  # fmt: skip
         if _SCORING.get() is not None:
             # The loss is read from logits only where the export serves them (`logits()`).
             dataclasses.replace(_SCORING.get(), activation=activation).write(directory)
         if input_contract is not None:
             input_contract.write(directory)
+        if extras is not None:
+            extras(directory)
 
     return save_atomically(save, export_dir, model, overwrite=overwrite)
 
