@@ -29,6 +29,7 @@ from tests import test_hf_bert
 from tests.conftest import SST2
 from tests.conftest import run_python
 from tests.conftest import run_script
+from tests.conftest import run_script_cases
 from tests.test_faults_resume import _run_line
 from tests.test_faults_resume import _script
 
@@ -264,6 +265,25 @@ def test_from_hf_refuses_what_the_folder_decides(tmp_path):
     # The folder's 20 position embeddings hold 20 tokens at most.
     with pytest.raises(checks.ConfigError, match="max_position_embeddings=20"):
         _from_hf_model(tmp_path, None, folder, seq_length=32)
+
+
+@pytest.mark.slow  # One child, ~10 s on a loaded host.
+def test_pretrain_script_refuses_what_the_folder_decides_in_one_line(tmp_path):
+    folder, _ = _hf_folder(tmp_path / "hf")
+    text = f"--train_files={tmp_path / 'text.txt'}"
+    cases = {
+        (f"--from_hf={folder}", text, "--vocab_size=100"): "--vocab_size with --from_hf: the "
+        "Hugging Face folder gives the vocabulary and its casing; drop --vocab_size.",
+        (f"--from_hf={folder}", text, "--nolower_case"): "drop --lower_case.",
+        (f"--from_hf={folder}", text, "--preset=mini"): "drop --preset.",
+        (f"--from_hf={tmp_path / 'none'}", text): "does not exist",
+    }  # fmt: skip
+    results = run_script_cases("pretrain_bert.py", list(cases))
+    for argv, expected in cases.items():
+        result = results[argv]
+        errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        assert result.returncode == 2 and len(errors) == 1, (argv, result.stderr[-3000:])
+        assert expected in errors[0] and "Traceback" not in result.stderr, errors
 
 
 def _transformers_folder(folder, masked_lm):
