@@ -25,6 +25,7 @@ start of a packed sequence (its word began in the sequence before) starts a word
 
 import dataclasses
 
+import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checks
@@ -165,9 +166,10 @@ class Masker:
         order of their draws a word is taken when its pieces fit in what is left of `wanted`.
         """
         batch, length = tf.shape(word_ids)[0], word_ids.shape[1]
-        continues = tf.reduce_any(
-            word_ids[..., tf.newaxis] == tf.constant(self.continuation_ids, tf.int32), axis=-1
-        )
+        # A lookup per token (BERT's vocabulary has ~5,800 "##" pieces: no comparison with each).
+        table = np.zeros([self.vocab_size], bool)
+        table[list(self.continuation_ids)] = True
+        continues = tf.gather(tf.constant(table), word_ids)
         after_candidate = tf.pad(candidates[:, :-1], [[0, 0], [1, 0]])
         starts = candidates & ~(continues & after_candidate)
         # Each piece's word: its row's count of word starts up to it, minus one; one segment
