@@ -1,4 +1,4 @@
-"""Pretrain BERT's masked-language model from scratch on your own text files.
+"""Pretrain BERT's masked-language model on your own text files, from scratch or continued.
 
 Offline, on the SST-2 sample's sentences (one document a line; a vocabulary learned from them):
   tail -n +2 tests/data/sst2/train.tsv | cut -f1 > /tmp/train.txt
@@ -8,8 +8,16 @@ Offline, on the SST-2 sample's sentences (one document a line; a vocabulary lear
 Documents separated by blank lines (one sentence a line), with BERT's own vocabulary:
   python scripts/pretrain_bert.py --train_files='corpus/*.txt.gz' --documents=paragraphs \
     --vocab_file=vocab.txt --preset=mini --seq_length=128 --max_predictions_per_seq=20
+Continued from a Hugging Face BERT folder (its sizes, weights, vocabulary and casing; the
+masked-LM head created fresh when the checkpoint has none), whole words masked together:
+  python scripts/pretrain_bert.py --from_hf=all-MiniLM-L6-v2/ --train_files=/tmp/train.txt \
+    --whole_word_masking --model_dir=/tmp/mlm_minilm --export_dir=/tmp/mlm_minilm/export
+The export serves fill-mask (raw text with [MASK] in, the top-k tokens per mask out) and
+holds the encoder and preprocessing train_bert.py fine-tunes:
+  python scripts/train_bert.py --encoder_handle=/tmp/mlm_minilm/export/encoder \
+    --preprocess_handle=/tmp/mlm_minilm/export/preprocess --train_file=... --eval_file=...
 A killed run resumes where it stopped, with the same masks (rerun the same command).
-docs/pretraining.md says what the masks, packing and a resume guarantee.
+docs/pretraining.md says what the masks, packing, start points, export and a resume guarantee.
 """
 
 from absl import app
@@ -20,6 +28,7 @@ if __package__:  # python -m scripts.pretrain_bert
 else:  # python scripts/pretrain_bert.py
     import flag_utils
 import models  # noqa: E402
+from keras_tpu import checks  # noqa: E402
 
 flag_utils.define_flags(
     models.BertMlmConfig,
@@ -28,22 +37,44 @@ flag_utils.define_flags(
         "eval_files": "Held-out text files: masked once, the same at every evaluation.",
         "documents": "lines: one document per line; paragraphs: one sentence per line, "
         "documents separated by blank lines.",
+        "from_hf": "Continue pretraining a Hugging Face BERT folder (config.json, "
+        "model.safetensors, vocab.txt or tokenizer.json): its sizes, weights, vocabulary and "
+        "casing; its masked-LM head if it has one, else a fresh one.",
         "vocab_file": "WordPiece vocab.txt with [MASK] (default: learned from --train_files "
         "into model_dir/vocab.txt).",
         "vocab_size": "WordPieces to learn when no --vocab_file is given.",
         "lower_case": "Lower-case and strip accents before WordPiece.",
-        "preset": "Encoder size: tiny, mini, small, medium or base (models/bert/bert_config.py).",
+        "preset": "Encoder size from scratch: tiny (default), mini, small, medium or base "
+        "(models/bert/bert_config.py).",
         "seq_length": "Tokens per packed sequence, [CLS] and [SEP] included.",
         "mask_rate": "Share of the non-special tokens predicted (BERT: 0.15).",
         "max_predictions_per_seq": "Most masked tokens per sequence (BERT: 20 at 128 tokens).",
+        "whole_word_masking": "Mask all the WordPieces of a chosen word together (BERT's "
+        "whole-word masking).",
         "warmup_fraction": "Share of steps with linear learning-rate warm-up.",
     },
 )
 
 
+# What --from_hf takes from the Hugging Face folder instead of these flags (the config
+# refuses --preset and --vocab_file; these have defaults it cannot tell from given values).
+FROM_FOLDER = ("vocab_size", "lower_case")
+
+
+def refuse_folder_flags(config):
+    """Refuse a flag whose value --from_hf takes from the folder (ConfigError, one line)."""
+    given = [name for name in FROM_FOLDER if flag_utils.FLAGS[name].present]
+    if config.from_hf and given:
+        raise checks.ConfigError(
+            f"--{given[0]} with --from_hf: the Hugging Face folder gives the vocabulary and its "
+            f"casing; drop --{given[0]}."
+        )
+
+
 def main(argv):
     del argv
     config = flag_utils.config_from_flags(models.BertMlmConfig)
+    flag_utils.run_or_explain(refuse_folder_flags, config)
     summary = flag_utils.run_or_explain(models.pretrain_bert, config)
     test = summary.get("test") or {}
     if test:

@@ -155,3 +155,64 @@ def test_masker_refuses_what_it_cannot_do():
         _masker(mask_rate=0.0)
     with pytest.raises(checks.ConfigError, match=r"\[MASK\]"):
         _masker(special_ids=(PAD, CLS, SEP))
+
+
+# Whole-word masking: ids 600.. continue a word ("##..."); a word is a piece < 600 and the
+# continuing pieces after it.
+CONTINUING = tuple(range(600, VOCAB))
+
+
+def _words(row):
+    """Return the words of one sequence as lists of positions (specials are in none)."""
+    words = []
+    for i, token in enumerate(row):
+        if token in SPECIAL:
+            continue
+        if token >= 600 and words and words[-1][-1] == i - 1:
+            words[-1].append(i)
+        else:
+            words.append([i])
+    return words
+
+
+def test_whole_word_masking_masks_all_pieces_of_a_word_or_none():
+    ids = _sequences(32, length=64, seed=1)
+    masker = _masker(max_predictions_per_seq=12, whole_word=True, continuation_ids=CONTINUING)
+    f = _mask(masker, ids, 5, np.arange(len(ids)))
+    long_words_masked = 0
+    for row, positions, weights in zip(ids, f["masked_lm_positions"], f["masked_lm_weights"]):
+        chosen = set(positions[weights > 0].tolist())
+        candidates = sum(len(w) for w in _words(row))
+        assert 0 < len(chosen) <= min(12, round(candidates * 0.15))
+        for word in _words(row):
+            assert set(word) <= chosen or not set(word) & chosen, (word, sorted(chosen))
+            long_words_masked += len(word) > 1 and set(word) <= chosen
+    assert long_words_masked > 25  # Words of several pieces are masked, not only single ones.
+    # Per piece, the pieces of a word are not masked together: the test can fail.
+    single = _mask(_masker(max_predictions_per_seq=12), ids, 5, np.arange(len(ids)))
+    split = [
+        w for row, p, wt in zip(ids, single["masked_lm_positions"], single["masked_lm_weights"])
+        for w in _words(row) if 0 < len(set(w) & set(p[wt > 0].tolist())) < len(w)
+    ]  # fmt: skip
+    assert split
+
+
+def test_whole_word_masks_are_a_function_of_seed_epoch_and_index():
+    ids = _sequences(8, length=64, seed=2)
+    masker = _masker(max_predictions_per_seq=12, whole_word=True, continuation_ids=CONTINUING)
+    whole = _mask(masker, ids, 11, np.arange(8))
+    order = np.array([6, 1, 4])
+    part = _mask(masker, ids[order], 11, order)
+    for name, values in part.items():
+        np.testing.assert_array_equal(values, whole[name][order], err_msg=name)
+    np.testing.assert_array_equal(_mask(masker, ids, 11, np.arange(8))["input_word_ids"],
+                                  whole["input_word_ids"])  # fmt: skip
+    other_epoch = _mask(masker, ids, 12, np.arange(8))
+    assert (other_epoch["masked_lm_positions"] != whole["masked_lm_positions"]).any(axis=1).all()
+
+
+def test_whole_word_masking_needs_continuing_pieces():
+    from keras_tpu import checks
+
+    with pytest.raises(checks.ConfigError, match="'##"):
+        _masker(whole_word=True)

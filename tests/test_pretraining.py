@@ -3,7 +3,9 @@
 The corpus is the SST-2 sample's sentences (tests/data/sst2), one document a line.
 """
 
+import dataclasses
 import json
+import logging
 import os
 import re
 
@@ -21,9 +23,13 @@ from models.bert import bert_text
 from models.bert.pretraining import masking
 from models.bert.pretraining import mlm_head
 from models.bert.pretraining import mlm_task
+from models.bert.pretraining import start_points
 from models.bert.pretraining import text_corpus
+from tests import test_hf_bert
 from tests.conftest import SST2
+from tests.conftest import run_python
 from tests.conftest import run_script
+from tests.conftest import run_script_cases
 from tests.test_faults_resume import _run_line
 from tests.test_faults_resume import _script
 
@@ -41,7 +47,8 @@ def corpus(tmp_path_factory):
     lines = _sentences("train", 200)
     path = root / "train.txt"
     path.write_text("\n".join(lines) + "\n")
-    vocab = bert_text.learn_wordpiece_vocab(lines, 600, special_tokens=mlm_task.PRETRAINING_TOKENS)
+    tokens = start_points.PRETRAINING_TOKENS
+    vocab = bert_text.learn_wordpiece_vocab(lines, 600, special_tokens=tokens)
     vocab_file = bert_text.write_vocab(vocab, str(root / "vocab.txt"))
     vocabulary = text_corpus.Vocabulary.read(vocab_file)
     return dict(root=root, path=str(path), lines=lines, vocabulary=vocabulary,
@@ -181,6 +188,171 @@ def test_the_task_is_registered_and_checks_its_config():
         mlm_task.bert_mlm_task(mlm_task.BertMlmConfig())
 
 
+def _hf_folder(path, head=False, pooler=True, tied=True):
+    """A Hugging Face BERT folder written with NumPy (test_hf_bert's), and its tensors."""
+    state = test_hf_bert._hf_state(test_hf_bert.HF_CONFIG, seed=3)
+    if not pooler:
+        state = {k: v for k, v in state.items() if not k.startswith("pooler.")}
+    if head:
+        h, vocab = test_hf_bert.HF_CONFIG["hidden_size"], test_hf_bert.HF_CONFIG["vocab_size"]
+        rng = np.random.default_rng(4)
+        for name, shape in (("transform.dense.weight", (h, h)), ("transform.dense.bias", (h,)),
+                            ("transform.LayerNorm.weight", (h,)),
+                            ("transform.LayerNorm.bias", (h,)), ("bias", (vocab,))):  # fmt: skip
+            state[f"cls.predictions.{name}"] = rng.standard_normal(shape).astype(np.float32)
+        table = state["embeddings.word_embeddings.weight"]
+        state["cls.predictions.decoder.weight"] = table if tied else table + 1.0
+    return test_hf_bert._write_folder(path, state=state), state
+
+
+def _from_hf_model(tmp_path, caplog, folder, **overrides):
+    """Build the bert_mlm task's model from `folder`; return it and the lines said of it."""
+    text = tmp_path / "text.txt"
+    text.write_text("the movie was great\ni loved it\n")
+    fields = dict(from_hf=folder, train_files=str(text), seq_length=16,
+                  max_predictions_per_seq=4, model_dir=str(tmp_path / "run"))  # fmt: skip
+    config = mlm_task.BertMlmConfig(**{**fields, **overrides})
+    task = mlm_task.bert_mlm_task(config)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        model = task.build_model()
+    said = [r.getMessage() for r in caplog.records if "continued pretraining" in r.getMessage()]
+    return model, said
+
+
+def test_from_hf_starts_from_the_checkpoint_and_says_the_head_is_fresh(tmp_path, caplog):
+    folder, state = _hf_folder(tmp_path / "hf")
+    model, said = _from_hf_model(tmp_path, caplog, folder)
+    encoder = model.get_layer("bert_encoder")
+    embeddings, layer = encoder.get_layer("embeddings"), encoder.get_layer("transformer/layer_1")
+    np.testing.assert_array_equal(
+        embeddings.word_embeddings.numpy(), state["embeddings.word_embeddings.weight"]
+    )
+    np.testing.assert_array_equal(
+        layer.query.kernel.numpy(), state["encoder.layer.1.attention.self.query.weight"].T
+    )
+    np.testing.assert_array_equal(
+        encoder.get_layer("pooler").kernel.numpy(), state["pooler.dense.weight"].T
+    )
+    assert len(said) == 1
+    assert "no masked-LM head (cls.predictions.*): the head starts fresh" in said[0]
+    assert model.get_layer("masked_lm").embedding_table is embeddings.word_embeddings
+    assert not model.get_layer("masked_lm").output_bias.numpy().any()  # Fresh: zeros.
+
+
+def test_from_hf_takes_the_checkpoints_head_and_refuses_an_untied_one(tmp_path, caplog):
+    folder, state = _hf_folder(tmp_path / "hf", head=True, pooler=False)
+    model, said = _from_hf_model(tmp_path, caplog, folder)
+    head = model.get_layer("masked_lm")
+    np.testing.assert_array_equal(head.dense.kernel.numpy(),
+                                  state["cls.predictions.transform.dense.weight"].T)  # fmt: skip
+    np.testing.assert_array_equal(head.output_bias.numpy(), state["cls.predictions.bias"])
+    np.testing.assert_array_equal(head.layer_norm.beta.numpy(),
+                                  state["cls.predictions.transform.LayerNorm.bias"])  # fmt: skip
+    assert len(said) == 1 and "its encoder and masked-LM head" in said[0]
+    assert "no pooler, which starts fresh" in said[0]
+    untied, _ = _hf_folder(tmp_path / "untied", head=True, tied=False)
+    with pytest.raises(checks.ConfigError, match="decoder.weight is not its word-embedding table"):
+        _from_hf_model(tmp_path, caplog, untied)
+
+
+def test_from_hf_refuses_what_the_folder_decides(tmp_path):
+    folder, _ = _hf_folder(tmp_path / "hf")
+    for name, value in (("preset", "mini"), ("vocab_file", "vocab.txt")):
+        with pytest.raises(checks.ConfigError, match=f"drop --{name}"):
+            mlm_task.BertMlmConfig(from_hf=folder, **{name: value})
+    assert mlm_task.BertMlmConfig().preset == "tiny"  # From scratch: tiny unless given.
+    # The folder's 20 position embeddings hold 20 tokens at most.
+    with pytest.raises(checks.ConfigError, match="max_position_embeddings=20"):
+        _from_hf_model(tmp_path, None, folder, seq_length=32)
+
+
+@pytest.mark.slow  # One child, ~10 s on a loaded host.
+def test_pretrain_script_refuses_what_the_folder_decides_in_one_line(tmp_path):
+    folder, _ = _hf_folder(tmp_path / "hf")
+    text = f"--train_files={tmp_path / 'text.txt'}"
+    cases = {
+        (f"--from_hf={folder}", text, "--vocab_size=100"): "--vocab_size with --from_hf: the "
+        "Hugging Face folder gives the vocabulary and its casing; drop --vocab_size.",
+        (f"--from_hf={folder}", text, "--nolower_case"): "drop --lower_case.",
+        (f"--from_hf={folder}", text, "--preset=mini"): "drop --preset.",
+        (f"--from_hf={tmp_path / 'none'}", text): "does not exist",
+    }  # fmt: skip
+    results = run_script_cases("pretrain_bert.py", list(cases))
+    for argv, expected in cases.items():
+        result = results[argv]
+        errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        assert result.returncode == 2 and len(errors) == 1, (argv, result.stderr[-3000:])
+        assert expected in errors[0] and "Traceback" not in result.stderr, errors
+
+
+def _transformers_folder(folder, masked_lm):
+    """Save a randomised transformers BertModel (or BertForMaskedLM) and its tokenizer."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=len(test_hf_bert.VOCAB), hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = (transformers.BertForMaskedLM if masked_lm else transformers.BertModel)(config)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # Biases and LayerNorms are not at their defaults.
+        for name, param in model.named_parameters():
+            offset = 1.0 if name.endswith("LayerNorm.weight") else 0.0
+            param.copy_(offset + 0.2 * torch.randn(param.shape, generator=generator))
+    model.save_pretrained(folder, safe_serialization=True)
+    vocab = folder / "source_vocab.txt"
+    vocab.write_text("\n".join(test_hf_bert.VOCAB) + "\n")
+    # transformers >= 5 saves tokenizer.json (no vocab.txt): the vocabulary is read from it.
+    transformers.BertTokenizer(str(vocab), do_lower_case=True).save_pretrained(folder)
+    vocab.unlink()
+    return {k: v.detach().numpy() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.slow  # transformers and torch import in ~15 s; one step of a run in-process.
+def test_from_hf_run_starts_at_the_transformers_checkpoint(tmp_path, caplog):
+    import keras_tpu  # pylint: disable=g-import-not-at-top
+
+    state = _transformers_folder(tmp_path / "hf", masked_lm=False)
+    text = tmp_path / "text.txt"
+    text.write_text("the movie was great\ni loved it\nthe plot was too long\n" * 8)
+    config = mlm_task.BertMlmConfig(
+        from_hf=str(tmp_path / "hf"), train_files=str(text), seq_length=16,
+        max_predictions_per_seq=4, per_replica_batch_size=2, epochs=1, steps_per_epoch=1,
+        model_dir=str(tmp_path / "run"), tensorboard=False, verbose=0,
+    )  # fmt: skip
+    started = {}
+
+    class AtStart(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            started.update({w.name: w.numpy() for w in self.model.weights})
+
+    task = dataclasses.replace(mlm_task.bert_mlm_task(config), callbacks=lambda: [AtStart()])
+    with caplog.at_level(logging.WARNING):
+        keras_tpu.fit(task, config)
+    said = [r.getMessage() for r in caplog.records if "continued pretraining" in r.getMessage()]
+    assert len(said) == 1 and "the head starts fresh" in said[0], said
+    for name, hf_name, transpose in (
+        ("embeddings/word_embeddings:0", "embeddings.word_embeddings.weight", False),
+        ("transformer/layer_0/intermediate/kernel:0", "encoder.layer.0.intermediate.dense.weight",
+         True),
+        ("transformer/layer_1/output_layer_norm/gamma:0", "encoder.layer.1.output.LayerNorm.weight",
+         False),
+        ("pooler/kernel:0", "pooler.dense.weight", True),
+    ):  # fmt: skip
+        expected = state[hf_name].T if transpose else state[hf_name]
+        np.testing.assert_array_equal(started[name], expected)
+    # A BertForMaskedLM checkpoint: its head (transform, bias) is the model's; it has no pooler.
+    state = _transformers_folder(tmp_path / "mlm", masked_lm=True)
+    model, said = _from_hf_model(tmp_path, caplog, str(tmp_path / "mlm"))
+    head = model.get_layer("masked_lm")
+    np.testing.assert_array_equal(head.dense.kernel.numpy(),
+                                  state["cls.predictions.transform.dense.weight"].T)  # fmt: skip
+    np.testing.assert_array_equal(head.output_bias.numpy(), state["cls.predictions.bias"])
+    assert len(said) == 1 and "masked-LM head;" in said[0] and "no pooler" in said[0], said
+
+
 # A CI-sized run: the tiny preset shrunk to one layer, 32-token sequences.
 _FLAGS = ("--preset=tiny", "--seq_length=32", "--max_predictions_per_seq=5", "--vocab_size=1000",
           "--per_replica_batch_size=16", "--learning_rate=2e-3", "--seed=1")  # fmt: skip
@@ -192,19 +364,27 @@ def _text_files(root):
     return f"--train_files={root / 'train.txt'}", f"--eval_files={root / 'dev.txt'}"
 
 
-@pytest.mark.slow
-def test_pretrain_script_resumes_after_sigkill_to_the_same_weights(tmp_path):
+# Sentences for the fill-mask export: one mask, two, a mask alone, none.
+_MASKED = ["the film is [MASK] .", "a [MASK] and [MASK] story", "[MASK]", "no mask at all"]
+
+
+@pytest.mark.slow  # One trained run carries the resume, the export and the fine-tuning chain.
+def test_pretrain_script_resumes_after_sigkill_to_the_same_weights_and_exports_the_chain(tmp_path):
     files = _text_files(tmp_path)
     # One vocabulary for both runs: the WordPiece trainer may order tied pieces differently
     # from one learning to the next (a resumed run reuses its own, kept in model_dir).
     lines = _sentences("train")
+    tokens = start_points.PRETRAINING_TOKENS
     vocab = bert_text.write_vocab(
-        bert_text.learn_wordpiece_vocab(lines, 1000, special_tokens=mlm_task.PRETRAINING_TOKENS),
+        bert_text.learn_wordpiece_vocab(lines, 1000, special_tokens=tokens),
         str(tmp_path / "vocab.txt"),
     )
+    # Whole-word masks, and the export of the best weights (which model_dir/best keeps too).
     flags = (*files, *_FLAGS, f"--vocab_file={vocab}", "--epochs=2", "--steps_per_epoch=12",
-             "--backup_every_steps=4", "--steps_per_execution=1")  # fmt: skip
-    whole = _script("pretrain_bert.py", tmp_path / "whole", *flags)
+             "--backup_every_steps=4", "--steps_per_execution=1", "--whole_word_masking",
+             "--export_weights=best")  # fmt: skip
+    export = tmp_path / "whole" / "export"
+    whole = _script("pretrain_bert.py", tmp_path / "whole", *flags, f"--export_dir={export}")
     assert whole.returncode == 0, whole.stderr[-3000:]
     killed = _script("pretrain_bert.py", tmp_path / "killed", *flags, fault="SIGKILL", at=17)
     assert killed.returncode != 0
@@ -215,6 +395,80 @@ def test_pretrain_script_resumes_after_sigkill_to_the_same_weights(tmp_path):
     summaries = [json.loads((tmp_path / d / "summary.json").read_text()) for d in ("whole", "killed")]
     assert summaries[0]["test"] == summaries[1]["test"]
     assert summaries[0]["history"]["loss"] == summaries[1]["history"]["loss"]
+
+    # The fill-mask export, in a process without keras_tpu: the run's model's top-k.
+    probe = run_python(
+        "import json, sys, tensorflow as tf, tensorflow_text\n"
+        "sys.modules['keras_tpu'] = sys.modules['models'] = None  # Serving needs neither.\n"
+        f"fill = tf.saved_model.load({str(export)!r}).signatures['serving_default']\n"
+        f"out = fill(text=tf.constant({_MASKED!r}))\n"
+        "print(json.dumps({k: v.numpy().tolist() for k, v in out.items() if k != 'tokens'}))\n",
+        fresh=False,  # Forked from the server, which never imported keras_tpu.
+    )
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    served = json.loads(probe.stdout.strip().splitlines()[-1])
+    model, expected = _run_fill_mask(tmp_path / "whole", vocab, _MASKED)
+    assert served["mask_count"] == [len(ids) for ids, _ in expected] == [1, 2, 1, 0]
+    for row, (ids, probabilities) in enumerate(expected):
+        count = len(ids)
+        np.testing.assert_array_equal(np.reshape(served["token_ids"][row][:count], (-1, 5)), ids)
+        np.testing.assert_allclose(np.reshape(served["probabilities"][row][:count], (-1, 5)),
+                                   probabilities, rtol=1e-5)
+        assert all(i == [-1] * 5 for i in served["token_ids"][row][count:])  # Padding slots.
+    # The encoder inside is the run's encoder (float32), for train_bert.py unchanged.
+    exported = {v.name: v.numpy() for v in tf.saved_model.load(str(export / "encoder")).variables}
+    for variable in model.get_layer("bert_encoder").weights:
+        np.testing.assert_array_equal(exported[variable.name], variable.numpy())
+    dev = (tmp_path / "dev.tsv")
+    dev.write_text("".join(open(os.path.join(SST2, "dev.tsv"), encoding="utf-8").readlines()[:65]))
+    tuned = run_script(
+        "train_bert.py", f"--encoder_handle={export / 'encoder'}",
+        f"--preprocess_handle={export / 'preprocess'}", f"--train_file={SST2}/train.tsv",
+        f"--eval_file={dev}", "--seq_length=32", "--epochs=1", "--steps_per_epoch=3",
+        "--per_replica_batch_size=16", "--verbose=0", "--notensorboard", "--nobackup",
+        f"--model_dir={tmp_path / 'tuned'}",
+    )  # fmt: skip
+    assert tuned.returncode == 0, tuned.stderr[-3000:]
+    assert re.search(r"eval accuracy [\d.]+ on 64 examples", tuned.stdout), tuned.stdout
+
+
+def _run_fill_mask(run_dir, vocab, sentences):
+    """Return the run's model (its best weights) and, per sentence, its masks' top-5 ids and
+    probabilities, tokenised here piece by piece (not by the export's code)."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    config = mlm_task.BertMlmConfig(
+        train_files=str(run_dir.parent / "train.txt"), vocab_file=vocab, seq_length=32,
+        max_predictions_per_seq=5,
+    )  # fmt: skip
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(summary["precision_policy"])  # As the run computed.
+    try:
+        model = mlm_task.bert_mlm_task(config).build_model()
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    model.load_weights(str(run_dir / "best" / "checkpoint")).expect_partial()
+    v = text_corpus.Vocabulary.read(vocab)
+    preprocessor = bert_text.BertPreprocessor(vocab, 32)
+    rows, positions = [], []
+    for sentence in sentences:
+        parts = sentence.split("[MASK]")
+        pieces = [preprocessor.tokenize(tf.constant([p])).merge_dims(-2, -1)[0].numpy().tolist()
+                  for p in parts]  # fmt: skip
+        ids = [v.cls_id]
+        for i, part in enumerate(pieces):
+            ids += part + ([v.mask_id] if i < len(pieces) - 1 else [])
+        ids += [v.sep_id]
+        positions.append([i for i, t in enumerate(ids) if t == v.mask_id])
+        rows.append(ids + [v.pad_id] * (32 - len(ids)))
+    word_ids = np.array(rows, np.int32)
+    inputs = dict(
+        input_word_ids=word_ids, input_mask=(word_ids != v.pad_id).astype(np.int32),
+        input_type_ids=np.zeros_like(word_ids),
+        masked_lm_positions=np.array([p + [0] * (5 - len(p)) for p in positions], np.int32),
+    )  # fmt: skip
+    probabilities = tf.nn.softmax(model(inputs, training=False), axis=-1)
+    top, ids = (t.numpy() for t in tf.math.top_k(probabilities, k=5))
+    return model, [(ids[r, : len(p)], top[r, : len(p)]) for r, p in enumerate(positions)]
 
 
 @pytest.mark.slow

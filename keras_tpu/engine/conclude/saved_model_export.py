@@ -183,7 +183,9 @@ def write_saved_model(
       directory: where the SavedModel goes (an empty or new directory).
       strategy: the training strategy (remote TPUs write through this host).
       serving: a Keras model that wraps `model` (e.g. with its preprocessing, as
-        models/bert/bert_export.py does) to save instead of `model` itself.
+        models/bert/bert_export.py does) to save instead of `model` itself, or a
+        tf.Module (saved by `tf.saved_model.save`: it loads with `tf.saved_model.load`,
+        not as a tf_keras model; models/bert/pretraining/mlm_export.py).
       signatures: the saved model's serving signatures (default: Keras's own).
       class_names: each class's name, in label order: the export gets `class_names()`
         (see `class_names_function`).
@@ -199,13 +201,19 @@ def write_saved_model(
     with serving_only(model), class_names_function(saved, class_names), (
         activation_logits.served(saved)
     ):
-        saved.save(
-            directory,
-            include_optimizer=False,
-            save_format="tf",
-            signatures=signatures,
-            options=_save_options(strategy, directory),
-        )
+        if isinstance(saved, compat.keras.Model):
+            saved.save(
+                directory,
+                include_optimizer=False,
+                save_format="tf",
+                signatures=signatures,
+                options=_save_options(strategy, directory),
+            )
+        else:  # A tf.Module: its tracked variables and functions, no Keras layers.
+            tf.saved_model.save(
+                saved, directory, signatures=signatures,
+                options=_save_options(strategy, directory),
+            )  # fmt: skip
     if input_contract is not None:
         input_contract.write(directory)
 

@@ -42,6 +42,7 @@ from models.bert.hf.hf_config import (  # noqa: F401  (hf_bert.read_hf_config, .
     TOKENIZER_CONFIG_FILE,
     TOKENIZER_FILE,
     VOCAB_FILE,
+    hf_vocab_file,
     read_hf_config,
     read_hf_lower_case,
     vocab_from_tokenizer_json,
@@ -174,14 +175,7 @@ def export_hf_bert(folder, export_dir, seq_length=128):
     lower_case = read_hf_lower_case(folder)
     weights = load_hf_weights(folder)
     with tempfile.TemporaryDirectory() as scratch:
-        vocab_file = os.path.join(folder, VOCAB_FILE)
-        if not os.path.isfile(vocab_file):
-            tokenizer_json = os.path.join(folder, TOKENIZER_FILE)
-            if not os.path.isfile(tokenizer_json):
-                raise checks.MissingFileError(
-                    f"{folder} has neither {VOCAB_FILE} nor {TOKENIZER_FILE} for the preprocessing."
-                )
-            vocab_file = vocab_from_tokenizer_json(tokenizer_json, scratch)
+        vocab_file = hf_vocab_file(folder, scratch)
         # The preprocessor copies the vocabulary into its SavedModel's assets on export.
         preprocessor = text.BertPreprocessor(vocab_file, seq_length, lower_case)
         if preprocessor.vocab_size > config.vocab_size:

@@ -210,3 +210,23 @@ def vocab_from_tokenizer_json(path, out_dir):
     with open(vocab_file, "w", encoding="utf-8") as f:
         f.writelines(token + "\n" for token, _ in by_id)
     return vocab_file
+
+
+def hf_vocab_file(folder, out_dir):
+    """Return the folder's WordPiece vocab.txt, or one written into `out_dir` from tokenizer.json.
+
+    transformers >= 5 saves tokenizer.json without vocab.txt.
+
+    Raises:
+      FileNotFoundError: the folder has neither.
+    """
+    vocab_file = os.path.join(folder, VOCAB_FILE)
+    if os.path.isfile(vocab_file):
+        return vocab_file
+    tokenizer_json = os.path.join(folder, TOKENIZER_FILE)
+    if not os.path.isfile(tokenizer_json):
+        raise checks.MissingFileError(
+            f"{folder} has neither {VOCAB_FILE} nor {TOKENIZER_FILE}: the WordPiece vocabulary "
+            f"the model was trained with; copy the model's tokenizer files into it."
+        )
+    return vocab_from_tokenizer_json(tokenizer_json, out_dir)

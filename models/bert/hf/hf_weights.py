@@ -122,25 +122,39 @@ def load_hf_weights(folder):
         non-safetensors weights, or bfloat16 tensors.
       FileNotFoundError: there are no weights at all.
     """
+    weights, heads = load_hf_tensors(folder)
+    if heads:
+        logging.info("Ignoring %d tensors that are not part of the encoder: %s", len(heads),
+                     sorted(heads))  # fmt: skip
+    return weights
+
+
+def load_hf_tensors(folder):
+    """Return (the encoder's tensors as `load_hf_weights` names them, the heads' tensors).
+
+    One read of the checkpoint for a caller that uses a head too (continued masked-LM
+    pretraining reads `cls.predictions.*`). The heads' tensors keep their checkpoint names
+    (`cls.predictions.bias`); the old id buffers are in neither dict.
+    """
     raw = {}
     for path in weight_files(folder):
         raw.update(_load_safetensors(path))
-    weights, heads = {}, []
+    weights, heads = {}, {}
     for key, value in raw.items():
         name = _encoder_key(key)
-        if name.startswith(KNOWN_HEAD_PREFIXES) or name in _BUFFERS:
-            heads.append(key)
+        if np.issubdtype(value.dtype, np.floating):
+            value = value.astype(np.float32, copy=False)
+        if name in _BUFFERS:
+            continue
+        if name.startswith(KNOWN_HEAD_PREFIXES):
+            heads[key] = value
             continue
         if name in weights:
             raise checks.ConfigError(
                 f"{folder}: tensor {name} appears both with and without `bert.`."
             )
-        if np.issubdtype(value.dtype, np.floating):
-            value = value.astype(np.float32, copy=False)
         weights[name] = value
-    if heads:
-        logging.info("Ignoring %d tensors that are not part of the encoder: %s", len(heads), heads)
-    return weights
+    return weights, heads
 
 
 def _linear(layer):
@@ -188,7 +202,7 @@ def _listing(names, limit=8):
     return ", ".join(names[:limit]) + more
 
 
-def assign_hf_weights(encoder, weights, config):
+def assign_hf_weights(encoder, weights, config, *, may_lack=()):
     """Assign Hugging Face BERT tensors to a native encoder, all or nothing.
 
     Every name, shape and dtype is checked before any variable changes.
@@ -197,6 +211,11 @@ def assign_hf_weights(encoder, weights, config):
       encoder: a model from `bert.build_bert_encoder(config)`.
       weights: dict from BertModel tensor names to arrays (as `load_hf_weights` returns).
       config: the BertConfig the encoder was built from.
+      may_lack: name prefixes (e.g. "pooler.") whose tensors the checkpoint may lack:
+        their variables keep their initial values.
+
+    Returns:
+      The sorted names of the tensors `may_lack` let the checkpoint lack.
 
     Raises:
       ValueError: a tensor is missing, unexpected, non-float or of the wrong shape
@@ -204,6 +223,9 @@ def assign_hf_weights(encoder, weights, config):
     """
     targets = _targets(encoder, config.num_layers)
     missing = set(targets) - set(weights)
+    kept = sorted(name for name in missing if may_lack and name.startswith(tuple(may_lack)))
+    missing -= set(kept)
+    targets = {name: target for name, target in targets.items() if name not in kept}
     if missing:
         hint = ""
         if any(name.startswith("pooler.") for name in missing):
@@ -245,3 +267,4 @@ def assign_hf_weights(encoder, weights, config):
     for name, (variable, transpose) in targets.items():
         value = weights[name]
         variable.assign(value.T if transpose else value)
+    return kept

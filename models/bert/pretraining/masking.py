@@ -13,10 +13,19 @@ same at every evaluation, so held-out masked accuracy is comparable across epoch
 As BERT: `mask_rate` of the non-special tokens are chosen (at least one, at most
 `max_predictions_per_seq`), of them 80% become [MASK], 10% a random non-special token and
 10% stay as they are. [CLS], [SEP], [PAD] and [MASK] are never chosen.
+
+Whole-word masking (`whole_word=True`, BERT's `--do_whole_word_mask`): a word is its first
+WordPiece and the pieces after it that start with "##" (`continuation_ids`); words are
+drawn in a random order (each word's draw is its first piece's) and taken whole while
+they fit in the tokens to predict, as BERT's `create_masked_lm_predictions` does (a word
+that does not fit is skipped, a shorter one after it may be taken). Each chosen piece is
+then [MASK], random or kept (80/10/10) on its own draw, as in BERT. A "##" piece at the
+start of a packed sequence (its word began in the sequence before) starts a word there.
 """
 
 import dataclasses
 
+import numpy as np
 import tensorflow as tf
 
 from keras_tpu import checks
@@ -53,6 +62,9 @@ class Masker:
       pad_id: the id of [PAD] (input_mask is 0 there).
       mask_rate: the share of non-special tokens to predict (BERT: 0.15).
       max_predictions_per_seq: the most predicted per sequence (BERT: 20 at 128 tokens).
+      whole_word: mask whole words (see the module doc), not single pieces.
+      continuation_ids: the ids of the pieces that continue a word ("##..."), for
+        `whole_word` (`text_corpus.Vocabulary.continuation_ids`).
     """
 
     vocab_size: int
@@ -61,6 +73,8 @@ class Masker:
     pad_id: int
     mask_rate: float = 0.15
     max_predictions_per_seq: int = 20
+    whole_word: bool = False
+    continuation_ids: tuple = ()
 
     def __post_init__(self):
         checks.integer("vocab_size", self.vocab_size, minimum=len(self.special_ids) + 1)
@@ -72,6 +86,11 @@ class Masker:
             raise checks.ConfigError(
                 f"special_ids={self.special_ids} must hold [MASK] ({self.mask_id}) and [PAD] "
                 f"({self.pad_id}): neither is ever masked."
+            )
+        if self.whole_word and not self.continuation_ids:
+            raise checks.ConfigError(
+                "whole_word masking needs the vocabulary's word-continuing pieces ('##...'); "
+                "this vocabulary has none: drop --whole_word_masking or use a WordPiece one."
             )
 
     def __call__(self, word_ids, seeds):
@@ -98,11 +117,18 @@ class Masker:
         count = tf.reduce_sum(tf.cast(candidates, tf.float32), axis=1)
         wanted = tf.cast(tf.round(count * self.mask_rate), tf.int32)
         wanted = tf.minimum(tf.maximum(wanted, tf.cast(count > 0, tf.int32)), slots)
-        # The `wanted` candidates with the lowest draws; a special token never (score -1).
-        scores = tf.where(candidates, 1.0 - choose, -1.0)
         k = min(slots, length)
-        _, top = tf.math.top_k(scores, k=k)  # [batch, k], best first.
-        used = tf.range(k)[tf.newaxis, :] < wanted[:, tf.newaxis]
+        if self.whole_word:
+            chosen = self._whole_words(word_ids, candidates, choose, wanted)
+            # The chosen positions in order; unused slots last (at most `wanted` are chosen).
+            top = tf.sort(tf.where(chosen, tf.range(length)[tf.newaxis, :], length), axis=1)
+            used = top[:, :k] < length
+            top = top[:, :k]
+        else:
+            # The `wanted` candidates with the lowest draws; a special token never (score -1).
+            scores = tf.where(candidates, 1.0 - choose, -1.0)
+            _, top = tf.math.top_k(scores, k=k)  # [batch, k], best first.
+            used = tf.range(k)[tf.newaxis, :] < wanted[:, tf.newaxis]
         # In order of position, as BERT writes them; unused slots last.
         positions = tf.sort(tf.where(used, top, length), axis=1)
         used = positions < length
@@ -132,6 +158,46 @@ class Masker:
             "masked_lm_ids": tf.where(used, tf.gather(word_ids, positions, batch_dims=1), 0),
             "masked_lm_weights": weights,
         }
+
+    def _whole_words(self, word_ids, candidates, choose, wanted):
+        """Return [batch, seq] bool: the pieces of the words taken (see the module doc).
+
+        Words are numbered per row; each word's draw is its first piece's `choose`; in the
+        order of their draws a word is taken when its pieces fit in what is left of `wanted`.
+        """
+        batch, length = tf.shape(word_ids)[0], word_ids.shape[1]
+        # A lookup per token (BERT's vocabulary has ~5,800 "##" pieces: no comparison with each).
+        table = np.zeros([self.vocab_size], bool)
+        table[list(self.continuation_ids)] = True
+        continues = tf.gather(tf.constant(table), word_ids)
+        after_candidate = tf.pad(candidates[:, :-1], [[0, 0], [1, 0]])
+        starts = candidates & ~(continues & after_candidate)
+        # Each piece's word: its row's count of word starts up to it, minus one; one segment
+        # per (row, word), and one more for the special tokens.
+        word = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1
+        segments = batch * length
+        segment = tf.where(candidates, word + tf.range(batch)[:, tf.newaxis] * length, segments)
+        draw = tf.math.unsorted_segment_max(
+            tf.where(starts, 1.0 - choose, -1.0), segment, segments + 1
+        )[:segments]
+        sizes = tf.math.unsorted_segment_sum(
+            tf.cast(candidates, tf.int32), segment, segments + 1
+        )[:segments]
+        draw, sizes = tf.reshape(draw, [batch, length]), tf.reshape(sizes, [batch, length])
+        draw = tf.where(sizes > 0, draw, -2.0)  # No such word: last.
+        order = tf.argsort(draw, axis=1, direction="DESCENDING", stable=True)
+
+        def take(state, size):  # One word of every row, in draw order.
+            total, _ = state
+            fits = (size > 0) & (total + size <= wanted)
+            return total + tf.where(fits, size, 0), fits
+
+        _, taken = tf.scan(
+            take, tf.transpose(tf.gather(sizes, order, batch_dims=1)),
+            initializer=(tf.zeros_like(wanted), tf.zeros_like(wanted, tf.bool)),
+        )  # fmt: skip
+        taken = tf.gather(tf.transpose(taken), tf.argsort(order, axis=1), batch_dims=1)
+        return candidates & tf.gather(taken, tf.maximum(word, 0), batch_dims=1)
 
     def model_inputs(self, word_ids, seeds):
         """Return (the model's features, labels) of a batch: `labels` are masked_lm_ids with

@@ -35,6 +35,7 @@ class Vocabulary:
     cls_id: int
     sep_id: int
     mask_id: int
+    continuation_ids: tuple = ()  # The pieces that continue a word ("##..."): whole-word masks.
 
     @classmethod
     def read(cls, path):
@@ -46,7 +47,9 @@ class Vocabulary:
                 f"vocabulary (they have one) or leave --vocab_file unset to learn one with it."
             )
         ids = {t: tokens.index(t) for t in ("[PAD]", "[CLS]", "[SEP]", "[MASK]")}
-        return cls(path, len(tokens), ids["[PAD]"], ids["[CLS]"], ids["[SEP]"], ids["[MASK]"])
+        continuation = tuple(i for i, token in enumerate(tokens) if token.startswith("##"))
+        return cls(path, len(tokens), ids["[PAD]"], ids["[CLS]"], ids["[SEP]"], ids["[MASK]"],
+                   continuation)  # fmt: skip
 
     @property
     def special_ids(self):
