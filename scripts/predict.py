@@ -196,7 +196,7 @@ flag_utils.define_flags(PredictConfig, {
     "report_file": "--mode=evaluate: the JSON report (default: <model_dir>/evaluations/"
     "<input name>.json).",
     "class_names": "Names of the classes, comma-separated, in class order (tfds: its own).",
-    "weights": "auto (the run's export, else best/), export or best.",
+    "weights": "auto (the run's export when it is a tf_keras model, else best/), export or best.",
     "per_replica_batch_size": "Batch per replica (default: the run's, else 32).",
     "tpu": flag_utils.run_help("tpu") + " Default: the run's.",
     "strategy": flag_utils.run_help("strategy") + " Default: the run's.",

@@ -168,6 +168,18 @@ def test_what_to_load_is_one_line(kwargs, message):
         keras_tpu.predict(DEV_X, **kwargs)
 
 
+def test_an_export_that_is_not_a_tf_keras_model_is_one_line(tmp_path):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    # A task may export a plain tf.Module (the masked LM's fill-mask): not revived as a model.
+    module = tf.Module()
+    module.v = tf.Variable(1.0)
+    module.f = tf.function(lambda x: x * module.v, input_signature=[tf.TensorSpec([None])])
+    tf.saved_model.save(module, str(tmp_path / "export"))
+    with pytest.raises(keras_tpu.ConfigError, match="is not a tf_keras model .*weights='best'"):
+        keras_tpu.predict(DEV_X, export_dir=str(tmp_path / "export"))
+
+
 def test_the_in_memory_form_is_unchanged(mirrored):
     with mirrored.scope():
         model = keras.Sequential([keras.layers.Dense(1, input_shape=(3,))])

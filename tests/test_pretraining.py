@@ -17,6 +17,7 @@ from keras_tpu import checks
 from keras_tpu import keras
 from keras_tpu import layers
 from keras_tpu.engine import registry
+from keras_tpu.inference import predict_evaluate
 from models.bert.bert_config import INPUT_NAMES
 from models.bert.bert_config import bert_config
 from models.bert import bert_text
@@ -435,18 +436,11 @@ def test_pretrain_script_resumes_after_sigkill_to_the_same_weights_and_exports_t
 def _run_fill_mask(run_dir, vocab, sentences):
     """Return the run's model (its best weights) and, per sentence, its masks' top-5 ids and
     probabilities, tokenised here piece by piece (not by the export's code)."""
-    summary = json.loads((run_dir / "summary.json").read_text())
-    config = mlm_task.BertMlmConfig(
-        train_files=str(run_dir.parent / "train.txt"), vocab_file=vocab, seq_length=32,
-        max_predictions_per_seq=5,
-    )  # fmt: skip
-    previous = keras.mixed_precision.global_policy()
-    keras.mixed_precision.set_global_policy(summary["precision_policy"])  # As the run computed.
-    try:
-        model = mlm_task.bert_mlm_task(config).build_model()
-    finally:
-        keras.mixed_precision.set_global_policy(previous)
-    model.load_weights(str(run_dir / "best" / "checkpoint")).expect_partial()
+    # Rebuilt from its directory as keras_tpu.predict does: its export is a fill-mask
+    # tf.Module, not a tf_keras model, so "auto" takes the best weights (model_dir/best).
+    loaded = predict_evaluate.load(model_dir=str(run_dir))
+    assert loaded.description.startswith("best weights"), loaded.description
+    model = loaded.call
     v = text_corpus.Vocabulary.read(vocab)
     preprocessor = bert_text.BertPreprocessor(vocab, 32)
     rows, positions = [], []

@@ -107,8 +107,21 @@ def _has_export(export_dir):
     return bool(export_dir) and tf.io.gfile.exists(os.path.join(export_dir, "saved_model.pb"))
 
 
+def _is_keras_export(export_dir):
+    """Whether the export is a tf_keras model (a task may export a plain tf.Module instead:
+    models/bert/pretraining/mlm_export.py's fill-mask)."""
+    return _has_export(export_dir) and tf.io.gfile.exists(
+        os.path.join(export_dir, "keras_metadata.pb")
+    )
+
+
 def _revive(export_dir):
     """Return the export as a tf_keras model (text exports need tensorflow_text's ops first)."""
+    if not _is_keras_export(export_dir):
+        raise checks.ConfigError(
+            f"the export in {export_dir} is not a tf_keras model (no keras_metadata.pb): load it "
+            f"with tf.saved_model.load and call its signatures; for its run, use weights='best'."
+        )
     try:
         import tensorflow_text  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
     except ImportError:
@@ -147,7 +160,8 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
       model_dir: a run's directory whose summary.json says status "ok".
       strategy: run on this strategy (default: the run's config resolves it, as training did).
       per_replica_batch: default the run's.
-      weights: "auto" (the export if the run wrote one, else best/), "export" or "best".
+      weights: "auto" (the export if the run wrote one as a tf_keras model, else best/),
+        "export" or "best".
       trust_run_dir: import the code the run's config.yaml names (`import:`, a
         "module:function" task) even if this process has not imported it
         (registry.refuse_untrusted): only for a run directory you trust.
@@ -192,7 +206,7 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
         keras.mixed_precision.set_global_policy(previous)
     export_dir, best = config.export_dir, os.path.join(model_dir, "best", "checkpoint")
     if weights == "auto":
-        weights = "export" if _has_export(export_dir) else "best"
+        weights = "export" if _is_keras_export(export_dir) else "best"
     if weights == "export":
         _weights_from_export(model, export_dir, summary)
         description = f"export {export_dir}"
