@@ -87,7 +87,11 @@ def test_the_schema_check_names_what_is_wrong():
 def test_every_claim_quotes_its_document():
     for step in steps_lib.STEPS:
         assert step.claim.locate() is not None, (step.name, step.claim)
-    assert claims.EXACT_RESUME.cite().startswith("docs/guide.md:4")
+    line = claims.EXACT_RESUME.locate()
+    with open(os.path.join(REPO, "docs/guide.md"), encoding="utf-8") as f:
+        cited = f.read().splitlines()[line - 1]
+    assert claims.EXACT_RESUME.cite().startswith(f"docs/guide.md:{line}: ")
+    assert claims.EXACT_RESUME.quote.split()[0] in cited  # The line its quote starts on.
 
 
 def _result(step, finding):

@@ -5,6 +5,7 @@ lossless, where pixels are compared), written with tf.train.Example, so nothing 
 downloaded.
 """
 
+import json
 import os
 import re
 
@@ -17,6 +18,7 @@ from keras_tpu import data
 from keras_tpu.data.images import image_records
 from tests.conftest import REPO
 from tests.conftest import read_summary
+from tests.conftest import run_script
 
 
 def upscaled_rgb(images, size=32):
@@ -247,8 +249,12 @@ def test_train_cnn_on_jpeg_records_with_a_backbone_resumes_exactly_after_sigkill
     write_records(str(tmp_path / "eval-%d.tfrecord"), eval_images, eval_labels, shards=2)
     # 4 replicas x 4: 3 steps an epoch (of 7 a pass), 6 in all; streamed (records shuffled,
     # decoded and augmented per batch); 40 evaluation images are 3 steps, the last padded.
+    names = [f"digit_{d}" for d in range(10)]
+    names_file = tmp_path / "names" / "classes.txt"
+    names_file.parent.mkdir()
+    names_file.write_text("".join(f"{n}\n" for n in names))
     flags = (f"--train_tfrecords={tmp_path}/train-*", f"--eval_tfrecords={tmp_path}/eval-*",
-             "--num_classes=10", "--backbone=mobilenet_v3_small", "--image_size=32",
+             f"--class_names={names_file}", "--backbone=mobilenet_v3_small", "--image_size=32",
              "--cpu_replicas=4", "--per_replica_batch_size=4", "--epochs=2",
              "--steps_per_epoch=3", "--steps_per_execution=1", "--cache=none",
              "--optimizer=adamw", "--weight_decay=0.05", "--lr_schedule=cosine",
@@ -293,6 +299,28 @@ def test_train_cnn_on_jpeg_records_with_a_backbone_resumes_exactly_after_sigkill
     target = np.full((40, 10), 0.1 / 10) + 0.9 * np.eye(10)[read_labels]
     smoothed = -(target * np.log(np.clip(probabilities, 1e-7, 1.0))).sum(1).mean()
     assert test["loss"] == pytest.approx(smoothed, rel=1e-4)
+
+    # Read back as a user would: the names file moved away, the evaluation images as class
+    # folders (the records' JPEG bytes), predict.py --mode=evaluate from the run directory
+    # and from the export scores the run's test exactly (a backbone takes [0, 255]: fed
+    # [0, 1] it sat at chance), rows named by the run's classes.
+    names_file.rename(tmp_path / "moved.txt")
+    folders = tmp_path / "eval_folders"
+    for i, (jpeg, label) in enumerate(zip(encoded, read_labels)):
+        (folders / names[label]).mkdir(parents=True, exist_ok=True)
+        (folders / names[label] / f"{i:03d}.jpg").write_bytes(jpeg)
+    for where in (f"--model_dir={killed_dir}", f"--export_dir={export_dir}"):
+        report, rows = tmp_path / "report.json", tmp_path / "rows.tsv"
+        read_back = run_script("predict.py", where, "--mode=evaluate", f"--image_dir={folders}",
+                               f"--report_file={report}", f"--output_file={rows}",
+                               timeout=900)  # fmt: skip
+        assert read_back.returncode == 0, where + read_back.stderr[-3000:]
+        metrics = json.loads(report.read_text())["metrics"]
+        assert metrics["accuracy"] == pytest.approx(test["accuracy"], abs=1e-7), where
+        assert metrics["loss"] == pytest.approx(test["loss"], rel=1e-5), where
+        header, *lines = [line.split("\t") for line in rows.read_text().splitlines()]
+        assert header[:3] == ["id", "class_id", "class_name"] and len(lines) == 40, where
+        assert {line[2] for line in lines} <= set(names), where
 
 
 # The recipe of a backbone trained from scratch on digits as 32x32 JPEGs: the main job's
