@@ -5,7 +5,6 @@ No run: a summary is built from fixed values, so each test takes milliseconds.
 
 import dataclasses
 import json
-import sys
 
 import pytest
 
@@ -71,7 +70,9 @@ def test_a_finished_runs_rerun_names_the_worker_it_runs_on(
     """
     from tests.test_multiworker import _cluster_info  # pylint: disable=g-import-not-at-top
 
-    del predict_script  # Imports scripts/flag_utils.py (print_run) and removes its flags after.
+    # predict_script imports scripts/flag_utils.py (print_run) and removes its flags after;
+    # its module object, whatever name sys.modules keeps it under (another test's order).
+    print_run = predict_script.flag_utils.print_run
     written = _summary(chief=True, strategy=_cluster_info(0).to_dict(), replicas=2,
                        resumed_from_step=0, weights_sha256="a6e70782",
                        precision_policy="float32")  # fmt: skip
@@ -82,6 +83,6 @@ def test_a_finished_runs_rerun_names_the_worker_it_runs_on(
                         (1, "this is worker 1 (not the chief: wrote no summary)")]:  # fmt: skip
         again = summary_lib.finished_run(config, 8, _cluster_info(index))
         assert (again.chief, again.strategy["task"]["index"]) == (index == 0, index)
-        sys.modules["scripts.flag_utils"].print_run(again)
+        print_run(again)
         assert capsys.readouterr().out.split("; ")[1] == role
     assert json.loads((tmp_path / "summary.json").read_text()) == written  # Read, not rewritten.
