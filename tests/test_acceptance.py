@@ -359,9 +359,34 @@ def test_the_quick_cpu_rehearsal_writes_a_valid_report_with_every_step_ok_or_ski
     statuses = {s["name"]: s["status"] for s in written["steps"]}
     assert list(statuses) == list(steps_lib.NAMES)
     assert set(statuses.values()) <= {"ok", "skip"}, statuses
-    for name in ("environment", "strategy", "main_job", "exact_resume", "exact_evaluation"):
+    for name in ("environment", "strategy", "main_job", "exact_resume", "exact_evaluation",
+                 "fine_tuning_rate", "bf16_logits", "host_input"):  # fmt: skip
         assert statuses[name] == "ok", name
+    figures = {s["name"]: s["figures"] for s in written["steps"]}
+    assert figures["fine_tuning_rate"]["tiny_examples_per_second"] > 0
+    assert figures["host_input"]["image_step_examples_per_second"] == round(
+        figures["main_job"]["train_examples_per_second"], 1)  # fmt: skip
+    assert "| fine_tuning_rate | tiny_tokens_per_second |" in result.stdout  # The stand-in's column.
     resume = next(s for s in written["steps"] if s["name"] == "exact_resume")["figures"]
     assert resume["resumed_from_step"] > 0 and resume["resumed_sha256"] == resume["uninterrupted_sha256"]
     assert "## keras_tpu acceptance (quick)" in result.stdout
     assert (tmp_path / "acceptance.md").read_text() in result.stdout
+
+
+@pytest.mark.parametrize("name", ["cnn_tpu.ipynb", "bert_tpu.ipynb"])
+def test_each_notebooks_first_code_cell_offers_the_quick_run_on_a_tpu_only(name):
+    import ast  # pylint: disable=g-import-not-at-top
+
+    with open(os.path.join(REPO, "notebooks", name), encoding="utf-8") as f:
+        cells = json.load(f)["cells"]
+    source = "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
+    # IPython's %pip lines become a statement, so the cell parses as Python.
+    tree = ast.parse(re.sub(r"^(\s*)%pip .*$", r"\1pass", source, flags=re.M))
+    guarded = [node for node in ast.walk(tree) if isinstance(node, ast.If) and "ON_TPU" in ast.unparse(node.test)
+               and "keras_tpu.acceptance(quick=True" in ast.unparse(node)]  # fmt: skip
+    assert guarded, f"{name}: no `if ... ON_TPU:` block running keras_tpu.acceptance(quick=True, ...)"
+    # Off a TPU the block is skipped: run the cell's Python with ON_TPU False and no install.
+    namespace = {"__name__": "cell"}
+    code = ast.unparse(tree).replace("importlib.util.find_spec('keras_tpu') is None", "False")
+    exec(compile(code.replace("bool(glob.glob", "False and bool(glob.glob"), name, "exec"), namespace)  # noqa: S102
+    assert namespace["ON_TPU"] is False and namespace["RUN_ACCEPTANCE"] is False and "subprocess" not in namespace
