@@ -268,8 +268,9 @@ def _fake_pipeline(global_batch):
 
 FAKE_PROBES = probes_lib.ModelProbes(
     name="Fake", quick_presets=("a", "b"), full_presets=("a", "b", "c"),
-    throughput=lambda strategy, preset, precision, steps: dataclasses.replace(FAKE_RATE, precision=precision),
-    logit_gap=lambda strategy: 0.004, logit_tolerance=5e-2,
+    throughput=lambda strategy, rehearsal, preset, precision, steps: dataclasses.replace(
+        FAKE_RATE, precision=precision, steps=2 if rehearsal else 10, seconds=0.2 if rehearsal else 0.5),
+    logit_gap=lambda strategy, rehearsal: 0.004, logit_tolerance=5e-2,
     memory=_fake_memory, memory_batches=(2, 4), planned_batch=lambda strategy: 5,
     inputs=(probes_lib.InputPipeline("image: fake", _fake_pipeline, "main_job", 4),),
 )  # fmt: skip
@@ -281,9 +282,10 @@ def test_fine_tuning_rate_gives_mfu_against_the_chips_bf16_peak_and_a_rehearsal_
     context = _context(tmp_path, job=keras_tpu.AcceptanceJob(task="cnn", probes="tests.test_acceptance:FAKE_PROBES"))
     context.shared["strategy"] = mirrored
     rehearsal = step_runner.run_step(STEP["fine_tuning_rate"], context)  # 4 CPU replicas.
-    assert rehearsal.status == "ok" and "a rehearsal on one CPU device" in rehearsal.detail
-    assert rehearsal.figures == {"accelerator": "cpu", "precision": "float32", "a_examples_per_second": 640.0,
-                                 "a_tokens_per_second": 81920, "fastest_examples_per_second": 640.0}  # fmt: skip
+    assert rehearsal.status == "ok" and "a rehearsal eagerly on one CPU device" in rehearsal.detail
+    # The rehearsal's probe ran (rehearsal=True): 2 steps of 32 in 0.2 s.
+    assert rehearsal.figures == {"accelerator": "cpu", "precision": "float32", "a_examples_per_second": 320.0,
+                                 "a_tokens_per_second": 40960, "fastest_examples_per_second": 320.0}  # fmt: skip
     _on_a_tpu(monkeypatch, mirrored)  # An unknown chip: "v2/v3", 22.5 TFLOP/s bf16 a replica.
     chip = step_runner.run_step(STEP["fine_tuning_rate"], context)
     assert chip.status == "ok" and chip.figures["precision"] == "mixed_bfloat16"
@@ -301,7 +303,7 @@ def test_bf16_logits_fail_over_the_tolerance(tmp_path, mirrored, monkeypatch):
     context.shared["strategy"] = mirrored
     fine = step_runner.run_step(STEP["bf16_logits"], context)
     assert fine.status == "ok" and fine.figures == {"worst_relative_gap": 0.004, "tolerance": 5e-2}
-    off = dataclasses.replace(FAKE_PROBES, logit_gap=lambda strategy: 0.2)
+    off = dataclasses.replace(FAKE_PROBES, logit_gap=lambda strategy, rehearsal: 0.2)
     monkeypatch.setattr(probes_lib, "load", lambda ref: off)
     result = step_runner.run_step(STEP["bf16_logits"], context)
     assert result.status == "fail" and "differ from float32 by 0.2 (relative)" in result.detail

@@ -1,7 +1,7 @@
 """The steps that measure the job's model on the chip (probes.ModelProbes), and judge it.
 
   fine_tuning_rate  examples/s, tokens/s and MFU against the device's bf16 peak
-                    (accelerators.py) of each preset; a CPU rehearsal times the first, 3 steps
+                    (accelerators.py) of each preset; a CPU rehearsal runs the first, eagerly
   bf16_logits       mixed_bfloat16 logits of a fixed batch against float32, within tolerance
   memory_planner    the measured peak (get_memory_info, TPU/GPU) against the planner's
                     estimate at two batches, and the planner's largest batch run: it fits
@@ -41,17 +41,17 @@ def _accelerator(info):
     return key, accelerators.ACCELERATORS[key]
 
 
-# Timed steps after the traced ones: a CPU rehearsal only proves the path (seconds).
+# Timed steps after the warm-up ones: a CPU rehearsal only proves the path (seconds).
 TIMED_STEPS = {"cpu": 2, "quick": 20, "full": 50}
-ONE_CPU = ("on one CPU device: tracing a BERT training step for every logical replica took "
-           "~100 s on 2 cores, one device ~15 s")  # fmt: skip
+ONE_CPU = ("eagerly on one CPU device, which proves the path and is no performance figure: tracing "
+           "a BERT training step took ~100 s for 4 logical replicas on 2 cores, 15-25 s for one")  # fmt: skip
 
 
 def _probe_strategy(strategy, info):
-    """The strategy a probe runs in: the chip's, or on a CPU rehearsal the default (ONE_CPU)."""
+    """(the strategy a probe runs in, whether it is a rehearsal): the chip's, or ONE_CPU's."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    return tf.distribute.get_strategy() if info.kind == "cpu" else strategy
+    return (tf.distribute.get_strategy(), True) if info.kind == "cpu" else (strategy, False)
 
 
 def fine_tuning_rate(context):
@@ -70,7 +70,7 @@ def fine_tuning_rate(context):
     steps = TIMED_STEPS["cpu" if not on_chip else "quick" if context.quick else "full"]
     figures, rates = {"accelerator": key, "precision": precision}, {}
     for preset in probes.presets(context.quick, on_chip):
-        measured = probes.throughput(_probe_strategy(strategy, info), preset, precision, steps)
+        measured = probes.throughput(*_probe_strategy(strategy, info), preset, precision, steps)
         rates[preset] = measured.examples_per_second
         figures[f"{preset}_examples_per_second"] = round(measured.examples_per_second, 1)
         figures[f"{preset}_tokens_per_second"] = round(measured.examples_per_second * measured.tokens_per_example)
@@ -109,9 +109,9 @@ def bf16_logits(context):
     strategy, info = _strategy_info(context)
     if strategy is None:
         return skip("no strategy: the strategy step did not find one")
-    gap = float(probes.logit_gap(_probe_strategy(strategy, info)))
+    gap = float(probes.logit_gap(*_probe_strategy(strategy, info)))
     figures = {"worst_relative_gap": round(gap, 5), "tolerance": probes.logit_tolerance}
-    where = "on the TPU" if info.kind == "tpu" else f"on the {info.kind}" + (" (one device)" if info.kind == "cpu" else "")
+    where = "on the TPU" if info.kind == "tpu" else f"on the {info.kind}" + (" (one device, eagerly)" if info.kind == "cpu" else "")
     if not gap <= probes.logit_tolerance:
         return fail(f"{probes.name}'s bf16 logits differ from float32 by {gap:.3g} (relative) {where}, over "
                     f"{probes.logit_tolerance}", "send the report", **figures)  # fmt: skip

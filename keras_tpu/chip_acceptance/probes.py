@@ -74,10 +74,11 @@ class ModelProbes:
       name: the model, for the report ("BERT").
       quick_presets, full_presets: the sizes the fine-tuning step times (the CPU rehearsal
         times the first one only: a few steps, seconds).
-      throughput: (strategy, preset, precision, steps) -> Throughput, running the fine-tuning
-        step of `preset` in `precision`.
-      logit_gap: (strategy) -> the worst relative gap of the logits of a fixed batch,
-        computed in mixed_bfloat16 against float32 (the same weights).
+      throughput: (strategy, rehearsal, preset, precision, steps) -> Throughput, running the
+        fine-tuning step of `preset` in `precision` (`rehearsal`: on one CPU device, eagerly:
+        the path proved in seconds, not traced).
+      logit_gap: (strategy, rehearsal) -> the worst relative gap of the logits of a fixed
+        batch, computed in mixed_bfloat16 against float32 (the same weights).
       logit_tolerance: the largest gap that passes.
       memory: (strategy, per_replica_batch) -> MemoryPoint, running one training step at
         that batch (the step reads the measured peak after it).
