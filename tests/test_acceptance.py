@@ -291,7 +291,7 @@ def test_fine_tuning_rate_gives_mfu_against_the_chips_bf16_peak_and_a_rehearsal_
     assert chip.status == "ok" and chip.figures["precision"] == "mixed_bfloat16"
     # 640 examples/s x 3 GFLOP = 1.92 TFLOP/s of 4 replicas x 22.5 TFLOP/s.
     assert chip.figures["a_mfu"] == chip.figures["b_mfu"] == round(1.92e12 / 90e12, 4)
-    over = probe_steps.judge_rates("Fake", {**chip.figures, "b_mfu": 1.7}, True, probe_steps._accelerator(
+    over = probe_steps.judge_rates("Fake", {**chip.figures, "b_mfu": 1.7}, probe_steps._accelerator(
         strategy_info.StrategyInfo.of(mirrored))[1])  # fmt: skip
     result = _result(STEP["fine_tuning_rate"], over)
     assert result.status == "fail" and "b_mfu 1.7 is not a fraction of the TPU v2 or v3 bf16 peak" in result.detail

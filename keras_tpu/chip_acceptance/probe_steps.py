@@ -14,6 +14,7 @@ host_input runs after the main job's steps (steps.LATE_STEPS): it reads their fi
 import math
 import time
 
+from keras_tpu import checks
 from keras_tpu.chip_acceptance import probes as probes_lib
 from keras_tpu.chip_acceptance.step_runner import fail, ok, skip
 
@@ -62,12 +63,15 @@ def fine_tuning_rate(context):
     strategy, info = _strategy_info(context)
     if strategy is None:
         return skip("no strategy: the strategy step did not find one")
-    key, device = _accelerator(info)
-    on_chip = device.peak_bf16_flops is not None
+    try:
+        key, device = _accelerator(info)
+    except checks.ConfigError:  # A GPU accelerators.py does not know: no peak, no MFU.
+        key, device = "unknown GPU", None
+    on_chip = device is not None and device.peak_bf16_flops is not None
     # MFU is against the bf16 peak, so a chip computes in bf16; a rehearsal proves the path in
     # float32 (emulated bf16 is slower on most CPUs, docs/guide.md).
     precision = "mixed_bfloat16" if on_chip else "float32"
-    steps = TIMED_STEPS["cpu" if not on_chip else "quick" if context.quick else "full"]
+    steps = TIMED_STEPS["cpu" if info.kind == "cpu" else "quick" if context.quick else "full"]
     figures, rates = {"accelerator": key, "precision": precision}, {}
     for preset in probes.presets(context.quick, on_chip):
         measured = probes.throughput(*_probe_strategy(strategy, info), preset, precision, steps)
@@ -78,11 +82,17 @@ def fine_tuning_rate(context):
             peak = device.peak_bf16_flops * info.replicas
             figures[f"{preset}_mfu"] = round(measured.examples_per_second * measured.flops_per_example / peak, 4)
     figures["fastest_examples_per_second"] = round(max(rates.values()), 1)
-    return judge_rates(probes.name, figures, on_chip, device)
+    if on_chip:
+        return judge_rates(probes.name, figures, device)
+    no_mfu = f"a rehearsal {ONE_CPU}" if info.kind == "cpu" else f"{key}: accelerators.py has no bf16 peak"
+    return judge_rates(probes.name, figures, device, no_mfu=no_mfu)
 
 
-def judge_rates(name, figures, on_chip, device):
-    """Ok when every rate is finite and positive and every MFU within (0, 1]."""
+def judge_rates(name, figures, device, *, no_mfu=""):
+    """Ok when every rate is finite and positive and every MFU within (0, 1].
+
+    `no_mfu`: why the figures hold no MFU (a CPU rehearsal; a device without a bf16 peak).
+    """
     bad = [k for k, v in figures.items() if k.endswith("_per_second") and not (math.isfinite(v) and v > 0)]
     if bad:
         return fail(f"{name}: {bad[0]} is {figures[bad[0]]}", "send the report", **figures)
@@ -94,9 +104,8 @@ def judge_rates(name, figures, on_chip, device):
                     "send the report: the FLOP count or accelerators.py's peak is wrong", **figures)  # fmt: skip
     rates = ", ".join(f"{k.split('_')[0]} {v:g}" for k, v in figures.items() if k.endswith("_examples_per_second")
                       and not k.startswith("fastest"))  # fmt: skip
-    if not on_chip:
-        return ok(f"{name} fine-tuning examples/s: {rates} (a rehearsal {ONE_CPU}; no bf16 peak, no MFU)",
-                  **figures)  # fmt: skip
+    if no_mfu:
+        return ok(f"{name} fine-tuning examples/s: {rates} ({no_mfu}; no MFU)", **figures)
     mfu = ", ".join(f"{k.split('_')[0]} {100 * v:.1f}%" for k, v in mfus.items())
     return ok(f"{name} fine-tuning examples/s: {rates}; MFU {mfu} of the {device.name} bf16 peak", **figures)
 

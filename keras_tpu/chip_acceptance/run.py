@@ -6,9 +6,9 @@
 The report is written whatever the steps do (a step raising or cut at its bound is a `fail`
 line; an interrupted command writes the steps it ran). The main job's steps run their own
 child processes, then host_input reads their figures (steps.LATE_STEPS); the others run in
-this process, or, when this process must not hold the
-TPU (`steps_in_child`, the script's choice on a TPU host), in one child of their own, so the
-children that follow can take the chip (libtpu serves one process at a time).
+this process, or, when this process must not hold the TPU (`steps_in_child`, the script's
+choice on a TPU host), in one child of their own, so the children that follow can take the
+chip (libtpu serves one process at a time).
 """
 
 import dataclasses
