@@ -7,6 +7,8 @@ Modules, in reading order (each family's __init__.py is its front door):
                 FLOPs and memory model, AdamW recipe, text export, its task and GLUE
   datasets.py   the datasets the tasks train on (image datasets by name, text files, tfds)
   acceptance_job.py  the acceptance command's main job (the digits CNN and its bar)
+  acceptance_probes.py  what the acceptance command measures of the garden on a chip: BERT's
+                fine-tuning rate, bf16 logits and memory, the image and text pipelines
 
 Importing `models` registers the tasks "cnn", "bert" and "bert_mlm" (keras_tpu.register_task);
 `train_cnn` / `train_bert` are the one call behind scripts/train_cnn.py,

@@ -26,4 +26,5 @@ def acceptance_job():
         quick_bar=0.85,
         full_bar=0.95,
         description="digits CNN (seed variant)",
+        probes="models.acceptance_probes:PROBES",
     )

@@ -19,6 +19,8 @@ import pytest
 
 import keras_tpu
 from keras_tpu.chip_acceptance import claims
+from keras_tpu.chip_acceptance import probe_steps
+from keras_tpu.chip_acceptance import probes as probes_lib
 from keras_tpu.chip_acceptance import report as report_lib
 from keras_tpu.chip_acceptance import run as run_lib
 from keras_tpu.chip_acceptance import step_runner
@@ -94,6 +96,42 @@ def test_every_claim_quotes_its_document():
     assert claims.EXACT_RESUME.quote.split()[0] in cited  # The line its quote starts on.
 
 
+def _chip_strategy(context):
+    return step_runner.ok("a faked chip", kind="tpu", replicas=8)
+
+
+def _rate(context):
+    return step_runner.ok("fast", tiny_examples_per_second=1234.5, weights_sha256="ab" * 32)
+
+
+def test_the_report_sets_the_cpu_rehearsals_figures_beside_the_chips(tmp_path, monkeypatch):
+    monkeypatch.setattr(steps_lib, "STEPS", (
+        step_runner.Step("strategy", _fine, claims.STRATEGY, 5, 5),
+        step_runner.Step("fine_tuning_rate", _rate, claims.FINE_TUNING_RATE, 5, 5),
+    ))  # fmt: skip
+    monkeypatch.setattr(steps_lib, "NAMES", ("strategy", "fine_tuning_rate"))
+    cpu = run_lib.acceptance(output_dir=str(tmp_path / "rehearsal"), stream=None)  # kind absent: a CPU run.
+    markdown = cpu.markdown()
+    assert "this run is the CPU rehearsal" in markdown and "| step | figure | CPU rehearsal |\n" in markdown
+    assert "| fine_tuning_rate | tiny_examples_per_second | 1234 |" in markdown  # 4 significant digits.
+    monkeypatch.setattr(steps_lib, "STEPS", (
+        step_runner.Step("strategy", _chip_strategy, claims.STRATEGY, 5, 5),
+        step_runner.Step("fine_tuning_rate", _fine, claims.FINE_TUNING_RATE, 5, 5),
+    ))  # fmt: skip
+    chip = run_lib.acceptance(output_dir=str(tmp_path), stream=None,
+                              rehearsal=str(tmp_path / "rehearsal" / "acceptance.json"))  # fmt: skip
+    markdown = (tmp_path / "acceptance.md").read_text()
+    assert "| step | figure | CPU rehearsal | chip |" in markdown
+    assert "| strategy | kind | — | tpu |" in markdown and "| strategy | answer | 42 | — |" in markdown
+    assert "| fine_tuning_rate | tiny_examples_per_second | 1234 | — |" in markdown
+    assert "| fine_tuning_rate | weights_sha256 | abababababab… | — |" in markdown
+    written = json.loads((tmp_path / "acceptance.json").read_text())
+    assert report_lib.problems(written) == [] and written["rehearsal"][0]["figures"]["answer"] == 42
+    assert chip.on_chip and not cpu.on_chip
+    none = run_lib.acceptance(output_dir=str(tmp_path / "none"), stream=None, rehearsal=str(tmp_path / "no.json"))
+    assert "No rehearsal column: the rehearsal's report" in none.markdown() and "could not be read" in none.markdown()
+
+
 def _result(step, finding):
     """The StepResult `step` would record for `finding` (as run_step does)."""
     return step_runner.run_step(dataclasses.replace(step, run=lambda _: finding),
@@ -104,10 +142,13 @@ STEP = {s.name: s for s in steps_lib.STEPS}
 
 
 def test_a_planner_estimate_off_by_2x_fails_naming_the_memory_doc_line():
-    assert steps_lib.compare_memory(1000, 900).status == "ok"
-    finding = steps_lib.compare_memory(2000, 900)  # The estimate twice the fitting one.
-    result = _result(STEP["memory_planner"], finding)
-    assert result.status == "fail" and result.figures["peak_over_estimate"] == 0.45
+    point = probes_lib.MemoryPoint
+    fine = [(point(8, 1000), 900), (point(32, 4000), 3600)]
+    assert probe_steps.compare_memory_points(fine, 100, 9000).status == "ok"
+    off = [(point(8, 1000), 900), (point(32, 8000), 3600)]  # The estimate twice the fitting one.
+    result = _result(STEP["memory_planner"], probe_steps.compare_memory_points(off, 100, 9000))
+    assert result.status == "fail" and result.figures["batch32_peak_over_estimate"] == 0.45
+    assert "at batch 32 a replica the measured peak / estimate is 0.45" in result.detail
     line = claims.MEMORY_PLANNER.locate()
     assert f"Contradicts docs/memory.md:{line}: 'peak/estimate: 0.79..0.98" in result.line()
 
@@ -148,9 +189,11 @@ def test_tpu_only_steps_skip_with_their_reason_on_the_cpu(tmp_path, mirrored):
     context = _context(tmp_path)
     context.shared["strategy"] = mirrored
     for name in ("tpu_compile", "tpu_memory_info", "bf16_on_chip", "embedding_gather",
-                 "pod_slice", "tpu_mesh", "memory_planner"):  # fmt: skip
+                 "pod_slice", "tpu_mesh"):  # fmt: skip
         result = step_runner.run_step(STEP[name], context)
         assert result.status == "skip" and result.detail.startswith("TPU-only: the strategy is cpu"), result
+    planner = step_runner.run_step(STEP["memory_planner"], context)
+    assert planner.status == "skip" and planner.detail.startswith("TPU/GPU-only: the strategy is cpu")
 
 
 def test_tpu_branches_run_through_stand_ins(tmp_path, mirrored, monkeypatch):
@@ -177,12 +220,10 @@ def test_tpu_branches_run_through_stand_ins(tmp_path, mirrored, monkeypatch):
     gather = step_runner.run_step(STEP["embedding_gather"], context)  # The CPU raises: recorded.
     assert gather.status == "ok" and "raised" in gather.figures["past_the_table"]
     # The planner against the faked peak (9 MiB): an estimate of 18 MiB is off by 2x.
-    module = tmp_path / "probe_for_acceptance.py"
-    module.write_text("def probe(strategy):\n    return 18 * 2**20\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    context.job = keras_tpu.AcceptanceJob(task="cnn", memory_probe="probe_for_acceptance:probe")
+    context.job = keras_tpu.AcceptanceJob(task="cnn", probes="tests.test_acceptance:FAKE_PROBES")
     planner = step_runner.run_step(STEP["memory_planner"], context)
-    assert planner.status == "fail" and planner.figures["peak_over_estimate"] == 0.5
+    assert planner.status == "fail" and planner.figures["batch2_peak_over_estimate"] == 0.5
+    assert planner.figures["planned_batch"] == 5 and asked[-1] == "CPU:0"
     assert "docs/memory.md:" in planner.line()
     assert step_runner.run_step(STEP["pod_slice"], context).status == "skip"  # One host.
 
@@ -205,6 +246,82 @@ def test_main_job_steps_skip_without_a_job_or_when_this_process_holds_the_tpu(tm
     context.job = keras_tpu.AcceptanceJob(task="cnn")
     context.shared["holds_tpu"] = True
     assert "this process holds the TPU" in step_runner.run_step(STEP["main_job"], context).detail
+
+
+# --- The model probes (a fake family: numbers, no model) ------------------------------------
+
+FAKE_RATE = probes_lib.Throughput(global_batch=32, tokens_per_example=128, flops_per_example=3e9,
+                                  seconds=0.5, steps=10, precision="mixed_bfloat16")  # fmt: skip
+FAKE_RUNS = []
+
+
+def _fake_memory(strategy, batch):
+    FAKE_RUNS.append(batch)
+    return probes_lib.MemoryPoint(batch, 18 * 2**20 if batch == 2 else 9 * 2**20)
+
+
+def _fake_pipeline(global_batch):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    return tf.data.Dataset.from_tensors(tf.zeros([global_batch, 3])).repeat()
+
+
+FAKE_PROBES = probes_lib.ModelProbes(
+    name="Fake", quick_presets=("a", "b"), full_presets=("a", "b", "c"),
+    throughput=lambda strategy, rehearsal, preset, precision, steps: dataclasses.replace(
+        FAKE_RATE, precision=precision, steps=2 if rehearsal else 10, seconds=0.2 if rehearsal else 0.5),
+    logit_gap=lambda strategy, rehearsal: 0.004, logit_tolerance=5e-2,
+    memory=_fake_memory, memory_batches=(2, 4), planned_batch=lambda strategy: 5,
+    inputs=(probes_lib.InputPipeline("image: fake", _fake_pipeline, "main_job", 4),),
+)  # fmt: skip
+
+
+def test_fine_tuning_rate_gives_mfu_against_the_chips_bf16_peak_and_a_rehearsal_times_one_preset(
+    tmp_path, mirrored, monkeypatch
+):
+    context = _context(tmp_path, job=keras_tpu.AcceptanceJob(task="cnn", probes="tests.test_acceptance:FAKE_PROBES"))
+    context.shared["strategy"] = mirrored
+    rehearsal = step_runner.run_step(STEP["fine_tuning_rate"], context)  # 4 CPU replicas.
+    assert rehearsal.status == "ok" and "a rehearsal eagerly on one CPU device" in rehearsal.detail
+    # The rehearsal's probe ran (rehearsal=True): 2 steps of 32 in 0.2 s.
+    assert rehearsal.figures == {"accelerator": "cpu", "precision": "float32", "a_examples_per_second": 320.0,
+                                 "a_tokens_per_second": 40960, "fastest_examples_per_second": 320.0}  # fmt: skip
+    _on_a_tpu(monkeypatch, mirrored)  # An unknown chip: "v2/v3", 22.5 TFLOP/s bf16 a replica.
+    chip = step_runner.run_step(STEP["fine_tuning_rate"], context)
+    assert chip.status == "ok" and chip.figures["precision"] == "mixed_bfloat16"
+    # 640 examples/s x 3 GFLOP = 1.92 TFLOP/s of 4 replicas x 22.5 TFLOP/s.
+    assert chip.figures["a_mfu"] == chip.figures["b_mfu"] == round(1.92e12 / 90e12, 4)
+    over = probe_steps.judge_rates("Fake", {**chip.figures, "b_mfu": 1.7}, probe_steps._accelerator(
+        strategy_info.StrategyInfo.of(mirrored))[1])  # fmt: skip
+    result = _result(STEP["fine_tuning_rate"], over)
+    assert result.status == "fail" and "b_mfu 1.7 is not a fraction of the TPU v2 or v3 bf16 peak" in result.detail
+    assert f"docs/guide.md:{claims.FINE_TUNING_RATE.locate()}:" in result.claim
+
+
+def test_bf16_logits_fail_over_the_tolerance(tmp_path, mirrored, monkeypatch):
+    context = _context(tmp_path, job=keras_tpu.AcceptanceJob(task="cnn", probes="tests.test_acceptance:FAKE_PROBES"))
+    context.shared["strategy"] = mirrored
+    fine = step_runner.run_step(STEP["bf16_logits"], context)
+    assert fine.status == "ok" and fine.figures == {"worst_relative_gap": 0.004, "tolerance": 5e-2}
+    off = dataclasses.replace(FAKE_PROBES, logit_gap=lambda strategy, rehearsal: 0.2)
+    monkeypatch.setattr(probes_lib, "load", lambda ref: off)
+    result = step_runner.run_step(STEP["bf16_logits"], context)
+    assert result.status == "fail" and "differ from float32 by 0.2 (relative)" in result.detail
+
+
+def test_host_input_is_judged_against_the_step_rate_on_a_chip_only(tmp_path):
+    context = _context(tmp_path, job=keras_tpu.AcceptanceJob(task="cnn", probes="tests.test_acceptance:FAKE_PROBES"))
+    strategy_found = report_lib.StepResult("strategy", "ok", "", figures={"kind": "cpu"})
+    main = report_lib.StepResult("main_job", "ok", "", figures={"train_examples_per_second": 100.0})
+    context.shared.update(environment={"replicas": 4}, results={"strategy": strategy_found, "main_job": main})
+    rehearsal = step_runner.run_step(STEP["host_input"], context)
+    assert rehearsal.status == "ok" and "not judged" in rehearsal.detail
+    assert rehearsal.figures["image_step_examples_per_second"] == 100.0
+    assert rehearsal.figures["image_input_examples_per_second"] > 150  # 16 zeros a batch, no work.
+    short = probe_steps.judge_input([("image: fake", 120.0, 100.0)], True, {})
+    assert short.status == "fail" and "reads 120 examples/s, under 1.5x the chip's 100" in short.detail
+    assert probe_steps.judge_input([("image: fake", 160.0, 100.0)], True, {}).status == "ok"
+    assert probe_steps.judge_input([("image: fake", 120.0, 100.0)], False, {}).status == "ok"
 
 
 # --- docs/verification.md's acceptance column -------------------------------------------------
@@ -244,9 +361,34 @@ def test_the_quick_cpu_rehearsal_writes_a_valid_report_with_every_step_ok_or_ski
     statuses = {s["name"]: s["status"] for s in written["steps"]}
     assert list(statuses) == list(steps_lib.NAMES)
     assert set(statuses.values()) <= {"ok", "skip"}, statuses
-    for name in ("environment", "strategy", "main_job", "exact_resume", "exact_evaluation"):
+    for name in ("environment", "strategy", "main_job", "exact_resume", "exact_evaluation",
+                 "fine_tuning_rate", "bf16_logits", "host_input"):  # fmt: skip
         assert statuses[name] == "ok", name
+    figures = {s["name"]: s["figures"] for s in written["steps"]}
+    assert figures["fine_tuning_rate"]["tiny_examples_per_second"] > 0
+    assert figures["host_input"]["image_step_examples_per_second"] == round(
+        figures["main_job"]["train_examples_per_second"], 1)  # fmt: skip
+    assert "| fine_tuning_rate | tiny_tokens_per_second |" in result.stdout  # The stand-in's column.
     resume = next(s for s in written["steps"] if s["name"] == "exact_resume")["figures"]
     assert resume["resumed_from_step"] > 0 and resume["resumed_sha256"] == resume["uninterrupted_sha256"]
     assert "## keras_tpu acceptance (quick)" in result.stdout
     assert (tmp_path / "acceptance.md").read_text() in result.stdout
+
+
+@pytest.mark.parametrize("name", ["cnn_tpu.ipynb", "bert_tpu.ipynb"])
+def test_each_notebooks_first_code_cell_offers_the_quick_run_on_a_tpu_only(name):
+    import ast  # pylint: disable=g-import-not-at-top
+
+    with open(os.path.join(REPO, "notebooks", name), encoding="utf-8") as f:
+        cells = json.load(f)["cells"]
+    source = "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
+    # IPython's %pip lines become a statement, so the cell parses as Python.
+    tree = ast.parse(re.sub(r"^(\s*)%pip .*$", r"\1pass", source, flags=re.M))
+    guarded = [node for node in ast.walk(tree) if isinstance(node, ast.If) and "ON_TPU" in ast.unparse(node.test)
+               and "keras_tpu.acceptance(quick=True" in ast.unparse(node)]  # fmt: skip
+    assert guarded, f"{name}: no `if ... ON_TPU:` block running keras_tpu.acceptance(quick=True, ...)"
+    # Off a TPU the block is skipped: run the cell's Python with ON_TPU False and no install.
+    namespace = {"__name__": "cell"}
+    code = ast.unparse(tree).replace("importlib.util.find_spec('keras_tpu') is None", "False")
+    exec(compile(code.replace("bool(glob.glob", "False and bool(glob.glob"), name, "exec"), namespace)  # noqa: S102
+    assert namespace["ON_TPU"] is False and namespace["RUN_ACCEPTANCE"] is False and "subprocess" not in namespace

@@ -7,7 +7,6 @@ TensorFlow, a SIGKILL that kills only it, and a timeout that is the step's bound
 """
 
 import dataclasses
-import importlib
 import json
 import os
 import signal
@@ -30,8 +29,9 @@ class AcceptanceJob:
       metric: the test metric the bar applies to (summary.json's `test`).
       quick_bar, full_bar: the lowest value of `metric` that passes.
       description: what the job is, for the report ("digits CNN, 4 epochs").
-      memory_probe: "module:function" of `strategy -> estimated bytes` that also runs the
-        estimated step on the TPU (the memory_planner step reads the measured peak after it).
+      probes: "module:attribute" of the model's probes.ModelProbes (fine-tuning rate and
+        MFU, bf16 logits, the memory planner, the host input pipelines), or None: those
+        steps skip.
     """
 
     task: str
@@ -42,19 +42,13 @@ class AcceptanceJob:
     quick_bar: float = 0.0
     full_bar: float = 0.0
     description: str = ""
-    memory_probe: str | None = None
+    probes: str | None = None
 
     def fields(self, quick):
         return dict(self.quick_fields if quick else self.full_fields)
 
     def bar(self, quick):
         return self.quick_bar if quick else self.full_bar
-
-
-def load_probe(ref):
-    """Return the function a "module:function" memory probe names."""
-    module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 acceptance.json has a versioned schema (SCHEMA_VERSION; `problems` lists where a mapping
 breaks it, which the tests and a reader of a sent report both use). The Markdown summary is
-the same report as a table, ready to paste into an issue.
+the same report as a table, ready to paste into an issue, then the stand-in comparison: every
+step's figures from the CPU rehearsal beside the chip's (`rehearsal`: the steps of a
+rehearsal's acceptance.json; a CPU run is its own rehearsal, one column).
 """
 
 import dataclasses
@@ -55,6 +57,14 @@ class Report:
     steps: tuple
     seconds: float = 0.0
     schema_version: int = SCHEMA_VERSION
+    rehearsal: tuple = ()  # The CPU rehearsal's StepResults, on a chip (see the module doc).
+    rehearsal_note: str = ""  # Why there is no rehearsal column on a chip, if there is none.
+
+    @property
+    def on_chip(self):
+        """Whether the strategy found is an accelerator's (a CPU run is a rehearsal)."""
+        found = next((s for s in self.steps if s.name == "strategy"), None)
+        return found is not None and found.figures.get("kind") not in (None, "cpu")
 
     @property
     def ok(self):
@@ -68,6 +78,8 @@ class Report:
             "seconds": round(self.seconds, 1),
             "environment": self.environment,
             "steps": [dataclasses.asdict(step) for step in self.steps],
+            "rehearsal": [dataclasses.asdict(step) for step in self.rehearsal],
+            "rehearsal_note": self.rehearsal_note,
         }
 
     def markdown(self):
@@ -90,7 +102,29 @@ class Report:
             lines.append(
                 f"| {step.name} | {step.status} | {figures} | {_cell(finding)} | {_cell(step.claim)} |"
             )
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + [""] + self.comparison()) + "\n"
+
+    def comparison(self):
+        """Return the stand-in comparison's lines: each step's figures, rehearsal beside chip."""
+        if not self.on_chip:
+            lines = ["### The stand-in's figures (this run is the CPU rehearsal)", "",
+                     "| step | figure | CPU rehearsal |", "|---|---|---|"]  # fmt: skip
+            for step in self.steps:
+                lines += [f"| {step.name} | {k} | {_figure(v)} |" for k, v in step.figures.items()]
+            return lines
+        lines = ["### The CPU rehearsal beside the chip", ""]
+        if not self.rehearsal:
+            return lines + [f"No rehearsal column: {self.rehearsal_note or 'no rehearsal given'}."]
+        before = {step.name: step for step in self.rehearsal}
+        lines += ["| step | figure | CPU rehearsal | chip |", "|---|---|---|---|"]
+        for step in self.steps:
+            cpu = before.get(step.name)
+            cpu_figures = cpu.figures if cpu else {}
+            names = list(cpu_figures) + [k for k in step.figures if k not in cpu_figures]
+            for name in names:
+                lines.append(f"| {step.name} | {name} | {_figure(cpu_figures.get(name, '—'))} | "
+                             f"{_figure(step.figures.get(name, '—'))} |")  # fmt: skip
+        return lines
 
     def write(self, output_dir):
         """Write acceptance.json and acceptance.md into output_dir; return the JSON's path."""
@@ -106,6 +140,12 @@ ENVIRONMENT_HEADLINE = ("chip", "strategy", "replicas", "tensorflow", "tf_keras"
 
 def _short(value):
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _figure(value):
+    """A figure in a comparison cell: numbers short, strings cut (a sha256 to its first 12)."""
+    text = _short(value)
+    return _cell(text if len(text) <= 24 else text[:12] + "…")
 
 
 def _cell(text):
@@ -146,6 +186,11 @@ def problems(value):
             found.append(f"steps[{i}].status is {step.get('status')!r}, not one of {STATUSES}")
         if step.get("status") == FAIL and not step.get("claim"):
             found.append(f"steps[{i}] ({step.get('name')}) fails without naming the doc line")
+    if not isinstance(value.get("rehearsal", []), list):
+        found.append("rehearsal is not a list")
+    for i, step in enumerate(value.get("rehearsal") or []):
+        if not isinstance(step, dict) or not isinstance(step.get("figures"), dict):
+            found.append(f"rehearsal[{i}] is not a step with figures")
     if isinstance(value.get("steps"), list) and isinstance(value.get("ok"), bool):
         failed = any(isinstance(s, dict) and s.get("status") == FAIL for s in value["steps"])
         if value["ok"] == failed:

@@ -5,9 +5,10 @@
 
 The report is written whatever the steps do (a step raising or cut at its bound is a `fail`
 line; an interrupted command writes the steps it ran). The main job's steps run their own
-child processes; the others run in this process, or, when this process must not hold the
-TPU (`steps_in_child`, the script's choice on a TPU host), in one child of their own, so the
-children that follow can take the chip (libtpu serves one process at a time).
+child processes, then host_input reads their figures (steps.LATE_STEPS); the others run in
+this process, or, when this process must not hold the TPU (`steps_in_child`, the script's
+choice on a TPU host), in one child of their own, so the children that follow can take the
+chip (libtpu serves one process at a time).
 """
 
 import dataclasses
@@ -25,7 +26,7 @@ from keras_tpu.chip_acceptance import steps as steps_lib
 
 
 def acceptance(*, quick=True, cpu_replicas=0, output_dir=None, job=None, tpu=None, only=None,
-               steps_in_child=False, stream=print):  # fmt: skip
+               steps_in_child=False, rehearsal=None, stream=print):  # fmt: skip
     """Check the docs' claims on this machine; return the Report (also written to output_dir).
 
     Args:
@@ -37,6 +38,9 @@ def acceptance(*, quick=True, cpu_replicas=0, output_dir=None, job=None, tpu=Non
       tpu: a TPU address to use instead of detecting one.
       only: names of the steps to run (default all, steps.NAMES); the rest are not reported.
       steps_in_child: run the in-process steps in one child process (see the module doc).
+      rehearsal: a CPU rehearsal's acceptance.json (`--cpu_replicas=4`), whose figures the
+        report sets beside this run's (acceptance.md's comparison table); None on a CPU run,
+        which is its own rehearsal.
       stream: prints each step's line as it ends (None: silent).
 
     Returns:
@@ -47,32 +51,54 @@ def acceptance(*, quick=True, cpu_replicas=0, output_dir=None, job=None, tpu=Non
                                   job=job, tpu=tpu)  # fmt: skip
     chosen = [s for s in steps_lib.STEPS if only is None or s.name in only]
     start, results = time.monotonic(), []
+    # Every result by name, for the late steps that read earlier figures (probe_steps.host_input).
+    context.shared["results"] = by_name = {}
     say = stream or (lambda _: None)
+
+    def record(result):
+        results.append(result)
+        by_name[result.name] = result
+        say(result.line())
+
     try:
-        in_process = [s for s in chosen if s.name not in steps_lib.CHILD_STEPS]
+        in_process = [s for s in chosen if s.name not in steps_lib.LATE_STEPS]
         if steps_in_child and in_process:
             for result in run_in_child(in_process, context):
-                results.append(result)
-                say(result.line())
+                record(result)
         else:
             for step in in_process:
-                results.append(step_runner.run_step(step, context))
-                say(results[-1].line())
+                record(step_runner.run_step(step, context))
         for step in chosen:
-            if step.name in steps_lib.CHILD_STEPS:
-                results.append(step_runner.run_step(step, context))
-                say(results[-1].line())
+            if step.name in steps_lib.LATE_STEPS:
+                record(step_runner.run_step(step, context))
     finally:  # Ctrl-C too: the steps that ran are reported.
         report = report_lib.Report(
             mode="quick" if quick else "full",
             environment={**context.shared.get("environment", {}), "cpu_replicas": cpu_replicas},
             steps=tuple(sorted(results, key=lambda r: steps_lib.NAMES.index(r.name))),
             seconds=time.monotonic() - start,
+            **load_rehearsal(rehearsal),
         )
         path = report.write(output_dir)
         say("\n" + report.markdown())
         say(f"Report: {path} (and {report_lib.MARKDOWN_NAME} beside it)")
     return report
+
+
+def load_rehearsal(path):
+    """Return Report's rehearsal fields from a rehearsal's acceptance.json (or why there is none)."""
+    if path is None:
+        return {"rehearsal_note": "no CPU rehearsal was given (--rehearsal)"}
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, ValueError) as e:
+        return {"rehearsal_note": f"the rehearsal's report {path} could not be read ({e})"}
+    wrong = report_lib.problems(value)
+    if wrong:
+        return {"rehearsal_note": f"the rehearsal's report {path} breaks the schema: {wrong[0]}"}
+    steps = tuple(report_lib.StepResult(**step) for step in value["steps"])
+    return {"rehearsal": steps, "rehearsal_note": f"from {path}"}
 
 
 def run_in_child(chosen, context):

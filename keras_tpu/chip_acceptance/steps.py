@@ -16,6 +16,7 @@ import numpy as np
 
 from keras_tpu.chip_acceptance import claims
 from keras_tpu.chip_acceptance import main_job as main_job_lib
+from keras_tpu.chip_acceptance import probe_steps
 from keras_tpu.chip_acceptance.step_runner import Step, fail, ok, skip
 from keras_tpu.runtime import detect
 from keras_tpu.runtime.compat import keras
@@ -111,7 +112,7 @@ def strategy(context):
     located = detect.find_tpu(context.tpu)[0]
     # libtpu serves one process: a local TPU this process initialised is closed to children.
     context.shared["holds_tpu"] = info["kind"] == "tpu" and located is not None and located.is_local
-    if located is not None and info["kind"] != "tpu":
+    if located is not None and info["kind"] != "tpu" and not context.cpu_replicas:
         return fail(f"a TPU is here ({located.address}) but the strategy is {info['kind']}: "
                     f"{info.get('fallback_reason')}", "python scripts/tpu_info.py --doctor",
                     **figures)  # fmt: skip
@@ -197,10 +198,11 @@ def execution_rates(context):
     if strategy_found is None:
         return skip("no strategy: the strategy step did not find one")
     values = (1, 10) if context.quick else (1, 10, 100)
-    steps = 100 if context.quick else 300
+    info = _info(context)
+    # A CPU rehearsal proves the path; 40 steps (4 executions of 10) keep it to seconds.
+    steps = 40 if info.kind == "cpu" else 100 if context.quick else 300
     rates = {f"steps_per_second_spe{spe}": round(_step_rate(strategy_found, spe, steps), 1)
              for spe in values}  # fmt: skip
-    info = _info(context)
     speedup = rates["steps_per_second_spe10"] / rates["steps_per_second_spe1"]
     rates["speedup_10_over_1"] = round(speedup, 2)
     if info.kind == "tpu" and speedup < 1.0:
@@ -223,39 +225,6 @@ def tpu_memory_info(context):
                "peak_mib": round(memory["peak"] / 2**20, 1)}  # fmt: skip
     context.shared["tpu_peak_bytes"] = memory["peak"]
     return ok(f"{device}: {figures['current_mib']} MiB in use, peak {figures['peak_mib']} MiB", **figures)
-
-
-# The docs' range for measured peak / estimate (docs/memory.md: 0.79..0.98, all within 25%).
-PLANNER_RATIO = (0.75, 1.25)
-
-
-def memory_planner(context):
-    """The planner's estimate against the TPU's measured peak (the main job's memory check)."""
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-    info, not_tpu = _tpu_or_skip(context, "the peak is HBM, which the CPU does not have")
-    if not_tpu:
-        return not_tpu
-    probe = context.job and context.job.memory_probe
-    if not probe:
-        return skip("the main job gives no memory probe (AcceptanceJob.memory_probe)")
-    device = info.devices[0].split("/")[-1].replace("device:", "")
-    tf.config.experimental.reset_memory_stats(device)
-    estimate = main_job_lib.load_probe(probe)(context.shared["strategy"])
-    peak = tf.config.experimental.get_memory_info(device)["peak"]
-    return compare_memory(estimate, peak)
-
-
-def compare_memory(estimate_bytes, peak_bytes):
-    """Return ok when peak / estimate is within PLANNER_RATIO, else fail naming both."""
-    ratio = peak_bytes / estimate_bytes if estimate_bytes else float("inf")
-    figures = {"estimate_mib": round(estimate_bytes / 2**20, 1), "peak_mib": round(peak_bytes / 2**20, 1),
-               "peak_over_estimate": round(ratio, 3)}  # fmt: skip
-    low, high = PLANNER_RATIO
-    if not low <= ratio <= high:
-        return fail(f"measured peak / estimate is {ratio:.2f}, outside {low}..{high}",
-                    "send the report: the planner's model needs this chip's figures", **figures)  # fmt: skip
-    return ok(f"measured peak / estimate {ratio:.2f} (within {low}..{high})", **figures)
 
 
 def bf16_on_chip(context):
@@ -466,13 +435,19 @@ STEPS = (
     Step("tpu_memory_info", tpu_memory_info, claims.TPU_MEMORY_INFO, 30, 30),
     Step("bf16_on_chip", bf16_on_chip, claims.BF16_ON_CHIP, 120, 120),
     Step("embedding_gather", embedding_gather, claims.EMBEDDING_GATHER, 120, 120),
+    Step("fine_tuning_rate", probe_steps.fine_tuning_rate, claims.FINE_TUNING_RATE, 180, 600),
+    Step("bf16_logits", probe_steps.bf16_logits, claims.BF16_LOGITS, 60, 120),
     Step("pod_slice", pod_slice, claims.POD_SLICE, 30, 30),
     Step("tpu_mesh", tpu_mesh, claims.TPU_MESH, 30, 30),
-    Step("memory_planner", memory_planner, claims.MEMORY_PLANNER, 300, 600),
+    Step("memory_planner", probe_steps.memory_planner, claims.MEMORY_PLANNER, 300, 600),
     Step("main_job", main_job, claims.MAIN_JOB, 240, 900),
     Step("exact_resume", exact_resume, claims.EXACT_RESUME, 300, 1200),
     Step("exact_evaluation", exact_evaluation, claims.EXACT_EVALUATION, 30, 30),
+    Step("host_input", probe_steps.host_input, claims.HOST_INPUT, 60, 120),
 )
 NAMES = tuple(step.name for step in STEPS)
 # Steps whose work is child processes of their own (the rest run in the process given).
 CHILD_STEPS = ("main_job", "exact_resume", "exact_evaluation")
+# Steps run in the command's own process after the rest: the main job's children, then what
+# reads their figures (host_input: the host pipelines against the measured step rates).
+LATE_STEPS = CHILD_STEPS + ("host_input",)

@@ -29,12 +29,15 @@ class Accelerator:
       memory_bytes: memory of one device (one replica), nominal; the runtime keeps some.
       replica: what TensorFlow sees as one device on this hardware.
       source: where the number comes from.
+      peak_bf16_flops: dense bfloat16 matmul peak of one device (one replica) in FLOP/s,
+        for MFU (None where the vendor publishes none: GPUs without bf16, the CPU).
     """
 
     name: str
     memory_bytes: int
     replica: str
     source: str
+    peak_bf16_flops: float | None = None
 
 
 def _host_memory_bytes():
@@ -55,12 +58,16 @@ ACCELERATORS = {
         "one TensorCore (a v2 chip has 2 cores sharing 16 GiB HBM; v2-8 = 8 replicas)",
         "16 GiB HBM per chip: Jouppi et al., 'A domain-specific supercomputer for training "
         "deep neural networks', CACM 2020",
+        # 45 TFLOP/s bf16 per chip (Cloud TPU docs, v2), 2 cores.
+        peak_bf16_flops=22.5e12,
     ),
     "v3": Accelerator(
         "TPU v3",
         16 * GiB,
         "one TensorCore (a v3 chip has 2 cores sharing 32 GiB HBM; v3-8 = 8 replicas)",
         _TPU_DOCS + "v3 (32 GiB HBM2 per chip, 2 TensorCores per chip)",
+        # 123 TFLOP/s bf16 per chip (Cloud TPU docs, v3), 2 cores.
+        peak_bf16_flops=61.5e12,
     ),
     "v2/v3": Accelerator(
         "TPU v2 or v3",
@@ -68,30 +75,40 @@ ACCELERATORS = {
         "one TensorCore; v2 and v3 share a PCI id, so the smaller v2 core (8 GiB) is "
         "assumed: pass accelerator='v3' (16 GiB) when you know it is a v3",
         "as 'v2' and 'v3'",
+        # As for memory: the smaller v2 core (MFU then reads high on a v3).
+        peak_bf16_flops=22.5e12,
     ),
     "v4": Accelerator(
         "TPU v4",
         32 * GiB,
         "one chip: its 2 TensorCores form one megacore device (v4-8 = 4 chips = 4 replicas)",
         _TPU_DOCS + "v4 (32 GiB HBM2 per chip, 2 TensorCores per chip)",
+        # 275 TFLOP/s bf16 per chip (Cloud TPU docs, v4).
+        peak_bf16_flops=275e12,
     ),
     "v5e": Accelerator(
         "TPU v5e",
         16 * GiB,
         "one chip (1 TensorCore per chip; v5litepod-8 = 8 replicas)",
         _TPU_DOCS + "v5e ('16 GB' HBM2 per chip, 1 TensorCore per chip)",
+        # 197 TFLOP/s bf16 per chip (Cloud TPU docs, v5e).
+        peak_bf16_flops=197e12,
     ),
     "v5p": Accelerator(
         "TPU v5p",
         95 * GiB,
         "one chip: its 2 TensorCores form one megacore device (v5p-8 = 4 chips = 4 replicas)",
         _TPU_DOCS + "v5p ('95 GB' HBM2e per chip; 8 cores on 4 chips in a 2x2x1 slice)",
+        # 459 TFLOP/s bf16 per chip (Cloud TPU docs, v5p).
+        peak_bf16_flops=459e12,
     ),
     "v6e": Accelerator(
         "TPU v6e (Trillium)",
         32 * GiB,
         "one chip (1 TensorCore per chip; v6e-8 = 8 replicas)",
         _TPU_DOCS + "v6e ('32 GB' HBM per chip, 1 TensorCore per chip)",
+        # 918 TFLOP/s bf16 per chip (Cloud TPU docs, v6e).
+        peak_bf16_flops=918e12,
     ),
     "t4": Accelerator("NVIDIA T4", 16 * GiB, "one GPU", "NVIDIA T4 datasheet: 16 GB GDDR6"),
     "v100": Accelerator(
@@ -100,11 +117,12 @@ ACCELERATORS = {
     "v100-32gb": Accelerator(
         "NVIDIA V100 32 GB", 32 * GiB, "one GPU", "NVIDIA V100 datasheet: 16 or 32 GB HBM2"
     ),
+    # A100 datasheet: 312 TFLOP/s dense bf16 (both memory sizes).
     "a100": Accelerator(
-        "NVIDIA A100 40 GB", 40 * GiB, "one GPU", "NVIDIA A100 datasheet: 40 or 80 GB"
+        "NVIDIA A100 40 GB", 40 * GiB, "one GPU", "NVIDIA A100 datasheet: 40 or 80 GB", 312e12
     ),
     "a100-80gb": Accelerator(
-        "NVIDIA A100 80 GB", 80 * GiB, "one GPU", "NVIDIA A100 datasheet: 40 or 80 GB"
+        "NVIDIA A100 80 GB", 80 * GiB, "one GPU", "NVIDIA A100 datasheet: 40 or 80 GB", 312e12
     ),
     "l4": Accelerator("NVIDIA L4", 24 * GiB, "one GPU", "NVIDIA L4 datasheet: 24 GB GDDR6"),
     "h100": Accelerator(
