@@ -76,14 +76,27 @@ class BertMlmConfig(keras_tpu.RunConfig):
         )  # fmt: skip
 
 
-@keras_tpu.register_task("bert_mlm")
-def bert_mlm_task(config: BertMlmConfig) -> keras_tpu.Task:
-    """Return the Task pretraining BERT with the masked LM on `train_files` (see module doc)."""
-    if not config.train_files:
-        raise checks.ConfigError("bert_mlm needs --train_files (text files, one document a line).")
+def run_text(config):
+    """Return the run's (StartPoint, Vocabulary, BertPreprocessor): how its text is tokenised.
+
+    A finished run's vocabulary is the one it kept (model_dir/vocab.txt when learned).
+    """
     start = start_points.start_point(config)
     vocabulary = text_corpus.Vocabulary.read(start.vocab_file)
     preprocessor = bert_text.BertPreprocessor(vocabulary.path, config.seq_length, start.lower_case)
+    return start, vocabulary, preprocessor
+
+
+@keras_tpu.register_task("bert_mlm")
+def bert_mlm_task(config: BertMlmConfig, finished=None) -> keras_tpu.Task:
+    """Return the Task pretraining BERT with the masked LM on `train_files` (see module doc).
+
+    With `finished` (a registry.FinishedRun: keras_tpu.predict rebuilding a finished run),
+    its text files are not read: they may be gone.
+    """
+    if not config.train_files:
+        raise checks.ConfigError("bert_mlm needs --train_files (text files, one document a line).")
+    start, vocabulary, preprocessor = run_text(config)
     masker = masking.Masker(
         vocab_size=vocabulary.size, special_ids=vocabulary.special_ids,
         mask_id=vocabulary.mask_id, pad_id=vocabulary.pad_id, mask_rate=config.mask_rate,
@@ -104,8 +117,9 @@ def bert_mlm_task(config: BertMlmConfig) -> keras_tpu.Task:
         optimizer=lambda total_steps: bert_optimizer.bert_adamw(
             config.learning_rate, total_steps, config.warmup_fraction
         ),
-        train_data=corpus(config.train_files),
-        eval_data=corpus(config.eval_files, masker.evaluation) if config.eval_files else None,
+        train_data=finished.train_data if finished else corpus(config.train_files),
+        eval_data=(finished.eval_data if finished else corpus(config.eval_files, masker.evaluation))
+        if config.eval_files else None,
         augment=masker.augment,
         monitor="val_loss" if config.eval_files else "loss",
         export=lambda model, directory, strategy: mlm_export.write_pretraining(
