@@ -20,6 +20,7 @@ from models.bert import bert_optimizer
 from models.bert import bert_text
 from models.bert.bert_config import PRESETS
 from models.bert.bert_config import check_seq_length
+from models.bert.memory import planner
 from models.bert.pretraining import masking
 from models.bert.pretraining import mlm_export
 from models.bert.pretraining import mlm_head
@@ -122,11 +123,24 @@ def bert_mlm_task(config: BertMlmConfig, finished=None) -> keras_tpu.Task:
         if config.eval_files else None,
         augment=masker.augment,
         monitor="val_loss" if config.eval_files else "loss",
+        check_memory=lambda model, info, policy: check_memory(model, info, policy, config),
         export=lambda model, directory, strategy: mlm_export.write_pretraining(
             model, preprocessor, vocabulary, directory, strategy
         ),
         name="text corpus",
     )
+
+
+def check_memory(model, info, policy, config):
+    """Return the memory planner's warning for this masked-LM step on this device, or None."""
+    try:
+        accelerator = info.accelerator
+    except checks.ConfigError as e:  # A GPU the planner does not know: said, the run goes on.
+        return f"memory check skipped: {e}"
+    return planner.check_fits(
+        model, config.per_replica_batch_size, config.seq_length, policy, accelerator,
+        max_predictions_per_seq=config.max_predictions_per_seq,
+    )  # fmt: skip
 
 
 def pretrain_bert(config):
