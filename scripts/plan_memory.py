@@ -4,6 +4,10 @@
   python scripts/plan_memory.py --preset=large --accelerator=v5e --per_replica_batch=16
   python scripts/plan_memory.py --preset=base --accelerator=cpu --precision=fp32 --json
   python scripts/plan_memory.py --preset=large --accelerator=v5e --model_parallel=2
+The masked-LM pretraining step (scripts/pretrain_bert.py): its head, the [batch, P, vocab]
+logits at the P masked positions and the tied word table's dense gradient:
+  python scripts/plan_memory.py --task=pretraining --preset=base --seq_length=128 \
+    --max_predictions_per_seq=20 --accelerator=v5e     # --vocab_size: a learned vocabulary's
 Without --per_replica_batch the breakdown is shown at the largest batch that fits. With
 --json, stdout holds exactly one JSON object (logs go to stderr).
 """
@@ -26,6 +30,7 @@ from models.bert.memory import planner  # noqa: E402
 from models import bert  # noqa: E402
 
 FLAGS = flags.FLAGS
+TASKS = ("classifier", "pretraining")
 flags.DEFINE_enum(
     "preset", "base", [*bert.PRESETS, *planner.PLANNING_PRESETS], "BERT size to plan for."
 )
@@ -49,11 +54,31 @@ flags.DEFINE_integer(
     lower_bound=1,
 )
 flags.DEFINE_bool("json", False, "Print one JSON object instead of the table.")
+flags.DEFINE_enum(
+    "task", "classifier", list(TASKS),
+    "classifier: the encoder under a classification or regression head (train_bert.py); "
+    "pretraining: the masked-LM step (pretrain_bert.py).",
+)  # fmt: skip
+flags.DEFINE_integer(
+    "max_predictions_per_seq", 20,
+    "--task=pretraining: masked positions per sequence (pretrain_bert.py's flag).", lower_bound=1,
+)  # fmt: skip
+flags.DEFINE_integer(
+    "vocab_size", None, "Vocabulary rows (default: the preset's, BERT's 30522; pretrain_bert.py "
+    "learns --vocab_size=8000 pieces when given no --vocab_file).", lower_bound=1,
+)  # fmt: skip
 
 
 def result():
     """Return (estimate, plan, warning or None) for the flags."""
     config = planner.config_from_name(FLAGS.preset)
+    if FLAGS.vocab_size:
+        config = dataclasses.replace(config, vocab_size=FLAGS.vocab_size)
+    predictions = FLAGS.max_predictions_per_seq if FLAGS.task == "pretraining" else None
+    if predictions is None and FLAGS["max_predictions_per_seq"].present:
+        raise checks.ConfigError(
+            "--max_predictions_per_seq plans the masked-LM step: add --task=pretraining."
+        )
     runtime = FLAGS.runtime or planner.default_runtime(FLAGS.accelerator)
     best = planner.plan(
         config,
@@ -64,6 +89,7 @@ def result():
         FLAGS.margin,
         runtime=runtime,
         model_parallel=FLAGS.model_parallel,
+        max_predictions_per_seq=predictions,
     )
     if FLAGS.per_replica_batch is None:
         return best.estimate, best, None
@@ -75,6 +101,7 @@ def result():
         FLAGS.precision,
         runtime=runtime,
         model_parallel=FLAGS.model_parallel,
+        max_predictions_per_seq=predictions,
     )
     warning = planner.check_fits(
         config,
@@ -86,6 +113,7 @@ def result():
         FLAGS.margin,
         runtime=runtime,
         model_parallel=FLAGS.model_parallel,
+        max_predictions_per_seq=predictions,
     )
     return est, best, warning
 
@@ -102,6 +130,7 @@ def main(argv):
     if FLAGS.json:
         summary = {
             "preset": FLAGS.preset,
+            "task": FLAGS.task,
             "accelerator": {"key": FLAGS.accelerator, **dataclasses.asdict(device)},
             "estimate": est.to_dict(),
             "plan": best.to_dict(),

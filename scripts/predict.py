@@ -38,6 +38,12 @@ per task, named as gluebenchmark.com names it, into the folder --output_file nam
     --output_format=glue --output_file=/tmp/glue_submission      # MNLI-m.tsv
 (glue/mnli:test_mismatched -> MNLI-mm.tsv; glue/ax:test with the MNLI run -> AX.tsv; then zip
 the folder's files and upload them.)
+Fill-mask (a pretraining run of scripts/pretrain_bert.py, its best weights, or its export):
+a text file, one text a line, each with [MASK] in it; one .jsonl row per text, each mask's
+--top_k tokens and probabilities (models/bert/pretraining/fill_mask_rows.py; no
+--output_file: the rows are printed):
+  python scripts/predict.py --model_dir=/tmp/mlm --input_file=texts.txt --output_file=fill.jsonl
+  python scripts/predict.py --export_dir=/tmp/mlm/export --input_file=texts.txt --top_k=3
 """
 
 import dataclasses
@@ -56,9 +62,15 @@ else:  # python scripts/predict.py
     import flag_utils
     import prediction_inputs
 import keras_tpu  # noqa: E402
+import tensorflow as tf  # noqa: E402
 from keras_tpu import checks  # noqa: E402
+from keras_tpu.engine import config_yaml  # noqa: E402
+from keras_tpu.engine.conclude import summary as summary_lib  # noqa: E402
+from keras_tpu.inference import finished_run  # noqa: E402
 from keras_tpu.inference import predict_evaluate as inference  # noqa: E402
 from models.bert import bert_export  # noqa: E402
+from models.bert.pretraining import fill_mask_rows  # noqa: E402
+from models.bert.pretraining import mlm_task  # noqa: E402
 from models.bert.glue import glue_submission  # noqa: E402
 
 MODES = ("predict", "evaluate")
@@ -97,6 +109,7 @@ class PredictConfig:
     cpu_replicas: int | None = None
     progress_seconds: float = 30.0
     trust_run_dir: bool = False
+    top_k: int = fill_mask_rows.TOP_K
 
     def __post_init__(self):
         checks.one_of("mode", self.mode, MODES)
@@ -204,6 +217,7 @@ flag_utils.define_flags(PredictConfig, {
     "progress_seconds": "A progress line at most this often (seconds).",
     "trust_run_dir": "Import the code --model_dir's config.yaml names (its import:, a "
     "module:function task); without it a run directory runs no code (only for runs you trust).",
+    "top_k": "Fill-mask (a pretraining run or its export): the most probable tokens per [MASK].",
 })
 
 
@@ -286,8 +300,70 @@ def _write_submission(path, predictions, rows, columns):
     return path
 
 
+def is_fill_mask(config):
+    """Whether the flags name a pretraining run, or an export that is not a tf_keras model
+    (a fill-mask export: fill_mask_rows.from_export refuses any other in one line)."""
+    if config.model_dir:
+        ref = config_yaml.read_task(os.path.join(config.model_dir, "config.yaml"))
+        task = ref.task or (summary_lib.read(config.model_dir) or {}).get("task")
+        return task == fill_mask_rows.TASK
+    return tf.io.gfile.exists(os.path.join(config.export_dir, "saved_model.pb")) and not (
+        finished_run.is_keras_export(config.export_dir)
+    )
+
+
+def fill_mask(config):
+    """Write (or print) one fill-mask row per text of --input_file; print what ran."""
+    if config.mode != "predict" or not config.input_file or "," in config.input_file:
+        raise checks.ConfigError(
+            "a pretraining run or its export serves fill-mask rows: --mode=predict with one "
+            "--input_file, a text a line with [MASK] in it (its held-out figures are in its "
+            "summary.json)."
+        )
+    if config.output_file and not config.output_file.endswith(".jsonl"):
+        raise checks.ConfigError(
+            f"--output_file={config.output_file}: fill-mask rows hold a list per mask; end it "
+            f".jsonl."
+        )
+    name = os.path.basename(config.input_file)
+    texts = fill_mask_rows.read_texts(config.input_file)
+    fill_mask_rows.check_texts(texts, name)  # Before loading anything.
+    checks.integer("top_k", config.top_k, minimum=1)
+    if config.model_dir:  # Its model rebuilt from its config.yaml, its best weights.
+        loaded = inference.load(config.model_dir, strategy=_strategy(config),
+                                weights=config.weights, trust_run_dir=config.trust_run_dir)  # fmt: skip
+        run_config = config_yaml.load_config(os.path.join(config.model_dir, "config.yaml"),
+                                             mlm_task.BertMlmConfig)  # fmt: skip
+        masker = fill_mask_rows.for_model(loaded.call, run_config, top_k=config.top_k,
+                                          description=loaded.description)  # fmt: skip
+    else:
+        masker = fill_mask_rows.from_export(config.export_dir)
+    start = time.perf_counter()
+    rows = fill_mask_rows.rows(masker, texts, config.top_k,
+                               config.per_replica_batch_size or fill_mask_rows.BATCH_SIZE, name)  # fmt: skip
+    seconds = time.perf_counter() - start
+    lines = [json.dumps(row) + "\n" for row in rows]
+    if config.output_file:
+        os.makedirs(os.path.dirname(os.path.abspath(config.output_file)), exist_ok=True)
+        with open(config.output_file, "w", encoding="utf-8") as f:
+            f.writelines(lines)
+    else:
+        print("".join(lines), end="")
+    masks = sum(len(row["masks"]) for row in rows)
+    print(f"fill-mask: {len(rows)} texts, {masks} masks, top {config.top_k} in {seconds:.2f} s "
+          f"({masker.description})"
+          + (f"; rows: {config.output_file}" if config.output_file else ""))  # fmt: skip
+
+
 def run(config):
     """Predict or evaluate as the flags say; print progress, throughput and where rows went."""
+    if is_fill_mask(config):
+        return fill_mask(config)
+    if config.top_k != fill_mask_rows.TOP_K:
+        raise checks.ConfigError(
+            f"--top_k={config.top_k} is fill-mask's (a pretraining run or its export); this "
+            f"model's rows give every class's probability: drop --top_k."
+        )
     loaded = inference.load(
         config.model_dir, config.export_dir, strategy=_strategy(config),
         per_replica_batch=config.per_replica_batch_size, weights=config.weights,

@@ -1,6 +1,8 @@
 """Tests for models.bert.memory.planner: exact variable bytes, linear/quadratic terms, plan and check."""
 
+import dataclasses
 import json
+import types
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from keras_tpu import keras
 from models.bert.memory import planner
 from models import bert
 from tests.conftest import run_script
+from tests.conftest import run_script_cases
 
 TINY = dict(vocab_size=100, num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64)
 SEQ = 16
@@ -305,6 +308,20 @@ def test_script_json_and_errors():
     assert result["plan"]["max_per_replica_batch"] == plan.max_per_replica_batch
     assert result["estimate"]["total"] == plan.estimate.total
 
+    # The masked-LM step: the planner's plan for it; its flag alone is refused.
+    cases = [("--json", "--task=pretraining", "--preset=tiny", "--accelerator=v5e",
+              "--vocab_size=8000", "--max_predictions_per_seq=10"),
+             ("--max_predictions_per_seq=10",)]  # fmt: skip
+    results = run_script_cases("plan_memory.py", cases)
+    result = json.loads(results[cases[0]].stdout)
+    config = dataclasses.replace(planner.config_from_name("tiny"), vocab_size=8000)
+    plan = planner.plan(config, 128, "bf16", "v5e", max_predictions_per_seq=10)
+    assert result["task"] == "pretraining" and result["estimate"]["max_predictions_per_seq"] == 10
+    assert result["plan"]["max_per_replica_batch"] == plan.max_per_replica_batch
+    assert results[cases[1]].returncode == 2
+    assert results[cases[1]].stderr.strip() == (
+        "error: --max_predictions_per_seq plans the masked-LM step: add --task=pretraining.")
+
     done = run_script("plan_memory.py", "--precision=int8")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith("error: flag --precision=int8")
@@ -339,3 +356,82 @@ def test_plan_suggests_the_smallest_model_parallel_that_fits():
     assert "--model_parallel=2" in warning
     # Fits with data parallelism alone: nothing suggested.
     assert planner.plan("large", 512, "bf16", "v3").suggested_model_parallel is None
+
+
+def test_pretraining_counts_the_head_the_vocabulary_logits_and_the_tied_table():
+    from models.bert.pretraining import mlm_head  # pylint: disable=g-import-not-at-top
+
+    config, p = _tiny(), 5
+    model = mlm_head.build_pretraining_model(config, SEQ, p)
+    est = planner.estimate(model, 4, SEQ, max_predictions_per_seq=p, runtime="xla")
+    # The run's check before compiling (Task.check_memory) plans this step, not a classifier's.
+    from models.bert.pretraining import mlm_task  # pylint: disable=g-import-not-at-top
+
+    run = types.SimpleNamespace(per_replica_batch_size=10**6, seq_length=SEQ,
+                                max_predictions_per_seq=p)  # fmt: skip
+    warning = mlm_task.check_memory(model, types.SimpleNamespace(accelerator="v5e"), "float32", run)
+    best = planner.plan(model, SEQ, "fp32", "v5e", max_predictions_per_seq=p)
+    assert f"use per_replica_batch <= {best.max_per_replica_batch} " in warning
+    assert best.max_per_replica_batch < planner.plan(model, SEQ, "fp32", "v5e").max_per_replica_batch
+    # The head's dense, layer norm and bias; the tied table is counted once.
+    variables = list({id(v): v for v in model.variables}.values())
+    assert est.weights == _variable_bytes(variables)
+    assert est.weights == planner.estimate(config, 4, SEQ, max_predictions_per_seq=p).weights
+    h, v = config.hidden_size, config.vocab_size
+    classifier = planner.estimate(config, 4, SEQ, runtime="xla")
+    assert est.parameters - classifier.parameters == h * h + 3 * h + v
+    # The masked positions' float32 softmax gradient and logits over the vocabulary,
+    # and the head's [b, P, H] tensors (fp32: c = 4).
+    added = {k: b for k, b in est.activation_breakdown.items() if k not in
+             classifier.activation_breakdown}  # fmt: skip
+    assert added == {"masked-LM head [b, P, H]": (6 * 4 + 8) * 4 * p * h + 8 * 4 * p,
+                     "masked-LM softmax gradient [b, P, V]": 4 * 4 * p * v,
+                     "masked-LM logits [b, P, V] (for the metrics)": 4 * 4 * p * v}  # fmt: skip
+    assert est.max_predictions_per_seq == p and "masked-LM pretraining (5 predictions" in est.table()
+    # Under "tf" the tied word table's gradient is dense (the projection's) and updated in
+    # place: only the type table's gradient is sparse rows.
+    tf_est = planner.estimate(config, 4, SEQ, max_predictions_per_seq=p, runtime="tf")
+    tf_classifier = planner.estimate(config, 4, SEQ, runtime="tf")
+    word, type_table = 4 * v * h, 4 * 2 * h
+    assert tf_classifier.update_temporaries == 3 * word
+    assert tf_est.update_temporaries == 3 * type_table
+    assert tf_est.gradients - tf_est.trainable_parameters * 4 == 4 * SEQ * (4 * h + 4) - type_table
+    # bf16 casts the table and the head's kernel for the head's matmuls.
+    bf16 = planner.estimate(config, 4, SEQ, "adamw", "bf16", max_predictions_per_seq=p)
+    base = planner.estimate(config, 4, SEQ, "adamw", "bf16")
+    assert bf16.weight_copies - base.weight_copies == 2 * (h * h + v * h)
+
+
+def test_pretraining_plans_a_smaller_batch_and_refuses_what_it_does_not_plan():
+    classifier = planner.plan("base", 128, "bf16", "v5e")
+    pretraining = planner.plan("base", 128, "bf16", "v5e", max_predictions_per_seq=20)
+    assert 0 < pretraining.max_per_replica_batch < classifier.max_per_replica_batch
+    assert "masked-LM pretraining (20 predictions per sequence)" in pretraining.message
+    fits = planner.check_fits("base", pretraining.max_per_replica_batch, 128, "bf16", "v5e",
+                              max_predictions_per_seq=20)  # fmt: skip
+    assert fits is None
+    warning = planner.check_fits("base", pretraining.max_per_replica_batch + 1, 128, "bf16", "v5e",
+                                 max_predictions_per_seq=20)  # fmt: skip
+    assert f"use per_replica_batch <= {pretraining.max_per_replica_batch}" in warning
+    with pytest.raises(ValueError, match=r"max_predictions_per_seq=127 must be an integer in 1..126"):
+        planner.estimate("tiny", 1, 128, max_predictions_per_seq=127)
+    with pytest.raises(ValueError, match="model_parallel=2 with max_predictions_per_seq"):
+        planner.estimate("tiny", 1, 128, max_predictions_per_seq=20, model_parallel=2)
+
+
+@pytest.mark.slow  # Four fresh interpreters, each a few steps: ~1-2 minutes on 2 shared cores.
+def test_pretraining_estimate_is_within_25_percent_of_the_measured_peak():
+    # As the classifier's estimate is checked (benchmarks/bench_memory.py, docs/memory.md):
+    # the masked-LM step's peak from TensorFlow's BFC allocator on the CPU, each
+    # configuration in a fresh interpreter, against estimate(runtime="tf"). Small's rows
+    # were measured by hand (benchmarks/results/memory_pretraining.json).
+    from benchmarks import bench_memory  # pylint: disable=g-import-not-at-top
+
+    ratios = {}
+    for preset in ("tiny", "mini"):
+        for batch in (8, 32):
+            row = bench_memory.run(preset, batch, 128, "fp32", profile=False, steps=2,
+                                   predictions=20)  # fmt: skip
+            ratios[preset, batch] = row["peak"] / row["estimate"]["total"]
+            assert row["estimate"]["max_predictions_per_seq"] == 20
+    assert all(0.75 <= r <= 1.25 for r in ratios.values()), ratios

@@ -21,7 +21,9 @@ from keras_tpu.inference import predict_evaluate
 from models.bert.bert_config import INPUT_NAMES
 from models.bert.bert_config import bert_config
 from models.bert import bert_text
+from models.bert.pretraining import fill_mask_rows
 from models.bert.pretraining import masking
+from models.bert.pretraining import mlm_export
 from models.bert.pretraining import mlm_head
 from models.bert.pretraining import mlm_task
 from models.bert.pretraining import start_points
@@ -416,6 +418,35 @@ def test_pretrain_script_resumes_after_sigkill_to_the_same_weights_and_exports_t
         np.testing.assert_allclose(np.reshape(served["probabilities"][row][:count], (-1, 5)),
                                    probabilities, rtol=1e-5)
         assert all(i == [-1] * 5 for i in served["token_ids"][row][count:])  # Padding slots.
+    # predict.py's fill-mask rows, from the run directory (its best weights) and from the
+    # export: the export's top-5 for the same texts; a bad line is one error line.
+    (tmp_path / "texts.txt").write_text("\n".join(_MASKED[:3]) + "\n")
+    (tmp_path / "bad.txt").write_text("\n".join(_MASKED) + "\n")
+    (tmp_path / "long.txt").write_text("the [MASK] .\n" + "[MASK] the film" * 20 + "\n")
+    text_flag = f"--input_file={tmp_path / 'texts.txt'}"
+    cases = [(f"--model_dir={tmp_path / 'whole'}", text_flag, f"--output_file={tmp_path / 'r.jsonl'}"),
+             (f"--export_dir={export}", text_flag, f"--output_file={tmp_path / 'e.jsonl'}"),
+             (f"--export_dir={export}", f"--input_file={tmp_path / 'bad.txt'}"),
+             (f"--model_dir={tmp_path / 'whole'}", f"--input_file={tmp_path / 'long.txt'}",
+              "--top_k=2")]  # fmt: skip
+    results = run_script_cases("predict.py", cases)
+    for case in cases[:2]:
+        assert results[case].returncode == 0, results[case].stderr[-3000:]
+    assert "fill-mask: 3 texts, 4 masks, top 5" in results[cases[0]].stdout
+    assert "(best weights " in results[cases[0]].stdout
+    for name in ("r.jsonl", "e.jsonl"):
+        rows = [json.loads(line) for line in (tmp_path / name).read_text().splitlines()]
+        assert [row["text"] for row in rows] == _MASKED[:3]
+        assert [[m["position"] for m in row["masks"]] for row in rows] == [[12], [2, 13], [0]]
+        for r, row in enumerate(rows):
+            ids = [[b["id"] for b in m["top_k"]] for m in row["masks"]]
+            assert ids == served["token_ids"][r][: served["mask_count"][r]]
+    assert results[cases[2]].returncode == 2  # flag_utils.run_or_explain's exit code
+    assert ("error: line 4 of bad.txt ('no mask at all') has no [MASK]: write [MASK] where a "
+            "token is to be predicted, or drop the line.") in results[cases[2]].stderr  # fmt: skip
+    assert re.search(r"error: line 2 of long.txt \('\[MASK\] the film.*'\) has \d+ tokens with "
+                     r"\[CLS\] and \[SEP\], beyond the run's seq_length 32: shorten it",
+                     results[cases[3]].stderr), results[cases[3]].stderr  # fmt: skip
     # The encoder inside is the run's encoder (float32), for train_bert.py unchanged.
     exported = {v.name: v.numpy() for v in tf.saved_model.load(str(export / "encoder")).variables}
     for variable in model.get_layer("bert_encoder").weights:
@@ -441,8 +472,14 @@ def _run_fill_mask(run_dir, vocab, sentences):
     loaded = predict_evaluate.load(model_dir=str(run_dir))
     assert loaded.description.startswith("best weights"), loaded.description
     model = loaded.call
+    return model, _expected_fill_mask(model, vocab, sentences)
+
+
+def _expected_fill_mask(model, vocab, sentences, seq_length=32, k=5):
+    """Return, per sentence, its masks' top-k ids and probabilities from `model`, tokenised
+    here piece by piece (not by the export's code)."""
     v = text_corpus.Vocabulary.read(vocab)
-    preprocessor = bert_text.BertPreprocessor(vocab, 32)
+    preprocessor = bert_text.BertPreprocessor(vocab, seq_length)
     rows, positions = [], []
     for sentence in sentences:
         parts = sentence.split("[MASK]")
@@ -453,16 +490,53 @@ def _run_fill_mask(run_dir, vocab, sentences):
             ids += part + ([v.mask_id] if i < len(pieces) - 1 else [])
         ids += [v.sep_id]
         positions.append([i for i, t in enumerate(ids) if t == v.mask_id])
-        rows.append(ids + [v.pad_id] * (32 - len(ids)))
+        rows.append(ids + [v.pad_id] * (seq_length - len(ids)))
     word_ids = np.array(rows, np.int32)
+    slots = model.input[mlm_head.POSITIONS].shape[1]
     inputs = dict(
         input_word_ids=word_ids, input_mask=(word_ids != v.pad_id).astype(np.int32),
         input_type_ids=np.zeros_like(word_ids),
-        masked_lm_positions=np.array([p + [0] * (5 - len(p)) for p in positions], np.int32),
+        masked_lm_positions=np.array([p + [0] * (slots - len(p)) for p in positions], np.int32),
     )  # fmt: skip
     probabilities = tf.nn.softmax(model(inputs, training=False), axis=-1)
-    top, ids = (t.numpy() for t in tf.math.top_k(probabilities, k=5))
-    return model, [(ids[r, : len(p)], top[r, : len(p)]) for r, p in enumerate(positions)]
+    top, ids = (t.numpy() for t in tf.math.top_k(probabilities, k=k))
+    return [(ids[r, : len(p)], top[r, : len(p)]) for r, p in enumerate(positions)]
+
+
+def test_fill_mask_rows_give_each_masks_top_k_and_refuse_bad_lines_by_number(corpus):
+    config = bert_config("tiny", vocab_size=corpus["vocabulary"].size, num_layers=1)
+    model = mlm_head.build_pretraining_model(config, seq_length=32, max_predictions_per_seq=5)
+    module = mlm_export.FillMask(model, corpus["preprocessor"], corpus["vocabulary"], top_k=3)
+    # Eager (its tf.function's Python): tracing costs seconds here; the chain test serves
+    # the traced, exported function.
+    eager = lambda text: mlm_export.FillMask.__call__.python_function(module, text)
+    masker = fill_mask_rows.FillMasker(eager, 32, 3, "test model")
+    texts = ["the film is [MASK] .", "a [MASK] and [MASK] story", "[MASK]"]
+    rows = fill_mask_rows.rows(masker, texts, top_k=3, batch_size=2)  # Two calls.
+    expected = _expected_fill_mask(model, corpus["vocabulary"].path, texts, k=3)
+    tokens = bert_text.read_vocab(corpus["vocabulary"].path)
+    assert [row["text"] for row in rows] == texts
+    assert [[m["position"] for m in row["masks"]] for row in rows] == [[12], [2, 13], [0]]
+    for row, (ids, probabilities) in zip(rows, expected):
+        got = [[(b["id"], b["token"], b["probability"]) for b in m["top_k"]] for m in row["masks"]]
+        assert [[i for i, _, _ in m] for m in got] == ids.tolist()
+        assert [[t for _, t, _ in m] for m in got] == [[tokens[i] for i in m] for m in ids]
+        np.testing.assert_allclose([[p for _, _, p in m] for m in got], probabilities, rtol=1e-5)
+    assert list(rows[0]) == ["text", "masks"] and list(rows[0]["masks"][0]) == ["position", "top_k"]
+    # Two top tokens of three: the first two.
+    fewer = fill_mask_rows.rows(masker, texts[:1], top_k=2)[0]["masks"][0]["top_k"]
+    assert [b["id"] for b in fewer] == [b["id"] for b in rows[0]["masks"][0]["top_k"][:2]]
+    # One line each: a text without [MASK], one longer than seq_length, top_k beyond served.
+    with pytest.raises(checks.ConfigError, match=r"^line 2 of texts.txt \('no mask'\) has no "
+                       r"\[MASK\] \(and 1 more\): write \[MASK\] where"):  # fmt: skip
+        fill_mask_rows.check_texts(["[MASK] ok", "no mask", "nor here"], "texts.txt")
+    long = "[MASK] " + "the film " * 20
+    with pytest.raises(checks.ConfigError, match=r"^line 2 of t.txt \('\[MASK\] the film the "
+                       r"film the .*'\) has 43 tokens with \[CLS\] and \[SEP\], beyond the "
+                       r"run's seq_length 32: shorten it"):  # fmt: skip
+        fill_mask_rows.rows(masker, ["[MASK] .", long], top_k=3, name="t.txt")
+    with pytest.raises(checks.ConfigError, match="top_k=4, and the test model serves the top 3"):
+        fill_mask_rows.rows(masker, texts, top_k=4)
 
 
 @pytest.mark.slow

@@ -107,7 +107,7 @@ def _has_export(export_dir):
     return bool(export_dir) and tf.io.gfile.exists(os.path.join(export_dir, "saved_model.pb"))
 
 
-def _is_keras_export(export_dir):
+def is_keras_export(export_dir):
     """Whether the export is a tf_keras model (a task may export a plain tf.Module instead:
     models/bert/pretraining/mlm_export.py's fill-mask)."""
     return _has_export(export_dir) and tf.io.gfile.exists(
@@ -117,7 +117,7 @@ def _is_keras_export(export_dir):
 
 def _revive(export_dir):
     """Return the export as a tf_keras model (text exports need tensorflow_text's ops first)."""
-    if not _is_keras_export(export_dir):
+    if not is_keras_export(export_dir):
         raise checks.ConfigError(
             f"the export in {export_dir} is not a tf_keras model (no keras_metadata.pb): load it "
             f"with tf.saved_model.load and call its signatures; for its run, use weights='best'."
@@ -206,7 +206,7 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
         keras.mixed_precision.set_global_policy(previous)
     export_dir, best = config.export_dir, os.path.join(model_dir, "best", "checkpoint")
     if weights == "auto":
-        weights = "export" if _is_keras_export(export_dir) else "best"
+        weights = "export" if is_keras_export(export_dir) else "best"
     if weights == "export":
         _weights_from_export(model, export_dir, summary)
         description = f"export {export_dir}"

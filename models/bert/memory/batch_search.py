@@ -90,6 +90,7 @@ def plan(
     *,
     runtime=None,
     model_parallel=1,
+    max_predictions_per_seq=None,
 ):
     """Find the largest per-replica batch that fits on `accelerator` with `margin` free.
 
@@ -107,6 +108,8 @@ def plan(
         temporaries this model does not count, fragmentation), in [0, 1).
       runtime: "xla" or "tf"; None picks `default_runtime(accelerator)`.
       model_parallel: plan for weights split K ways (see `estimate`).
+      max_predictions_per_seq: plan the masked-LM pretraining step with this many
+        predictions per sequence (see `estimate`); None: the encoder under a classifier.
 
     Returns:
       A Plan; `.max_per_replica_batch` is 0 and `.bytes_over` > 0 when even batch 1
@@ -129,6 +132,7 @@ def plan(
             precision,
             runtime=runtime,
             model_parallel=model_parallel,
+            max_predictions_per_seq=max_predictions_per_seq,
         )
 
     def total(batch):
@@ -145,6 +149,8 @@ def plan(
         batch += 1
     c = one.architecture
     split = f", model_parallel {model_parallel}" if model_parallel > 1 else ""
+    if max_predictions_per_seq is not None:
+        split += f", masked-LM pretraining ({max_predictions_per_seq} predictions per sequence)"
     what = (
         f"BERT L={c.num_layers}/H={c.hidden_size}/A={c.num_heads} at seq {seq_length}, "
         f"{one.precision}, {optimizer}, runtime {runtime}{split} on {device.name} "
@@ -179,7 +185,7 @@ def plan(
         message = (
             f"{what}: batch 1 does not fit: it needs {gib(one.total)}, {gib(over)} over; {why}."
         )
-        if model_parallel == 1:
+        if model_parallel == 1 and max_predictions_per_seq is None:  # Pretraining: not planned.
             suggested = _smallest_model_parallel(
                 c,
                 lambda k: plan(

@@ -17,6 +17,13 @@ model, or from `count_parameters` for a config). Activations follow what the gra
 functions of models/bert keep under TensorFlow, op by op (docs/memory.md lists
 every term); benchmarks/bench_memory.py checks them against the allocator on CPU.
 
+Pretraining (`max_predictions_per_seq`=P, models/bert/pretraining): the masked-LM head
+adds its dense + layer norm and output bias to the variables (its output projection is the
+word-embedding table, tied: no new weights, but a dense gradient for the table, whose
+lookup's sparse rows are added into it), what it keeps for the backward pass ([b, P, H]
+tensors of the gathered positions, and the float32 softmax gradient of the [b, P, V]
+logits over the vocabulary) and the backward pass's [b, P, V] gradients of those logits.
+
 Two runtimes differ in the embedding table's gradient and update:
   "xla": the step is one XLA program (every TPU step; GPUs under jit_compile).
     TPUStrategy's all-reduce (cross_replica_sum) densifies the gathered embedding
@@ -88,6 +95,50 @@ def activation_breakdown(config, per_replica_batch, seq_length, precision, model
     }
 
 
+def head_parameters(config):
+    """Elements of the masked-LM head's own variables: dense, layer norm, output bias (the
+    projection is the word-embedding table, tied)."""
+    h = config.hidden_size
+    return h * h + h + 2 * h + config.vocab_size
+
+
+def mlm_activation_breakdown(config, per_replica_batch, predictions, precision):
+    """Return {kind: bytes} the masked-LM head keeps for its backward pass.
+
+    At each of the b x P predicted positions: the gathered hidden state (the dense layer's
+    input), the exact GELU's four tensors, the layer norm's float32 input and scale (and
+    mean and rsqrt per position) and its output (the projection's input), in the compute
+    dtype c; and the float32 gradient of the softmax cross-entropy over the vocabulary,
+    which TensorFlow's fused op computes in the forward pass and keeps ([b, P, V]); and
+    the float32 logits themselves, the step's output, which tf_keras's train_step reads
+    for the metrics after the backward pass and the update.
+    """
+    c = PRECISION_BYTES[canonical_precision(precision)]
+    n, h = per_replica_batch * predictions, config.hidden_size
+    return {
+        "masked-LM head [b, P, H]": (6 * c + 8) * n * h + 8 * n,
+        "masked-LM softmax gradient [b, P, V]": 4 * n * config.vocab_size,
+        # tf_keras computes the metrics after the update, from the step's outputs.
+        "masked-LM logits [b, P, V] (for the metrics)": 4 * n * config.vocab_size,
+    }
+
+
+def mlm_workspace_bytes(config, per_replica_batch, seq_length, predictions, precision, runtime):
+    """Return the masked-LM step's largest gradient temporaries alive at once.
+
+    The logits' gradient ([b, P, V] float32, and its cast to the compute dtype under
+    bf16) at the head; under "tf", at the embeddings, the lookup's sparse gradient rows of
+    the tied word table and their dense [V, H] sum, added to the projection's gradient.
+    """
+    c = PRECISION_BYTES[canonical_precision(precision)]
+    logits = per_replica_batch * predictions * config.vocab_size * (4 + (c if c != 4 else 0))
+    tied = 0
+    if runtime == "tf":
+        rows = per_replica_batch * seq_length
+        tied = rows * (4 * config.hidden_size + 4) + 4 * config.vocab_size * config.hidden_size
+    return max(logits, tied)
+
+
 def workspace_bytes(config, per_replica_batch, seq_length, precision, model_parallel=1):
     """Return the backward pass's largest set of gradient temporaries alive at once.
 
@@ -105,18 +156,21 @@ def workspace_bytes(config, per_replica_batch, seq_length, precision, model_para
 _GATHERED = ("word_embeddings", "type_embeddings")  # tf.gather'ed: sparse gradients
 
 
-def _variable_bytes(model_or_config, model_parallel=1):
+def _variable_bytes(model_or_config, model_parallel=1, head=False):
     """Return (parameters, trainable, weight bytes, trainable bytes, gathered table bytes).
 
-    Bytes are per device: with model_parallel=K a SHARDED_VARIABLE counts 1/K.
+    Bytes are per device: with model_parallel=K a SHARDED_VARIABLE counts 1/K. The
+    gathered tables are {"word_embeddings": bytes, "type_embeddings": bytes}. `head`: a
+    config's count includes the masked-LM head's variables (a model's are counted).
     """
     if isinstance(model_or_config, BertConfig):
         c = model_or_config
-        params = count_parameters(c)
+        params = count_parameters(c) + (head_parameters(c) if head else 0)
         h, i = c.hidden_size, c.intermediate_size
         sharded = c.num_layers * (4 * h * h + 3 * h + 2 * h * i + i)
         per_device = 4 * (params - sharded + sharded // model_parallel)
-        tables = [4 * c.vocab_size * c.hidden_size, 4 * c.type_vocab_size * c.hidden_size]
+        tables = {"word_embeddings": 4 * c.vocab_size * c.hidden_size,
+                  "type_embeddings": 4 * c.type_vocab_size * c.hidden_size}  # fmt: skip
         return params, params, per_device, per_device, tables
 
     def nbytes(variable):
@@ -126,11 +180,12 @@ def _variable_bytes(model_or_config, model_parallel=1):
     # model.variables can list a shared variable twice; count each once.
     variables = list({id(v): v for v in model_or_config.variables}.values())
     trainables = list({id(v): v for v in model_or_config.trainable_variables}.values())
-    tables = [
-        nbytes(v)
+    tables = {
+        name: nbytes(v)
         for v in trainables
-        if len(v.shape) == 2 and any(name in v.name for name in _GATHERED)
-    ]
+        for name in _GATHERED
+        if len(v.shape) == 2 and name in v.name
+    }
     return (
         sum(v.shape.num_elements() for v in variables),
         sum(v.shape.num_elements() for v in trainables),
@@ -150,6 +205,7 @@ def estimate(
     runtime="xla",
     config=None,
     model_parallel=1,
+    max_predictions_per_seq=None,
 ):
     """Estimate the bytes per replica of one BERT training step, by component.
 
@@ -168,6 +224,10 @@ def estimate(
       model_parallel: K devices each attention/FFN weight is split across
         (keras_tpu.parallel.mesh.layout); bytes are then per device and per_replica_batch is the
         batch of one data-parallel row of the mesh (global batch x K / devices).
+      max_predictions_per_seq: None for the encoder under a classifier or regression
+        head (train_bert.py); P for the masked-LM pretraining step (pretrain_bert.py's
+        --max_predictions_per_seq): its head, its [b, P, V] logits over the vocabulary
+        and the tied word table's dense gradient (see the module doc).
 
     Returns:
       A MemoryEstimate; `.total` is the bytes, `.table()` the breakdown.
@@ -233,22 +293,43 @@ def estimate(
                     f"BERT {name}={getattr(arch, name)} is not divisible by "
                     f"model_parallel={model_parallel}."
                 )
+    pretraining = max_predictions_per_seq is not None
+    if pretraining:
+        checks.integer("max_predictions_per_seq", max_predictions_per_seq,
+                       maximum=seq_length - 2,
+                       fix="[CLS] and [SEP] are never predicted.")  # fmt: skip
+        if model_parallel > 1:
+            raise checks.ConfigError(
+                f"model_parallel={model_parallel} with max_predictions_per_seq: the "
+                f"pretraining estimate is for data parallelism; plan it with model_parallel=1."
+            )
     parameters, trainable, weights, trainable_bytes, tables = _variable_bytes(
-        model_or_config, model_parallel
+        model_or_config, model_parallel, head=pretraining
     )
     slots = OPTIMIZER_SLOTS[optimizer]
     gradients, update = trainable_bytes, 0
     # Sharded runs look rows up as a one-hot matmul: dense gradients, in-place updates.
     if runtime == "tf" and model_parallel == 1:
+        # The masked LM's word table is also its output projection: a dense gradient
+        # (the lookup's rows are added into it) and a dense, in-place update.
+        sparse = [t for name, t in tables.items() if not (pretraining and name == _GATHERED[0])]
         # Each gathered table's gradient is float32 rows plus int32 indices, one per token.
         rows = per_replica_batch * seq_length
-        gradients += sum(rows * (4 * arch.hidden_size + 4) - table for table in tables)
+        gradients += sum(rows * (4 * arch.hidden_size + 4) - table for table in sparse)
         # tf_keras Adam on a sparse gradient reads m and v whole (a copy each: scatter
         # updates put them in copy-on-read mode) and writes the table anew; SGD
         # scatters in place. Measured: 3 table-sized buffers for AdamW.
-        update = (slots + 1) * max(tables, default=0) if slots else 0
+        update = (slots + 1) * max(sparse, default=0) if slots else 0
     breakdown = activation_breakdown(arch, per_replica_batch, seq_length, precision, model_parallel)
+    workspace = workspace_bytes(arch, per_replica_batch, seq_length, precision, model_parallel)
     copies = _kernel_parameters(arch, model_parallel)
+    if pretraining:
+        breakdown.update(mlm_activation_breakdown(arch, per_replica_batch,
+                                                  max_predictions_per_seq, precision))  # fmt: skip
+        workspace = max(workspace, mlm_workspace_bytes(
+            arch, per_replica_batch, seq_length, max_predictions_per_seq, precision, runtime))
+        # The head's dense kernel and the tied table, cast for the head's matmuls.
+        copies += arch.hidden_size * arch.hidden_size + arch.vocab_size * arch.hidden_size
     copies = 0 if precision == "fp32" else PRECISION_BYTES[precision] * copies
     return MemoryEstimate(
         per_replica_batch=per_replica_batch,
@@ -263,11 +344,12 @@ def estimate(
         optimizer_slots=slots * trainable_bytes,
         weight_copies=copies,
         activations=sum(breakdown.values()),
-        workspace=workspace_bytes(arch, per_replica_batch, seq_length, precision, model_parallel),
+        workspace=workspace,
         update_temporaries=update,
         activation_breakdown=breakdown,
         architecture=arch,
         source=source,
         notes=tuple(notes),
         model_parallel=model_parallel,
+        max_predictions_per_seq=max_predictions_per_seq,
     )

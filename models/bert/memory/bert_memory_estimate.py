@@ -60,6 +60,9 @@ class MemoryEstimate:
       architecture: the BertConfig the activations were computed for.
       source: where weights came from ("config" or the model's counted variables).
       notes: assumptions worth knowing for this estimate.
+      model_parallel: K devices the attention and FFN weights are split across.
+      max_predictions_per_seq: the masked-LM pretraining step's predictions per sequence
+        (its head and [b, P, V] logits counted), or None: the encoder under a classifier.
     """
 
     per_replica_batch: int
@@ -81,6 +84,7 @@ class MemoryEstimate:
     source: str
     notes: tuple = ()
     model_parallel: int = 1
+    max_predictions_per_seq: int | None = None  # The masked-LM pretraining step's P; None: a classifier's.
 
     @property
     def state(self):
@@ -116,7 +120,9 @@ class MemoryEstimate:
             f"({self.source})",
             f"per replica: batch {self.per_replica_batch} x seq {self.seq_length}, "
             f"{self.precision}, {self.optimizer}, runtime {self.runtime}"
-            + (f", model_parallel {self.model_parallel}" if self.model_parallel > 1 else ""),
+            + (f", model_parallel {self.model_parallel}" if self.model_parallel > 1 else "")
+            + (f", masked-LM pretraining ({self.max_predictions_per_seq} predictions per "
+               f"sequence)" if self.max_predictions_per_seq else ""),
             f"{'component':<44}{'bytes':>17}{'MiB':>12}",
         ]
         lines.append("-" * len(lines[-1]))
@@ -154,6 +160,7 @@ class MemoryEstimate:
             "source": self.source,
             "notes": list(self.notes),
             "model_parallel": self.model_parallel,
+            "max_predictions_per_seq": self.max_predictions_per_seq,
         }
 
 

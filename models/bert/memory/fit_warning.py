@@ -16,6 +16,7 @@ def check_fits(
     *,
     runtime=None,
     model_parallel=1,
+    max_predictions_per_seq=None,
 ):
     """Return None if the step fits on `accelerator` with `margin` free, else a warning.
 
@@ -33,6 +34,7 @@ def check_fits(
         precision,
         runtime=runtime,
         model_parallel=model_parallel,
+        max_predictions_per_seq=max_predictions_per_seq,
     )
     if est.total <= int(device.memory_bytes * (1 - margin)):
         return None
@@ -45,6 +47,7 @@ def check_fits(
         margin,
         runtime=runtime,
         model_parallel=model_parallel,
+        max_predictions_per_seq=max_predictions_per_seq,
     )
     if best.fits:
         advice = (

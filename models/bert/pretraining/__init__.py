@@ -14,6 +14,8 @@ Modules, in reading order:
   mlm_export.py   the export: a fill-mask SavedModel (text with [MASK] in, top-k out),
                   the TF Hub encoder and preprocessing for train_bert.py inside
   mlm_task.py     the "bert_mlm" task: BertMlmConfig, bert_mlm_task, pretrain_bert
+  fill_mask_rows.py  fill-mask rows (each [MASK]'s top-k tokens) from a run's model or
+                  its export, the texts checked by line (scripts/predict.py)
 
 Guarantee: a run resumed after SIGKILL masks every example as the uninterrupted run did
 (the masker is the Task's `augment`, seeded by the engine's per-example stream seeds and

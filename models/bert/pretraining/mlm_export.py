@@ -12,7 +12,9 @@ Fill-mask, with TensorFlow and tensorflow_text only (no keras_tpu):
     out = fill(text=tf.constant(["the film is [MASK] and [MASK] ."]))
     # out["tokens"] [batch, masks, TOP_K] strings, out["probabilities"] float32 and
     # out["token_ids"] int32 alike, best first; out["mask_count"] [batch]: each text's masks
-    # (slots beyond it are padding: token id -1, token "", probability 0)
+    # (slots beyond it are padding: token id -1, token "", probability 0); out["token_count"]
+    # [batch]: each text's tokens with [CLS] and [SEP] before packing (more than
+    # fill.seq_length() means the text was cut there)
 
 A text is split at each literal "[MASK]", the pieces tokenised as in training (WordPiece,
 the run's casing) and joined with the [MASK] id between them, then packed [CLS] ... [SEP]
@@ -79,13 +81,19 @@ class FillMask(tf.Module):
         joined = tf.concat([pieces, masks], axis=1)
         return tf.RaggedTensor.from_row_lengths(joined, lengths).merge_dims(1, 2)
 
+    @tf.function(input_signature=[], autograph=False)
+    def seq_length(self):
+        """Return the packed length texts are cut to, [CLS] and [SEP] included (int32)."""
+        return tf.constant(self.preprocess.seq_length, tf.int32)
+
     # No autograph: nothing here branches on a tensor (and converting costs seconds to save).
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")],
                  autograph=False)  # fmt: skip
     def __call__(self, text):
         """Return the top-k of each [MASK] of `text` (see the module doc)."""
         seq_length = self.preprocess.seq_length
-        segment = tf.expand_dims(self.token_ids(text), -1)  # [batch, words, pieces], 1 a word.
+        ids = self.token_ids(text)
+        segment = tf.expand_dims(ids, -1)  # [batch, words, pieces], 1 a word.
         packed = self.preprocess.bert_pack_inputs([segment], tf.constant(seq_length))
         inputs = {k: tf.ensure_shape(v, [None, seq_length]) for k, v in packed.items()}
         is_mask = inputs["input_word_ids"] == self._mask_id
@@ -107,6 +115,8 @@ class FillMask(tf.Module):
             "tokens": tf.where(real, tokens, ""),
             "probabilities": tf.where(real, probabilities, 0.0),
             "mask_count": counts,
+            # Before packing: a text longer than seq_length was cut (fill_mask_rows refuses it).
+            "token_count": tf.cast(ids.row_lengths(), tf.int32) + 2,
         }
 
 

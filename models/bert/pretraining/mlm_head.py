@@ -57,7 +57,13 @@ class MaskedLMHead(keras.layers.Layer):
         hidden = tf.gather(sequence_output, tf.cast(positions, tf.int32), batch_dims=1)
         hidden = self.layer_norm(self.dense(hidden))
         table = tf.cast(self.embedding_table, hidden.dtype)
-        logits = tf.matmul(hidden, table, transpose_b=True)
+        # One [b * P, H] x [H, V] product: a batched [b, P, H] x [V, H] matmul broadcasts
+        # the table, and its gradient builds a [b, V, H] tensor before summing it (measured:
+        # 15.6 MiB more per example for the tiny preset's 30522 x 128 table).
+        rows = tf.reshape(hidden, [-1, self.config.hidden_size])
+        logits = tf.matmul(rows, table, transpose_b=True)
+        dims = [d if d is not None else tf.shape(hidden)[i] for i, d in enumerate(hidden.shape[:-1])]
+        logits = tf.reshape(logits, [*dims, self.config.vocab_size])  # Static where known.
         return tf.cast(logits, tf.float32) + tf.cast(self.output_bias, tf.float32)
 
 

@@ -20,6 +20,7 @@ from models.bert import bert_optimizer
 from models.bert import bert_text
 from models.bert.bert_config import PRESETS
 from models.bert.bert_config import check_seq_length
+from models.bert.memory import planner
 from models.bert.pretraining import masking
 from models.bert.pretraining import mlm_export
 from models.bert.pretraining import mlm_head
@@ -76,14 +77,27 @@ class BertMlmConfig(keras_tpu.RunConfig):
         )  # fmt: skip
 
 
-@keras_tpu.register_task("bert_mlm")
-def bert_mlm_task(config: BertMlmConfig) -> keras_tpu.Task:
-    """Return the Task pretraining BERT with the masked LM on `train_files` (see module doc)."""
-    if not config.train_files:
-        raise checks.ConfigError("bert_mlm needs --train_files (text files, one document a line).")
+def run_text(config):
+    """Return the run's (StartPoint, Vocabulary, BertPreprocessor): how its text is tokenised.
+
+    A finished run's vocabulary is the one it kept (model_dir/vocab.txt when learned).
+    """
     start = start_points.start_point(config)
     vocabulary = text_corpus.Vocabulary.read(start.vocab_file)
     preprocessor = bert_text.BertPreprocessor(vocabulary.path, config.seq_length, start.lower_case)
+    return start, vocabulary, preprocessor
+
+
+@keras_tpu.register_task("bert_mlm")
+def bert_mlm_task(config: BertMlmConfig, finished=None) -> keras_tpu.Task:
+    """Return the Task pretraining BERT with the masked LM on `train_files` (see module doc).
+
+    With `finished` (a registry.FinishedRun: keras_tpu.predict rebuilding a finished run),
+    its text files are not read: they may be gone.
+    """
+    if not config.train_files:
+        raise checks.ConfigError("bert_mlm needs --train_files (text files, one document a line).")
+    start, vocabulary, preprocessor = run_text(config)
     masker = masking.Masker(
         vocab_size=vocabulary.size, special_ids=vocabulary.special_ids,
         mask_id=vocabulary.mask_id, pad_id=vocabulary.pad_id, mask_rate=config.mask_rate,
@@ -104,15 +118,29 @@ def bert_mlm_task(config: BertMlmConfig) -> keras_tpu.Task:
         optimizer=lambda total_steps: bert_optimizer.bert_adamw(
             config.learning_rate, total_steps, config.warmup_fraction
         ),
-        train_data=corpus(config.train_files),
-        eval_data=corpus(config.eval_files, masker.evaluation) if config.eval_files else None,
+        train_data=finished.train_data if finished else corpus(config.train_files),
+        eval_data=(finished.eval_data if finished else corpus(config.eval_files, masker.evaluation))
+        if config.eval_files else None,
         augment=masker.augment,
         monitor="val_loss" if config.eval_files else "loss",
+        check_memory=lambda model, info, policy: check_memory(model, info, policy, config),
         export=lambda model, directory, strategy: mlm_export.write_pretraining(
             model, preprocessor, vocabulary, directory, strategy
         ),
         name="text corpus",
     )
+
+
+def check_memory(model, info, policy, config):
+    """Return the memory planner's warning for this masked-LM step on this device, or None."""
+    try:
+        accelerator = info.accelerator
+    except checks.ConfigError as e:  # A GPU the planner does not know: said, the run goes on.
+        return f"memory check skipped: {e}"
+    return planner.check_fits(
+        model, config.per_replica_batch_size, config.seq_length, policy, accelerator,
+        max_predictions_per_seq=config.max_predictions_per_seq,
+    )  # fmt: skip
 
 
 def pretrain_bert(config):
