@@ -17,6 +17,7 @@ TOP_LEVEL = (
     # The engine: what a run trains, how it runs and what it returns.
     "keras_tpu.engine.task.task:Task",
     "keras_tpu.engine.run_config:RunConfig",
+    "keras_tpu.engine.run_config:setting",
     "keras_tpu.engine.trainer:fit",
     "keras_tpu.engine.conclude.summary:RunSummary",
     "keras_tpu.engine.stops.stop:RunStopped",

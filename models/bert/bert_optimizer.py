@@ -4,6 +4,9 @@ from keras_tpu import checks
 from keras_tpu import keras
 import tensorflow as tf
 
+# The help of both BERT tasks' warmup_fraction field (BertRunConfig, BertMlmConfig).
+WARMUP_FRACTION_HELP = "Share of steps with linear learning-rate warm-up."
+
 
 @keras.utils.register_keras_serializable(package="keras_tpu")
 class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
