@@ -71,6 +71,7 @@ from keras_tpu.engine import config_yaml  # noqa: E402
 from keras_tpu.engine import run_config  # noqa: E402
 from keras_tpu.data.sources import storage_errors  # noqa: E402
 from keras_tpu.runtime import logs  # noqa: E402
+from keras_tpu.runtime import storage  # noqa: E402
 import keras_tpu  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -189,7 +190,7 @@ def _setting_of(config, path):
         return None
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
-        if isinstance(value, str) and "://" in value:
+        if isinstance(value, str) and storage.is_remote(value):
             stem = re.split(r"[*?[]", value, maxsplit=1)[0]
             if path.startswith(stem.rstrip("/")) or stem.startswith(path):
                 return f"--{field.name}"

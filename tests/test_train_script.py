@@ -136,6 +136,10 @@ def _script_flags(module, argv, monkeypatch):
     # Only the script's own: a library first imported here (tensorflow_hub) defines flags too.
     new = lambda: [n for n in set(flags.FLAGS) - baseline
                    if flags.FLAGS.find_module_defining_flag(n) in ours]  # fmt: skip
+    package = sys.modules.get("scripts")
+    for name in ours:  # A module another test dropped from sys.modules is imported afresh.
+        if name not in sys.modules and package is not None:
+            package.__dict__.pop(name.split(".")[1], None)
     try:
         importlib.import_module(f"scripts.{module}")
         return {name: (flags.FLAGS[name].default, flags.FLAGS[name].help) for name in new()}

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.engine.callbacks import callback_list as callbacks_lib
+from keras_tpu.engine.rundir import layout
 from keras_tpu.engine.task import class_weights
 from keras_tpu.engine import config_yaml
 from keras_tpu.engine.task import data_checks
@@ -205,7 +206,7 @@ class TrainingRun:
                 # The kept backups and the one being written, before the oldest is pruned.
                 needed_bytes=(config.keep_backups + 1) * disk_space.checkpoint_bytes(self.model),
                 remove_backups=lambda: backup_store.remove_backups(
-                    os.path.join(config.model_dir, "backup")
+                    os.path.join(config.model_dir, layout.BACKUP)
                 ),
             )
         try:
@@ -219,7 +220,7 @@ class TrainingRun:
             if config.model_dir and self.info.is_chief:  # Even a killed run can be rerun.
                 entry = registry.get_task(self.task.task_name) if self.task.task_name else None
                 config_yaml.write(
-                    config, os.path.join(config.model_dir, "config.yaml"), task=entry
+                    config, os.path.join(config.model_dir, layout.CONFIG), task=entry
                 )
         except BaseException:
             if lock:
@@ -326,7 +327,7 @@ class TrainingRun:
             summary_lib.write(summary, config.model_dir)
         # The chief's summary.json holds the run: a worker's own stop from here says so.
         self.preemption.finished(
-            os.path.join(config.model_dir, summary_lib.SUMMARY_FILE) if config.model_dir else None
+            os.path.join(config.model_dir, layout.SUMMARY) if config.model_dir else None
         )
         fault_points.reach("summary")
         if self.callbacks.backup:  # Only now: a failed export leaves the backup for the rerun.
@@ -337,7 +338,7 @@ class TrainingRun:
         """Load the best weights if the config exports them; return "final" or "best"."""
         if self.config.export_weights != "best":
             return "final"
-        path = os.path.join(self.config.model_dir, "best", "checkpoint")
+        path = os.path.join(self.config.model_dir, layout.BEST, layout.BEST_WEIGHTS)
         if not tf.io.gfile.exists(path + ".index"):
             log.warning("keras_tpu: no epoch was kept as best (%s); evaluating and exporting the "
                         "final weights.", path)  # fmt: skip

@@ -315,7 +315,10 @@ def _image_task(config, train, test, preprocess, image_shape, num_classes, name,
             backbone = built["model"].get_layer("backbone")
             exclude = tuple(_exact_name(v) for v in backbone.weights)
         steps_per_epoch = total_steps // config.epochs
-        global_batch = config.per_replica_batch_size * _replicas()
+        # The strategy in scope: the optimizer is built inside it.
+        global_batch = data.Batching.for_strategy(
+            config.per_replica_batch_size, tf.distribute.get_strategy()
+        ).global_batch
         return image_recipe.optimizer(recipe, total_steps, global_batch, steps_per_epoch, exclude)
 
     callbacks = []
@@ -360,11 +363,6 @@ def _exact_name(variable):
 
 def _to_model_range(contract, images, labels):
     return contract.to_model(images), labels
-
-
-def _replicas():
-    """Return the replicas of the strategy in scope (the optimizer is built inside it)."""
-    return tf.distribute.get_strategy().num_replicas_in_sync
 
 
 def train_cnn(config, train=None, test=None):

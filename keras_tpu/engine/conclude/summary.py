@@ -22,13 +22,11 @@ import tensorflow as tf
 
 from keras_tpu.engine.rundir import atomic_writes
 from keras_tpu.engine.callbacks import best_tracker
+from keras_tpu.engine.rundir import layout
 from keras_tpu.engine.rundir import run_files
 from keras_tpu.engine.rundir import run_identity
 
 log = logging.getLogger(__name__)
-
-SUMMARY_FILE = "summary.json"
-
 
 def weights_checksum(weights):
     """Return a short SHA-256 of a model's weights (a model, or a list of arrays)."""
@@ -175,10 +173,10 @@ def write(summary, model_dir):
     if places:
         shown = ", ".join(places[:5]) + (f" and {len(places) - 5} more" if len(places) > 5 else "")
         log.warning("keras_tpu: %s records null for the non-finite %s (JSON has no NaN or "
-                    "infinity)", SUMMARY_FILE, shown)  # fmt: skip
+                    "infinity)", layout.SUMMARY, shown)  # fmt: skip
     tf.io.gfile.makedirs(model_dir)
     return atomic_writes.write_file(
-        os.path.join(model_dir, SUMMARY_FILE), json.dumps(value, indent=2, allow_nan=False)
+        os.path.join(model_dir, layout.SUMMARY), json.dumps(value, indent=2, allow_nan=False)
     )
 
 
@@ -202,7 +200,7 @@ def read(model_dir) -> dict[str, Any] | None:
     """
     if not model_dir:
         return None
-    path = os.path.join(model_dir, SUMMARY_FILE)
+    path = os.path.join(model_dir, layout.SUMMARY)
     return run_files.read(path, _checked, fix=DAMAGED_FIX)
 
 
@@ -344,7 +342,7 @@ def finished_run(config, global_batch, info=None):
         return None  # Another run: the identity check refuses it with the differences.
     log.warning(
         "keras_tpu: this run finished at step %d, summary in %s; nothing to do (--overwrite "
-        "to train again).", previous["final_step"], os.path.join(config.model_dir, "summary.json"),
+        "to train again).", previous["final_step"], os.path.join(config.model_dir, layout.SUMMARY),
     )  # fmt: skip
     summary = RunSummary.from_dict(previous)
     return summary if info is None else summary.for_worker(info)
