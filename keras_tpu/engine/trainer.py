@@ -143,8 +143,6 @@ def _fit(task, config, strategy, entry, stopping):
                 leftovers.clean_finished(config.model_dir, remove_backups=lambda: (
                     backup_store.remove_backups(os.path.join(config.model_dir, layout.BACKUP))))
             return finished
-        run = training_run.TrainingRun(task, config, strategy, policy, backend, stopping)
-        run.precision_reason = choice.reason
-        return run.run()
+        return training_run.TrainingRun(task, config, strategy, choice, backend, stopping).run()
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)

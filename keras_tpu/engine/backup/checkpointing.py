@@ -100,6 +100,7 @@ class Backup(keras.callbacks.Callback):
         """
         super().__init__()
         self.state_callbacks = tuple(state_callbacks)
+        run_records.state_keys(self.state_callbacks)  # Each its own key, before any is written.
         self.history = history
         self.records = None  # The Records restored with the backup, if any.
         self._logs = {}
