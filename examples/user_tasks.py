@@ -30,7 +30,7 @@ def _split(x, y, seed, test_fraction=0.25):
 class DiabetesConfig(keras_tpu.RunConfig):
     """The regression MLP's settings: RunConfig's, plus its own (all YAML keys and flags)."""
 
-    hidden_units: int = 64
+    hidden_units: int = keras_tpu.setting(64, "Units of the hidden layer.")
     per_replica_batch_size: int = 8
     epochs: int = 20
 

@@ -49,6 +49,7 @@ from keras_tpu.runtime import compat  # noqa: E402
 # <public names: written by tools/api_docs.py from keras_tpu/public_api.py; do not edit>
 from keras_tpu.engine.task.task import Task  # noqa: E402
 from keras_tpu.engine.run_config import RunConfig  # noqa: E402
+from keras_tpu.engine.run_config import setting  # noqa: E402
 from keras_tpu.engine.trainer import fit  # noqa: E402
 from keras_tpu.engine.conclude.summary import RunSummary  # noqa: E402
 from keras_tpu.engine.stops.stop import RunStopped  # noqa: E402
@@ -85,6 +86,7 @@ from keras_tpu import layers  # noqa: E402
 __all__ = [
     "Task",
     "RunConfig",
+    "setting",
     "fit",
     "RunSummary",
     "RunStopped",

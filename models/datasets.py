@@ -16,6 +16,11 @@ from models.bert import bert_text as text
 from keras_tpu.data import text_sources
 
 IMAGE_DATASETS = ("digits", "synthetic")
+# The help of both tasks' class_weight field (CNNConfig, BertRunConfig): one text, one owner.
+CLASS_WEIGHT_HELP = (
+    "Each class's weight in the training loss, as class:weight pairs (e.g. 0:1,1:3); "
+    "evaluation stays unweighted."
+)
 log = logging.getLogger(__name__)
 
 

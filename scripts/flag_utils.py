@@ -71,6 +71,7 @@ from keras_tpu.engine import config_yaml  # noqa: E402
 from keras_tpu.engine import run_config  # noqa: E402
 from keras_tpu.data.sources import storage_errors  # noqa: E402
 from keras_tpu.runtime import logs  # noqa: E402
+from keras_tpu.runtime import storage  # noqa: E402
 import keras_tpu  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -90,9 +91,10 @@ def define_flags(config_cls, helps=None):
 
     Args:
       config_cls: a dataclass whose fields are the flags.
-      helps: field name -> help text, over the field's own (`run_config.setting`, as every
-        RunConfig field has); a field with neither (a user task's own) is described by its
-        config class.
+      helps: field name -> help text, over the field's own (`keras_tpu.setting`, as every
+        field of RunConfig and the garden's configs has): for a script whose flag means
+        something else than the field; a field with neither (a user task's own, declared
+        without `setting`) is described by its config class.
     """
     helps = helps or {}
     hints = typing.get_type_hints(config_cls)
@@ -188,7 +190,7 @@ def _setting_of(config, path):
         return None
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
-        if isinstance(value, str) and "://" in value:
+        if isinstance(value, str) and storage.is_remote(value):
             stem = re.split(r"[*?[]", value, maxsplit=1)[0]
             if path.startswith(stem.rstrip("/")) or stem.startswith(path):
                 return f"--{field.name}"
@@ -268,16 +270,6 @@ FILE_HELP = {
     "params_override": "'name=value,name=value' applied last, as in tensorflow/models.",
 }
 
-# The header-less file flags of train_bert.py and predict.py, which read files alike
-# (keras_tpu.data.sources.text_files).
-TEXT_FILE_HELP = {
-    "no_header": "The TSV/CSV files have no header row: their columns are --text_keys, then "
-    "--label_key (to predict, rows may leave the label off).",
-    "column_names": "The columns of header-less TSV/CSV files, in order (e.g. "
-    "id,sentence,label); --text_keys and --label_key pick among them.",
-}
-
-
-def run_help(name):
-    """Return the help of RunConfig's field `name`, for a flag of another config meaning it."""
-    return run_config.help_text(keras_tpu.RunConfig, name)
+def field_help(config_cls, name):
+    """Return the help on `config_cls`'s field `name`, for a flag of another script meaning it."""
+    return run_config.help_text(config_cls, name)

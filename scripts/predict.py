@@ -68,6 +68,7 @@ from keras_tpu.engine import config_yaml  # noqa: E402
 from keras_tpu.engine.conclude import summary as summary_lib  # noqa: E402
 from keras_tpu.inference import finished_run  # noqa: E402
 from keras_tpu.inference import predict_evaluate as inference  # noqa: E402
+import models  # noqa: E402
 from models.bert import bert_export  # noqa: E402
 from models.bert.pretraining import fill_mask_rows  # noqa: E402
 from models.bert.pretraining import mlm_task  # noqa: E402
@@ -198,7 +199,9 @@ flag_utils.define_flags(PredictConfig, {
     "records hold one, else rows are numbered from 0).",
     "text_keys": "Text columns: 'sentence' or a pair 'sentence1,sentence2' (default: the run's).",
     "label_key": "Label column (default: the run's); --mode=evaluate needs it.",
-    **flag_utils.TEXT_FILE_HELP,  # As train_bert.py's: the file is read as training reads it.
+    # As train_bert.py's (BertRunConfig's fields): the file is read as training reads it.
+    **{name: flag_utils.field_help(models.BertRunConfig, name)
+       for name in ("no_header", "column_names")},  # fmt: skip
     "output_file": "Write one row per input: .tsv or .jsonl (id, class, name, probabilities; "
     "or score), or .csv: a submission (id and --csv_columns). --output_format=glue: the "
     "submission folder.",
@@ -211,9 +214,9 @@ flag_utils.define_flags(PredictConfig, {
     "class_names": "Names of the classes, comma-separated, in class order (tfds: its own).",
     "weights": "auto (the run's export when it is a tf_keras model, else best/), export or best.",
     "per_replica_batch_size": "Batch per replica (default: the run's, else 32).",
-    "tpu": flag_utils.run_help("tpu") + " Default: the run's.",
-    "strategy": flag_utils.run_help("strategy") + " Default: the run's.",
-    "cpu_replicas": flag_utils.run_help("cpu_replicas") + " Default: the run's.",
+    "tpu": flag_utils.field_help(keras_tpu.RunConfig, "tpu") + " Default: the run's.",
+    "strategy": flag_utils.field_help(keras_tpu.RunConfig, "strategy") + " Default: the run's.",
+    "cpu_replicas": flag_utils.field_help(keras_tpu.RunConfig, "cpu_replicas") + " Default: the run's.",
     "progress_seconds": "A progress line at most this often (seconds).",
     "trust_run_dir": "Import the code --model_dir's config.yaml names (its import:, a "
     "module:function task); without it a run directory runs no code (only for runs you trust).",

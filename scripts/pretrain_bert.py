@@ -30,30 +30,8 @@ else:  # python scripts/pretrain_bert.py
 import models  # noqa: E402
 from keras_tpu import checks  # noqa: E402
 
-flag_utils.define_flags(
-    models.BertMlmConfig,
-    {
-        "train_files": "Text files to pretrain on (.txt or .txt.gz, comma-separated patterns).",
-        "eval_files": "Held-out text files: masked once, the same at every evaluation.",
-        "documents": "lines: one document per line; paragraphs: one sentence per line, "
-        "documents separated by blank lines.",
-        "from_hf": "Continue pretraining a Hugging Face BERT folder (config.json, "
-        "model.safetensors, vocab.txt or tokenizer.json): its sizes, weights, vocabulary and "
-        "casing; its masked-LM head if it has one, else a fresh one.",
-        "vocab_file": "WordPiece vocab.txt with [MASK] (default: learned from --train_files "
-        "into model_dir/vocab.txt).",
-        "vocab_size": "WordPieces to learn when no --vocab_file is given.",
-        "lower_case": "Lower-case and strip accents before WordPiece.",
-        "preset": "Encoder size from scratch: tiny (default), mini, small, medium or base "
-        "(models/bert/bert_config.py).",
-        "seq_length": "Tokens per packed sequence, [CLS] and [SEP] included.",
-        "mask_rate": "Share of the non-special tokens predicted (BERT: 0.15).",
-        "max_predictions_per_seq": "Most masked tokens per sequence (BERT: 20 at 128 tokens).",
-        "whole_word_masking": "Mask all the WordPieces of a chosen word together (BERT's "
-        "whole-word masking).",
-        "warmup_fraction": "Share of steps with linear learning-rate warm-up.",
-    },
-)
+# One flag per models.BertMlmConfig field (models/bert/pretraining/mlm_task.py), its help on the field.
+flag_utils.define_flags(models.BertMlmConfig)
 
 
 # What --from_hf takes from the Hugging Face folder instead of these flags (the config

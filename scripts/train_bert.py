@@ -28,41 +28,8 @@ else:  # python scripts/train_bert.py
     import flag_utils
 import models  # noqa: E402
 
-flag_utils.define_flags(
-    models.BertRunConfig,
-    {
-        "model_parallel": "Split BERT's weights across K devices (DTensor); 1 = data parallel "
-        "only.",
-        "class_weight": "Each class's weight in the training loss, as class:weight pairs "
-        "(e.g. 0:1,1:3); evaluation stays unweighted.",
-        "encoder_handle": "TF Hub BERT encoder: https URL, Kaggle model URL or local directory.",
-        "preprocess_handle": "TF Hub BERT preprocessing handle (or give --vocab_file).",
-        "vocab_file": "WordPiece vocab.txt, tokenised with tensorflow_text (or --preprocess_handle).",
-        "lower_case": "Lower-case and strip accents (uncased checkpoints); with --vocab_file.",
-        "train_file": "Training TSV (sentence<TAB>label with a header row, quotes kept as text, "
-        "GLUE's layout) or .csv (standard CSV quoting).",
-        "eval_file": "Evaluation TSV (every example is evaluated exactly once).",
-        "tfds_name": "Or a tfds text classification dataset (imdb_reviews, glue/sst2, ...).",
-        "tfds_eval_split": "tfds split(s) to evaluate on, comma-separated: the first is the "
-        "run's, the others are reported beside it (default: glue's dev splits, else test).",
-        "tfds_keys": "'text,label' feature names for tfds datasets without supervised keys.",
-        "text_keys": "Text columns or tfds features: 'sentence', or a pair 'sentence1,sentence2' "
-        "(packed [CLS] a [SEP] b [SEP]; glue/* default to theirs).",
-        "label_key": "Label column or tfds feature.",
-        "label_names": "Each class's name in label order, e.g. negative,positive: labels in the "
-        "files are then names or class ids, and the export returns names. Default: the training "
-        "file's sorted distinct labels when they are names.",
-        **flag_utils.TEXT_FILE_HELP,
-        "task_type": "classification or regression (a 1-unit head with MSE; glue/stsb's default).",
-        "metrics": "Comma-separated: accuracy, f1, matthews_correlation, pearson, spearman "
-        "(default: GLUE's for glue/*, else accuracy; regression: pearson,spearman).",
-        "seq_length": "Tokens per example, [CLS] and [SEP] included.",
-        "num_classes": "Number of label classes (default: glue's, else the training file's label "
-        "names' count when its labels are names, else 2).",
-        "dropout": "Dropout on the pooled output.",
-        "warmup_fraction": "Share of steps with linear learning-rate warm-up.",
-    },
-)
+# One flag per models.BertRunConfig field (models/bert/bert_task.py), its help on the field.
+flag_utils.define_flags(models.BertRunConfig)
 
 
 def main(argv):

@@ -11,6 +11,7 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu import keras
 from keras_tpu import layers as kt_layers
+from keras_tpu.engine.steps import schedules
 from models.cnn import backbones
 from models.cnn import image_recipe
 
@@ -95,7 +96,7 @@ def test_the_frozen_backbone_gets_no_update_until_its_gate_opens():
 
 
 def test_the_schedule_warms_up_linearly_then_decays_along_a_cosine():
-    schedule = image_recipe.WarmupCosineDecay(0.4, total_steps=100, warmup_steps=10)
+    schedule = schedules.WarmupCosineDecay(0.4, total_steps=100, warmup_steps=10)
     rates = np.array([float(schedule(step)) for step in range(100)])
     np.testing.assert_allclose(rates[:10], 0.4 * np.arange(1, 11) / 10, rtol=1e-6)
     expected = 0.2 * (1 + np.cos(np.pi * (np.arange(10, 100) - 10) / 90))

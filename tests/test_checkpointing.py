@@ -12,6 +12,7 @@ import keras_tpu
 from keras_tpu.engine.callbacks import best_tracker
 from keras_tpu.engine.backup import random_generators
 from keras_tpu.engine.backup import checkpointing
+from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.stops import preemption as preemption_lib
 from keras_tpu.engine.backup import run_position
 from keras_tpu import keras
@@ -119,13 +120,14 @@ def test_a_failed_save_names_the_path_and_leaves_no_litter(tmp_path, monkeypatch
 
     monkeypatch.setattr(write, "save", full)
     monkeypatch.setattr(
-        checkpointing.shutil, "disk_usage", lambda path: types.SimpleNamespace(free=100)
+        disk_space.shutil, "disk_usage", lambda path: types.SimpleNamespace(free=100)
     )
     with pytest.raises(keras_tpu.RunStopped) as e:
         backup.save()
     message = str(e.value)
     assert f"no space left on the device of {directory}" in message
-    assert "0.0 MB is" in message and "the last good backup (step 5) is kept" in message
+    assert "and 0 kB are free there" in message
+    assert "the last good backup (step 5) is kept" in message
     assert e.value.exit_code == 2
     assert sorted(os.listdir(directory)) == ["checkpoint", "ckpt-5.data-00000-of-00001",
                                              "ckpt-5.index", "records-5.json"]  # fmt: skip

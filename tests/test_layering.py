@@ -33,6 +33,8 @@ keras_tpu's public API (keras_tpu/public_api.py: its names and modules, each mod
 import ast
 import configparser
 import os
+import re
+import sys
 
 
 from tests.conftest import REPO
@@ -93,7 +95,11 @@ LONG_MODULES = {  # path -> why it may stay longer.
     "issue 48 point 5): its three figures and the bound share the written records and flags",
 }
 MAX_FOLDER_MODULES = 12  # Modules in one package folder (its __init__ aside).
-BIG_FOLDERS = {}  # folder -> why it has more modules for now; none needs it now.
+BIG_FOLDERS = {  # folder -> why it has more modules for now.
+    "keras_tpu/runtime": "13 with storage.py (issue 62 point 4) until its layers move out "
+    "(issue 62 point 2: saved_model_dropout.py and determinism's dropout into "
+    "keras_tpu/layers/, a change of its own)",
+}
 CHECKED_FOLDERS = ("keras_tpu", "models", "scripts", "benchmarks", "examples", "tools")
 
 
@@ -353,7 +359,7 @@ def test_keras_tpu_exports_exactly_its_one_declaration():
     from keras_tpu import public_api  # pylint: disable=g-import-not-at-top
 
     names = public_api.top_level_names()
-    assert keras_tpu.__all__ == names and len(set(names)) == len(names) == 34
+    assert keras_tpu.__all__ == names and len(set(names)) == len(names) == 35
     for entry in public_api.TOP_LEVEL:
         name, module, attribute = public_api.split(entry)
         value = importlib.import_module(module)
@@ -428,6 +434,25 @@ ONE_OWNER = {
     "DamagedFileError": "keras_tpu/engine/rundir/run_files.py",
     "Fields": "keras_tpu/engine/rundir/run_files.py",
     "null_for_non_finite": "keras_tpu/engine/rundir/run_files.py",
+    # Literals with one owner each (issue 62 point 4); ONE_LITERAL and the checks below hold
+    # their copies to the owner.
+    "is_remote": "keras_tpu/runtime/storage.py",  # A path is remote storage: `"://" in`.
+    "no_space": "keras_tpu/engine/rundir/disk_space.py",  # The full-disk sentence.
+    "free_bytes": "keras_tpu/engine/rundir/disk_space.py",  # What a disk has free.
+    "Batching": "keras_tpu/data/pipelines.py",  # global batch = per-replica x replicas.
+}
+
+# Each literal written once, in its owner (a str constant equal to it, or holding it for a
+# sentence): model_dir's names, the full-disk sentence, --keep_backups' default.
+LAYOUT = "keras_tpu/engine/rundir/layout.py"
+ONE_LITERAL = {
+    "run.json": LAYOUT,
+    "run.lock": LAYOUT,
+    "config.yaml": LAYOUT,
+    "summary.json": LAYOUT,
+    "data_surveys.json": LAYOUT,
+    "are free there": ONE_OWNER["no_space"],
+    "KEEP_BACKUPS = 2": "keras_tpu/engine/run_config.py",  # Source text: the default's one line.
 }
 
 # Removing files is owned_files.py's (never through a symlink, only what the run wrote);
@@ -454,6 +479,114 @@ def test_each_concept_is_decided_in_one_place():
     wrong = {name: defined.get(name, []) for name in ONE_OWNER}
     wrong = {name: paths for name, paths in wrong.items() if paths != [ONE_OWNER[name]]}
     assert not wrong, f"defined elsewhere or more than once (ONE_OWNER names the owner): {wrong}"
+
+
+def _literal_copies(literal, sentence):
+    """Return the files of keras_tpu, models and scripts holding `literal` outside its owner."""
+    found = []
+    for path in _python_files("keras_tpu", "models", "scripts"):
+        if path == ONE_LITERAL[literal]:
+            continue
+        if " = " in literal:  # A line of source.
+            held = literal in open(os.path.join(REPO, path)).read()
+        else:
+            strings = [n.value for n in ast.walk(_parse(path))
+                       if isinstance(n, ast.Constant) and isinstance(n.value, str)]  # fmt: skip
+            held = any((literal in v) if sentence else v == literal for v in strings)
+        if held:
+            found.append(path)
+    return found
+
+
+def test_each_literal_is_written_in_one_place():
+    copies = {lit: _literal_copies(lit, " " in lit) for lit in ONE_LITERAL}
+    assert not {lit: paths for lit, paths in copies.items() if paths}, (
+        f"use the owner's name (ONE_LITERAL names it): {copies}"
+    )
+    assert _literal_copies("KEEP_BACKUPS = 2", False) == []
+
+
+def _joins_model_dir_with_a_literal(node):
+    """True for os.path.join(<...model_dir...>, "<a literal name>", ...)."""
+    return (
+        isinstance(node, ast.Call)
+        and ast.unparse(node.func) in ("os.path.join", "tf.io.gfile.join")
+        and node.args and "model_dir" in ast.unparse(node.args[0])
+        and any(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args[1:])
+    )  # fmt: skip
+
+
+def _remote_tests(node):
+    """True for `"://" in x` or `"://" not in x`: the remote-path rule written again."""
+    return (
+        isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant)
+        and node.left.value == "://" and isinstance(node.ops[0], (ast.In, ast.NotIn))
+    )  # fmt: skip
+
+
+def _global_batch_formula(node):
+    """True for a per-replica batch times replicas (or a mesh's rows): the global batch again.
+
+    (Per-replica batch times anything else, as the memory model's tokens, is not.)
+    """
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)):
+        return False
+    left, right = ast.unparse(node.left), ast.unparse(node.right)
+    replicas = re.compile(r"replica|data_parallel|rows|BATCH")
+    return any("per_replica" in a and replicas.search(b) for a, b in ((left, right), (right, left)))
+
+
+def _keep_default(node):
+    """True for a `keep`/`keep_backups` parameter whose default is a number, not the owner's."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    arguments = node.args
+    positional = arguments.posonlyargs + arguments.args
+    pairs = list(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults))
+    pairs += [(a, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None]
+    return any(a.arg in ("keep", "keep_backups") and isinstance(d, ast.Constant) for a, d in pairs)
+
+
+ONE_RULE = {  # What each check finds -> the module allowed to hold it.
+    _joins_model_dir_with_a_literal: LAYOUT,
+    _remote_tests: ONE_OWNER["is_remote"],
+    _global_batch_formula: ONE_OWNER["Batching"],
+    _keep_default: "keras_tpu/engine/run_config.py",
+}
+
+
+def rule_copies(check, paths=None):
+    """Return ["path:line"] of the nodes `check` finds outside its owner (ONE_RULE)."""
+    found = []
+    for path in paths or _python_files("keras_tpu", "models", "scripts"):
+        if path != ONE_RULE[check]:
+            found += [f"{path}:{n.lineno}" for n in ast.walk(_parse(path)) if check(n)]
+    return found
+
+
+def test_each_rule_is_written_in_one_place():
+    found = {check.__name__: rule_copies(check) for check in ONE_RULE}
+    assert not any(found.values()), f"call the owner (ONE_RULE names it): {found}"
+
+
+def test_the_one_place_checks_find_a_second_copy(tmp_path, monkeypatch):
+    source = (
+        "import os\n"
+        "def f(model_dir, path, per_replica_batch, replicas, keep=3):\n"
+        "    os.path.join(model_dir, 'best')\n"
+        "    return '://' not in path, per_replica_batch * replicas\n"
+    )
+    (tmp_path / "keras_tpu").mkdir()
+    (tmp_path / "keras_tpu" / "copy.py").write_text(source)
+    (tmp_path / "keras_tpu" / "names.py").write_text("NAME = 'summary.json'\n")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", str(tmp_path))
+    assert {c.__name__: rule_copies(c, ["keras_tpu/copy.py"]) for c in ONE_RULE} == {
+        "_joins_model_dir_with_a_literal": ["keras_tpu/copy.py:3"],
+        "_remote_tests": ["keras_tpu/copy.py:4"],
+        "_global_batch_formula": ["keras_tpu/copy.py:4"],
+        "_keep_default": ["keras_tpu/copy.py:2"],
+    }
+    assert _literal_copies("summary.json", False) == ["keras_tpu/names.py"]
 
 
 def test_every_input_of_the_export_is_visible_at_its_call():

@@ -16,6 +16,7 @@ from keras_tpu import keras
 import models
 from keras_tpu.engine import run_config
 from keras_tpu.engine.backup import backup_store
+from keras_tpu.engine.rundir import layout
 from keras_tpu.engine.rundir import run_dir
 from keras_tpu.engine.rundir import run_identity
 
@@ -64,7 +65,9 @@ def test_a_subclass_keeps_the_settings_of_fields_it_redefines_and_says_its_own()
     assert "epochs" not in names and "log_every" not in names and "seq_length" in names
     assert run_config.help_text(Mine, "epochs") == "Training epochs."
     assert run_config.help_text(Mine, "log_every") == "Log every N steps."
-    assert run_config.help_text(Mine, "seq_length") is None  # The script's help dict says it.
+    # The garden's own field says its help (keras_tpu.setting), and stays identity.
+    seq_help = run_config.help_text(Mine, "seq_length")
+    assert seq_help == "Tokens per example, [CLS] and [SEP] included."
     base = Mine()
     longer = dataclasses.replace(base, epochs=9, log_every=1)
     assert _identity(base).differences(_identity(longer)) == []
@@ -89,7 +92,7 @@ def test_another_run_in_the_directory_is_refused_until_overwrite(tmp_path):
     assert backup.exists()
     run_dir.check_identity(str(tmp_path), _identity(other), overwrite=True, remove_backups=remove)
     assert not backup.exists()
-    recorded = json.loads((tmp_path / run_identity.IDENTITY_FILE).read_text())
+    recorded = json.loads((tmp_path / layout.IDENTITY).read_text())
     assert recorded["fields"]["dataset"] == "synthetic"
 
 
@@ -106,14 +109,14 @@ def test_another_runs_directory_is_refused_before_the_model_is_built(tmp_path, m
     config = keras_tpu.RunConfig(per_replica_batch_size=2, epochs=1, cpu_replicas=4, verbose=0,
                                  model_dir=str(tmp_path), tensorboard=False)  # fmt: skip
     recorded = dataclasses.replace(config, per_replica_batch_size=4)
-    (tmp_path / run_identity.IDENTITY_FILE).write_text(
+    (tmp_path / layout.IDENTITY).write_text(
         _identity(recorded, units=2, global_batch=16).to_json())
     with pytest.raises(run_dir.RunDirError, match=r"per_replica_batch_size 4 -> 2"):
         keras_tpu.fit(task, config)
     assert built == []
     # The same settings with other variables pass the first check and are refused after the
     # build, naming the variables (a settings-only identity is never recorded).
-    (tmp_path / run_identity.IDENTITY_FILE).write_text(
+    (tmp_path / layout.IDENTITY).write_text(
         _identity(config, units=5, global_batch=8).to_json())
     with pytest.raises(run_dir.RunDirError, match=r"\(model variables\)"):
         keras_tpu.fit(task, config)
@@ -127,13 +130,13 @@ def test_a_field_added_by_a_newer_keras_tpu_at_its_default_is_the_same_run(tmp_p
     base = models.CNNConfig()
     recorded = json.loads(_identity(base).to_json())
     del recorded["fields"]["image_size"]  # What an older keras_tpu wrote.
-    (tmp_path / run_identity.IDENTITY_FILE).write_text(json.dumps(recorded))
+    (tmp_path / layout.IDENTITY).write_text(json.dumps(recorded))
     older = run_identity.RunIdentity.from_json(json.dumps(recorded))
     assert _identity(base).differences(older) == []
     assert run_identity.same_fields(str(tmp_path), base, global_batch=64)
     run_dir.check_identity(str(tmp_path), _identity(base), overwrite=False,
                            remove_backups=list)  # fmt: skip
-    (tmp_path / run_identity.IDENTITY_FILE).write_text(json.dumps(recorded))
+    (tmp_path / layout.IDENTITY).write_text(json.dumps(recorded))
     bigger = dataclasses.replace(base, image_size=96)
     assert _identity(bigger).differences(older) == ["image_size"]
     assert not run_identity.same_fields(str(tmp_path), bigger, global_batch=64)
@@ -144,7 +147,7 @@ def test_a_field_added_by_a_newer_keras_tpu_at_its_default_is_the_same_run(tmp_p
 
 def test_lock_refuses_a_live_holder_and_takes_over_a_dead_one(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    lock_path = tmp_path / run_dir.LOCK_FILE
+    lock_path = tmp_path / layout.LOCK
     host = socket.gethostname()
     try:
         lock_path.write_text(json.dumps({"pid": holder.pid, "host": host}))
@@ -169,7 +172,8 @@ def test_unwritable_or_full_model_dir_is_named(tmp_path):
     afile.write_text("x")
     with pytest.raises(run_dir.RunDirError, match=f"cannot create model_dir {afile}/run"):
         run_dir.check_writable(str(afile / "run"), 1)
-    with pytest.raises(run_dir.RunDirError, match=r"backups need about 1048576\.0 MB"):
+    with pytest.raises(run_dir.RunDirError,
+                       match=r"backups\. It needs at least 1048576\.0 MB free"):  # fmt: skip
         run_dir.check_writable(str(tmp_path / "run"), 2**40)
     run_dir.check_writable(str(tmp_path / "run"), 1)
     assert (tmp_path / "run").is_dir()
@@ -177,7 +181,8 @@ def test_unwritable_or_full_model_dir_is_named(tmp_path):
     (tmp_path / "bigger").mkdir()
     os.symlink(tmp_path / "bigger", tmp_path / "run" / "backup")
     with pytest.raises(run_dir.RunDirError, match=f"^{tmp_path}/run/backup \\(a link to "
-                       f"{tmp_path}/bigger\\) has .* free; its backups need about"):  # fmt: skip
+                       f"{tmp_path}/bigger\\) is too small for the run's backups\\. It needs "
+                       f"at least "):  # fmt: skip
         run_dir.check_writable(str(tmp_path / "run"), 2**40)
 
 

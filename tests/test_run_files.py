@@ -22,6 +22,7 @@ import pytest
 import keras_tpu
 from keras_tpu import keras
 from keras_tpu.engine.conclude import summary as summary_lib
+from keras_tpu.engine.rundir import layout
 from keras_tpu.engine.rundir import run_dir
 from keras_tpu.engine.rundir import run_files
 from keras_tpu.inference import finished_run
@@ -67,7 +68,7 @@ def killed(runs, tmp_path):
     """A copy of the killed run's directory: backups at steps 8 and 10."""
     run = tmp_path / "run"
     shutil.copytree(runs[2], run)
-    (run / run_dir.LOCK_FILE).unlink(missing_ok=True)
+    (run / layout.LOCK).unlink(missing_ok=True)
     return run
 
 
@@ -192,7 +193,7 @@ def test_a_damaged_run_json_is_one_line_naming_it_and_overwrite(killed, damage):
 
 
 def test_a_lock_with_a_string_pid_is_one_line_asking_to_delete_it(killed):
-    lock = killed / run_dir.LOCK_FILE
+    lock = killed / layout.LOCK
     lock.write_text(json.dumps({"pid": "4242", "host": socket.gethostname()}))
     with pytest.raises(run_dir.RunDirError) as refused:
         _fit(killed)

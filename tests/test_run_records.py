@@ -196,3 +196,28 @@ def test_an_epoch_resumed_before_an_execution_of_several_steps_keeps_exact_means
     resumed, _ = _run(tmp_path / "run", **fields)
     assert resumed["resumed_from_step"] == 3
     assert without_timing(resumed) == without_timing(whole)
+
+
+def test_stateful_callbacks_are_kept_by_their_state_key_and_two_alike_are_refused(tmp_path):
+    class Counter(keras.callbacks.Callback):
+        def __init__(self, key=None):
+            super().__init__()
+            if key:
+                self.state_key = key
+
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            pass
+
+    history, plain = run_records.RunHistory(), keras.callbacks.Callback()
+    first, second = Counter("Counter[train]"), Counter("Counter[eval]")
+    assert run_records.state_keys([history, plain, first, second]) == [
+        ("RunHistory", history), ("Counter[train]", first), ("Counter[eval]", second)]  # fmt: skip
+    with pytest.raises(keras_tpu.ConfigError, match=(
+            r"^two stateful callbacks share state_key 'Counter' \(Counter and Counter\): .* give "
+            r"each a `state_key` property of its own")):  # fmt: skip
+        checkpointing.Backup(str(tmp_path), tf.distribute.get_strategy(),
+                             state_callbacks=[Counter(), Counter()])  # fmt: skip
+    assert not os.listdir(tmp_path)  # Refused before anything is written.

@@ -86,3 +86,65 @@ def test_a_finished_runs_rerun_names_the_worker_it_runs_on(
         print_run(again)
         assert capsys.readouterr().out.split("; ")[1] == role
     assert json.loads((tmp_path / "summary.json").read_text()) == written  # Read, not rewritten.
+
+
+def test_the_summary_is_built_from_the_runs_facts_and_values_not_the_run():
+    """run_summary and final_test take values (RunFacts, Trained, the backend), never the run;
+    and nothing sets an attribute on a run from outside (fit passes its precision choice in)."""
+    import ast  # pylint: disable=g-import-not-at-top
+    import inspect  # pylint: disable=g-import-not-at-top
+    import os  # pylint: disable=g-import-not-at-top
+    import types  # pylint: disable=g-import-not-at-top
+
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from keras_tpu import keras  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.conclude import final_evaluation  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.steps import backend  # pylint: disable=g-import-not-at-top
+    from keras_tpu.runtime.strategy.strategy_info import StrategyInfo  # pylint: disable=g-import-not-at-top
+    from tests.conftest import REPO  # pylint: disable=g-import-not-at-top
+
+    facts = summary_lib.RunFacts(
+        precision_policy="float32", precision_reason="fp32: asked for (--mixed_precision=fp32)",
+        memory_warning="the step may not fit", info=StrategyInfo.of(tf.distribute.get_strategy()),
+        extra={"mesh": {"model": 2}},
+    )  # fmt: skip
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        facts.memory_warning = None  # A value: set once, by whoever decides it.
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="head")], name="m")
+    trained = summary_lib.Trained(
+        {"loss": [0.5, 0.25], "val_loss": [0.6, 0.4]}, 2.0, 0, 8,
+        stopped_early={"epoch": 2}, throughput=[{"epoch": 1}], first_step_seconds=1.23456,
+        examples_per_second_after_first_step=12.345,
+    )  # fmt: skip
+    task = types.SimpleNamespace(task_name="t", monitor="val_loss", best_mode="min", name="d",
+                                 class_names=("a", "b"), input_contract=None)  # fmt: skip
+    shape = backend.Shape(steps_per_epoch=4, steps_per_execution=1, per_replica_batch=2,
+                          replicas=1, train_examples=8, has_eval=True)  # fmt: skip
+    summary = summary_lib.run_summary(
+        facts, trained, {"loss": 0.4, "examples": 4}, task=task, config=keras_tpu.RunConfig(),
+        model=model, shape=shape, weights="final", checksum="c0ffee",
+    )  # fmt: skip
+    assert (summary.precision_policy, summary.precision_reason) == (
+        "float32", "fp32: asked for (--mixed_precision=fp32)")  # fmt: skip
+    assert summary.strategy == facts.strategy() and summary["mesh"] == {"model": 2}
+    assert summary.memory_warning == "the step may not fit" and summary.stopped_early == {"epoch": 2}
+    assert (summary.first_step_seconds, summary.train_examples_per_second_after_first_step,
+            summary.throughput) == (1.235, 12.3, [{"epoch": 1}])  # fmt: skip
+    assert summary.best == {"epoch": 2, "val_loss": 0.4} and summary.global_batch == 2
+    assert summary.train_examples_per_second == 8.0 and summary.parameters == 8
+    for function in (summary_lib.run_summary, final_evaluation.final_test,
+                     final_evaluation.last_epoch_logs):  # fmt: skip
+        assert "run" not in inspect.signature(function).parameters
+    set_from_outside = []
+    for root, _, files in os.walk(os.path.join(REPO, "keras_tpu")):
+        for name in (f for f in files if f.endswith(".py")):
+            path = os.path.join(root, name)
+            for node in ast.walk(ast.parse(open(path).read())):
+                targets = node.targets if isinstance(node, ast.Assign) else []
+                set_from_outside += [
+                    f"{os.path.relpath(path, REPO)}:{node.lineno}" for t in targets
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+                    and t.value.id == "run"
+                ]  # fmt: skip
+    assert set_from_outside == []

@@ -20,6 +20,7 @@ from keras_tpu import keras
 from keras_tpu.data.sources import file_sources
 from keras_tpu.data.sources import surveys
 from keras_tpu.data import training_stream
+from keras_tpu.engine.rundir import layout
 from keras_tpu.engine.steps import run_inputs
 from tests.conftest import CPU_REPLICAS
 
@@ -95,7 +96,7 @@ def test_a_run_counts_its_records_once_and_its_resume_reads_the_kept_count(tmp_p
     with pytest.raises(KeyboardInterrupt):
         _fit(source, run, kill_at=22)  # In epoch 3; the backup of step 20 is kept.
     assert len(counts) == 1  # Once a start (it was three times, each parsing every record).
-    kept = surveys.Kept.from_json((run / surveys.KEPT_FILE).read_text())
+    kept = surveys.Kept.from_json((run / layout.DATA_SURVEYS).read_text())
     assert [e["examples"] for e in kept.entries.values()] == [80]
     counts.clear(), parsed.clear(), caplog.clear()
     summary = _fit(source, run)

@@ -1,18 +1,22 @@
-"""scripts/train.py end to end: a user's task from YAML, its config.yaml rerun, bad names."""
+"""scripts/train.py end to end: a user's task from YAML, its config.yaml rerun, bad names;
+and its flags for a built-in task, the same as that task's own script's."""
 
+import importlib
 import os
 import re
+import sys
 
+from absl import flags
 import pytest
 
 from tests.conftest import REPO
 from tests.conftest import read_summary
 from tests.conftest import run_script
 
-pytestmark = pytest.mark.slow
 CHECKSUM = re.compile(r"weights sha256 (\w+)")
 
 
+@pytest.mark.slow
 def test_a_user_task_trains_from_yaml_and_its_config_yaml_reruns_it(tmp_path):
     first, again = tmp_path / "first", tmp_path / "again"
     result = run_script(
@@ -35,6 +39,7 @@ def test_a_user_task_trains_from_yaml_and_its_config_yaml_reruns_it(tmp_path):
     assert summary["task"] == "diabetes_mlp" and summary["final_step"] == 30
 
 
+@pytest.mark.slow
 def test_an_unknown_task_is_one_line_and_exit_2(tmp_path):
     result = run_script("train.py", "--task=nope", f"--model_dir={tmp_path}")
     assert result.returncode == 2
@@ -75,6 +80,7 @@ def _error_lines(result):
     return [line for line in result.stderr.splitlines() if line.startswith("error: ")]
 
 
+@pytest.mark.slow
 def test_helpshort_lists_the_scripts_own_flags():
     # Flags defined by flag_utils are key to the script (absl's --helpshort lists the main
     # module's key flags only: it listed none of a script's config flags).
@@ -86,6 +92,7 @@ def test_helpshort_lists_the_scripts_own_flags():
                 own[2:]} <= listed, (script, sorted(listed))  # fmt: skip
 
 
+@pytest.mark.slow
 def test_help_lists_the_tasks_and_a_failing_import_or_data_mistake_is_one_line(tmp_path):
     helped = run_script("train.py", "--help")
     assert "Registered tasks: bert, bert_mlm, cnn " in helped.stdout and "--task" in helped.stdout
@@ -114,3 +121,52 @@ def test_help_lists_the_tasks_and_a_failing_import_or_data_mistake_is_one_line(t
         lines = _error_lines(result)
         assert len(lines) == 1 and lines[0].startswith(start), lines
         assert not model_dir.exists()
+
+
+def _script_flags(module, argv, monkeypatch):
+    """Return {flag: (default, help)} that scripts/<module>.py defines when run with `argv`.
+
+    Imported here as the package module (as conftest's predict_script), its flags and
+    modules gone afterwards, so the next script defines the same names afresh.
+    """
+    monkeypatch.setenv("KERAS_TPU_LOG_LEVEL", "warning")  # flag_utils sets it; restored after.
+    monkeypatch.setattr(sys, "argv", [f"{module}.py", *argv])
+    baseline, loaded = set(flags.FLAGS), set(sys.modules)
+    ours = (f"scripts.{module}", "scripts.flag_utils")
+    # Only the script's own: a library first imported here (tensorflow_hub) defines flags too.
+    new = lambda: [n for n in set(flags.FLAGS) - baseline
+                   if flags.FLAGS.find_module_defining_flag(n) in ours]  # fmt: skip
+    package = sys.modules.get("scripts")
+    for name in ours:  # A module another test dropped from sys.modules is imported afresh.
+        if name not in sys.modules and package is not None:
+            package.__dict__.pop(name.split(".")[1], None)
+    try:
+        importlib.import_module(f"scripts.{module}")
+        return {name: (flags.FLAGS[name].default, flags.FLAGS[name].help) for name in new()}
+    finally:
+        for name in new():
+            delattr(flags.FLAGS, name)
+        for name in ours:
+            if name not in loaded:  # And off the package: `from scripts import x` reads it.
+                sys.modules.pop(name, None)
+                if "scripts" in sys.modules:
+                    sys.modules["scripts"].__dict__.pop(name.split(".")[1], None)
+
+
+@pytest.mark.parametrize("task, script, field, words", [
+    ("cnn", "train_cnn", "warmup_epochs", "--lr_schedule=cosine"),
+    ("bert", "train_bert", "no_header", "--text_keys"),
+    ("bert_mlm", "pretrain_bert", "whole_word_masking", "WordPieces"),
+])  # fmt: skip
+def test_train_py_for_a_task_has_its_scripts_flags_and_help(task, script, field, words,
+                                                            monkeypatch):
+    """`train.py --task=cnn --help` lists train_cnn.py's flags with the same help: the help is
+    on the config's fields (keras_tpu.setting), written once."""
+    own = _script_flags(script, [], monkeypatch)
+    generic = _script_flags("train", [f"--task={task}"], monkeypatch)
+    assert set(generic) - set(own) == {"task", "import"}
+    differing = {name: (own[name], generic[name]) for name in own if own[name] != generic[name]}
+    assert not differing, differing
+    placeholders = {name for name, (_, text) in own.items() if text.endswith("Config." + name + ".")}
+    assert not placeholders, f"give these fields a help: keras_tpu.setting(...): {placeholders}"
+    assert words in own[field][1]

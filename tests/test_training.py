@@ -248,9 +248,10 @@ def test_remote_tpu_writes_through_this_host(mirrored, monkeypatch):
 
 
 def test_bert_optimizer_recipe():
+    from keras_tpu.engine.steps import schedules  # pylint: disable=g-import-not-at-top
     from models.bert import bert_optimizer as optimizers  # pylint: disable=g-import-not-at-top
 
-    schedule = optimizers.WarmupLinearDecay(3e-5, total_steps=100, warmup_steps=10)
+    schedule = schedules.WarmupLinearDecay(3e-5, total_steps=100, warmup_steps=10)
     rates = [float(schedule(step)) for step in (0, 5, 10, 55, 100)]
     assert rates == pytest.approx([0, 1.5e-5, 3e-5, 1.5e-5, 0], rel=1e-6, abs=1e-11)
     optimizer = optimizers.bert_adamw(3e-5, total_steps=100)
@@ -260,7 +261,7 @@ def test_bert_optimizer_recipe():
     kernel = tf.Variable(1.0, name="encoder/dense/kernel")
     assert optimizer._use_weight_decay(kernel) and not optimizer._use_weight_decay(layer_norm)
     with pytest.raises(ValueError, match="warmup_steps=100 must be in"):
-        optimizers.WarmupLinearDecay(1e-3, total_steps=100, warmup_steps=100)
+        schedules.WarmupLinearDecay(1e-3, total_steps=100, warmup_steps=100)
 
 
 def test_evaluate_works_on_a_plainly_compiled_model(mirrored):

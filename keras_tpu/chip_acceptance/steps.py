@@ -18,6 +18,7 @@ from keras_tpu.chip_acceptance import claims
 from keras_tpu.chip_acceptance import main_job as main_job_lib
 from keras_tpu.chip_acceptance import probe_steps
 from keras_tpu.chip_acceptance.step_runner import Step, fail, ok, skip
+from keras_tpu.engine.rundir import layout
 from keras_tpu.runtime import detect
 from keras_tpu.runtime.compat import keras
 
@@ -309,7 +310,7 @@ def _job_fields(context, name, **more):
     job = context.job
     model_dir = os.path.join(context.output_dir, "runs", name)
     fields = {**job.fields(context.quick), "model_dir": model_dir,
-              "export_dir": os.path.join(model_dir, "export"), "overwrite": True,
+              "export_dir": os.path.join(model_dir, layout.EXPORT), "overwrite": True,
               "cpu_replicas": context.cpu_replicas, "tensorboard": False, "verbose": 0, **more}  # fmt: skip
     if context.tpu:
         fields["tpu"] = context.tpu

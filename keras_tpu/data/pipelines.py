@@ -29,6 +29,7 @@ from keras_tpu.data.sources.sources import load_digits  # noqa: F401
 from keras_tpu.data.sources.sources import load_tsv  # noqa: F401
 from keras_tpu.data.sources.sources import synthetic_images  # noqa: F401
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
+from keras_tpu.runtime import storage
 
 # What leaves the host: TPUs have no uint8/int64/float64 arithmetic worth
 # using and no strings at all, so cast (or refuse) before the infeed.
@@ -46,7 +47,11 @@ _DEVICE_DTYPES = {
 
 @dataclasses.dataclass(frozen=True)
 class Batching:
-    """Batch arithmetic for one strategy, in one place."""
+    """Batch arithmetic for one strategy, in one place: the global batch is per-replica x replicas.
+
+    The one owner of that formula (tests/test_layering.py): the engine's Shape and backends,
+    the mesh (its data-parallel rows as replicas) and the garden's recipes ask it.
+    """
 
     per_replica: int
     replicas: int
@@ -112,7 +117,7 @@ def check_readable_by_tpu_host(source, strategy):
     info = StrategyInfo.of(strategy)
     if not info.is_remote_tpu:
         return
-    local = [p for p in source.paths if "://" not in p]
+    local = [p for p in source.paths if not storage.is_remote(p)]
     if local:
         raise checks.ConfigError(
             f"The TPU at {info.tpu.location.address} is a remote TPU node: its host runs the input "

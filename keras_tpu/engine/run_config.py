@@ -22,6 +22,7 @@ from keras_tpu.runtime.tpu import tpu_connect
 
 
 EXPORT_WEIGHTS = ("final", "best")
+KEEP_BACKUPS = 2  # --keep_backups' default, also the backup callbacks' (one owner).
 HELP = "help"  # dataclasses.field metadata keys (setting).
 
 
@@ -142,7 +143,7 @@ class RunConfig:
         identity=False,
     )
     keep_backups: int = setting(
-        2,
+        KEEP_BACKUPS,
         "Keep the newest N backups: a damaged newest one (torn by a preempted writer or an "
         "object store) falls back to the one before.",
         identity=False,

@@ -32,6 +32,7 @@ import os
 from keras_tpu import checks
 from keras_tpu import data
 from keras_tpu.engine.backup import backup_store
+from keras_tpu.engine.rundir import layout
 from keras_tpu.engine.steps import backend as backend_lib
 from keras_tpu.engine.task import instances
 from keras_tpu.engine.stops import fault_points
@@ -140,10 +141,8 @@ def _fit(task, config, strategy, entry, stopping):
         if finished is not None:
             if info.is_chief:  # Killed after its summary: lock, backups.
                 leftovers.clean_finished(config.model_dir, remove_backups=lambda: (
-                    backup_store.remove_backups(os.path.join(config.model_dir, "backup"))))
+                    backup_store.remove_backups(os.path.join(config.model_dir, layout.BACKUP))))
             return finished
-        run = training_run.TrainingRun(task, config, strategy, policy, backend, stopping)
-        run.precision_reason = choice.reason
-        return run.run()
+        return training_run.TrainingRun(task, config, strategy, choice, backend, stopping).run()
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)

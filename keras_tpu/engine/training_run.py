@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu.engine.callbacks import callback_list as callbacks_lib
+from keras_tpu.engine.rundir import layout
 from keras_tpu.engine.task import class_weights
 from keras_tpu.engine import config_yaml
 from keras_tpu.engine.task import data_checks
@@ -52,8 +53,20 @@ log = logging.getLogger(__name__)
 class TrainingRun:
     """One run of a task: built, claimed, trained, concluded (see the module docstring)."""
 
-    def __init__(self, task, config, strategy, policy, backend, preemption=None):
-        self.task, self.config, self.strategy, self.policy = task, config, strategy, policy
+    def __init__(self, task, config, strategy, precision, backend, preemption=None):
+        """Create the run.
+
+        Args:
+          task: the Task.
+          config: its RunConfig.
+          strategy: the strategy it runs under.
+          precision: fit's precision.PrecisionChoice (applied already): policy and why.
+          backend: its Backend, not yet built.
+          preemption: fit's Preemption, installed before the strategy connected, or None.
+        """
+        self.task, self.config, self.strategy = task, config, strategy
+        self.precision, self.policy = precision, precision.policy
+        self.memory_warning = None  # The task's check_memory line, once prepared.
         self.info = StrategyInfo.of(strategy)
         self.backend = backend
         # fit's, installed before the strategy connected; else this run's own.
@@ -151,9 +164,9 @@ class TrainingRun:
             config.export_dir, overwrite=config.overwrite, model=self.model,
             run=output_paths.run_owner(config.model_dir),
         )  # fmt: skip
-        self.memory_warning = task.check_memory and task.check_memory(
+        self.memory_warning = (task.check_memory and task.check_memory(
             self.model, self.info, self.policy
-        )
+        )) or None
         if self.memory_warning:
             log.warning("keras_tpu: %s", self.memory_warning)
         if config.rehearse_tpu:  # Before anything is written to model_dir.
@@ -205,7 +218,7 @@ class TrainingRun:
                 # The kept backups and the one being written, before the oldest is pruned.
                 needed_bytes=(config.keep_backups + 1) * disk_space.checkpoint_bytes(self.model),
                 remove_backups=lambda: backup_store.remove_backups(
-                    os.path.join(config.model_dir, "backup")
+                    os.path.join(config.model_dir, layout.BACKUP)
                 ),
             )
         try:
@@ -219,7 +232,7 @@ class TrainingRun:
             if config.model_dir and self.info.is_chief:  # Even a killed run can be rerun.
                 entry = registry.get_task(self.task.task_name) if self.task.task_name else None
                 config_yaml.write(
-                    config, os.path.join(config.model_dir, "config.yaml"), task=entry
+                    config, os.path.join(config.model_dir, layout.CONFIG), task=entry
                 )
         except BaseException:
             if lock:
@@ -245,9 +258,22 @@ class TrainingRun:
         finally:
             self.preemption.close()  # Later phases stop at once, on every worker alike.
         self._raise_if_stopped()
-        history = self.callbacks.history
-        final_step = self._step()
-        return summary_lib.Trained(history.history, history.seconds(), position.step, final_step)
+        history, meter = self.callbacks.history, self.callbacks.meter
+        stopped = early_stop.stopped() if early_stop is not None else None
+        return summary_lib.Trained(
+            history.history, history.seconds(), position.step, self._step(),
+            stopped_early=dataclasses.asdict(stopped) if stopped else None,
+            throughput=meter.history, first_step_seconds=meter.first_step_seconds,
+            examples_per_second_after_first_step=meter.examples_per_second_after_first_step(),
+        )  # fmt: skip
+
+    def facts(self):
+        """Return the RunFacts this run established: precision and why, memory, where, extras."""
+        return summary_lib.RunFacts(
+            precision_policy=self.precision.policy, precision_reason=self.precision.reason,
+            memory_warning=self.memory_warning, info=self.info,
+            extra=self.backend.summary_extra(),
+        )  # fmt: skip
 
     def _end_pending_epoch(self):
         """Evaluate and end the epoch whose last step was backed up before its evaluation."""
@@ -290,7 +316,7 @@ class TrainingRun:
                     final_step=int(self.model.optimizer.iterations.numpy()),
                     message=message,
                     strategy=self.info.with_precision(
-                        self.policy, getattr(self, "precision_reason", None)).to_dict(),
+                        self.precision.policy, self.precision.reason).to_dict(),
                     config=dataclasses.asdict(self.config),
                 ),
                 self.config.model_dir,
@@ -304,7 +330,9 @@ class TrainingRun:
         checksum = self.backend.weights_checksum()  # Of the final weights, whatever is exported.
         weights = self._load_exported_weights()
         fault_points.reach("final_evaluation")
-        test = final_evaluation.final_test(self, trained, weights, checksum)
+        test = final_evaluation.final_test(
+            self.backend, self.callbacks.all, trained, weights, checksum
+        )
         if config.export_dir:
             self._enter("exporting")
             record = scoring.Scoring.of(self.model, self.task.loss,
@@ -320,13 +348,16 @@ class TrainingRun:
                 )  # fmt: skip
 
             saved_model_export.export_on_every_worker(export, config.export_dir, self.strategy)
-        summary = summary_lib.run_summary(self, trained, test, weights=weights, checksum=checksum)
+        summary = summary_lib.run_summary(
+            self.facts(), trained, test, task=self.task, config=config, model=self.model,
+            shape=self.shape, weights=weights, checksum=checksum,
+        )  # fmt: skip
         self._enter("finishing")
         if self.info.is_chief:
             summary_lib.write(summary, config.model_dir)
         # The chief's summary.json holds the run: a worker's own stop from here says so.
         self.preemption.finished(
-            os.path.join(config.model_dir, summary_lib.SUMMARY_FILE) if config.model_dir else None
+            os.path.join(config.model_dir, layout.SUMMARY) if config.model_dir else None
         )
         fault_points.reach("summary")
         if self.callbacks.backup:  # Only now: a failed export leaves the backup for the rerun.
@@ -337,7 +368,7 @@ class TrainingRun:
         """Load the best weights if the config exports them; return "final" or "best"."""
         if self.config.export_weights != "best":
             return "final"
-        path = os.path.join(self.config.model_dir, "best", "checkpoint")
+        path = os.path.join(self.config.model_dir, layout.BEST, layout.BEST_WEIGHTS)
         if not tf.io.gfile.exists(path + ".index"):
             log.warning("keras_tpu: no epoch was kept as best (%s); evaluating and exporting the "
                         "final weights.", path)  # fmt: skip

@@ -22,6 +22,7 @@ from keras_tpu.engine import registry
 from keras_tpu.engine.conclude import activation_logits
 from keras_tpu.engine.conclude import scoring as scoring_lib
 from keras_tpu.engine.conclude import summary as summary_lib
+from keras_tpu.engine.rundir import layout
 from keras_tpu.engine.task import task_builds
 from keras_tpu.runtime.strategy import resolver
 from keras_tpu.runtime.compat import keras
@@ -179,7 +180,7 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
             f"model_dir {model_dir} holds no finished run (no summary.json with status 'ok'); "
             f"finish it first (rerun its command: it resumes), or pass an export_dir."
         )
-    path = os.path.join(model_dir, "config.yaml")
+    path = os.path.join(model_dir, layout.CONFIG)
     ref = config_yaml.read_task(path)
     if not (ref.task or summary.get("task")):
         raise checks.ConfigError(
@@ -204,7 +205,7 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
             model = task_builds.build_model(task)
     finally:
         keras.mixed_precision.set_global_policy(previous)
-    export_dir, best = config.export_dir, os.path.join(model_dir, "best", "checkpoint")
+    export_dir, best = config.export_dir, os.path.join(model_dir, layout.BEST, layout.BEST_WEIGHTS)
     if weights == "auto":
         weights = "export" if is_keras_export(export_dir) else "best"
     if weights == "export":

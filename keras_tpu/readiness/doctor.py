@@ -29,6 +29,7 @@ from keras_tpu.runtime.tpu.tpu_health import (  # noqa: F401  (doctor.check_buil
 )
 from keras_tpu.readiness import settings_checks
 from keras_tpu.readiness import tpu_init_probe
+from keras_tpu.runtime import storage
 
 
 def check_versions(inst):
@@ -90,7 +91,7 @@ def check_paths(location, data_paths):
     """Report local input paths a remote TPU node could not read."""
     if location is None or location.is_local:
         return Check("data_paths", OK, "The input pipeline runs on this host.")
-    local = [p for p in data_paths if "://" not in p]
+    local = [p for p in data_paths if not storage.is_remote(p)]
     if local:
         # A TPU node's own host runs the input pipeline (tensorflow/tensorflow#64117).
         return Check(

@@ -15,6 +15,7 @@ Modules, in reading order:
   determinism.py       seed every random source; ContentSeededDropout
   saved_model_dropout.py  a TF Hub encoder's SavedModel dropout made deterministic
   logs.py              how loud TensorFlow is (quiet in the scripts, --log_level)
+  storage.py           where a path lives: this host's disk or remote storage (is_remote)
   private_names.py     tf_keras's and TensorFlow's private attributes: read or set only here
   tf_registries.py     TensorFlow's op and kernel registries, read in one place
   tf_build.py          which TensorFlow build, Keras and libtpu are installed
@@ -23,5 +24,6 @@ Modules, in reading order:
 Entry points: `strategy.resolver.resolve_strategy`, `describe`, `strategy.strategy_info.StrategyInfo`
 (public; everywhere), `compat.keras` (every module that builds with Keras),
 `device_rules.steps_per_execution` (engine/steps/compiling.py, parallel/mesh/),
-`private_names.read`/`write`, `determinism.seed_everything`, `logs` (scripts/).
+`private_names.read`/`write`, `determinism.seed_everything`, `logs` (scripts/),
+`storage.is_remote` (every reader and writer of a path: rundir/, data/, the doctor).
 """

@@ -10,7 +10,8 @@ Modules, in reading order:
   bert_hub.py         TF Hub encoders: export_encoder, load_encoder (interface checked)
   bert_text.py        WordPiece preprocessing on the host, packed to a fixed length
   bert_vocab.py       the task's up-front check: the vocabulary fits the embedding table
-  bert_optimizer.py   bert_adamw: AdamW with BERT's warm-up and linear decay
+  bert_optimizer.py   bert_adamw: AdamW with BERT's warm-up and linear decay (the schedule:
+                      keras_tpu/engine/steps/schedules.py, WarmupLinearDecay)
   bert_task.py        the "bert" task: BertRunConfig, bert_task, train_bert
   bert_export.py      the serving signature (raw strings in): write_bert, export_bert
   pretraining/        the masked LM from your own text: packing, dynamic masking, head, task
@@ -44,5 +45,4 @@ from models.bert.bert_hub import export_encoder  # noqa: F401
 from models.bert.bert_hub import load_encoder  # noqa: F401
 from models.bert.bert_export import export_bert  # noqa: F401
 from models.bert.bert_export import write_bert  # noqa: F401
-from models.bert.bert_optimizer import WarmupLinearDecay  # noqa: F401
 from models.bert.bert_optimizer import bert_adamw  # noqa: F401

@@ -1,43 +1,15 @@
-"""Optimizers and schedules, including the BERT fine-tuning recipe used on GLUE."""
+"""BERT's fine-tuning optimizer, used on GLUE: AdamW on the toolkit's warm-up and linear decay.
+
+The schedule is keras_tpu's (keras_tpu/engine/steps/schedules.py: WarmupLinearDecay, shared
+with the image recipe's cosine); this module is BERT's choice of it and of AdamW's settings.
+"""
 
 from keras_tpu import checks
 from keras_tpu import keras
-import tensorflow as tf
+from keras_tpu.engine.steps import schedules
 
-
-@keras.utils.register_keras_serializable(package="keras_tpu")
-class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """Rise linearly from 0 to `peak` over `warmup_steps`, then fall linearly to 0."""
-
-    def __init__(self, peak, total_steps, warmup_steps):
-        """Create the schedule.
-
-        Args:
-          peak: the learning rate reached at the end of warm-up.
-          total_steps: training steps in the whole run (the rate is 0 at the end).
-          warmup_steps: steps of linear warm-up (0 <= warmup_steps < total_steps).
-        """
-        checks.positive("peak learning rate", peak)
-        if not 0 <= warmup_steps < total_steps:
-            raise checks.ConfigError(
-                f"warmup_steps={warmup_steps} must be in [0, total_steps={total_steps})."
-            )
-        self.peak = float(peak)
-        self.total_steps = int(total_steps)
-        self.warmup_steps = int(warmup_steps)
-
-    def __call__(self, step):
-        step = tf.cast(step, tf.float32)
-        warmup = self.peak * step / max(self.warmup_steps, 1)
-        decay = self.peak * (self.total_steps - step) / (self.total_steps - self.warmup_steps)
-        return tf.maximum(0.0, tf.where(step < self.warmup_steps, warmup, decay))
-
-    def get_config(self):
-        return {
-            "peak": self.peak,
-            "total_steps": self.total_steps,
-            "warmup_steps": self.warmup_steps,
-        }
+# The help of both BERT tasks' warmup_fraction field (BertRunConfig, BertMlmConfig).
+WARMUP_FRACTION_HELP = "Share of steps with linear learning-rate warm-up."
 
 
 def bert_adamw(
@@ -57,7 +29,8 @@ def bert_adamw(
       mesh: a DTensor mesh, for weights laid out on it (keras_tpu.parallel.mesh.layout).
     """
     checks.integer("total_steps", total_steps)
-    schedule = WarmupLinearDecay(learning_rate, total_steps, int(warmup_fraction * total_steps))
+    warmup_steps = int(warmup_fraction * total_steps)
+    schedule = schedules.WarmupLinearDecay(learning_rate, total_steps, warmup_steps)
     optimizer = keras.optimizers.AdamW(
         learning_rate=schedule,
         weight_decay=weight_decay,

@@ -33,36 +33,89 @@ class BertRunConfig(keras_tpu.RunConfig):
          python scripts/train_bert.py ... --tfds_name=glue/mrpc
     """
 
-    encoder_handle: str | None = None
-    preprocess_handle: str | None = None  # Or vocab_file (+ lower_case).
-    vocab_file: str | None = None
-    lower_case: bool = True
-    train_file: str | None = None  # TSV with a header: sentence<TAB>label, or a pair's columns.
-    eval_file: str | None = None
-    tfds_name: str | None = None  # Or a tfds text dataset, e.g. "imdb_reviews", "glue/mrpc".
-    tfds_eval_split: str | None = None  # Default: glue's dev split(s), else "test".
-    tfds_keys: str | None = None  # "text_feature,label_feature" (one sentence), e.g.
-    # "sentence,label" for glue/sst2; for pairs use text_keys.
-    text_keys: str | None = None  # The text columns/features: "sentence" or "sentence1,sentence2".
-    label_key: str = "label"
-    label_names: str | None = None  # "negative,positive": class i's name (labels are names or
-    # ids); default: a file's sorted distinct labels when they are names.
-    no_header: bool = False  # The files have no header row: columns text_keys, then label_key.
-    column_names: str | None = None  # Or name a header-less file's columns: "id,sentence,label".
-    task_type: str | None = None  # "classification" or "regression"; default: glue's, else
-    # classification.
-    metrics: str | None = None  # e.g. "accuracy,f1"; default: glue's, else accuracy (regression:
-    # pearson,spearman).
-    seq_length: int = 128
-    num_classes: int | None = None  # Default: glue's, else a training file's label names' count
-    # (labels that are names), else 2 (a regression has none).
-    dropout: float = 0.1
-    warmup_fraction: float = 0.1
+    encoder_handle: str | None = keras_tpu.setting(
+        None, "TF Hub BERT encoder: https URL, Kaggle model URL or local directory."
+    )
+    preprocess_handle: str | None = keras_tpu.setting(
+        None, "TF Hub BERT preprocessing handle (or give --vocab_file)."
+    )
+    vocab_file: str | None = keras_tpu.setting(
+        None, "WordPiece vocab.txt, tokenised with tensorflow_text (or --preprocess_handle)."
+    )
+    lower_case: bool = keras_tpu.setting(
+        True, "Lower-case and strip accents (uncased checkpoints); with --vocab_file."
+    )
+    train_file: str | None = keras_tpu.setting(
+        None,
+        "Training TSV (sentence<TAB>label with a header row, quotes kept as text, GLUE's "
+        "layout) or .csv (standard CSV quoting).",
+    )
+    eval_file: str | None = keras_tpu.setting(
+        None, "Evaluation TSV (every example is evaluated exactly once)."
+    )
+    tfds_name: str | None = keras_tpu.setting(
+        None, "Or a tfds text classification dataset (imdb_reviews, glue/sst2, ...)."
+    )
+    tfds_eval_split: str | None = keras_tpu.setting(
+        None,
+        "tfds split(s) to evaluate on, comma-separated: the first is the run's, the others are "
+        "reported beside it (default: glue's dev splits, else test).",
+    )
+    tfds_keys: str | None = keras_tpu.setting(
+        None,
+        "'text,label' feature names for tfds datasets without supervised keys (one sentence, "
+        "e.g. sentence,label for glue/sst2; for pairs use --text_keys).",
+    )
+    text_keys: str | None = keras_tpu.setting(
+        None,
+        "Text columns or tfds features: 'sentence', or a pair 'sentence1,sentence2' (packed "
+        "[CLS] a [SEP] b [SEP]; glue/* default to theirs).",
+    )
+    label_key: str = keras_tpu.setting("label", "Label column or tfds feature.")
+    label_names: str | None = keras_tpu.setting(
+        None,
+        "Each class's name in label order, e.g. negative,positive: labels in the files are then "
+        "names or class ids, and the export returns names. Default: the training file's sorted "
+        "distinct labels when they are names.",
+    )
+    # Header-less files, read alike by scripts/predict.py (keras_tpu.data.sources.text_files).
+    no_header: bool = keras_tpu.setting(
+        False,
+        "The TSV/CSV files have no header row: their columns are --text_keys, then --label_key "
+        "(to predict, rows may leave the label off).",
+    )
+    column_names: str | None = keras_tpu.setting(
+        None,
+        "The columns of header-less TSV/CSV files, in order (e.g. id,sentence,label); "
+        "--text_keys and --label_key pick among them.",
+    )
+    task_type: str | None = keras_tpu.setting(
+        None,
+        "classification or regression (a 1-unit head with MSE); default: glue's (glue/stsb: "
+        "regression), else classification.",
+    )
+    metrics: str | None = keras_tpu.setting(
+        None,
+        "Comma-separated: accuracy, f1, matthews_correlation, pearson, spearman (default: "
+        "GLUE's for glue/*, else accuracy; regression: pearson,spearman).",
+    )
+    seq_length: int = keras_tpu.setting(128, "Tokens per example, [CLS] and [SEP] included.")
+    num_classes: int | None = keras_tpu.setting(
+        None,
+        "Number of label classes (default: glue's, else the training file's label names' count "
+        "when its labels are names, else 2; a regression has none).",
+    )
+    dropout: float = keras_tpu.setting(0.1, "Dropout on the pooled output.")
+    warmup_fraction: float = keras_tpu.setting(0.1, bert_optimizer.WARMUP_FRACTION_HELP)
     per_replica_batch_size: int = 32
     epochs: int = 3
     learning_rate: float = 3e-5
-    model_parallel: int = 1  # >1: split weights across K devices (keras_tpu.parallel.mesh.layout).
-    class_weight: str | None = None  # "0:1,1:3": each class's weight in the training loss.
+    model_parallel: int = keras_tpu.setting(
+        1,
+        "Split BERT's weights across K devices (DTensor, keras_tpu.parallel.mesh); 1 = data "
+        "parallel only.",
+    )
+    class_weight: str | None = keras_tpu.setting(None, datasets.CLASS_WEIGHT_HELP)
 
     def __post_init__(self):
         super().__post_init__()

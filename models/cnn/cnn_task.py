@@ -6,8 +6,9 @@
     python scripts/train_cnn.py --train_tfrecords='gs://b/train*.tfrec' --eval_tfrecords=... \
         --backbone=efficientnetv2_b0 --weights=imagenet --image_size=224   # configs/images_*.yaml
 
-A `CNNConfig` field is a flag of scripts/train_cnn.py, whose help text is written there; the
-recipe's fields (optimizer, schedule, decay, smoothing) act in models/cnn/image_recipe.py.
+A `CNNConfig` field is a flag of scripts/train_cnn.py and scripts/train.py --task=cnn, its
+help text on the field (`keras_tpu.setting`); the recipe's fields (optimizer, schedule, decay,
+smoothing) act in models/cnn/image_recipe.py.
 """
 
 import dataclasses
@@ -30,43 +31,127 @@ from models.cnn import image_recipe
 class CNNConfig(keras_tpu.RunConfig):
     """The CNN example. Run: python scripts/train_cnn.py --dataset=digits."""
 
-    dataset: str = "digits"  # "digits", "synthetic", or a tfds image dataset name.
-    variant: str = "default"  # models.cnn variant: "default" or "seed".
-    class_weight: str | None = None  # "0:1,1:3": each class's weight in the training loss.
-    image_dir: str | None = None  # Instead of dataset: image_dir/<class name>/<image>.png|jpg.
-    validation_dir: str | None = None  # With image_dir: a validation folder of the same classes,
-    validation_split: float | None = None  # or this fraction of each class of image_dir (by seed).
-    image_size: int = 64  # With image_dir or TFRecords: images are image_size x image_size.
+    dataset: str = keras_tpu.setting(
+        "digits", "'digits' (offline), 'synthetic', or a tfds image dataset (fashion_mnist, mnist)."
+    )
+    variant: str = keras_tpu.setting(
+        "default", "CNN variant: 'default' or 'seed' (the reference notebook's model)."
+    )
+    class_weight: str | None = keras_tpu.setting(None, datasets.CLASS_WEIGHT_HELP)
+    image_dir: str | None = keras_tpu.setting(
+        None,
+        "Your images instead of --dataset: a folder with one folder of images "
+        "(.jpg .jpeg .png .bmp .gif) per class, named after it.",
+    )
+    validation_dir: str | None = keras_tpu.setting(
+        None, "With --image_dir: a validation folder of the same class folders."
+    )
+    validation_split: float | None = keras_tpu.setting(
+        None,
+        "With --image_dir: validate on this fraction of each class (e.g. 0.2), chosen by --seed.",
+    )
+    image_size: int = keras_tpu.setting(
+        64, "With --image_dir or TFRecords: images are resized to this height and width."
+    )
     # Image TFRecords (data.images.image_records): file patterns (gs:// too), keys, classes.
-    train_tfrecords: str | None = None
-    eval_tfrecords: str | None = None
-    record_layout: str = "kaggle"  # "kaggle" (image, class) or "imagenet" (image/encoded, ...).
-    image_key: str | None = None  # Replaces the layout's image feature.
-    label_key: str | None = None  # Replaces the layout's label feature (e.g. target).
-    label_offset: int = 0  # Subtracted from every label (1: ids from 1).
-    class_names: str | None = None  # "daisy,rose,..." or a file of one name per line.
-    num_classes: int | None = None  # Default: len(class_names), else the largest label + 1.
-    train_examples: int | None = None  # Examples in train_tfrecords, if known (else counted).
-    eval_examples: int | None = None
-    eval_crop_fraction: float = 1.0  # Evaluation keeps this central square (ImageNet: 0.875).
-    augment: bool = True  # With TFRecords: random resized crop, flip, colour jitter.
-    min_crop_area: float = 0.25  # The augmentation's smallest crop (fraction of the area).
-    randaugment_ops: int = 0  # With TFRecords: RandAugment's N ops an image (0: off; 2 usual).
-    randaugment_magnitude: float = 9.0  # RandAugment's M, on 0-10.
-    mixup_alpha: float = 0.0  # With TFRecords: mixup's Beta(alpha, alpha) (0: off; 0.2 usual).
-    cutmix_alpha: float = 0.0  # With TFRecords: CutMix's Beta(alpha, alpha) (0: off; 1.0 usual).
+    train_tfrecords: str | None = keras_tpu.setting(
+        None,
+        "Image TFRecords to train on: a file pattern (gs:// too), e.g. "
+        "'gs://b/train*.tfrec'; each record holds an encoded image and a class id.",
+    )
+    eval_tfrecords: str | None = keras_tpu.setting(
+        None, "Image TFRecords to evaluate on (exactly, every record once)."
+    )
+    record_layout: str = keras_tpu.setting(
+        "kaggle",
+        "The records' features: kaggle (image, class) or imagenet "
+        "(image/encoded, image/class/label).",
+    )
+    image_key: str | None = keras_tpu.setting(
+        None, "The feature holding the encoded image (replaces the layout's)."
+    )
+    label_key: str | None = keras_tpu.setting(
+        None, "The feature holding the class id (replaces the layout's; e.g. target)."
+    )
+    label_offset: int = keras_tpu.setting(
+        0, "Subtracted from every class id (1 for ids numbered from 1)."
+    )
+    class_names: str | None = keras_tpu.setting(
+        None, "The classes in label order: 'a,b,c' or a file of one name per line."
+    )
+    num_classes: int | None = keras_tpu.setting(
+        None,
+        "The number of classes (default: len(--class_names), else the largest label + 1).",
+    )
+    train_examples: int | None = keras_tpu.setting(
+        None,
+        "Records in --train_tfrecords, if known (default: Kaggle's counts in the file names, "
+        "else counted).",
+    )
+    eval_examples: int | None = keras_tpu.setting(None, "Records in --eval_tfrecords, if known.")
+    eval_crop_fraction: float = keras_tpu.setting(
+        1.0, "Evaluation keeps this central square of each image (ImageNet: 0.875)."
+    )
+    augment: bool = keras_tpu.setting(
+        True,
+        "With TFRecords: random resized crop, flip and colour jitter on training batches only, "
+        "the same on resume.",
+    )
+    min_crop_area: float = keras_tpu.setting(
+        0.25, "The augmentation's smallest crop, as a fraction of the image's area."
+    )
+    randaugment_ops: int = keras_tpu.setting(
+        0,
+        "With TFRecords: RandAugment's N, ops drawn per training image from 14 (rotate, shear, "
+        "equalize, ...; 2 is usual; 0: off), the same on resume.",
+    )
+    randaugment_magnitude: float = keras_tpu.setting(
+        9.0, "With TFRecords: RandAugment's M, the ops' strength on 0-10 (9 is usual)."
+    )
+    mixup_alpha: float = keras_tpu.setting(
+        0.0,
+        "With TFRecords: mix pairs of training images and their labels by lambda ~ "
+        "Beta(alpha, alpha) (0.2 is usual; 0: off), the same on resume.",
+    )
+    cutmix_alpha: float = keras_tpu.setting(
+        0.0,
+        "With TFRecords: paste a box of one training image into another, labels mixed by its "
+        "area, lambda ~ Beta(alpha, alpha) (1.0 is usual; 0: off); with --mixup_alpha, half the "
+        "batches each.",
+    )
     # The model (models/cnn/backbones.py) and its start.
-    backbone: str = "cnn"
-    weights: str = "none"  # none, imagenet or a weights file (a run's backbone.weights.h5).
-    freeze_backbone_epochs: int = 0  # Train only the head for this many epochs, then all.
-    dropout: float = 0.2  # The backbone classifier's head dropout.
+    backbone: str = keras_tpu.setting(
+        "cnn",
+        "cnn (the built-in CNN) or a keras.applications backbone: resnet50, "
+        "efficientnetv2_b0, mobilenet_v3_small, convnext_tiny.",
+    )
+    weights: str = keras_tpu.setting(
+        "none",
+        "The backbone's start: none, imagenet, or a weights file (a run's "
+        "<model_dir>/backbone.weights.h5: a new head for your classes).",
+    )
+    freeze_backbone_epochs: int = keras_tpu.setting(
+        0, "Fine-tuning: train only the head for this many epochs, then all."
+    )
+    dropout: float = keras_tpu.setting(0.2, "The backbone classifier's head dropout.")
     # The recipe (models/cnn/image_recipe.py).
-    optimizer: str = "adam"
-    lr_schedule: str = "constant"
-    lr_base_batch: int | None = None
-    warmup_epochs: float = 0.0
-    weight_decay: float = 0.0
-    label_smoothing: float = 0.0
+    optimizer: str = keras_tpu.setting(
+        "adam", "adam, adamw (decoupled --weight_decay) or sgd (momentum 0.9)."
+    )
+    lr_schedule: str = keras_tpu.setting(
+        "constant",
+        "constant, or cosine (linear warm-up over --warmup_epochs, then cosine to 0).",
+    )
+    lr_base_batch: int | None = keras_tpu.setting(
+        None, "Scale --learning_rate by global batch / this (linear scaling)."
+    )
+    warmup_epochs: float = keras_tpu.setting(
+        0.0, "Epochs of linear warm-up (with --lr_schedule=cosine)."
+    )
+    weight_decay: float = keras_tpu.setting(0.0, "Weight decay (--optimizer=adamw or sgd).")
+    label_smoothing: float = keras_tpu.setting(
+        0.0, "Smooth the one-hot labels by this much (e.g. 0.1)."
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -230,7 +315,10 @@ def _image_task(config, train, test, preprocess, image_shape, num_classes, name,
             backbone = built["model"].get_layer("backbone")
             exclude = tuple(_exact_name(v) for v in backbone.weights)
         steps_per_epoch = total_steps // config.epochs
-        global_batch = config.per_replica_batch_size * _replicas()
+        # The strategy in scope: the optimizer is built inside it.
+        global_batch = data.Batching.for_strategy(
+            config.per_replica_batch_size, tf.distribute.get_strategy()
+        ).global_batch
         return image_recipe.optimizer(recipe, total_steps, global_batch, steps_per_epoch, exclude)
 
     callbacks = []
@@ -275,11 +363,6 @@ def _exact_name(variable):
 
 def _to_model_range(contract, images, labels):
     return contract.to_model(images), labels
-
-
-def _replicas():
-    """Return the replicas of the strategy in scope (the optimizer is built inside it)."""
-    return tf.distribute.get_strategy().num_replicas_in_sync
 
 
 def train_cnn(config, train=None, test=None):

@@ -6,13 +6,14 @@
 
 As in Goyal et al. (2017) and tensorflow/models' image classification configs: the peak
 learning rate is `learning_rate x global batch / base_batch` (linear scaling), reached by a
-linear warm-up and followed by a cosine decay to 0; the loss smooths the labels; weight
+linear warm-up and followed by a cosine decay to 0 (the toolkit's
+keras_tpu/engine/steps/schedules.py: WarmupCosineDecay); the loss smooths the labels; weight
 decay is decoupled (AdamW) or SGD's (momentum 0.9, `weight_decay` as tf_keras applies it);
 accuracy and top-5 accuracy are reported, exact over every evaluation example.
 
-A recipe setting (--optimizer, --lr_schedule, --weight_decay, ...) is three places: its
-`CNNConfig` field (models/cnn/cnn_task.py, passed here by `CNNConfig.recipe`), its rule here
-(`Recipe`, `optimizer`), and its flag's help text in scripts/train_cnn.py.
+A recipe setting (--optimizer, --lr_schedule, --weight_decay, ...) is two places: its
+`CNNConfig` field with its flag's help (models/cnn/cnn_task.py, passed here by
+`CNNConfig.recipe`), and its rule here (`Recipe`, `optimizer`).
 
 Training batches mixed by mixup or CutMix (`data.ImageAugment(mixup_alpha=...)`) carry
 mixed one-hot rows instead of integer labels: the loss takes either (the smoothing applies
@@ -22,49 +23,15 @@ with the larger share). Evaluation batches are never mixed: their labels stay in
 """
 
 import dataclasses
-import math
 
 import tensorflow as tf
 
 from keras_tpu import checks
 from keras_tpu import keras
+from keras_tpu.engine.steps import schedules
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("constant", "cosine")
-
-
-@keras.utils.register_keras_serializable(package="models_cnn")
-class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """Rise linearly from 0 to `peak` over `warmup_steps`, then fall to 0 along a cosine."""
-
-    def __init__(self, peak, total_steps, warmup_steps):
-        """Create the schedule.
-
-        Args:
-          peak: the learning rate at the end of warm-up.
-          total_steps: training steps in the whole run (the rate is 0 at the end).
-          warmup_steps: steps of linear warm-up (0 <= warmup_steps < total_steps).
-        """
-        checks.positive("peak learning rate", peak)
-        if not 0 <= warmup_steps < total_steps:
-            raise checks.ConfigError(
-                f"warm-up of {warmup_steps} steps must be shorter than the run's {total_steps} "
-                f"steps; lower --warmup_epochs."
-            )
-        self.peak = float(peak)
-        self.total_steps = int(total_steps)
-        self.warmup_steps = int(warmup_steps)
-
-    def __call__(self, step):
-        step = tf.cast(step, tf.float32)
-        warmup = self.peak * (step + 1.0) / max(self.warmup_steps, 1)
-        progress = (step - self.warmup_steps) / (self.total_steps - self.warmup_steps)
-        cosine = 0.5 * self.peak * (1.0 + tf.cos(math.pi * tf.minimum(progress, 1.0)))
-        return tf.where(step < self.warmup_steps, warmup, cosine)
-
-    def get_config(self):
-        return {"peak": self.peak, "total_steps": self.total_steps,
-                "warmup_steps": self.warmup_steps}  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +95,13 @@ def optimizer(recipe, total_steps, global_batch, steps_per_epoch, exclude=()):
     peak = recipe.peak_rate(global_batch)
     rate = peak
     if recipe.schedule == "cosine":
-        rate = WarmupCosineDecay(peak, total_steps, int(recipe.warmup_epochs * steps_per_epoch))
+        warmup_steps = int(recipe.warmup_epochs * steps_per_epoch)
+        if warmup_steps >= total_steps:  # Said with the flag that sets it.
+            raise checks.ConfigError(
+                f"warm-up of {warmup_steps} steps must be shorter than the run's {total_steps} "
+                f"steps; lower --warmup_epochs."
+            )
+        rate = schedules.WarmupCosineDecay(peak, total_steps, warmup_steps)
     if recipe.optimizer == "adam":
         return keras.optimizers.Adam(rate)
     if recipe.optimizer == "adamw":

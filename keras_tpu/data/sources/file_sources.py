@@ -13,6 +13,7 @@ from keras_tpu.data.sources import storage_errors
 from keras_tpu.data.sources import tfds_download
 from keras_tpu.data.sources.source_types import DatasetUnavailableError
 from keras_tpu.data.sources.source_types import Source
+from keras_tpu.runtime import storage
 
 
 PARSE_BATCH = 256  # Records parsed in one call by a parse_fn that takes batches.
@@ -57,7 +58,10 @@ def tfrecord_source(
     # Remote files (gs://...) are read in parallel, to hide each read's latency; local ones
     # in one thread: there a parallel interleave's per-record hand-off cost more than it hid
     # (a streamed epoch at 1.6x the examples/s without it, benchmarks/bench_scale.py).
-    remote = any("://" in f for f in files) if parallel_reads is None else bool(parallel_reads)
+    remote = (
+        any(storage.is_remote(f) for f in files) if parallel_reads is None
+        else bool(parallel_reads)
+    )  # fmt: skip
 
     at_once = min(len(files), FILES_READ_AT_ONCE)
 

@@ -19,6 +19,7 @@ import re
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.runtime import storage
 
 # Bucket names that examples and templates use in place of the user's own.
 _PLACEHOLDER = re.compile(
@@ -79,7 +80,7 @@ def explain(error, path=None, setting=None):
     text = checks.first_line(error)
     whole = getattr(error, "message", None) or str(error)
     path = path or remote_path(error)
-    if path is None or "://" not in str(path):
+    if not storage.is_remote(path):
         return None
     given = f" (from {setting})" if setting else ""
     bucket = placeholder_bucket(path)
@@ -143,12 +144,12 @@ def reach(path, setting=None):
     tf.io.gfile.isdir and exists answer False for a bucket they cannot reach, which a
     caller would report as "does not exist"; a listing says why.
     """
-    if "://" in str(path):
+    if storage.is_remote(path):
         glob(str(path).rstrip("/"), setting)
 
 
 def local_only(path, what):
     """Return " (...)": why a remote `path` read by a local-only reader is missing, or ""."""
-    if "://" not in str(path):
+    if not storage.is_remote(path):
         return ""
     return f" ({what} are read from local paths: copy it to this machine first, e.g. gsutil cp)"

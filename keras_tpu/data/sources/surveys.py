@@ -14,8 +14,9 @@ every resume (the engine counted the training split three times a start).
 Here a survey reads `Source.survey`'s cheap form (a TFRecord source's records unparsed,
 several files at once: benchmarks/README.md has the figures), prints what it does, a
 line every `PROGRESS_SECONDS` and its result; and a run keeps its result in its run
-directory (`KEPT_FILE`, written by engine/steps/run_inputs.py), keyed by the source's
-name and its files' names, sizes and modification times, so a resume reads the file
+directory (data_surveys.json, named in engine/rundir/layout.py; written by
+engine/steps/run_inputs.py), keyed by the source's name and its files' names, sizes and
+modification times, so a resume reads the file
 instead of the data, and files changed since are surveyed again (said in a line). Any
 Source with `paths` and a `survey` gets both, a user's or a future TFRecord image source.
 """
@@ -35,7 +36,6 @@ from keras_tpu.data import autotune
 log = logging.getLogger(__name__)
 
 PROGRESS_SECONDS = 30.0
-KEPT_FILE = "data_surveys.json"  # In the run directory.
 _CHUNK = 4096  # Examples counted a host step (without Source.survey): the progress clock's tick.
 _NAMES_SHOWN = 5  # Unreadable examples named in a message; the count says the rest.
 
@@ -146,7 +146,7 @@ def unreadable_line(found, source):
 
 @dataclasses.dataclass
 class Kept:
-    """The surveys a run keeps (its `KEPT_FILE`), keyed by source name and files' stamp.
+    """The surveys a run keeps (its data_surveys.json), keyed by source name and files' stamp.
 
     Attributes:
       entries: source name -> {"stamp", "examples", "unreadable"}.
@@ -158,7 +158,7 @@ class Kept:
 
     @classmethod
     def from_json(cls, text):
-        """Return the Kept of a KEPT_FILE's text (an unreadable one is read as empty)."""
+        """Return the Kept of a data_surveys.json's text (an unreadable one is read as empty)."""
         try:
             entries = json.loads(text) if text else {}
         except ValueError:

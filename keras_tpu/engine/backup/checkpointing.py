@@ -28,17 +28,17 @@ given as `preemption`); keras_tpu.fit does both, and so must a hand-written loop
 
 import logging
 import os
-import shutil
 import tempfile
 
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.engine import run_config
 from keras_tpu.engine.backup import random_generators
 from keras_tpu.engine.backup import backup_store
 from keras_tpu.engine.backup import run_position
 from keras_tpu.engine.rundir import disk_space
-from keras_tpu.engine.rundir import output_paths
+from keras_tpu.engine.rundir import layout
 from keras_tpu.engine.rundir import owned_files
 from keras_tpu.engine.backup import run_records
 from keras_tpu.engine.stops import nan_stop
@@ -57,7 +57,7 @@ def holds_a_backup(model_dir):
     Read before any restore (a worker lost while the model builds): every worker reads
     the chief's directory to restore, so each can tell whether a restart starts at step 0.
     """
-    store = backup_store.BackupStore(os.path.join(model_dir, "backup", backup_store.CHIEF), 1)
+    store = backup_store.BackupStore(os.path.join(model_dir, layout.BACKUP, backup_store.CHIEF), 1)
     try:
         return store.holds_any()
     except tf.errors.OpError:
@@ -81,7 +81,7 @@ class Backup(keras.callbacks.Callback):
 
     def __init__(self, model_dir, strategy, *, every_steps=None, steps_per_execution=1,
                  options=None, state_callbacks=(), history=None, preemption=None,
-                 keep=2):  # fmt: skip
+                 keep=run_config.KEEP_BACKUPS):  # fmt: skip
         """Create the backup callback.
 
         Args:
@@ -100,11 +100,12 @@ class Backup(keras.callbacks.Callback):
         """
         super().__init__()
         self.state_callbacks = tuple(state_callbacks)
+        run_records.state_keys(self.state_callbacks)  # Each its own key, before any is written.
         self.history = history
         self.records = None  # The Records restored with the backup, if any.
         self._logs = {}
         self._add_metrics = False
-        self.directory = os.path.join(model_dir, "backup")
+        self.directory = os.path.join(model_dir, layout.BACKUP)
         self.chief = StrategyInfo.of(strategy).is_chief
         self.multi_worker = StrategyInfo.of(strategy).is_multi_worker
         self.every_steps = every_steps
@@ -270,12 +271,11 @@ class Backup(keras.callbacks.Callback):
             if self.saved_step
             else ("no backup was written yet")
         )
-        where = directory if "://" in directory else output_paths.existing_ancestor(directory)
-        free = shutil.disk_usage(where).free if "://" not in directory else None
+        free = disk_space.free_bytes(directory)
         if free is not None and free < 2 * needed:
-            return (f"no space left on the device of {directory}: a backup needs about "
-                    f"{disk_space.megabytes(needed)} free, {disk_space.megabytes(free)} is; free space "
-                    f"there or use another --model_dir ({kept}).")  # fmt: skip
+            return (f"no space left on the device of {directory}. "
+                    f"{disk_space.no_space(needed, free, 'a backup')} Free space there or use "
+                    f"another --model_dir ({kept}).")  # fmt: skip
         return f"cannot write a backup to {directory}: {checks.first_line(error)} ({kept})."
 
     def finish(self):

@@ -14,7 +14,8 @@ replaced atomically (the weights did not change).
 The state protocol, for the engine's callbacks and a `Task`'s own (like
 Lightning's callback `state_dict`): a callback with `state_dict() -> dict`
 (JSON-serialisable) and `load_state_dict(state)` gets its state back on resume,
-before training starts.
+before training starts, under its `state_key` (its class name unless it says one); two
+callbacks with one key are refused before anything is written (`state_keys`).
 """
 
 import dataclasses
@@ -34,7 +35,7 @@ from keras_tpu.runtime.compat import keras
 log = logging.getLogger(__name__)
 
 RECORDS_PREFIX = "records-"
-HISTORY_KEY = "RunHistory"  # RunHistory's key in Records.callbacks (state_keys: by class).
+HISTORY_KEY = "RunHistory"  # RunHistory's key in Records.callbacks (its class's name).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,16 +100,35 @@ class RunHistory(keras.callbacks.Callback):
         self.epochs_done = state["epochs_done"]
 
 
+def state_key(callback):
+    """Return the key `callback`'s state is backed up under: its `state_key`, else its class name.
+
+    As Lightning's `Callback.state_key`: a run that uses one stateful callback class twice
+    gives each instance a `state_key` of its own (e.g. from its arguments).
+    """
+    return getattr(callback, "state_key", None) or type(callback).__name__
+
+
 def state_keys(callbacks):
-    """Return [(key, callback)] for the callbacks with the state protocol, keyed by class."""
+    """Return [(key, callback)] for the callbacks with the state protocol, by `state_key`.
+
+    Raises:
+      checks.ConfigError: two of them share a key (one's backed-up state would be the other's).
+    """
     keyed, seen = [], {}
     for callback in callbacks:
-        if callable(getattr(callback, "state_dict", None)) and callable(
-            getattr(callback, "load_state_dict", None)
-        ):
-            name = type(callback).__name__
-            seen[name] = seen.get(name, 0) + 1
-            keyed.append((name if seen[name] == 1 else f"{name}#{seen[name]}", callback))
+        if not (callable(getattr(callback, "state_dict", None))
+                and callable(getattr(callback, "load_state_dict", None))):  # fmt: skip
+            continue
+        key = state_key(callback)
+        if key in seen:
+            raise checks.ConfigError(
+                f"two stateful callbacks share state_key {key!r} ({type(seen[key]).__name__} and "
+                f"{type(callback).__name__}): each one's state is backed up under its key; give "
+                f"each a `state_key` property of its own (e.g. from its arguments)."
+            )
+        seen[key] = callback
+        keyed.append((key, callback))
     return keyed
 
 

@@ -27,13 +27,14 @@ import numpy as np
 from keras_tpu import checks
 from keras_tpu.engine.rundir import atomic_writes
 from keras_tpu.engine.rundir import disk_space
+from keras_tpu.engine.rundir import layout
 from keras_tpu.engine.rundir import owned_files
 from keras_tpu.engine.stops import nan_stop
 from keras_tpu.engine.stops import stop as stops
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
+from keras_tpu.runtime import storage
 
-BEST_DIR = "best"
 MODES = ("min", "max")
 AUTO = "auto"
 # A monitored name's words that say which way is better: Keras's own metric names
@@ -67,7 +68,6 @@ def resolve_mode(monitor, mode=AUTO):
         f"monitor={monitor!r}: cannot tell from its name whether higher or lower is better; "
         f"pass mode='max' or mode='min' with it."
     )
-WEIGHTS = "checkpoint"  # best/checkpoint.index, .data-*: `model.load_weights(best/checkpoint)`.
 
 
 @dataclasses.dataclass
@@ -162,8 +162,9 @@ class BestWeights(keras.callbacks.Callback):
     def write(self):
         """Write the model's weights to `directory`: via a temp dir and a rename when local."""
         optimizer_built(self.model)  # Every worker: building the slots can run collectives.
-        if "://" in self.directory:  # An object store has no rename: written in place.
-            self.model.save_weights(os.path.join(self.directory, WEIGHTS), options=self.options)
+        weights = layout.BEST_WEIGHTS  # best/checkpoint.index, .data-*.
+        if storage.is_remote(self.directory):  # An object store has no rename: written in place.
+            self.model.save_weights(os.path.join(self.directory, weights), options=self.options)
             return
         parent = os.path.dirname(os.path.abspath(self.directory))
         temp = None
@@ -173,10 +174,10 @@ class BestWeights(keras.callbacks.Callback):
             temp = tempfile.mkdtemp(
                 prefix=atomic_writes.temp_prefix(self.directory), dir=parent if self.chief else None
             )
-            self.model.save_weights(os.path.join(temp, WEIGHTS), options=self.options)
+            self.model.save_weights(os.path.join(temp, weights), options=self.options)
             if self.chief:
                 # Its index last: through a symlinked best/, files move in one by one.
-                atomic_writes.replace_directory(temp, self.directory, commit=WEIGHTS + ".index")
+                atomic_writes.replace_directory(temp, self.directory, commit=weights + ".index")
         except atomic_writes.WRITE_ERRORS as e:
             if not atomic_writes.is_write_error(e):
                 raise

@@ -13,9 +13,11 @@ from typing import Any
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.engine import run_config
 from keras_tpu.engine.callbacks import best_tracker
 from keras_tpu.engine.backup import checkpointing
 from keras_tpu.engine.callbacks import log_callbacks
+from keras_tpu.engine.rundir import layout
 from keras_tpu.engine.stops import nan_stop
 from keras_tpu.engine.stops import fault_points
 from keras_tpu.engine.stops import preemption as preemption_lib
@@ -58,7 +60,7 @@ def make_callbacks(
     *,
     backup=True,
     backup_every_steps=None,
-    keep_backups=2,
+    keep_backups=run_config.KEEP_BACKUPS,
     best_metric=None,
     best_mode=None,
     flops_per_example=None,
@@ -168,12 +170,14 @@ def _file_callbacks(model_dir, strategy, tracker, tensorboard):
     if tracker is not None:
         callbacks.append(
             best_tracker.BestWeights(
-                os.path.join(model_dir, best_tracker.BEST_DIR), tracker, strategy=strategy,
+                os.path.join(model_dir, layout.BEST), tracker, strategy=strategy,
                 options=io_options(strategy, model_dir),
             )  # fmt: skip
         )
     if tensorboard:
         callbacks.append(
-            keras.callbacks.TensorBoard(os.path.join(model_dir, "tensorboard"), update_freq="epoch")
+            keras.callbacks.TensorBoard(
+                os.path.join(model_dir, layout.TENSORBOARD), update_freq="epoch"
+            )
         )
     return callbacks

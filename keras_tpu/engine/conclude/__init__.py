@@ -10,7 +10,8 @@ Modules, in reading order:
                         records scoring, renames); export_model
   scoring.py            Scoring: the loss, metrics and output kind an export carries
   activation_logits.py  the logits a final sigmoid or softmax read, served as the export's `logits()`
-  summary.py            RunSummary: what a run reports, written as model_dir/summary.json
+  summary.py            RunSummary: what a run reports, written as model_dir/summary.json,
+                        built from values (RunFacts, Trained), never the run object
 
 One room away: each family's serving signature (its input and output names) is its own
 export function: models/cnn/cnn_export.py, models/bert/bert_export.py

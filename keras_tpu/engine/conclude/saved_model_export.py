@@ -37,6 +37,7 @@ from keras_tpu.engine.rundir import owned_files
 from keras_tpu.runtime import private_names
 from keras_tpu.runtime import compat
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
+from keras_tpu.runtime import storage
 
 
 def preflight(export_dir, *, overwrite, model=None, run=None):
@@ -97,7 +98,7 @@ def export_whole(export_dir, write, model, *, overwrite, run=None, scoring=None,
             scoring.write(directory)
 
     weights_bytes = disk_space.weights_bytes(model)
-    if output_paths.is_remote(export_dir):
+    if storage.is_remote(export_dir):
         # Object stores (gs://) cannot rename directories: replace in place.
         owned_files.remove(export_dir)
         write_whole(export_dir)

@@ -22,13 +22,11 @@ import tensorflow as tf
 
 from keras_tpu.engine.rundir import atomic_writes
 from keras_tpu.engine.callbacks import best_tracker
+from keras_tpu.engine.rundir import layout
 from keras_tpu.engine.rundir import run_files
 from keras_tpu.engine.rundir import run_identity
 
 log = logging.getLogger(__name__)
-
-SUMMARY_FILE = "summary.json"
-
 
 def weights_checksum(weights):
     """Return a short SHA-256 of a model's weights (a model, or a list of arrays)."""
@@ -175,10 +173,10 @@ def write(summary, model_dir):
     if places:
         shown = ", ".join(places[:5]) + (f" and {len(places) - 5} more" if len(places) > 5 else "")
         log.warning("keras_tpu: %s records null for the non-finite %s (JSON has no NaN or "
-                    "infinity)", SUMMARY_FILE, shown)  # fmt: skip
+                    "infinity)", layout.SUMMARY, shown)  # fmt: skip
     tf.io.gfile.makedirs(model_dir)
     return atomic_writes.write_file(
-        os.path.join(model_dir, SUMMARY_FILE), json.dumps(value, indent=2, allow_nan=False)
+        os.path.join(model_dir, layout.SUMMARY), json.dumps(value, indent=2, allow_nan=False)
     )
 
 
@@ -202,7 +200,7 @@ def read(model_dir) -> dict[str, Any] | None:
     """
     if not model_dir:
         return None
-    path = os.path.join(model_dir, SUMMARY_FILE)
+    path = os.path.join(model_dir, layout.SUMMARY)
     return run_files.read(path, _checked, fix=DAMAGED_FIX)
 
 
@@ -238,24 +236,56 @@ def _checked(fields):
 class Trained:
     """What training left for the summary: the whole run's history and time, and its steps."""
 
-
     history: dict  # The whole run's: key -> one value per epoch (exact val_loss), resumes too.
     seconds: float  # The whole run's training time (every process's, up to its backup).
     start_step: int
     final_step: int  # Read before the best weights (and their optimizer step) may be loaded.
+    stopped_early: dict | None = None  # early_stopping.Stopped as a dict, when patience ran out.
+    throughput: list = dataclasses.field(default_factory=list)  # The meter's records.
+    first_step_seconds: float | None = None
+    examples_per_second_after_first_step: float | None = None
 
 
-def run_summary(run, trained, test, *, weights, checksum):
-    """Return the RunSummary of a finished run.
+@dataclasses.dataclass(frozen=True)
+class RunFacts:
+    """What a run established about itself before it concluded, given to its summary as a value.
+
+    Set once, by whoever decides each (no attribute is set on a run from outside):
+    fit's precision choice, the task's memory check, the strategy, the backend.
+
+    Attributes:
+      precision_policy: the Keras policy the run computed in, e.g. "mixed_bfloat16".
+      precision_reason: why, in one line (precision.PrecisionChoice.reason).
+      memory_warning: the task's `check_memory` line, or None.
+      info: the StrategyInfo of where the run ran.
+      extra: the backend's own summary fields (Backend.summary_extra), or None.
+    """
+
+    precision_policy: str
+    precision_reason: str | None
+    memory_warning: str | None
+    info: Any
+    extra: dict | None = None
+
+    def strategy(self):
+        """Return summary["strategy"]: where the run ran, with its precision and why."""
+        return self.info.with_precision(self.precision_policy, self.precision_reason).to_dict()
+
+
+def run_summary(facts, trained, test, *, task, config, model, shape, weights, checksum):
+    """Return the RunSummary of a finished run, from values (never the run object).
 
     Args:
-      run: the `training_run.TrainingRun` (model, config, shape, task, callbacks, backend, info).
-      trained: its Trained.
+      facts: its RunFacts (precision and why, memory warning, where, the backend's extras).
+      trained: its Trained (history, time, steps, early stop, throughput).
       test: the final evaluation's {metric: value, "examples": n}.
+      task: the Task it trained.
+      config: its RunConfig.
+      model: the trained model.
+      shape: the backend's Shape (batch, replicas, steps).
       weights: "final" or "best": the weights evaluated and exported.
       checksum: weights_checksum of the final weights.
     """
-    model, config, shape = run.model, run.config, run.shape
     test = dict(test)
     history = {k: [float(v) for v in values] for k, values in trained.history.items()}
     accuracy_warning = None
@@ -270,7 +300,7 @@ def run_summary(run, trained, test, *, weights, checksum):
     final_step = trained.final_step
     return RunSummary(
         status="ok",
-        task=run.task.task_name,
+        task=task.task_name,
         model=model.name,
         parameters=int(model.count_params()),
         train_examples=shape.train_examples,
@@ -278,27 +308,23 @@ def run_summary(run, trained, test, *, weights, checksum):
         per_replica_batch=shape.per_replica_batch,
         global_batch=shape.global_batch,
         replicas=shape.replicas,
-        precision_policy=run.policy,
-        precision_reason=run.precision_reason,
+        precision_policy=facts.precision_policy,
+        precision_reason=facts.precision_reason,
         train_data=shape.train_data,
-        stopped_early=(
-            dataclasses.asdict(run.callbacks.early_stop.stopped())
-            if run.callbacks.early_stop is not None and run.callbacks.early_stop.stopped()
-            else None
-        ),
+        stopped_early=trained.stopped_early,
         epochs=config.epochs,
         steps_per_epoch=shape.steps_per_epoch,
         steps_per_execution=shape.steps_per_execution,
         final_step=final_step,
         resumed_from_step=trained.start_step,
-        memory_warning=run.memory_warning or None,
+        memory_warning=facts.memory_warning,
         final_train={k: v[-1] for k, v in history.items() if not k.startswith("val_")},
         test=test,
         test_weights=weights,
-        monitor=run.task.monitor,
+        monitor=task.monitor,
         best=(
             # The definition best/ was kept by, replayed over the whole run's epochs.
-            best_tracker.BestTracker.of_history(history, run.task.monitor, run.task.best_mode).best()
+            best_tracker.BestTracker.of_history(history, task.monitor, task.best_mode).best()
             if config.keep_best
             else None
         ),
@@ -309,18 +335,18 @@ def run_summary(run, trained, test, *, weights, checksum):
         train_examples_per_second=(
             round(final_step * shape.global_batch / trained.seconds, 1) if trained.seconds else 0.0
         ),
-        throughput=run.callbacks.meter.history,
-        first_step_seconds=_rounded(run.callbacks.meter.first_step_seconds, 3),
+        throughput=trained.throughput,
+        first_step_seconds=_rounded(trained.first_step_seconds, 3),
         train_examples_per_second_after_first_step=_rounded(
-            run.callbacks.meter.examples_per_second_after_first_step(), 1),
+            trained.examples_per_second_after_first_step, 1),
         weights_sha256=checksum,
-        chief=run.info.is_chief,
-        strategy=run.info.with_precision(run.policy, run.precision_reason).to_dict(),
+        chief=facts.info.is_chief,
+        strategy=facts.strategy(),
         config=dataclasses.asdict(config),
-        dataset=run.task.name,
-        class_names=list(run.task.class_names) if run.task.class_names else None,
-        input_contract=run.task.input_contract.to_json() if run.task.input_contract else None,
-        extra=run.backend.summary_extra(),
+        dataset=task.name,
+        class_names=list(task.class_names) if task.class_names else None,
+        input_contract=task.input_contract.to_json() if task.input_contract else None,
+        extra=facts.extra,
     )
 
 
@@ -344,7 +370,7 @@ def finished_run(config, global_batch, info=None):
         return None  # Another run: the identity check refuses it with the differences.
     log.warning(
         "keras_tpu: this run finished at step %d, summary in %s; nothing to do (--overwrite "
-        "to train again).", previous["final_step"], os.path.join(config.model_dir, "summary.json"),
+        "to train again).", previous["final_step"], os.path.join(config.model_dir, layout.SUMMARY),
     )  # fmt: skip
     summary = RunSummary.from_dict(previous)
     return summary if info is None else summary.for_worker(info)

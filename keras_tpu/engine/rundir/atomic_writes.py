@@ -20,6 +20,7 @@ from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.rundir import output_paths
 from keras_tpu.engine.rundir import owned_files
 from keras_tpu.engine.stops import stop as stops
+from keras_tpu.runtime import storage
 
 # What a failed write raises: Python's OSError (ENOSPC, EACCES, EROFS, ENOTDIR)
 # or TensorFlow's file-system errors from the C++ writers.
@@ -73,13 +74,11 @@ def write_error(path, error, *, needed_bytes, written_bytes=0, holding="the mode
     # ... and an eager op's ends in " [Op:SaveV2]", which says nothing to the user.
     reason = re.sub(r"\s*\[Op:\w+\]$", "", reason.rsplit("; ", 1)[-1].strip())
     message = f"cannot write {path}: {reason}."
-    if not output_paths.is_remote(path):
-        free = shutil.disk_usage(output_paths.existing_ancestor(path)).free
-        needed = disk_space.size_text(max(needed_bytes, written_bytes))
-        message += (
-            f" It needs at least {needed} free ({holding}; "
-            f"{disk_space.size_text(written_bytes)} were written before the failure) and "
-            f"{disk_space.size_text(free)} are free there."
+    free = disk_space.free_bytes(path)
+    if free is not None:
+        written = f"{disk_space.size_text(written_bytes)} were written before the failure"
+        message += " " + disk_space.no_space(
+            max(needed_bytes, written_bytes), free, f"{holding}; {written}"
         )
     return WriteFailed(message + " Free space or fix the permissions, or choose another path.")
 
@@ -92,7 +91,7 @@ def write_file(path, text):
     (`leftovers.clean` removes a killed writer's temp file). An object store
     (gs://) makes an object visible whole when it is closed.
     """
-    if output_paths.is_remote(path):
+    if storage.is_remote(path):
         with tf.io.gfile.GFile(path, "w") as f:
             f.write(text)
         return path

@@ -6,11 +6,18 @@ weights), `best/` (`saved_weights_bytes`: every variable `model.save_weights` wr
 the optimizer's slots included) and a backup (`checkpoint_bytes`: the same, with an
 Adam-like optimizer's slots counted before they are built). A checkpoint also writes,
 per variable, its entry in the index and the object graph (`CHECKPOINT_BYTES_PER_VARIABLE`).
-`megabytes` and `size_text` are how those figures read in a one-line error.
-The full-disk line itself is atomic_writes.write_error (a backup's: backup/checkpointing.py).
+`megabytes` and `size_text` are how those figures read in a one-line error, `free_bytes`
+what a disk has free and `no_space` the sentence every full-disk error says (written once:
+atomic_writes.write_error, run_dir.check_writable and a backup's, backup/checkpointing.py,
+each add their path and fix around it).
 """
 
+import shutil
+
 import numpy as np
+
+from keras_tpu.engine.rundir import output_paths
+from keras_tpu.runtime import storage
 
 # A checkpoint's bytes beyond its variables' values: ~200 per variable (its index entry and
 # its object graph node: 190-215 measured for 13 to 43 variables, Adam's slots included),
@@ -70,3 +77,23 @@ def megabytes(nbytes):
 def size_text(nbytes):
     """Return `nbytes` as "12.3 MB", or "40 kB" below a megabyte."""
     return megabytes(nbytes) if nbytes >= 2**20 else f"{nbytes / 2**10:.0f} kB"
+
+
+def free_bytes(path):
+    """Return the bytes free on the disk holding `path` (its nearest existing folder).
+
+    None on remote storage (gs://...): there is no disk to measure.
+    """
+    if storage.is_remote(path):
+        return None
+    return shutil.disk_usage(output_paths.existing_ancestor(path)).free
+
+
+def no_space(needed_bytes, free, holding):
+    """Return the sentence of every full-disk error: what is needed, for what, and what is free.
+
+    >>> no_space(3 * 2**20, 2**19, "a backup")
+    'It needs at least 3.0 MB free (a backup) and 512 kB are free there.'
+    """
+    return (f"It needs at least {size_text(needed_bytes)} free ({holding}) and "
+            f"{size_text(free)} are free there.")  # fmt: skip

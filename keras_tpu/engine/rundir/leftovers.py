@@ -24,13 +24,14 @@ import logging
 import os
 import re
 
+from keras_tpu.engine.rundir import layout
 from keras_tpu.engine.rundir import owned_files
 from keras_tpu.engine.rundir import run_dir
+from keras_tpu.runtime import storage
 
 log = logging.getLogger(__name__)
 
 _TEMP = re.compile(r"^\.(?P<target>.+?)\.(?P<kind>tmp|old)-(?P<pid>\d+)(?:-|$)")
-MODEL_DIR_TARGETS = ("summary.json", "best", "run.json", "config.yaml", "data_surveys.json")
 
 
 def clean(model_dir=None, export_dir=None):
@@ -42,10 +43,11 @@ def clean(model_dir=None, export_dir=None):
       The names removed (or restored), as the log line says them.
     """
     removed = []
-    if model_dir and "://" not in model_dir:
-        removed += _clean_temps(model_dir, MODEL_DIR_TARGETS)
-        removed += _clean_temps(os.path.join(model_dir, "best"), ("best",))  # Through a link.
-    if export_dir and "://" not in export_dir:
+    if model_dir and not storage.is_remote(model_dir):
+        removed += _clean_temps(model_dir, layout.WRITTEN_WHOLE)
+        # best/'s own temp copies: through a link, they are beside its target.
+        removed += _clean_temps(os.path.join(model_dir, layout.BEST), (layout.BEST,))
+    if export_dir and not storage.is_remote(export_dir):
         export_dir = os.path.abspath(export_dir)
         name = os.path.basename(export_dir)
         removed += _clean_temps(os.path.dirname(export_dir), (name,))
@@ -65,19 +67,19 @@ def clean_finished(model_dir, *, remove_backups):
     Returns:
       The names removed; nothing while the lock's holder still runs.
     """
-    if not model_dir or "://" in model_dir:
+    if not model_dir or storage.is_remote(model_dir):
         return []
-    lock = os.path.join(model_dir, run_dir.LOCK_FILE)
+    lock = os.path.join(model_dir, layout.LOCK)
     holder = run_dir.stale_lock(model_dir)
     if os.path.exists(lock) and holder is None:
         return []  # A live run holds it (finishing right now), or it cannot be told.
     removed = []
     if holder is not None:
         owned_files.remove(lock)
-        removed.append(f"{run_dir.LOCK_FILE} (PID {holder['pid']}, not running)")
+        removed.append(f"{layout.LOCK} (PID {holder['pid']}, not running)")
     if remove_backups():
         removed.append("backup/ (the run had finished)")
-    removed += _clean_temps(model_dir, MODEL_DIR_TARGETS)
+    removed += _clean_temps(model_dir, layout.WRITTEN_WHOLE)
     _say(removed)
     return removed
 

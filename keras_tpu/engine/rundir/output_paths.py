@@ -15,6 +15,7 @@ import os
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.runtime import storage
 
 # Kept inside the SavedModel: assets.extra/ is the SavedModel directory for files
 # the graph does not use (TF Serving keeps its warm-up requests there).
@@ -25,16 +26,11 @@ def run_owner(model_dir):
     """Return how an export records the run that wrote it: model_dir's absolute path, or None."""
     if not model_dir:
         return None
-    return model_dir if "://" in model_dir else os.path.abspath(model_dir)
+    return model_dir if storage.is_remote(model_dir) else os.path.abspath(model_dir)
 
 
 class OutputError(checks.ConfigError):
     """An output path cannot be used or written (a file, another model's export, a full disk)."""
-
-
-def is_remote(path):
-    """Return True for an object store or remote filesystem path (gs://...)."""
-    return "://" in path
 
 
 def existing_ancestor(path):
@@ -59,7 +55,7 @@ def check_directory_path(name, path):
             f"killed run could not resume. Pass a local directory or an object store path "
             f"(gs://bucket/dir)."
         )
-    if not path or is_remote(path):
+    if not path or storage.is_remote(path):
         return
     ancestor = existing_ancestor(path)
     if not os.path.isdir(ancestor):

@@ -22,7 +22,7 @@ import shutil
 
 import tensorflow as tf
 
-from keras_tpu.engine.rundir import output_paths
+from keras_tpu.runtime import storage
 
 
 def remove(path, *, best_effort=False):
@@ -36,7 +36,7 @@ def remove(path, *, best_effort=False):
       best_effort: ignore failures (a temp copy removed while another error is raised).
     """
     try:
-        if output_paths.is_remote(path):
+        if storage.is_remote(path):
             if tf.io.gfile.isdir(path):
                 tf.io.gfile.rmtree(path)
             elif tf.io.gfile.exists(path):
@@ -64,7 +64,7 @@ def remove_owned(directory, owned):
         entry whole: `remove`), or another such function (a directory the run writes into,
         model_dir/backup/chief: cleaned by the same rule).
     """
-    if output_paths.is_remote(directory):  # No symlinks there: the directory is the run's.
+    if storage.is_remote(directory):  # No symlinks there: the directory is the run's.
         if not tf.io.gfile.exists(directory):
             return []
         tf.io.gfile.rmtree(directory)
@@ -87,4 +87,4 @@ def remove_owned(directory, owned):
 
 def is_linked_directory(path):
     """Return True if `path` is a local symlink to a directory (written through, never replaced)."""
-    return not output_paths.is_remote(path) and os.path.islink(path) and os.path.isdir(path)
+    return not storage.is_remote(path) and os.path.islink(path) and os.path.isdir(path)

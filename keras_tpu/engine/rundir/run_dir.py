@@ -12,7 +12,6 @@ killed run and is taken over.
 import json
 import logging
 import os
-import shutil
 import socket
 import time
 
@@ -21,13 +20,14 @@ import tensorflow as tf
 from keras_tpu import checks
 from keras_tpu.engine.rundir import atomic_writes
 from keras_tpu.engine.rundir import disk_space
+from keras_tpu.engine.rundir import layout
 from keras_tpu.engine.rundir import owned_files
 from keras_tpu.engine.rundir import run_files
 from keras_tpu.engine.rundir import run_identity
+from keras_tpu.runtime import storage
 
 log = logging.getLogger(__name__)
 
-LOCK_FILE = "run.lock"
 
 
 class RunDirError(checks.ConfigError):
@@ -71,12 +71,12 @@ def check_identity(model_dir, identity, *, overwrite, remove_backups):
       remove_backups: () -> the paths removed: deletes model_dir's backups by name, never
         through a symlink (backup_store.remove_backups, a layer above this one).
     """
-    path = os.path.join(model_dir, run_identity.IDENTITY_FILE)
+    path = os.path.join(model_dir, layout.IDENTITY)
     if not overwrite:
         refuse_another_run(model_dir, identity)
     if overwrite and remove_backups():
         log.warning("keras_tpu: --overwrite: deleted the backups in %s",
-                    os.path.join(model_dir, "backup"))  # fmt: skip
+                    os.path.join(model_dir, layout.BACKUP))  # fmt: skip
     atomic_writes.write_file(path, identity.to_json())  # Torn, it would refuse every rerun.
 
 
@@ -90,7 +90,7 @@ _FINISHED_FIX = (
 
 def _finished(model_dir):
     """True if model_dir's summary.json says the run finished (status "ok")."""
-    path = os.path.join(model_dir, "summary.json")  # summary.SUMMARY_FILE (a layer above).
+    path = os.path.join(model_dir, layout.SUMMARY)
     try:
         summary = run_files.read(path)
     except (tf.errors.OpError, run_files.DamagedFileError):
@@ -151,8 +151,8 @@ def stale_lock(model_dir):
 
     Dead: its PID no longer runs on this host (a lock from another host cannot be told).
     """
-    path = os.path.join(model_dir, LOCK_FILE)
-    if "://" in path or not os.path.exists(path):
+    path = os.path.join(model_dir, layout.LOCK)
+    if storage.is_remote(path) or not os.path.exists(path):
         return None
     try:
         holder = read_lock(path)
@@ -171,12 +171,12 @@ class RunLock:
     """
 
     def __init__(self, model_dir):
-        self.path = os.path.join(model_dir, LOCK_FILE)
+        self.path = os.path.join(model_dir, layout.LOCK)
         self.held = False
 
     def acquire(self):
         """Take the lock or raise RunDirError naming the live holder."""
-        if "://" in self.path:
+        if storage.is_remote(self.path):
             log.info("keras_tpu: %s is remote: not locked against a second run", self.path)
             return self
         me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
@@ -221,20 +221,21 @@ def check_writable(model_dir, needed_bytes):
         tf.io.gfile.makedirs(model_dir)
     except (tf.errors.OpError, OSError) as e:
         raise RunDirError(f"cannot create model_dir {model_dir}: {checks.first_line(e)}") from e
-    if "://" in model_dir:
+    if storage.is_remote(model_dir):
         return
     if not os.access(model_dir, os.W_OK):
         raise RunDirError(f"model_dir {model_dir} is not writable by this user.")
     # Backups go where model_dir/backup is: another disk when it is a symlink to one.
-    backup_dir = os.path.join(model_dir, "backup")
+    backup_dir = os.path.join(model_dir, layout.BACKUP)
     where = backup_dir if owned_files.is_linked_directory(backup_dir) else model_dir
-    free = shutil.disk_usage(where).free
+    free = disk_space.free_bytes(where)
     if free < needed_bytes:
         shown = (f"model_dir {model_dir}" if where == model_dir
                  else f"{backup_dir} (a link to {os.path.realpath(where)})")  # fmt: skip
         raise RunDirError(
-            f"{shown} has {disk_space.megabytes(free)} free; its backups need about "
-            f"{disk_space.megabytes(needed_bytes)}. Free space there or use another --model_dir."
+            f"{shown} is too small for the run's backups. "
+            f"{disk_space.no_space(needed_bytes, free, '--keep_backups + 1 backups')} "
+            f"Free space there or use another --model_dir."
         )
 
 

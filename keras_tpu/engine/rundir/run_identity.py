@@ -12,9 +12,9 @@ import dataclasses
 import json
 import os
 
+from keras_tpu.engine.rundir import layout
 from keras_tpu.engine.rundir import run_files
 
-IDENTITY_FILE = "run.json"
 IDENTITY = "identity"  # The dataclasses.field metadata key (run_config.setting).
 # What to do about a damaged run.json: it says which run the directory holds.
 DAMAGED_FIX = (
@@ -78,7 +78,7 @@ class RunIdentity:
         )
 
     @classmethod
-    def from_json(cls, text, path=IDENTITY_FILE, fix=""):
+    def from_json(cls, text, path=layout.IDENTITY, fix=""):
         """Return the identity `to_json` wrote; raise run_files.DamagedFileError if it is not."""
         return run_files.parse(text, path, _recorded, fix=fix)
 
@@ -116,7 +116,7 @@ def read(model_dir):
     Raises:
       run_files.DamagedFileError: it is not what `to_json` writes (one line with the fix).
     """
-    path = os.path.join(model_dir, IDENTITY_FILE)
+    path = os.path.join(model_dir, layout.IDENTITY)
     return run_files.read(path, _recorded, fix=DAMAGED_FIX.format(model_dir=model_dir))
 
 

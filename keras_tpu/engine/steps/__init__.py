@@ -11,6 +11,7 @@ Modules, in reading order:
   compiling.py       compile_model and evaluate_compiled: exact weighted loss and metrics
   single_trace.py    build what the first step would create, so the step is traced once
   execution_loop.py  the engine's own loop (N steps per host call) for what fit cannot run
+  schedules.py       learning rates that warm up, then decay linearly or along a cosine (public)
 
 One room away: how "auto" picks bf16, fp16 or fp32 (and XLA, steps_per_execution) on each
 device is runtime/device_rules.py (auto_precision); precision.py applies that choice.
@@ -18,5 +19,6 @@ device is runtime/device_rules.py (auto_precision); precision.py applies that ch
 Entry points: `backend.Backend`, `backend.backend_for` (trainer.py, task/task.py,
 parallel/mesh/backend.py), `compiling.compile_model` and `precision.choose_precision`,
 `precision.set_precision` (public), `compiling.evaluate_compiled` (inference/),
-`execution_loop.run` (parallel/mesh/), `run_inputs.survey_task` (training_run.py).
+`execution_loop.run` (parallel/mesh/), `run_inputs.survey_task` (training_run.py),
+`schedules.WarmupLinearDecay` and `schedules.WarmupCosineDecay` (public: the garden's recipes).
 """

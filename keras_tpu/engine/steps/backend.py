@@ -15,6 +15,7 @@ A backend refuses, with one ConfigError, any setting it cannot honour
 
 import dataclasses
 
+from keras_tpu.data import pipelines
 from keras_tpu.engine.steps import run_inputs
 from keras_tpu.engine.backup import run_position
 from keras_tpu.engine.conclude import saved_model_export as export_lib
@@ -39,7 +40,7 @@ class Shape:
 
     @property
     def global_batch(self):
-        return self.per_replica_batch * self.replicas
+        return pipelines.Batching(self.per_replica_batch, self.replicas).global_batch
 
 
 class Backend:
@@ -68,7 +69,9 @@ class Backend:
 
     def global_batch(self):
         """Return the global batch the run will have, before `build` (for the run identity)."""
-        return self.config.per_replica_batch_size * self.strategy.num_replicas_in_sync
+        return pipelines.Batching.for_strategy(
+            self.config.per_replica_batch_size, self.strategy
+        ).global_batch
 
     def build(self):
         """Build the data, the model and its optimizer and metrics; set model and shape."""

@@ -28,6 +28,7 @@ from keras_tpu.data import function_eval
 from keras_tpu.data import pipelines
 from keras_tpu.data.sources import surveys
 from keras_tpu.engine.rundir import atomic_writes
+from keras_tpu.engine.rundir import layout
 from keras_tpu.engine.task import class_weights
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ def survey_task(task, model_dir):
       ConfigError: examples of the training or evaluation data cannot be read (images
         that do not decode), named; nothing is written before.
     """
-    path = os.path.join(model_dir, surveys.KEPT_FILE) if model_dir else None
+    path = os.path.join(model_dir, layout.DATA_SURVEYS) if model_dir else None
     text = None
     if path and tf.io.gfile.exists(path):
         with tf.io.gfile.GFile(path) as f:
@@ -154,7 +155,7 @@ def survey_task(task, model_dir):
 def keep_surveys(model_dir, kept):
     """Write the run's surveys into `model_dir` (a run that holds it) when one was made."""
     if model_dir and kept is not None and kept.changed:
-        atomic_writes.write_file(os.path.join(model_dir, surveys.KEPT_FILE), kept.to_json())
+        atomic_writes.write_file(os.path.join(model_dir, layout.DATA_SURVEYS), kept.to_json())
         kept.changed = False
 
 

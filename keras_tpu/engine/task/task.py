@@ -96,7 +96,9 @@ class Task:
         A callback that keeps state across epochs declares it, as Lightning's
         callbacks do: `state_dict() -> dict` (JSON-serialisable) is saved with
         every backup, and `load_state_dict(state)` gets it back before a resumed
-        run trains, so the callback continues as if never interrupted.
+        run trains, so the callback continues as if never interrupted. Its state is
+        kept under its `state_key` (its class name unless it has that attribute): one
+        class used twice gives each instance its own, or the run is refused in one line.
       class_weight: {class index: weight} (or one weight per class, in order, or
         "0:1,1:3" as the scripts' --class_weight gives it): each
         training example's loss is weighted by its class's weight, as with Keras's

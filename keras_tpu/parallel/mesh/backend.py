@@ -115,7 +115,7 @@ class ShardedBackend(backend_lib.Backend):
         """Return the global batch before building: per-replica x the mesh's batch rows."""
         devices = len(layout.mesh_devices()[1])
         shape = layout.mesh_shape(self.model_parallel, devices)
-        return self.config.per_replica_batch_size * shape.data_parallel
+        return data.Batching(self.config.per_replica_batch_size, shape.data_parallel).global_batch
 
     def build(self):
         config, task = self.config, self.task
@@ -125,9 +125,7 @@ class ShardedBackend(backend_lib.Backend):
         self.mesh = layout.make_mesh(self.model_parallel)
         rows = self.mesh.dim_size(layout.BATCH)
         train_examples = data.count_examples(task.train_data)
-        full_pass = sharded_training.epoch_steps(
-            train_examples, config.per_replica_batch_size, self.mesh
-        )
+        full_pass = sharded_training.epoch_steps(train_examples, config, self.mesh)
         steps_per_epoch = config.steps_per_epoch or full_pass
         steps_per_execution = device_rules.steps_per_execution(
             config.steps_per_execution,

@@ -1,6 +1,6 @@
 """Build the mesh model's loop and size its run (the pieces parallel.mesh.backend uses).
 
-    steps = mesh_run_setup.epoch_steps(examples, per_replica_batch, mesh)
+    steps = mesh_run_setup.epoch_steps(examples, config, mesh)
     loop = mesh_run_setup.build_loop(config, mesh, model, optimizer, loss=..., metrics=..., ...)
 
 The run itself (backups, exact resume, NaN stop, summary, export) is the engine's:
@@ -12,18 +12,20 @@ map), its loss, metrics and optimizer the Task's.
 """
 
 from keras_tpu import checks
+from keras_tpu import data
 from keras_tpu.parallel.mesh import layout as mesh_layout
 from keras_tpu.parallel.mesh.loop import ShardedLoop
 
 
-def epoch_steps(examples, per_replica_batch, mesh):
+def epoch_steps(examples, config, mesh):
     """Return the steps of one pass over `examples`: examples // (per-replica x batch rows).
 
     Raises:
       ConfigError: fewer examples than one global batch.
     """
     rows = mesh.dim_size(mesh_layout.BATCH)
-    global_batch = per_replica_batch * rows
+    per_replica_batch = config.per_replica_batch_size
+    global_batch = data.Batching(per_replica_batch, rows).global_batch
     if examples < global_batch:
         fix = (
             f"lower --per_replica_batch_size to {examples // rows} or less"
@@ -57,7 +59,9 @@ def build_loop(config, mesh, model, optimizer, *, loss, metrics, train_data, pre
         optimizer,
         loss=loss,
         metrics=metrics,
-        global_batch=config.per_replica_batch_size * mesh.dim_size(mesh_layout.BATCH),
+        global_batch=data.Batching(
+            config.per_replica_batch_size, mesh.dim_size(mesh_layout.BATCH)
+        ).global_batch,
         train_data=train_data,
         preprocess=preprocess,
         seed=config.seed,

@@ -14,6 +14,7 @@ import tensorflow as tf
 from keras_tpu.runtime import accelerators
 from keras_tpu.runtime import compat
 from keras_tpu.runtime import device_rules
+from keras_tpu.runtime import storage
 from keras_tpu.runtime.strategy import strategy_inspect
 from keras_tpu.runtime.strategy.strategy_inspect import (  # noqa: F401  (strategy_info.TPUSystem, ...)
     ClusterRole,
@@ -107,7 +108,7 @@ class StrategyInfo:
         cannot see this machine's disk (tensorflow/tensorflow#36447); a gs:// path
         it can write itself.
         """
-        if path is not None and "://" in str(path):
+        if storage.is_remote(path):
             return None
         return "/job:localhost" if self.is_remote_tpu else None
 

@@ -35,19 +35,49 @@ class BertMlmConfig(keras_tpu.RunConfig):
     Run: python scripts/pretrain_bert.py --train_files=corpus.txt --eval_files=heldout.txt
     """
 
-    train_files: str | None = None  # .txt/.txt.gz files or patterns, comma-separated.
-    eval_files: str | None = None  # Held-out text, masked once with a fixed seed.
-    documents: str = "lines"  # "lines": a document a line; "paragraphs": blank-line separated.
-    from_hf: str | None = None  # A Hugging Face BERT folder to continue pretraining.
-    vocab_file: str | None = None  # Default: learned from train_files (vocab_size pieces).
-    vocab_size: int = 8000
-    lower_case: bool = True
-    preset: str | None = None  # Default: tiny (from scratch); none with from_hf.
-    seq_length: int = 128
-    mask_rate: float = 0.15
-    max_predictions_per_seq: int = 20
-    whole_word_masking: bool = False
-    warmup_fraction: float = 0.1
+    train_files: str | None = keras_tpu.setting(
+        None, "Text files to pretrain on (.txt or .txt.gz, comma-separated patterns)."
+    )
+    eval_files: str | None = keras_tpu.setting(
+        None, "Held-out text files: masked once, the same at every evaluation."
+    )
+    documents: str = keras_tpu.setting(
+        "lines",
+        "lines: one document per line; paragraphs: one sentence per line, documents separated "
+        "by blank lines.",
+    )
+    from_hf: str | None = keras_tpu.setting(
+        None,
+        "Continue pretraining a Hugging Face BERT folder (config.json, model.safetensors, "
+        "vocab.txt or tokenizer.json): its sizes, weights, vocabulary and casing; its masked-LM "
+        "head if it has one, else a fresh one.",
+    )
+    vocab_file: str | None = keras_tpu.setting(
+        None,
+        "WordPiece vocab.txt with [MASK] (default: learned from --train_files into "
+        "model_dir/vocab.txt).",
+    )
+    vocab_size: int = keras_tpu.setting(8000, "WordPieces to learn when no --vocab_file is given.")
+    lower_case: bool = keras_tpu.setting(True, "Lower-case and strip accents before WordPiece.")
+    preset: str | None = keras_tpu.setting(
+        None,
+        "Encoder size from scratch: tiny (default), mini, small, medium or base "
+        "(models/bert/bert_config.py); none with --from_hf.",
+    )
+    seq_length: int = keras_tpu.setting(
+        128, "Tokens per packed sequence, [CLS] and [SEP] included."
+    )
+    mask_rate: float = keras_tpu.setting(
+        0.15, "Share of the non-special tokens predicted (BERT: 0.15)."
+    )
+    max_predictions_per_seq: int = keras_tpu.setting(
+        20, "Most masked tokens per sequence (BERT: 20 at 128 tokens)."
+    )
+    whole_word_masking: bool = keras_tpu.setting(
+        False,
+        "Mask all the WordPieces of a chosen word together (BERT's whole-word masking).",
+    )
+    warmup_fraction: float = keras_tpu.setting(0.1, bert_optimizer.WARMUP_FRACTION_HELP)
     per_replica_batch_size: int = 32
     epochs: int = 3
     learning_rate: float = 5e-4
