@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 import keras_tpu
+from keras_tpu import data as kt_data
 from keras_tpu import keras
 from keras_tpu.chip_acceptance import probes as acceptance_probes
 from models import bert
@@ -83,7 +84,7 @@ def throughput(strategy, rehearsal, preset, precision, steps):
     loaded 2-core host, and a rehearsal's figure proves the path, not a rate.
     """
     per_replica = CPU_BATCH if rehearsal else CHIP_BATCH
-    global_batch = per_replica * strategy.num_replicas_in_sync
+    global_batch = kt_data.Batching.for_strategy(per_replica, strategy).global_batch
     # A chip runs the timed steps in one host call.
     model = _build(strategy, preset, precision, 1 if rehearsal else steps, eagerly=rehearsal)
     data = _token_batches(global_batch, bert.bert_config(preset).vocab_size)
@@ -134,7 +135,7 @@ def memory(strategy, per_replica_batch):
     """
     policy = "mixed_bfloat16" if _on_tpu(strategy) else "float32"
     model = _build(strategy, MEMORY_PRESET, policy, 1)
-    data = _token_batches(per_replica_batch * strategy.num_replicas_in_sync, bert.bert_config(MEMORY_PRESET).vocab_size)
+    data = _token_batches(kt_data.Batching.for_strategy(per_replica_batch, strategy).global_batch, bert.bert_config(MEMORY_PRESET).vocab_size)
     model.fit(data, steps_per_epoch=1, epochs=1, verbose=0)
     estimate = planner.estimate(model, per_replica_batch, SEQ_LENGTH, "adamw", _precision_name(policy),
                                 runtime="xla" if _on_tpu(strategy) else "tf")  # fmt: skip

@@ -65,6 +65,7 @@ import keras_tpu  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from keras_tpu import checks  # noqa: E402
 from keras_tpu.engine import config_yaml  # noqa: E402
+from keras_tpu.engine.rundir import layout  # noqa: E402
 from keras_tpu.engine.conclude import summary as summary_lib  # noqa: E402
 from keras_tpu.inference import finished_run  # noqa: E402
 from keras_tpu.inference import predict_evaluate as inference  # noqa: E402
@@ -307,7 +308,7 @@ def is_fill_mask(config):
     """Whether the flags name a pretraining run, or an export that is not a tf_keras model
     (a fill-mask export: fill_mask_rows.from_export refuses any other in one line)."""
     if config.model_dir:
-        ref = config_yaml.read_task(os.path.join(config.model_dir, "config.yaml"))
+        ref = config_yaml.read_task(os.path.join(config.model_dir, layout.CONFIG))
         task = ref.task or (summary_lib.read(config.model_dir) or {}).get("task")
         return task == fill_mask_rows.TASK
     return tf.io.gfile.exists(os.path.join(config.export_dir, "saved_model.pb")) and not (
@@ -335,7 +336,7 @@ def fill_mask(config):
     if config.model_dir:  # Its model rebuilt from its config.yaml, its best weights.
         loaded = inference.load(config.model_dir, strategy=_strategy(config),
                                 weights=config.weights, trust_run_dir=config.trust_run_dir)  # fmt: skip
-        run_config = config_yaml.load_config(os.path.join(config.model_dir, "config.yaml"),
+        run_config = config_yaml.load_config(os.path.join(config.model_dir, layout.CONFIG),
                                              mlm_task.BertMlmConfig)  # fmt: skip
         masker = fill_mask_rows.for_model(loaded.call, run_config, top_k=config.top_k,
                                           description=loaded.description)  # fmt: skip

@@ -15,6 +15,7 @@ import math
 import time
 
 from keras_tpu import checks
+from keras_tpu.data.pipelines import Batching
 from keras_tpu.chip_acceptance import probes as probes_lib
 from keras_tpu.chip_acceptance.step_runner import fail, ok, skip
 
@@ -234,7 +235,7 @@ def host_input(context):
     seconds = INPUT_SECONDS["rehearsal" if not on_chip else "quick" if context.quick else "full"]
     figures, judged = {"margin": INPUT_MARGIN}, []
     for pipeline in probes.inputs:
-        rate = input_rate(pipeline.dataset(pipeline.per_replica_batch * replicas), seconds)
+        rate = input_rate(pipeline.dataset(Batching(pipeline.per_replica_batch, replicas).global_batch), seconds)
         fed = _fed_rate(context, pipeline.fed)
         key = pipeline.name.split(":")[0].strip().replace(" ", "_")
         figures[f"{key}_input_examples_per_second"] = round(rate, 1)
