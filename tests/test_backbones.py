@@ -6,10 +6,8 @@ the fast tier; nothing is downloaded (offline, `--weights=imagenet` is one line)
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu import keras
 from keras_tpu import layers as kt_layers
 from keras_tpu.engine.steps import schedules
 from models.cnn import backbones

@@ -9,7 +9,6 @@ registered task in child processes (main_job.py); the toolkit knows no model fam
 
 import os
 import platform
-import sys
 import time
 
 import numpy as np

@@ -18,7 +18,6 @@ import dataclasses
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.data import autotune
 from keras_tpu.data.sources import surveys
 from keras_tpu.data.sources.sources import ArraySplit  # noqa: F401  (re-exported: keras_tpu.data.pipelines.*)
 from keras_tpu.data.sources.sources import DatasetUnavailableError  # noqa: F401

@@ -38,7 +38,6 @@ from keras_tpu.engine.conclude import saved_model_export
 from keras_tpu.engine.conclude import scoring
 from keras_tpu.engine.stops import stop as stops
 from keras_tpu.engine.conclude import summary as summary_lib
-from keras_tpu.engine.task import task as task_lib
 from keras_tpu.engine.task import task_builds
 from keras_tpu.runtime.strategy import cluster
 from keras_tpu.runtime.strategy import collective_deadline

@@ -56,7 +56,7 @@ def refuse_another_run(model_dir, identity):
             f"model_dir {model_dir} holds another run ({shown}); resuming it would mix "
             f"the two. " + (_FINISHED_FIX.format(model_dir=model_dir) if _finished(model_dir)
                             else "") + "Use another --model_dir, or pass --overwrite "
-            f"to start over there."
+            "to start over there."
         )
 
 
