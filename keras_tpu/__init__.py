@@ -21,13 +21,14 @@ checks both).
 Modules, in reading order (each folder's __init__.py is its front door):
   runtime/       where a run executes: the strategy, the TPU, clusters, device rules, logs
   readiness/     will the TPU work: the doctor and the TPU compile rehearsal
+  layers/        layers a model builds with to keep the guarantees (public): seeded dropout,
+                 synced batch norm, a TF Hub encoder
   data/          per-replica input pipelines; sources/ and images/
   engine/        the run engine: fit, its Task, steps, callbacks, backups, stops, the end
   inference/     predict and evaluate after training
   parallel/      weights split across devices (the DTensor mesh)
   chip_acceptance/  the acceptance command: the docs' TPU claims checked on a chip, one report
   checks.py      argument checks and their one-line errors (ConfigError)
-  layers.py      layers a model builds with to keep the guarantees (public)
   metrics.py     GLUE's metrics, exact over every example (public)
   plots.py       matplotlib helpers for notebooks
   public_api.py  the public API, declared once

@@ -14,7 +14,7 @@ Layers, lowest first (a module may import its own layer and the ones below):
   1 runtime    where a run executes
   2 readiness  will the TPU work        | data     input pipelines
                keras_tpu/metrics.py (Keras metrics: needs only runtime.compat)
-               keras_tpu/layers.py (layers a model builds with: on runtime)
+               keras_tpu/layers/ (layers a model builds with: on runtime)
   3 engine     the run engine, its folders and top-level modules in sub-ranks, lowest first:
                stops < rundir < run_config < registry < config_yaml < backup < callbacks
                < conclude < task < steps < training_run < trainer
@@ -95,11 +95,7 @@ LONG_MODULES = {  # path -> why it may stay longer.
     "issue 48 point 5): its three figures and the bound share the written records and flags",
 }
 MAX_FOLDER_MODULES = 12  # Modules in one package folder (its __init__ aside).
-BIG_FOLDERS = {  # folder -> why it has more modules for now.
-    "keras_tpu/runtime": "13 with storage.py (issue 62 point 4) until its layers move out "
-    "(issue 62 point 2: saved_model_dropout.py and determinism's dropout into "
-    "keras_tpu/layers/, a change of its own)",
-}
+BIG_FOLDERS = {}  # folder -> why it has more modules for now.
 CHECKED_FOLDERS = ("keras_tpu", "models", "scripts", "benchmarks", "examples", "tools")
 
 
@@ -459,7 +455,7 @@ ONE_LITERAL = {
 # these remove a process's own temp directory (tempfile.mkdtemp) below that layer.
 REMOVALS = ("rmtree", "os.remove", "os.unlink", "os.rmdir", "gfile.remove")
 OWN_TEMP_REMOVALS = {
-    "keras_tpu/runtime/saved_model_dropout.py": "its SavedModel copy, at exit (layer 1)",
+    "keras_tpu/layers/saved_model_dropout.py": "its SavedModel copy, at exit (layer 2)",
     "keras_tpu/engine/stops/cluster_stop.py": "a worker's scratch save (below rundir)",
 }
 

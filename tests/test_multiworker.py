@@ -268,7 +268,7 @@ def test_each_example_is_used_once_per_epoch_across_two_workers(tmp_path):
 
 
 # The default CNN: its batch norm's moving statistics are the per-replica state a
-# resume must continue exactly (runtime/strategy/replica_batch_norm.py).
+# resume must continue exactly (layers/replica_batch_norm.py).
 CNN_CLUSTER_FLAGS = [
     "--dataset=digits",
     "--variant=default",

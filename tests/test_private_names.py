@@ -120,7 +120,7 @@ ATTRIBUTE_ADAPTERS = {
         "its tripwire probes (the others read by name through read/write); "
         "test_every_private_attribute_exists_in_this_release",
     ),
-    "keras_tpu/runtime/strategy/replica_batch_norm.py": (
+    "keras_tpu/layers/replica_batch_norm.py": (
         {"_sync_calculate_mean_and_var"},
         "the override itself; tests/test_replica_batch_norm.py::"
         "test_one_all_reduce_gives_tf_keras_synced_moments, and PRIVATE_ATTRIBUTES' tripwire",

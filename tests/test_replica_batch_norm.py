@@ -1,11 +1,11 @@
-"""Tests for keras_tpu/runtime/strategy/replica_batch_norm.py on the session's 4 CPU replicas."""
+"""Tests for keras_tpu/layers/replica_batch_norm.py on the session's 4 CPU replicas."""
 
 import numpy as np
 import tensorflow as tf
 
 from keras_tpu import keras
 from models import cnn
-from keras_tpu.runtime.strategy import replica_batch_norm
+from keras_tpu.layers import replica_batch_norm
 
 
 def _train_two_steps(strategy, layer_fn):

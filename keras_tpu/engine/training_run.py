@@ -42,7 +42,7 @@ from keras_tpu.engine.task import task_builds
 from keras_tpu.runtime.strategy import cluster
 from keras_tpu.runtime.strategy import collective_deadline
 from keras_tpu.runtime import determinism
-from keras_tpu.runtime.strategy import replica_batch_norm
+from keras_tpu.layers import replica_batch_norm
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
 

@@ -12,8 +12,7 @@ Modules, in reading order:
   accelerators.py      per-replica memory of each accelerator, and which one a strategy runs on
   cpu_features.py      what the host CPU computes natively (bf16), from /proc/cpuinfo
   compat.py            tf_keras pinned as `keras`; the TensorFlow / tf_keras pair checked
-  determinism.py       seed every random source; ContentSeededDropout
-  saved_model_dropout.py  a TF Hub encoder's SavedModel dropout made deterministic
+  determinism.py       seed every random source; each random op's seed (op_seed)
   logs.py              how loud TensorFlow is (quiet in the scripts, --log_level)
   storage.py           where a path lives: this host's disk or remote storage (is_remote)
   private_names.py     tf_keras's and TensorFlow's private attributes: read or set only here

@@ -140,7 +140,7 @@ PRIVATE_ATTRIBUTES = {
         PrivateAttribute(
             "_sync_calculate_mean_and_var", "tf_keras BatchNormalization (overridden)",
             "SyncBatchNormalization's one all-reduce of the synced moments "
-            "(runtime/strategy/replica_batch_norm.py), which exact multi-replica resume rests on",
+            "(keras_tpu/layers/replica_batch_norm.py), which exact multi-replica resume rests on",
             "one warning at the layer's creation: exact resume of its statistics is off",
             lambda: has_method(keras.layers.BatchNormalization, "_sync_calculate_mean_and_var"),
         ),

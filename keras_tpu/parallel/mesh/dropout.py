@@ -25,10 +25,10 @@ dropout on.
 import tensorflow as tf
 from tensorflow.experimental import dtensor
 
-from keras_tpu.runtime import determinism
+from keras_tpu.layers import seeded_dropout
 
 
-class BatchSplitDropout(determinism.TrainingDropout):
+class BatchSplitDropout(seeded_dropout.TrainingDropout):
     """Dropout whose noise is laid out split on the mesh's "batch" dimension only.
 
     The noise comes from the layer's own tf.random.Generator, as keras Dropout's

@@ -2,7 +2,8 @@
 
 `resolve_strategy()` picks a TPU, a multi-worker cluster, GPUs or the CPU (falling back only
 under "auto", saying why), never blocking past its timeouts; a cluster's collectives are
-bounded by one watchdog per worker; batch norm keeps one value on every replica.
+bounded by one watchdog per worker. (The batch norm that keeps one value on every replica is
+a layer: keras_tpu/layers/replica_batch_norm.py.)
 
 Modules, in reading order:
   resolver.py            resolve_strategy, describe; the errors a user catches
@@ -11,10 +12,9 @@ Modules, in reading order:
   strategy_inspect.py    read a strategy object: kind, devices, cluster role, GPU
   cluster.py             multi-worker clusters from TF_CONFIG; the lost-worker line (worker_failure)
   collective_deadline.py CollectiveDeadline: one watchdog bounds a worker's collectives
-  replica_batch_norm.py  SyncBatchNormalization: moving statistics equal on every replica
   replica_spec.py        one replica's element spec of a distributed dataset
 
 Entry points: `resolver.resolve_strategy`, `resolver.describe`, `StrategyError` and its
 kinds, `collective_deadline.CollectiveDeadline`, `strategy_info.StrategyInfo` (public);
-`cluster.worker_failure` (engine/training_run.py), `replica_batch_norm` (keras_tpu/layers.py).
+`cluster.worker_failure` (engine/training_run.py).
 """

@@ -216,7 +216,7 @@ def export_preset_bert(preset, vocab_file, export_dir, seq_length=128, lower_cas
         weights, so what a fine-tuning run from them reaches is reproducible (it varied
         from 0.70 to 0.78 accuracy between unseeded exports on the sentence-pair recipe).
         None: unseeded. The encoder's dropout stays unseeded either way, as in TF Hub's
-        exports (a run makes it exact: runtime/saved_model_dropout.py).
+        exports (a run makes it exact: layers/saved_model_dropout.py).
 
     Returns:
       HubExport(encoder, preprocess), as `export_hf_bert`.

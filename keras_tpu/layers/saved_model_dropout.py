@@ -8,7 +8,7 @@ random state, tensorflow/tensorflow#28302). hub.KerasLayer has no seed argument.
 
 `seeded_copy` rewrites each dropout's `RandomUniform(Shape(x))` into
 `StatelessRandomUniform(Shape(x), seed)` with the seed from
-`determinism.content_seed(x, op seed)`: the masks are then a function of the
+`seeded_dropout.content_seed(x, op seed)`: the masks are then a function of the
 values they drop and the run's seed. A fixed seed on the stateful op would make
 reruns equal but not resumes, whose kernels start their sequences again at 0
 (tensorflow/tensorflow#9171). The rewritten copy lives in a temporary directory
@@ -53,7 +53,7 @@ def _node(function, name, op, inputs, **attrs):
 
 
 def _content_seed_nodes(function, prefix, x, x_dtype, seed):
-    """Add the nodes of `determinism.content_seed(x, seed)`; return the seed's input name."""
+    """Add the nodes of `seeded_dropout.content_seed(x, seed)`; return the seed's input name."""
     int32, float32 = types_pb2.DT_INT32, types_pb2.DT_FLOAT
     _node(function, f"{prefix}/flat_shape", "Const", [],
           value=_attr(tensor=tf.constant([-1], tf.int32)), dtype=_attr(type=int32))
