@@ -54,6 +54,7 @@ from keras_tpu.engine.run_config import setting  # noqa: E402
 from keras_tpu.engine.trainer import fit  # noqa: E402
 from keras_tpu.engine.conclude.summary import RunSummary  # noqa: E402
 from keras_tpu.engine.stops.stop import RunStopped  # noqa: E402
+from keras_tpu.engine.callbacks.reduce_lr_on_plateau import ReduceLROnPlateau  # noqa: E402
 from keras_tpu.engine.registry import register_task  # noqa: E402
 from keras_tpu.engine.trainer import strategy_for  # noqa: E402
 from keras_tpu.engine.trainer import CONFIG_ERRORS  # noqa: E402
@@ -91,6 +92,7 @@ __all__ = [
     "fit",
     "RunSummary",
     "RunStopped",
+    "ReduceLROnPlateau",
     "register_task",
     "strategy_for",
     "CONFIG_ERRORS",

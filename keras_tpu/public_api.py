@@ -21,6 +21,7 @@ TOP_LEVEL = (
     "keras_tpu.engine.trainer:fit",
     "keras_tpu.engine.conclude.summary:RunSummary",
     "keras_tpu.engine.stops.stop:RunStopped",
+    "keras_tpu.engine.callbacks.reduce_lr_on_plateau:ReduceLROnPlateau",
     "keras_tpu.engine.registry:register_task",
     "keras_tpu.engine.trainer:strategy_for",
     "keras_tpu.engine.trainer:CONFIG_ERRORS",

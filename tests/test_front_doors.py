@@ -151,6 +151,7 @@ def test_the_callbacks_front_door_lists_a_runs_callbacks_in_their_order(tmp_path
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     from keras_tpu.engine.callbacks import callback_list  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.callbacks import reduce_lr_on_plateau  # pylint: disable=g-import-not-at-top
     from keras_tpu.engine.stops import early_stopping  # pylint: disable=g-import-not-at-top
     from keras_tpu.engine.stops import fault_points  # pylint: disable=g-import-not-at-top
     from keras_tpu.engine.stops import preemption  # pylint: disable=g-import-not-at-top
@@ -165,7 +166,7 @@ def test_the_callbacks_front_door_lists_a_runs_callbacks_in_their_order(tmp_path
             progress_seconds=5.0, preemption=preemption.Preemption(),
             deadline=collective_deadline.CollectiveDeadline(60),
             early_stop=early_stopping.EarlyStop("val_loss", "min", 2),
-            extra=(early_stopping.ReduceLROnPlateau(),), **kwargs,
+            extra=(reduce_lr_on_plateau.ReduceLROnPlateau(),), **kwargs,
         ).all  # fmt: skip
 
     section = _listed_callbacks()

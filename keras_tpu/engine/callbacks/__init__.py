@@ -1,7 +1,7 @@
 """A run's callback list, in `fit` order, and the callbacks that add to its epoch logs.
 
 One place builds and orders every callback of a run, wherever it lives:
-`callback_list.make_callbacks`. This folder holds 6 of them; the others sit with their concern.
+`callback_list.make_callbacks`. This folder holds 7 of them; the others sit with their concern.
 
 Modules, in reading order:
   callback_list.py   make_callbacks: the run's callbacks in order (RunCallbacks); io_options
@@ -9,6 +9,7 @@ Modules, in reading order:
   progress.py        progress lines during long epochs (ProgressLogger)
   best_tracker.py    what "best" means (BestTracker) and model_dir/best (BestWeights)
   resource_use.py    threads, memory and open files after each epoch (ResourceUse)
+  reduce_lr_on_plateau.py  ReduceLROnPlateau with its counters backed up (public; a Task's)
 
 The run's callbacks, in order (* only when a setting asks for it):
    1. FaultCallback         stops/fault_points.py    * a test's KERAS_TPU_FAULT_POINT
@@ -18,7 +19,7 @@ The run's callbacks, in order (* only when a setting asks for it):
    5. LearningRateLogger    log_callbacks.py
    6. NaNGuard              stops/nan_stop.py
    7. the Task's callbacks  `Task(callbacks=...)`, checked by task/task_builds.build_callbacks:
-                            e.g. ReduceLROnPlateau (stops/early_stopping.py: resumes exactly),
+                            e.g. ReduceLROnPlateau (reduce_lr_on_plateau.py: resumes exactly),
                             the CNN's FreezeBackbone, SaveBackboneWeights (models/cnn/backbones.py),
                             BERT's ExtraEvaluation (models/bert/glue/extra_eval.py)
    8. ProgressLogger        progress.py              * verbose=2 and progress_seconds
@@ -33,5 +34,6 @@ The run's callbacks, in order (* only when a setting asks for it):
 also bounds each evaluation (`Backend.evaluation_callbacks`).
 
 Entry points: `callback_list.make_callbacks` (training_run.py), `best_tracker.BestTracker`
-(task/task.py, conclude/summary.py), `log_callbacks.exact_loss` (steps/compiling.py).
+(task/task.py, conclude/summary.py), `log_callbacks.exact_loss` (steps/compiling.py),
+`reduce_lr_on_plateau.ReduceLROnPlateau` (public: keras_tpu.ReduceLROnPlateau).
 """

@@ -12,8 +12,9 @@ stopped and why (`summary["stopped_early"]`).
 
 Stock Keras callbacks with state across epochs (`EarlyStopping`,
 `ReduceLROnPlateau`) are refused in `Task(callbacks=...)` with one line naming
-the resumable route (`refuse_stock_stateful`); `ReduceLROnPlateau` here is the
-stock one with its counters backed up.
+the resumable route (`refuse_stock_stateful`); the resumable `ReduceLROnPlateau`, the
+stock one with its counters backed up, is a callback a Task configures:
+engine/callbacks/reduce_lr_on_plateau.py (public: `keras_tpu.ReduceLROnPlateau`).
 """
 
 import dataclasses
@@ -123,34 +124,6 @@ class EarlyStop(keras.callbacks.Callback):
         )
 
 
-class ReduceLROnPlateau(keras.callbacks.ReduceLROnPlateau):
-    """Keras's ReduceLROnPlateau with its counters backed up: a resumed run reduces alike.
-
-    The learning rate it sets lives in the optimizer, which every backup holds; its
-    counters (`best`, `wait`, `cooldown_counter`) are reset by the stock
-    `on_train_begin`, so the restored ones are applied after it.
-    """
-
-    _STATE = ("best", "wait", "cooldown_counter")
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._restored = None
-
-    def state_dict(self):
-        return {name: float(getattr(self, name)) for name in self._STATE}
-
-    def load_state_dict(self, state):
-        self._restored = dict(state)
-        for name, value in state.items():
-            setattr(self, name, value)
-
-    def on_train_begin(self, logs=None):
-        super().on_train_begin(logs)  # Resets the counters...
-        if self._restored is not None:  # ...which a resumed run must keep.
-            self.load_state_dict(self._restored)
-
-
 def refuse_stock_stateful(callback):
     """Raise ConfigError for a stock Keras callback whose state a resume would lose.
 
@@ -169,6 +142,5 @@ def refuse_stock_stateful(callback):
         raise checks.ConfigError(
             "Task.callbacks holds keras.callbacks.ReduceLROnPlateau, whose counters are not "
             "backed up: a resumed run would reduce the learning rate at other epochs. Use "
-            "keras_tpu.engine.stops.early_stopping.ReduceLROnPlateau (the same arguments), which "
-            "resumes exactly."
+            "keras_tpu.ReduceLROnPlateau (the same arguments), which resumes exactly."
         )
