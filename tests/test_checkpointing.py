@@ -154,7 +154,7 @@ def test_a_peer_lost_during_a_cluster_save_is_the_lost_worker_not_a_write_error(
     monkeypatch.setattr(write, "save", peer_killed)
     with pytest.raises((tf.errors.UnavailableError, keras_tpu.RunStopped)) as e:
         backup.save()
-    # On a cluster the run turns it into "the cluster lost worker 1" (cluster.worker_failure).
+    # On a cluster the run turns it into "the cluster lost worker 1" (lost_worker.worker_failure).
     assert (e.value is lost) == multi_worker
     assert not list((tmp_path / "backup" / "chief").glob("ckpt-5*"))
 

@@ -21,6 +21,7 @@ from keras_tpu.engine import config_yaml
 from keras_tpu.engine.task import data_checks
 from keras_tpu.engine.stops import early_stopping
 from keras_tpu.engine.stops import fault_points
+from keras_tpu.engine.stops import lost_worker
 from keras_tpu.engine.conclude import final_evaluation
 from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.rundir import leftovers
@@ -114,7 +115,7 @@ class TrainingRun:
                 # Before the restore: the chief's backup directory tells whether one exists.
                 holds = checkpointing.holds_a_backup(self.config.model_dir)
                 saved = 0 if holds is False else None
-            failure = cluster.worker_failure(
+            failure = lost_worker.worker_failure(
                 e, self.info, self.config.model_dir, self.config.backup, saved_step=saved,
                 phase=preemption_lib.PHASES[self.preemption.phase],
             )  # fmt: skip

@@ -248,7 +248,7 @@ class Backup(keras.callbacks.Callback):
         except (tf.errors.OpError, OSError) as e:
             write.discard(step)  # Never a kept backup: pruning follows a successful save only.
             if self.multi_worker and cluster.lost_peer(e):
-                raise  # A worker died during the save: the run names it (cluster.worker_failure).
+                raise  # A worker died during the save: the run names it (lost_worker.worker_failure).
             raise stops.Stop.disk(self._write_error(write.directory, e)).error() from e
         self.saved_step = step
 

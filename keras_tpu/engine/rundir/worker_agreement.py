@@ -37,6 +37,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tpu.engine.rundir import run_identity
+from keras_tpu.engine.stops import lost_worker
 from keras_tpu.runtime.strategy import cluster
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
 
@@ -192,7 +193,7 @@ def agree(strategy, values, *, model_dir=None, backup=True):
 
     Raises:
       WorkersDisagree: naming each differing setting, its values and its workers.
-      ClusterError: a worker was lost while they compared (cluster.worker_failure).
+      ClusterError: a worker was lost while they compared (stops/lost_worker.worker_failure).
     """
     info = StrategyInfo.of(strategy)
     if not info.is_multi_worker:
@@ -202,7 +203,7 @@ def agree(strategy, values, *, model_dir=None, backup=True):
         rows = _all_gather(strategy, encode(this))
     except cluster.FAILURE_ERRORS as e:
         phase = "while the workers compared their settings"
-        raise cluster.worker_failure(e, info, model_dir, backup, phase=phase) from e
+        raise lost_worker.worker_failure(e, info, model_dir, backup, phase=phase) from e
     claims = list({c.worker: c for c in map(decode, rows)}.values())  # One a worker.
     found = differences(claims)
     if found:

@@ -1,6 +1,6 @@
 """A preempted worker stops the whole cluster at one step, every worker backed up at it.
 
-(A worker that is lost rather than preempted: its one line is runtime/strategy/cluster.worker_failure,
+(A worker that is lost rather than preempted: its one line is lost_worker.worker_failure,
 raised by training_run.py as `stop.Stop.lost_worker`.)
 
 On a `MultiWorkerMirroredStrategy` cluster (or a TPU VM pod) the SIGTERM of a

@@ -10,11 +10,12 @@ Modules, in reading order:
   strategy_builders.py   one builder per kind: TPU, multi-worker, GPUs, one GPU, CPU, rehearsal
   strategy_info.py       StrategyInfo: what a resolved strategy is (kind, role, precision rule)
   strategy_inspect.py    read a strategy object: kind, devices, cluster role, GPU
-  cluster.py             multi-worker clusters from TF_CONFIG; the lost-worker line (worker_failure)
+  cluster.py             multi-worker clusters from TF_CONFIG; which errors mean a lost worker
   collective_deadline.py CollectiveDeadline: one watchdog bounds a worker's collectives
   replica_spec.py        one replica's element spec of a distributed dataset
 
 Entry points: `resolver.resolve_strategy`, `resolver.describe`, `StrategyError` and its
 kinds, `collective_deadline.CollectiveDeadline`, `strategy_info.StrategyInfo` (public);
-`cluster.worker_failure` (engine/training_run.py).
+`cluster.FAILURE_ERRORS` (engine/training_run.py). One room away: the lost-worker line's
+text is keras_tpu/engine/stops/lost_worker.py (runtime never imports the engine).
 """

@@ -16,7 +16,7 @@ epoch 27 of 30.
 and phase; when no kick came for `timeout` seconds, the thread aborts this worker's
 collectives (`abort_collectives`), and the collective the worker waits in raises
 `DeadlineExceededError` ("Collective ops is aborted by: ..."), which
-`cluster.worker_failure` explains. The bound is on progress rather than on one
+engine/stops/lost_worker.py explains. The bound is on progress rather than on one
 collective: an execution of `steps_per_execution` steps, an evaluation batch or a
 backup that takes longer than `timeout` on a healthy cluster is stopped as stuck
 (300 s by default, far above any of them here).
