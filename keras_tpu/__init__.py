@@ -28,7 +28,7 @@ Modules, in reading order (each folder's __init__.py is its front door):
   inference/     predict and evaluate after training
   parallel/      weights split across devices (the DTensor mesh)
   chip_acceptance/  the acceptance command: the docs' TPU claims checked on a chip, one report
-  checks.py      argument checks and their one-line errors (ConfigError)
+  checks.py      argument checks and their one-line errors (ConfigError, StrategyError)
   metrics.py     GLUE's metrics, exact over every example (public)
   plots.py       matplotlib helpers for notebooks
   public_api.py  the public API, declared once
@@ -75,7 +75,7 @@ from keras_tpu.runtime.strategy.strategy_info import StrategyInfo  # noqa: E402
 from keras_tpu.readiness.doctor import doctor  # noqa: E402
 from keras_tpu.chip_acceptance.run import acceptance  # noqa: E402
 from keras_tpu.chip_acceptance.main_job import AcceptanceJob  # noqa: E402
-from keras_tpu.runtime.strategy.resolver import StrategyError  # noqa: E402
+from keras_tpu.checks import StrategyError  # noqa: E402
 from keras_tpu.runtime.strategy.resolver import DeviceConfigError  # noqa: E402
 from keras_tpu.runtime.strategy.resolver import TPUConnectionError  # noqa: E402
 from keras_tpu.runtime.strategy.resolver import TPUUnusableError  # noqa: E402

@@ -4,6 +4,10 @@ Every check raises `ConfigError`, a `ValueError` whose message names the argumen
 the value, the limit and, where there is one, the fix. Scripts print a
 `ConfigError` as one `error: ...` line and exit 2; any other exception keeps its
 traceback, because it is a bug to report rather than a setting to change.
+
+`StrategyError` (public: keras_tpu.StrategyError), the requested strategy impossible on this
+machine, is said the same way; it lives here, below runtime/, so that runtime/strategy/ and
+runtime/tpu/ both raise its kinds without importing each other.
 """
 
 import numbers
@@ -36,6 +40,10 @@ _PRECISION_ALIASES = {
 
 class ConfigError(ValueError):
     """A setting is wrong; the message names it, its value, the limit and the fix."""
+
+
+class StrategyError(RuntimeError):
+    """The requested strategy cannot be built here; the message says why."""
 
 
 def _is_int(value):

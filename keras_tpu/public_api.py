@@ -43,7 +43,7 @@ TOP_LEVEL = (
     "keras_tpu.readiness.doctor:doctor",
     "keras_tpu.chip_acceptance.run:acceptance",
     "keras_tpu.chip_acceptance.main_job:AcceptanceJob",
-    "keras_tpu.runtime.strategy.resolver:StrategyError",
+    "keras_tpu.checks:StrategyError",
     "keras_tpu.runtime.strategy.resolver:DeviceConfigError",
     "keras_tpu.runtime.strategy.resolver:TPUConnectionError",
     "keras_tpu.runtime.strategy.resolver:TPUUnusableError",

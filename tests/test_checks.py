@@ -43,3 +43,14 @@ def test_config_errors_are_value_errors_and_missing_files_are_both():
     assert issubclass(checks.ConfigError, ValueError)
     assert issubclass(checks.MissingFileError, FileNotFoundError)
     assert issubclass(checks.MissingFileError, checks.ConfigError)
+
+
+def test_strategy_error_is_public_and_the_base_of_every_device_error():
+    """StrategyError lives beside ConfigError, below runtime/: tpu/ and strategy/ both reach it."""
+    import keras_tpu  # pylint: disable=g-import-not-at-top
+
+    assert keras_tpu.StrategyError is checks.StrategyError
+    for kind in (keras_tpu.TPUConnectionError, keras_tpu.DeviceConfigError,
+                 keras_tpu.TPUUnusableError):  # fmt: skip
+        assert issubclass(kind, checks.StrategyError)
+    assert checks.StrategyError in keras_tpu.CONFIG_ERRORS  # Said as one `error:` line.

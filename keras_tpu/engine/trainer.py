@@ -54,7 +54,7 @@ from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
 # Errors that mean "the configuration is wrong": scripts print them as one line (exit 2).
 CONFIG_ERRORS = (
     checks.ConfigError,
-    resolver.StrategyError,
+    checks.StrategyError,
     data.DatasetUnavailableError,
     cluster.ClusterError,
 )

@@ -14,8 +14,8 @@ Modules, in reading order:
   collective_deadline.py CollectiveDeadline: one watchdog bounds a worker's collectives
   replica_spec.py        one replica's element spec of a distributed dataset
 
-Entry points: `resolver.resolve_strategy`, `resolver.describe`, `StrategyError` and its
-kinds, `collective_deadline.CollectiveDeadline`, `strategy_info.StrategyInfo` (public);
+Entry points: `resolver.resolve_strategy`, `resolver.describe`, `StrategyError`'s kinds (the
+base class is keras_tpu/checks.py's, which tpu/ raises too), `collective_deadline.CollectiveDeadline`, `strategy_info.StrategyInfo` (public);
 `cluster.FAILURE_ERRORS` (engine/training_run.py). One room away: the lost-worker line's
 text is keras_tpu/engine/stops/lost_worker.py (runtime never imports the engine).
 """

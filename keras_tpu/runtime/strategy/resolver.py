@@ -21,10 +21,10 @@ from keras_tpu.runtime.strategy import strategy_info as strategy_info_lib
 from keras_tpu.runtime.tpu import tpu_connect
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
 
-# The device errors' public home is here (keras_tpu/public_api.py); each is defined where raised.
+# The device errors' public home is here (keras_tpu/public_api.py); each is defined where raised
+# (their base, StrategyError, in keras_tpu/checks.py).
 from keras_tpu.runtime.strategy.strategy_builders import DeviceConfigError  # noqa: F401
 from keras_tpu.runtime.strategy.strategy_builders import TPUUnusableError  # noqa: F401
-from keras_tpu.runtime.strategy.strategy_info import StrategyError  # noqa: F401
 from keras_tpu.runtime.tpu.tpu_connect import TPUConnectionError  # noqa: F401
 
 log = logging.getLogger(__name__)

@@ -11,11 +11,11 @@ import dataclasses
 import tensorflow as tf
 
 from keras_tpu import checks
+from keras_tpu.checks import StrategyError
 from keras_tpu.runtime.strategy import cluster as cluster_lib
 from keras_tpu.runtime import detect
 from keras_tpu.runtime.strategy import strategy_info as strategy_info_lib
 from keras_tpu.runtime.tpu import tpu_connect
-from keras_tpu.runtime.strategy.strategy_info import StrategyError
 from keras_tpu.runtime.tpu.tpu_health import tpu_blockers
 
 

@@ -27,10 +27,6 @@ from keras_tpu.runtime.strategy.strategy_inspect import (  # noqa: F401  (strate
 _registry = {}
 
 
-class StrategyError(RuntimeError):
-    """The requested strategy cannot be built here; the message says why."""
-
-
 KINDS = ("tpu", "multi_worker", "mirrored", "one_device", "cpu")
 _WHERE = {
     "tpu": "TPU",

@@ -11,8 +11,8 @@ import threading
 
 import tensorflow as tf
 
+from keras_tpu.checks import StrategyError
 from keras_tpu.runtime.tpu import tpu_address
-from keras_tpu.runtime.strategy.strategy_info import StrategyError
 
 DEFAULT_CONNECT_TIMEOUT = 60.0  # Seconds for a TPU address (or every worker) to answer.
 DEFAULT_INIT_TIMEOUT = 600.0  # Seconds for the TPU system to initialise.
