@@ -500,6 +500,7 @@ import sys, time
 import numpy as np
 import keras_tpu
 from keras_tpu.engine.callbacks import resource_use
+from keras_tpu.engine.stops import lost_worker
 from keras_tpu.runtime.strategy import cluster
 from keras_tpu import keras
 hosts, index = sys.argv[1], int(sys.argv[2])
@@ -522,7 +523,7 @@ try:
                   callbacks=[deadline, Stall()])
 except cluster.FAILURE_ERRORS as e:
     print(f"stopped after {time.monotonic() - start:.1f} s", flush=True)
-    print(cluster.worker_failure(e, keras_tpu.runtime.strategy.resolver.strategy_info(strategy)), flush=True)
+    print(lost_worker.worker_failure(e, keras_tpu.runtime.strategy.resolver.strategy_info(strategy)), flush=True)
     sys.exit(3)
 """
 
