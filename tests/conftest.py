@@ -31,7 +31,7 @@ import tensorflow as tf  # noqa: E402
 import keras_tpu  # noqa: E402,F401  (pins tf_keras before anything touches tf.keras)
 from tests import forkserver  # noqa: E402
 
-# Heaviest files first under `-n 2 --dist=loadfile` (tests/file_order.py).
+# Heaviest files first under `-n 3 --dist=loadfile` (tests/file_order.py).
 pytest_plugins = ["tests.file_order"]
 
 CPU_REPLICAS = 4

@@ -1,4 +1,4 @@
-"""Heaviest test files first, so that `-n 2 --dist=loadfile` ends with both workers busy.
+"""Heaviest test files first, so that `-n 3 --dist=loadfile` (CI's) ends with every worker busy.
 
 pytest-xdist's `loadfile` hands each worker one whole file at a time (a file's module-scoped
 reference runs are then computed once). By default it queues the files with the most tests
@@ -28,7 +28,7 @@ def pytest_addoption(parser):
         "--store-file-durations",
         action="store_true",
         help=f"write each file's measured duration to {os.path.basename(RECORD)} (the order "
-        "that -n 2 --dist=loadfile queues files in, heaviest first)",
+        "that -n 3 --dist=loadfile queues files in, heaviest first)",
     )
 
 

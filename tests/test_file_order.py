@@ -1,4 +1,4 @@
-"""Tests for tests/file_order.py: the order `-n 2 --dist=loadfile` queues test files in."""
+"""Tests for tests/file_order.py: the order `-n 3 --dist=loadfile` queues test files in."""
 
 import configparser
 import os
