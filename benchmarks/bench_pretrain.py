@@ -36,7 +36,7 @@ with the tied projection); MFU divides them by the float32 matmul peak (bench_pe
 measured in the parent or read from --peak_json). fp32 always; bf16 too where the CPU
 multiplies bfloat16 natively.
 
-  nice -n 15 python benchmarks/bench_pretrain.py --json=benchmarks/results/bench_pretrain.json \
+  python benchmarks/bench_pretrain.py --json=benchmarks/results/bench_pretrain.json \
       --png=benchmarks/results/bench_pretrain.png
 """
 
