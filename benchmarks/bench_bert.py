@@ -192,18 +192,10 @@ def _setup(tmp_dir, examples):
 
 
 def _peak(results):
-    if FLAGS.peak_json:
-        with open(FLAGS.peak_json) as f:
-            peak = json.load(f)["peak"]
-        results["peak_source"] = FLAGS.peak_json
-    else:
-        from bench_peak import measure  # pylint: disable=g-import-not-at-top
+    from bench_peak import peak_into  # pylint: disable=g-import-not-at-top
 
-        dtypes = ["float32"] + (["bfloat16"] if _machine.has_bf16() else [])
-        peak = measure(FLAGS.peak_size, dtypes, max(3, FLAGS.repeats))
-        results["peak_source"] = f"measured in process, matmul {FLAGS.peak_size}^3"
-    results["peak"] = peak
-    return peak["float32"]["gflops_median"] * 1e9
+    dtypes = ["float32"] + (["bfloat16"] if _machine.has_bf16() else [])
+    return peak_into(results, FLAGS.peak_json, FLAGS.peak_size, dtypes, max(3, FLAGS.repeats))
 
 
 def _precision_ratios(runs):

@@ -43,6 +43,7 @@ import time
 from absl import app
 from absl import flags
 
+import _dataset_graph
 import _machine
 import _reports
 import _timing
@@ -381,38 +382,6 @@ _SPREAD = {
 }
 
 
-def _int_consts(nodes):
-    """Return {node name: value} of the scalar integer constants among `nodes`."""
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-    found = {}
-    for node in nodes:
-        if node.op == "Const" and node.attr["value"].tensor.dtype in (
-            tf.int64.as_datatype_enum, tf.int32.as_datatype_enum
-        ):  # fmt: skip
-            value = tf.make_ndarray(node.attr["value"].tensor)
-            if value.size == 1:
-                found[node.name] = int(value.reshape(()))
-    return found
-
-
-def _parallelism(node, consts):
-    """Return (num_parallel_calls, cycle_length) of a dataset node (None where it has none).
-
-    -1 is AUTOTUNE. Positions follow the ops' definitions: a parallel map's and an
-    interleave's num_parallel_calls is their last input, a parallel batch's its third,
-    an interleave's cycle_length the fifth from last.
-    """
-    inputs = [consts.get(name.split(":")[0]) for name in node.input if not name.startswith("^")]
-    if node.op in ("ParallelMapDatasetV2",):
-        return inputs[-1], None
-    if node.op == "ParallelBatchDataset":
-        return inputs[2], None
-    if node.op == "ParallelInterleaveDatasetV4":
-        return inputs[-1], inputs[-5]
-    return None, None
-
-
 def _stage(node, where, readers):
     """Return (stage, how it runs, function name) of a dataset node; stage None: not a stage.
 
@@ -456,21 +425,19 @@ def run_stages(dataset):
     finally:
         determinism.seed_everything(0, deterministic=False)
     rows = []
-    functions = [("pipeline", graph.node)] + [
-        (f.signature.name, f.node_def) for f in graph.library.function
-    ]
+    functions = _dataset_graph.functions(graph)
     readers = {
         node.attr["f"].func.name: _OPS[node.op][1]
         for _, nodes in functions for node in nodes
         if node.op in ("ParallelInterleaveDatasetV4", "InterleaveDataset")
     }  # fmt: skip
     for where, nodes in functions:
-        consts = _int_consts(nodes)
+        consts = _dataset_graph.int_consts(nodes)
         for node in nodes:
             stage, runs, function = _stage(node, where, readers)
             if stage is None:
                 continue
-            calls, cycle = _parallelism(node, consts)
+            calls, cycle = _dataset_graph.parallelism(node, consts)
             rows.append({
                 "stage": stage, "op": node.op, "runs": runs, "num_parallel_calls": calls,
                 "cycle_length": cycle, "function": function, "in": where,
@@ -478,10 +445,6 @@ def run_stages(dataset):
             })  # fmt: skip
     one_thread = sorted({r["stage"] for r in rows if r["runs"] == _ONE_THREAD})
     return rows, one_thread
-
-
-def _calls(value):
-    return {None: "-", -1: "AUTOTUNE"}.get(value, value)
 
 
 def _plot(results):
@@ -549,7 +512,7 @@ def main(argv):
         print("(C) the toolkit pipeline's stages, as tf.data runs them (op determinism on)")
         _reports.print_table(
             ["stage", "op", "runs", "parallel calls", "cycle"],
-            [[r["stage"], r["op"], r["runs"], _calls(r["num_parallel_calls"]),
+            [[r["stage"], r["op"], r["runs"], _dataset_graph.calls_text(r["num_parallel_calls"]),
               r["cycle_length"] or "-"] for r in results["stages"]["rows"]],
         )  # fmt: skip
         print("stages on one thread:", "; ".join(results["stages"]["on_one_thread"]) or "none")

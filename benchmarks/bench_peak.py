@@ -8,6 +8,8 @@ FLOPs by for MFU. The warm-up call (trace, oneDNN kernel choice) is not timed.
       --png=benchmarks/results/peak.png
 """
 
+import json
+
 from absl import app
 from absl import flags
 
@@ -31,6 +33,22 @@ def measure(size, dtypes, repeats):
             "samples": [round(s, 1) for s in samples],
         }
     return results
+
+
+def peak_into(results, peak_json, size, dtypes, repeats):
+    """Put the peak in `results` (read from `peak_json`, else measured); return fp32 FLOP/s.
+
+    Shared by the benchmarks that give MFU (bench_bert.py, bench_pretrain.py).
+    """
+    if peak_json:
+        with open(peak_json) as f:
+            peak = json.load(f)["peak"]
+        results["peak_source"] = peak_json
+    else:
+        peak = measure(size, dtypes, repeats)
+        results["peak_source"] = f"measured in process, matmul {size}^3"
+    results["peak"] = peak
+    return peak["float32"]["gflops_median"] * 1e9
 
 
 def main(argv):

@@ -352,3 +352,43 @@ def test_bench_images(tmp_path):
     assert "shuffle (a pass's file names)" in stages
     assert results["stages"]["on_one_thread"] == []
     assert "toolkit_vs_tfmodels" in stdout and "stages on one thread" in stdout
+
+
+@pytest.mark.heavy  # Opt-in (`-m heavy`): benchmark smoke run (five fresh processes).
+def test_bench_pretrain(tmp_path):
+    results, stdout = run_benchmark(
+        tmp_path, "bench_pretrain.py", "--max_sentences=400", "--seq_length=32", "--batch=8",
+        "--steps_per_epoch=4", "--repeats=1", "--rounds=1", "--pipeline_batches=4",
+        "--max_predictions_per_seq=5", "--plain_steps_per_execution=2", "--peak_size=256",
+        "--precisions=fp32", "--sides=toolkit,plain",
+    )  # fmt: skip
+    runs = [(r["side"], r["precision"], r["turn"]) for r in results["runs"]]
+    assert runs == [("toolkit", "fp32", 0), ("plain", "fp32", 0)]
+    sides = results["sides"]
+    for name in ("toolkit_fp32", "plain_fp32"):
+        side = sides[name]
+        assert len(side["samples"]) == 1 and side["examples_per_second"] > 0
+        assert side["tokens_per_second"] == round(side["examples_per_second"] * 32, 1)
+        assert 0 < side["mfu_vs_fp32_peak"] and side["precision_policy"] == "float32"
+    # Each side ran in a process of its own, without glibc's malloc tuned.
+    assert all(r["result"]["glibc_tunables"] is None for r in results["runs"])
+    # The same model on both sides: the plain side's weights are the toolkit model's.
+    assert results["runs"][1]["result"]["trainable_weights"] == results["trainable_weights"]
+    assert results["ratios"]["toolkit_vs_plain_fp32"] == pytest.approx(
+        sides["toolkit_fp32"]["examples_per_second"] / sides["plain_fp32"]["examples_per_second"],
+        abs=2e-3,
+    )
+    pipeline = results["pipeline"]
+    for name in ("pack", "streamed", "cached"):
+        assert pipeline[f"{name}_examples_per_second"] > 0
+        assert results["ratios"][f"pipeline_{name}_vs_training"] > 0
+    stages = {row["stage"]: row["runs"] for row in pipeline["stages"]}
+    # Masking runs in parallel; no function runs per sequence on one thread: at most the
+    # tokenising map (sequential under op determinism: tensorflow_text's op is stateful)
+    # and the unbatch of each pack's rows.
+    assert stages["mask (the Masker, a batch a call)"] == "parallel"
+    assert set(pipeline["one_thread_stages"]) <= {
+        "tokenise (WordPiece, 256 lines a call)", "unbatch (the pack's rows, a call a pack)"
+    }
+    assert results["corpus"]["sentences"] == 400 and "load_before" in results["load"]
+    assert "toolkit_vs_plain_fp32" in stdout and "tokens/s" in stdout

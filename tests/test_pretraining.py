@@ -113,6 +113,34 @@ def test_corpus_source_numbers_its_sequences(corpus, tmp_path):
     assert sorted(halves[0] + halves[1]) == indices
 
 
+@pytest.mark.parametrize("op_determinism", [False, True])
+def test_the_text_path_calls_no_function_per_sequence_and_tokenises_in_parallel(
+    corpus, op_determinism
+):
+    # Framing is done a batch at a time in the pack, numbering by a counter: no map per
+    # sequence (60-80 us a call on one thread here). The tokenising map is parallel; with
+    # op determinism on (a run's default) tf.data's make_deterministic rewrite makes it
+    # sequential, tensorflow_text's WordpieceTokenizeWithOffsets being a stateful op: then
+    # it is the one map on one thread (benchmarks/bench_pretrain.py measures its rate).
+    from keras_tpu.data import pipelines  # pylint: disable=g-import-not-at-top
+    from keras_tpu.runtime import determinism  # pylint: disable=g-import-not-at-top
+
+    source = text_corpus.corpus_source(
+        corpus["path"], corpus["preprocessor"], corpus["vocabulary"], 32
+    )
+    determinism.seed_everything(0, deterministic=op_determinism)
+    try:
+        graph = pipelines.graph_as_run(source.open_shard(1, 0, True))
+    finally:
+        determinism.seed_everything(0, deterministic=False)
+    calls = [(n.op, n.attr["f"].func.name) for n in graph.node
+             if n.op in ("MapDataset", "ParallelMapDatasetV2", "ScanDataset")]  # fmt: skip
+    assert [op for op, f in calls if "scan_pack" in f] == ["ScanDataset"]  # The one carry.
+    maps = [(op, f) for op, f in calls if op != "ScanDataset"]
+    assert len(calls) == 2 and len(maps) == 1 and "tokens" in maps[0][1]
+    assert maps[0][0] == ("MapDataset" if op_determinism else "ParallelMapDatasetV2")
+
+
 def test_a_vocabulary_without_mask_and_missing_files_are_refused(tmp_path):
     vocab = bert_text.write_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a"], str(tmp_path / "v.txt"))
     with pytest.raises(checks.ConfigError, match=r"no \[MASK\] token"):

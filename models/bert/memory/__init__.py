@@ -12,7 +12,7 @@ Modules, in reading order:
   batch_search.py          plan(): the largest per-replica batch, or the K that makes it fit
   fit_warning.py           check_fits(): the warning a run logs before compiling
   bert_introspect.py       a built model's BERT sizes and compute precision
-  bert_flops.py            training FLOPs per example (for MFU)
+  bert_flops.py            training FLOPs per example (for MFU), the masked-LM step's too
 
 Entry points: `planner` (scripts/plan_memory.py; bert_task.py: check_fits),
 `bert_flops.training_flops_per_example` (models.bert).

@@ -33,3 +33,24 @@ def training_flops_per_example(model, seq_length):
             f"model {model.name!r} has no BERT layers (transformer/layer_i) or pooler."
         )
     return 6 * weights * seq_length + 12 * len(layers) * seq_length**2 * hidden
+
+
+def pretraining_flops_per_example(model, seq_length, max_predictions_per_seq):
+    """Return the training FLOPs of one example of BERT's masked-LM step (for MFU).
+
+    `model` is `mlm_head.build_pretraining_model`'s: the encoder (its sub-model
+    "bert_encoder") counted as `training_flops_per_example` without its pooler (the masked
+    LM never uses it: no gradient, pruned from the step), plus the head ("masked_lm") at
+    the `max_predictions_per_seq` masked positions only: 6 FLOPs per head weight (dense,
+    layer norm, output bias) and per weight of the tied projection (the vocab x hidden
+    word-embedding table) per prediction.
+    """
+    encoder, head = model.get_layer("bert_encoder"), model.get_layer("masked_lm")
+    pooler = sum(
+        int(np.prod(v.shape)) for v in encoder.trainable_variables if "pooler" in v.name
+    )
+    table = head.embedding_table
+    weights = sum(int(np.prod(v.shape)) for v in head.trainable_variables if v is not table)
+    weights += int(np.prod(table.shape))
+    encoder_flops = training_flops_per_example(encoder, seq_length) - 6 * pooler * seq_length
+    return encoder_flops + 6 * weights * max_predictions_per_seq

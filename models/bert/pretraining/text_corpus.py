@@ -135,21 +135,23 @@ def packed_sequences(files, preprocessor, vocabulary, seq_length, documents="lin
         lengths = tf.concat([lengths, tf.fill([tf.cast(rest, tf.int32)], size - full)], axis=0)
         rows = tf.RaggedTensor.from_row_lengths(stream[:taken], lengths)
         previous = tf.concat([[previous], stream], axis=0)[-1]
-        return (stream[taken:], previous), rows
+        return (stream[taken:], previous), frame(rows)
 
-    chunks = lines.batch(_LINES_PER_BATCH).map(tokens)
+    def frame(rows):  # [CLS] row [SEP], padded: a batch at a time (no function per sequence).
+        ends = tf.ones_like(rows[:, :1])
+        rows = tf.concat([ends * vocabulary.cls_id, rows, ends * sep], axis=1)
+        return rows.to_tensor(vocabulary.pad_id, shape=[None, seq_length])
+
+    # In parallel, in order: tokenising is the text path's CPU work (the scan after it is
+    # the only stage on one thread, a carry of vector ops a batch of lines).
+    chunks = lines.batch(_LINES_PER_BATCH).map(
+        tokens, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
     chunks = chunks.concatenate(
         tf.data.Dataset.from_tensors((tf.zeros([0], tf.int32), True))
     )
     # Starting as if after a [SEP]: the corpus's leading blank lines give none.
-    rows = chunks.scan((tf.zeros([0], tf.int32), tf.constant(sep)), pack).unbatch()
-
-    def frame(row):
-        ids = tf.concat([[vocabulary.cls_id], row, [sep]], axis=0)
-        ids = tf.pad(ids, [[0, seq_length - tf.size(ids)]], constant_values=vocabulary.pad_id)
-        return tf.ensure_shape(ids, [seq_length])
-
-    return rows.map(frame)
+    return chunks.scan((tf.zeros([0], tf.int32), tf.constant(sep)), pack).unbatch()
 
 
 def corpus_source(patterns, preprocessor, vocabulary, seq_length, documents="lines",
@@ -167,9 +169,13 @@ def corpus_source(patterns, preprocessor, vocabulary, seq_length, documents="lin
 
     def examples():
         ds = packed_sequences(files, preprocessor, vocabulary, seq_length, documents)
-        ds = ds.enumerate().map(lambda index, ids: (ids, index))
+        # Each sequence with its number: a range zipped, no function call per sequence
+        # (`enumerate` puts the number first; `Dataset.counter` is a scan, a call each).
+        ds = tf.data.Dataset.zip((ds, tf.data.Dataset.range(2**62)))
         if transform is not None:
-            ds = ds.batch(_LINES_PER_BATCH).map(transform).unbatch()
+            ds = ds.batch(_LINES_PER_BATCH).map(
+                transform, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+            ).unbatch()
         return ds
 
     def open_shard(num_pipelines, pipeline_id, by_file):
