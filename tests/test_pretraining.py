@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import keras_tpu
 from keras_tpu import checks
 from keras_tpu import keras
 from keras_tpu import layers
@@ -395,8 +396,20 @@ def _text_files(root):
     return f"--train_files={root / 'train.txt'}", f"--eval_files={root / 'dev.txt'}"
 
 
-# Sentences for the fill-mask export: one mask, two, a mask alone, none.
-_MASKED = ["the film is [MASK] .", "a [MASK] and [MASK] story", "[MASK]", "no mask at all"]
+def _masked_dev_sentences(n=16, most_words=10):
+    """Return the first `n` SST-2 dev sentences of 4 to `most_words` words (within 32 tokens),
+    their middle word masked, and every other one its second word too: fixed by the file."""
+    short = [s.split() for s in _sentences("dev") if 4 <= len(s.split()) <= most_words][:n]
+    for i, words in enumerate(short):
+        for j in {len(words) // 2, *([1] if i % 2 else [])}:
+            words[j] = "[MASK]"
+    return [" ".join(words) for words in short]
+
+
+# Sentences for the fill-mask export: one mask, two, a mask alone, none; then 16 of the
+# dev sentences with one or two masks (20 in all).
+_EDGES = ["the film is [MASK] .", "a [MASK] and [MASK] story", "[MASK]", "no mask at all"]
+_MASKED = _EDGES + _masked_dev_sentences()
 
 
 @pytest.mark.slow  # One trained run carries the resume, the export and the fine-tuning chain.
@@ -439,7 +452,8 @@ def test_pretrain_script_resumes_after_sigkill_to_the_same_weights_and_exports_t
     assert probe.returncode == 0, probe.stderr[-3000:]
     served = json.loads(probe.stdout.strip().splitlines()[-1])
     model, expected = _run_fill_mask(tmp_path / "whole", vocab, _MASKED)
-    assert served["mask_count"] == [len(ids) for ids, _ in expected] == [1, 2, 1, 0]
+    assert len(_MASKED) == 20
+    assert served["mask_count"] == [len(ids) for ids, _ in expected] == [1, 2, 1, 0] + [1, 2] * 8
     for row, (ids, probabilities) in enumerate(expected):
         count = len(ids)
         np.testing.assert_array_equal(np.reshape(served["token_ids"][row][:count], (-1, 5)), ids)
@@ -449,7 +463,7 @@ def test_pretrain_script_resumes_after_sigkill_to_the_same_weights_and_exports_t
     # predict.py's fill-mask rows, from the run directory (its best weights) and from the
     # export: the export's top-5 for the same texts; a bad line is one error line.
     (tmp_path / "texts.txt").write_text("\n".join(_MASKED[:3]) + "\n")
-    (tmp_path / "bad.txt").write_text("\n".join(_MASKED) + "\n")
+    (tmp_path / "bad.txt").write_text("\n".join(_EDGES) + "\n")
     (tmp_path / "long.txt").write_text("the [MASK] .\n" + "[MASK] the film" * 20 + "\n")
     text_flag = f"--input_file={tmp_path / 'texts.txt'}"
     cases = [(f"--model_dir={tmp_path / 'whole'}", text_flag, f"--output_file={tmp_path / 'r.jsonl'}"),
@@ -586,3 +600,75 @@ def test_held_out_masked_accuracy_beats_the_most_frequent_token(tmp_path):
     baseline = np.bincount(labels).max() / len(labels)
     print(f"held-out masked accuracy {accuracy:.4f}, most-frequent-token baseline {baseline:.4f}")
     assert accuracy > baseline + 0.02
+
+
+class _KillAt(keras.callbacks.Callback):
+    """Ends the run at a step as a kill would: nothing after it runs (test_surveys' way)."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.step and int(self.model.optimizer.iterations.numpy()) == self.step:
+            raise KeyboardInterrupt("killed")
+
+
+def test_a_corpus_beyond_the_cache_budget_streams_is_counted_once_and_resumes_reading_one_epoch(
+    corpus, tmp_path, monkeypatch, caplog
+):
+    # Every line of the corpus's files, counted as tf.data reads it (the count, every pass).
+    reads = []
+    file_lines = text_corpus._file_lines
+
+    def count(line):
+        tf.py_function(lambda: reads.append(1) or 0, [], tf.int64)
+        return line
+
+    monkeypatch.setattr(text_corpus, "_file_lines", lambda path: file_lines(path).map(count))
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n".join(corpus["lines"][:40]) + "\n")
+    a_pass = 40 + 1  # The file's lines, then the blank line that ends its last document.
+    sequences = len(list(text_corpus.packed_sequences(
+        [str(text)], corpus["preprocessor"], corpus["vocabulary"], 16).as_numpy_iterator()))
+    reads.clear()
+    config = mlm_task.BertMlmConfig(
+        train_files=str(text), vocab_file=corpus["vocabulary"].path, seq_length=16,
+        max_predictions_per_seq=2, per_replica_batch_size=8, epochs=5,
+        cache_budget_mb=text.stat().st_size / 2**20,  # A third of what caching it would take.
+        model_dir=str(tmp_path / "run"), mixed_precision="fp32", verbose=0, tensorboard=False,
+        steps_per_execution=1,
+    )  # fmt: skip
+    steps = sequences // 8  # An epoch is a pass.
+    assert steps >= 4, sequences
+
+    def task(kill_at=None):
+        return lambda c: dataclasses.replace(
+            mlm_task.bert_mlm_task(c), callbacks=lambda: [_KillAt(kill_at)]
+        )
+
+    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+        keras_tpu.fit(task(kill_at=4 * steps + 2), config)  # In epoch 5, after epoch 4's backup.
+    said = [r.getMessage() for r in caplog.records]
+    streams = [line for line in said if "training data streamed from" in line]
+    assert len(streams) == 1 and "exceeds the budget" in streams[0], streams
+    counting = [line for line in said if "whole before the first step" in line]
+    assert len(counting) == 1, counting  # The packed sequences, counted once a start...
+    assert f"keras_tpu: {text}: {sequences} examples (read whole in " in caplog.text
+    kept = json.loads((tmp_path / "run" / "data_surveys.json").read_text())
+    assert [(name, e["examples"]) for name, e in kept.items()] == [(str(text), sequences)]
+    assert len(reads) >= (1 + 5) * a_pass, len(reads)  # ... and read once an epoch.
+    reads.clear(), caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        summary = keras_tpu.fit(task(), config)
+    assert (summary["resumed_from_step"], summary["final_step"]) == (4 * steps, 5 * steps)
+    said = [r.getMessage() for r in caplog.records]
+    assert f"keras_tpu: {text}: {sequences} examples (kept)" in said  # ... and kept.
+    assert not [line for line in said if "whole before the first step" in line]
+    assert [line for line in said if "training data streamed from" in line] == streams
+    assert summary["train_data"] == streams[0].removeprefix("keras_tpu: ")
+    # The data checks' first batch (the corpus is tokenised 256 lines at a time: all of
+    # this one), epoch 5's pass and what the prefetch reads ahead into the next epochs (a
+    # pass each, these being a few batches long; measured 4 passes in all): never the four
+    # epochs before it, which a replay from step 0 reads (6 passes at least).
+    assert 2 * a_pass <= len(reads) <= 4 * a_pass, len(reads)
