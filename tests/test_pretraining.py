@@ -614,6 +614,7 @@ class _KillAt(keras.callbacks.Callback):
             raise KeyboardInterrupt("killed")
 
 
+@pytest.mark.slow  # Two in-process tiny-BERT fits of five epochs: about a minute on 2 cores.
 def test_a_corpus_beyond_the_cache_budget_streams_is_counted_once_and_resumes_reading_one_epoch(
     corpus, tmp_path, monkeypatch, caplog
 ):
