@@ -419,7 +419,9 @@ def test_pretraining_plans_a_smaller_batch_and_refuses_what_it_does_not_plan():
         planner.estimate("tiny", 1, 128, max_predictions_per_seq=20, model_parallel=2)
 
 
-@pytest.mark.slow  # Four fresh interpreters, each a few steps: ~1-2 minutes on 2 shared cores.
+@pytest.mark.slow
+@pytest.mark.heavy  # Opt-in: four fresh interpreters, 1-2 minutes on 2 cores; a measurement whose
+# figures are kept in benchmarks/results/memory_pretraining.json (docs/testing.md).
 def test_pretraining_estimate_is_within_25_percent_of_the_measured_peak():
     # As the classifier's estimate is checked (benchmarks/bench_memory.py, docs/memory.md):
     # the masked-LM step's peak from TensorFlow's BFC allocator on the CPU, each

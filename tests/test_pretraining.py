@@ -584,7 +584,8 @@ def test_fill_mask_rows_give_each_masks_top_k_and_refuse_bad_lines_by_number(cor
 @pytest.mark.slow
 def test_held_out_masked_accuracy_beats_the_most_frequent_token(tmp_path):
     files = _text_files(tmp_path)
-    result = run_script("pretrain_bert.py", *files, *_FLAGS, "--epochs=3", "--verbose=0",
+    # Two epochs (620 steps): 0.079 against a baseline of 0.035 here; three gave 0.097.
+    result = run_script("pretrain_bert.py", *files, *_FLAGS, "--epochs=2", "--verbose=0",
                         "--notensorboard", f"--model_dir={tmp_path / 'run'}", timeout=1500)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     accuracy = float(re.search(r"held-out masked_accuracy ([\d.]+)", result.stdout)[1])

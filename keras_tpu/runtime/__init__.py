@@ -6,7 +6,8 @@ steps per execution) is one rule per device kind.
 
 Modules, in reading order:
   strategy/            resolve_strategy and StrategyInfo; clusters; replica-consistent layers
-  tpu/                 a TPU's address, connection, health and holders
+  tpu/                 a TPU's address (TPU_NAME, COLAB_TPU_ADDR: tpu/tpu_address.py),
+                       connection, health and holders
   detect.py            find a TPU or a cluster from the environment, without TensorFlow
   device_rules.py      per device kind: the "auto" precision (auto_precision), XLA, steps per execution
   accelerators.py      per-replica memory of each accelerator, and which one a strategy runs on

@@ -8,7 +8,8 @@ Modules, in reading order:
   bert_encoder.py     the native encoder (build_bert_encoder) and its layers
   bert_classifier.py  build_bert_classifier / build_bert_regressor on an encoder layer
   bert_hub.py         TF Hub encoders: export_encoder, load_encoder (interface checked)
-  bert_text.py        WordPiece preprocessing on the host, packed to a fixed length
+  bert_text.py        WordPiece preprocessing on the host, packed to a fixed length, and
+                      learn_wordpiece_vocab / write_vocab (a vocabulary from your corpus)
   bert_vocab.py       the task's up-front check: the vocabulary fits the embedding table
   bert_optimizer.py   bert_adamw: AdamW with BERT's warm-up and linear decay (the schedule:
                       keras_tpu/engine/steps/schedules.py, WarmupLinearDecay)
