@@ -328,7 +328,7 @@ def test_a_loopback_cluster_joins_and_stops_on_a_sigterm_to_task_0(tmp_path):
     assert chief["line"].startswith(f"stopped by SIGTERM at step {chief['stop_step']}; the backup of step")
     assert other["line"].startswith(f"stopped by another worker's preemption at step {chief['stop_step']};")
     assert chief["backup_step"] == chief["stop_step"] > 4  # After the signal at step 4's execution end.
-    print(f"stopped at step {chief['stop_step']}")
+    print(f"task 0: {chief['line']}\ntask 1: {other['line']}")
 
 
 def test_main_job_steps_skip_without_a_job_or_when_this_process_holds_the_tpu(tmp_path):
