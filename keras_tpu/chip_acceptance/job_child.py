@@ -48,7 +48,6 @@ def main(spec):
         importlib.import_module(module)
     from keras_tpu.engine import registry  # pylint: disable=g-import-not-at-top
     from keras_tpu.engine import trainer  # pylint: disable=g-import-not-at-top
-
     from keras_tpu.engine.stops import stop  # pylint: disable=g-import-not-at-top
 
     entry = registry.get_task(spec["task"])
