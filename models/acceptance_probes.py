@@ -152,6 +152,50 @@ def planned_batch(strategy):
     return plan.max_per_replica_batch
 
 
+# --- The model-parallel mesh ------------------------------------------------------------------
+
+# A rehearsal's mesh model: one layer (each layout once), sequences of 16: tracing a DTensor
+# step costs seconds a layer on 2 cores (tests/test_sharding.py's CONFIG).
+MESH_REHEARSAL_CONFIG = dict(hidden_size=64, num_layers=1, num_heads=4, intermediate_size=128, vocab_size=100,
+                             max_position_embeddings=16, hidden_dropout=0.0, attention_dropout=0.0)  # fmt: skip
+MESH_STEPS = {True: 2, False: 10}  # rehearsal: the first step traces, the second runs it.
+
+
+def mesh_run(rehearsal, model_parallel):
+    """Train steps of a BERT classifier split over a (N/K) x K mesh; the planner's bytes a device.
+
+    On a chip, the tiny preset at 128 tokens, CHIP_BATCH a data-parallel row; a rehearsal,
+    MESH_REHEARSAL_CONFIG at 16 tokens, CPU_BATCH a row. float32: bf16 on the mesh is refused
+    (docs/model_parallel.md).
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from keras_tpu.parallel import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+    from models.bert.mesh import mesh_classifier  # pylint: disable=g-import-not-at-top
+
+    config = bert.BertConfig(**MESH_REHEARSAL_CONFIG) if rehearsal else bert.bert_config("tiny")
+    seq, per_row, steps = (16, CPU_BATCH, MESH_STEPS[True]) if rehearsal else (SEQ_LENGTH, CHIP_BATCH, MESH_STEPS[False])
+    mesh = mesh_lib.make_mesh(model_parallel)
+    rows = mesh.dim_size(mesh_lib.BATCH)
+    model = mesh_classifier.build_classifier(config, NUM_CLASSES, mesh=mesh, dropout=0.0)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    step = mesh_lib.make_train_step(model, keras.optimizers.Adam(1e-4, mesh=mesh), loss)
+    rng = np.random.default_rng(0)
+    n = per_row * rows * steps
+    ids = rng.integers(5, config.vocab_size, (n, seq)).astype(np.int32)
+    features = {"input_word_ids": ids, "input_mask": np.ones_like(ids), "input_type_ids": np.zeros_like(ids)}
+    dataset = tf.data.Dataset.from_tensor_slices((features, rng.integers(0, NUM_CLASSES, n).astype(np.int32)))
+    batches = iter(mesh_lib.distribute_dataset(dataset, mesh=mesh, global_batch=per_row * rows))
+    losses = tuple(float(mesh_lib.to_numpy(step(*next(batches)))) for _ in range(steps))
+    planned = planner.estimate(model, per_row, seq, "adam", "fp32", runtime="tf" if rehearsal else "xla",
+                               model_parallel=model_parallel)  # fmt: skip
+    return acceptance_probes.MeshRun(
+        mesh_shape=(rows, model_parallel), device_type=mesh.device_type(), steps=steps, losses=losses,
+        held_weight_bytes=mesh_lib.per_device_weight_bytes(model),
+        planned_weight_bytes=int(planned.weights), planned_bytes=int(planned.total),
+    )  # fmt: skip
+
+
 # --- The host input pipelines -----------------------------------------------------------------
 
 
@@ -203,4 +247,5 @@ PROBES = acceptance_probes.ModelProbes(
         acceptance_probes.InputPipeline("image: digits CNN", image_pipeline, "main_job", 16),
         acceptance_probes.InputPipeline("text: BERT WordPiece", text_pipeline, "fine_tuning", CHIP_BATCH),
     ),
+    mesh=mesh_run,
 )

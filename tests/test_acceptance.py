@@ -10,15 +10,21 @@ step is named there.
 """
 
 import dataclasses
+import importlib
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 
 import pytest
+from absl import flags
 
 import keras_tpu
 from keras_tpu.chip_acceptance import claims
+from keras_tpu.chip_acceptance import main_job as main_job_lib
+from keras_tpu.chip_acceptance import pod_steps
 from keras_tpu.chip_acceptance import probe_steps
 from keras_tpu.chip_acceptance import probes as probes_lib
 from keras_tpu.chip_acceptance import report as report_lib
@@ -188,8 +194,7 @@ def _on_a_tpu(monkeypatch, strategy, *, num_tasks=1, per_task=4):
 def test_tpu_only_steps_skip_with_their_reason_on_the_cpu(tmp_path, mirrored):
     context = _context(tmp_path)
     context.shared["strategy"] = mirrored
-    for name in ("tpu_compile", "tpu_memory_info", "bf16_on_chip", "embedding_gather",
-                 "pod_slice", "tpu_mesh"):  # fmt: skip
+    for name in ("tpu_compile", "tpu_memory_info", "bf16_on_chip", "embedding_gather", "pod_slice"):
         result = step_runner.run_step(STEP[name], context)
         assert result.status == "skip" and result.detail.startswith("TPU-only: the strategy is cpu"), result
     planner = step_runner.run_step(STEP["memory_planner"], context)
@@ -232,11 +237,101 @@ def test_a_pod_slice_with_every_host_joined_and_one_missing(tmp_path, mirrored, 
     fake = _on_a_tpu(monkeypatch, mirrored, num_tasks=2, per_task=4)
     context = _context(tmp_path)
     context.shared["strategy"] = mirrored
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "10.0.0.2,10.0.0.3")
+    monkeypatch.setenv("TPU_WORKER_ID", "1")
     joined = step_runner.run_step(STEP["pod_slice"], context)
-    assert joined.status == "ok" and joined.figures == {"num_tasks": 2, "num_tpus_per_task": 4, "replicas": 8}
+    assert joined.status == "ok" and joined.figures == {"num_tasks": 2, "num_tpus_per_task": 4, "replicas": 8,
+                                                        "listed_hosts": 2, "task_index": 1}  # fmt: skip
+    assert "(TPU_WORKER_HOSTNAMES lists 2), 8 replicas; this host is task 1" in joined.detail
     monkeypatch.setitem(strategy_info._registry, id(mirrored), dataclasses.replace(fake, replicas=4))
     missing = step_runner.run_step(STEP["pod_slice"], context)
     assert missing.status == "fail" and "4 replicas, not 2 hosts x 4" in missing.detail
+    # The resolver's cluster wins over the environment: 3 hosts listed, 2 joined.
+    monkeypatch.setitem(strategy_info._registry, id(mirrored), fake)
+    monkeypatch.setattr(type(mirrored), "cluster_resolver", property(lambda self: _ThreeHosts()))
+    short = step_runner.run_step(STEP["pod_slice"], context)
+    assert short.status == "fail" and short.detail == "2 hosts joined, but the cluster resolver lists 3"
+    assert short.figures["task_index"] == 2
+
+
+class _ThreeHosts:
+    """A TPUClusterResolver's stand-in: a cluster of 3 workers, this one task 2."""
+
+    task_id = 2
+
+    def cluster_spec(self):
+        import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+        return tf.train.ClusterSpec({"worker": ["h0:8470", "h1:8470", "h2:8470"]})
+
+
+def _stopped(code, line, more=""):
+    return main_job_lib.ChildRun(code, None, None, f"some log\nerror: {line}\n{more}", stopped=line)
+
+
+def test_the_stop_protocol_is_judged_by_the_exit_the_one_line_and_the_chiefs_backup(tmp_path):
+    line = "stopped by SIGTERM at step 8; the backup of step 8 is in /r/backup; run the same command again on every worker to resume."
+    chief = pod_steps.judge_stop(_stopped(143, line), 0, 8)
+    assert chief.status == "ok" and chief.figures["stop_step"] == 8 and chief.figures["backup_step"] == 8
+    other = line.replace("SIGTERM", "another worker's preemption")
+    assert pod_steps.judge_stop(_stopped(143, other), 1, None).status == "ok"
+    assert "not 'stopped by another worker's preemption" in pod_steps.judge_stop(_stopped(143, line), 1, None).detail
+    assert "its newest backup is of step 6" in pod_steps.judge_stop(_stopped(143, line), 0, 6).detail
+    ended = pod_steps.judge_stop(main_job_lib.ChildRun(0, {"final_step": 176}, None, ""), 0, None)
+    assert ended.status == "fail" and "did not stop with exit 143: exit 0" in ended.detail
+    # gRPC's log of a peer gone may follow the line; a traceback or a second line may not.
+    assert pod_steps.judge_stop(_stopped(143, line, "E0000 grpc: Error received from peer\n"), 0, 8).status == "ok"
+    traced = pod_steps.judge_stop(_stopped(143, line, "Traceback (most recent call last):\n"), 0, 8)
+    assert traced.status == "fail" and "printed 1 `error:` line(s) and a traceback, not its one line" in traced.detail
+    assert "printed 2 `error:` line(s)" in pod_steps.judge_stop(_stopped(143, line, "error: again\n"), 0, 8).detail
+    # Without a cluster pod_slice found, pod_stop runs nothing.
+    context = _context(tmp_path, job=keras_tpu.AcceptanceJob(task="cnn"))
+    context.shared["results"] = {"pod_slice": report_lib.StepResult("pod_slice", "skip", "one host")}
+    assert step_runner.run_step(STEP["pod_stop"], context).detail == "not several hosts: pod_slice is skip: one host"
+
+
+# Each host's acceptance command on a cluster: the steps' child joins (strategy, pod_slice),
+# ends, and the parent's pod_stop runs the job on the same cluster (TF_CONFIG), as on a chip.
+_HOST_PROGRAM = """
+import json, sys
+import keras_tpu, models
+report = keras_tpu.acceptance(output_dir=sys.argv[1], job=models.acceptance_job(), stream=None,
+                              only=("strategy", "pod_slice", "pod_stop"), steps_in_child=True)
+print(json.dumps({s.name: [s.status, s.detail, s.figures] for s in report.steps}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.serial  # A loopback cluster: its peers and time-outs need the cores.
+def test_a_loopback_cluster_joins_and_stops_on_a_sigterm_to_task_0(tmp_path):
+    from keras_tpu.runtime.strategy import cluster  # pylint: disable=g-import-not-at-top
+
+    hosts = cluster.free_loopback_hosts(2)
+    workers = [subprocess.Popen(
+        [sys.executable, "-c", _HOST_PROGRAM, str(tmp_path / f"host{i}")], cwd=REPO, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env=subprocess_env(TF_CONFIG=cluster.tf_config_from_hosts(hosts, i)),
+    ) for i in range(2)]  # fmt: skip
+    outputs = []
+    try:
+        for worker in workers:
+            outputs.append(worker.communicate(timeout=240)[0])
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.wait(timeout=30)
+    found = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
+    for i, steps in enumerate(found):
+        assert steps["pod_slice"][0] == "ok", (i, steps, outputs[i][-3000:])
+        assert steps["pod_slice"][2] == {"num_tasks": 2, "num_tpus_per_task": 1, "replicas": 2,
+                                         "listed_hosts": 2, "task_index": i}  # fmt: skip
+        assert steps["pod_stop"][0] == "ok", (i, steps["pod_stop"])
+    chief, other = found[0]["pod_stop"][2], found[1]["pod_stop"][2]
+    assert chief["line"].startswith(f"stopped by SIGTERM at step {chief['stop_step']}; the backup of step")
+    assert other["line"].startswith(f"stopped by another worker's preemption at step {chief['stop_step']};")
+    assert chief["backup_step"] == chief["stop_step"] > 4  # After the signal at step 4's execution end.
+    print(f"task 0: {chief['line']}\ntask 1: {other['line']}")
 
 
 def test_main_job_steps_skip_without_a_job_or_when_this_process_holds_the_tpu(tmp_path):
@@ -273,7 +368,44 @@ FAKE_PROBES = probes_lib.ModelProbes(
     logit_gap=lambda strategy, rehearsal: 0.004, logit_tolerance=5e-2,
     memory=_fake_memory, memory_batches=(2, 4), planned_batch=lambda strategy: 5,
     inputs=(probes_lib.InputPipeline("image: fake", _fake_pipeline, "main_job", 4),),
+    mesh=lambda rehearsal, model_parallel: FAKE_MESH_RUN,
 )  # fmt: skip
+FAKE_MESH_RUN = probes_lib.MeshRun(mesh_shape=(2, 2), device_type="CPU", steps=2, losses=(0.7, 0.69),
+                                   held_weight_bytes=115_592, planned_weight_bytes=115_592,
+                                   planned_bytes=4 * 2**20)  # fmt: skip
+
+
+def test_the_mesh_step_runs_on_the_rehearsals_cpus_and_on_a_tpu_judges_the_peak(tmp_path, mirrored, monkeypatch):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
+
+    context = _context(tmp_path, job=keras_tpu.AcceptanceJob(task="cnn", probes="tests.test_acceptance:FAKE_PROBES"))
+    context.shared["strategy"] = mirrored
+    cpu = step_runner.run_step(STEP["tpu_mesh"], context)  # The session's 4 logical CPUs: a 2x2 mesh.
+    assert cpu.status == "ok" and "memory: not compared (a CPU's devices report no peak" in cpu.detail
+    assert cpu.figures == {"mesh_shape": "2x2", "device_type": "CPU", "steps": 2, "first_loss": 0.7,
+                           "last_loss": 0.69, "held_weight_mib": 0.11, "planned_weight_mib": 0.11,
+                           "planned_step_mib": 4.0}  # fmt: skip
+    # A TPU of 8 cores (faked): the accelerator system initialised, the peak read and judged.
+    _on_a_tpu(monkeypatch, mirrored, per_task=8)
+    real_devices = tf.config.list_logical_devices
+    monkeypatch.setattr(tf.config, "list_logical_devices", lambda kind=None: (
+        [tf.config.LogicalDevice(f"/device:TPU:{i}", "TPU") for i in range(8)] if kind == "TPU" else real_devices(kind)))
+    initialised = []
+    monkeypatch.setattr(dtensor, "initialize_accelerator_system", initialised.append)
+    peaks = {"peak": 3.6 * 2**20}
+    monkeypatch.setattr(tf.config.experimental, "get_memory_info", lambda device: {"current": 0, **peaks})
+    monkeypatch.setattr(tf.config.experimental, "reset_memory_stats", lambda device: None)
+    chip = step_runner.run_step(STEP["tpu_mesh"], context)
+    assert chip.status == "ok" and initialised == ["TPU"] and chip.figures["peak_over_planned"] == 0.9
+    peaks["peak"] = 8 * 2**20  # Twice the planner's step.
+    off = step_runner.run_step(STEP["tpu_mesh"], context)
+    assert off.status == "fail" and "the measured peak / the planner's step a device is 2.00" in off.detail
+    assert f"docs/model_parallel.md:{claims.TPU_MESH.locate()}:" in off.claim
+    split = probe_steps.judge_mesh(dataclasses.replace(FAKE_MESH_RUN, held_weight_bytes=181_768), None)
+    assert split.status == "fail" and "holds 181768 bytes of weights; the planner says 115592" in split.detail
+    monkeypatch.setattr(tf.config, "list_logical_devices", lambda kind=None: [])
+    assert "0 TPU device(s): --model_parallel=2 needs" in step_runner.run_step(STEP["tpu_mesh"], context).detail
 
 
 def test_fine_tuning_rate_gives_mfu_against_the_chips_bf16_peak_and_a_rehearsal_times_one_preset(
@@ -362,9 +494,12 @@ def test_the_quick_cpu_rehearsal_writes_a_valid_report_with_every_step_ok_or_ski
     assert list(statuses) == list(steps_lib.NAMES)
     assert set(statuses.values()) <= {"ok", "skip"}, statuses
     for name in ("environment", "strategy", "main_job", "exact_resume", "exact_evaluation",
-                 "fine_tuning_rate", "bf16_logits", "host_input"):  # fmt: skip
+                 "fine_tuning_rate", "bf16_logits", "tpu_mesh", "host_input"):  # fmt: skip
         assert statuses[name] == "ok", name
     figures = {s["name"]: s["figures"] for s in written["steps"]}
+    # The mesh on the rehearsal's 4 logical CPUs: each device holds the planner's weight bytes.
+    assert figures["tpu_mesh"]["mesh_shape"] == "2x2" and figures["tpu_mesh"]["steps"] == 2
+    assert figures["tpu_mesh"]["held_weight_mib"] == figures["tpu_mesh"]["planned_weight_mib"] > 0
     assert figures["fine_tuning_rate"]["tiny_examples_per_second"] > 0
     assert figures["host_input"]["image_step_examples_per_second"] == round(
         figures["main_job"]["train_examples_per_second"], 1)  # fmt: skip
@@ -373,6 +508,79 @@ def test_the_quick_cpu_rehearsal_writes_a_valid_report_with_every_step_ok_or_ski
     assert resume["resumed_from_step"] > 0 and resume["resumed_sha256"] == resume["uninterrupted_sha256"]
     assert "## keras_tpu acceptance (quick)" in result.stdout
     assert (tmp_path / "acceptance.md").read_text() in result.stdout
+
+
+@pytest.fixture
+def acceptance_script(monkeypatch):
+    """scripts/tpu_acceptance.py imported here; its flags, modules and environment gone afterwards."""
+    # Its import keeps libtpu out of this process (TPU_LOAD_LIBRARY=0): restored after the test.
+    for name in ("TPU_LOAD_LIBRARY", "KERAS_TPU_SKIPPED_LIBTPU", main_job_lib.USER_SETTING, "KERAS_TPU_LOG_LEVEL"):
+        if name in os.environ:
+            monkeypatch.setenv(name, os.environ[name])
+        else:
+            monkeypatch.delenv(name, raising=False)
+    baseline, loaded = set(flags.FLAGS), set(sys.modules)
+    try:
+        yield importlib.import_module("scripts.tpu_acceptance")
+    finally:
+        flags.FLAGS.unparse_flags()
+        for name in set(flags.FLAGS) - baseline:
+            delattr(flags.FLAGS, name)
+        for name in ("scripts.tpu_acceptance", "scripts.flag_utils"):
+            if name not in loaded:
+                sys.modules.pop(name, None)
+
+
+def test_on_a_tpu_the_script_rehearses_on_the_cpu_first_and_sets_its_figures_beside_the_chips(
+    acceptance_script, tmp_path, monkeypatch
+):
+    script = acceptance_script
+    monkeypatch.setattr(script.detect, "find_tpu", lambda tpu=None, *a, **k: (detect.TPULocation("local", "test"), None))
+    children = []
+
+    def rehearsal_child(command, timeout, **kwargs):  # The rehearsal's process: its report written.
+        children.append((command, timeout))
+        where = next(arg.split("=", 1)[1] for arg in command if arg.startswith("--output_dir="))
+        report_lib.Report("quick", {}, (report_lib.StepResult(
+            "fine_tuning_rate", "ok", "", figures={"tiny_examples_per_second": 4.2}),)).write(where)  # fmt: skip
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(script.subprocess, "run", rehearsal_child)
+    monkeypatch.setattr(steps_lib, "STEPS", (
+        step_runner.Step("strategy", _chip_strategy, claims.STRATEGY, 5, 5),
+        step_runner.Step("fine_tuning_rate", _rate, claims.FINE_TUNING_RATE, 5, 5),
+    ))  # fmt: skip
+    asked = []
+
+    def acceptance(**kwargs):  # The chip's run, its steps in this process (fakes).
+        asked.append(kwargs)
+        return run_lib.acceptance(**{**kwargs, "steps_in_child": False, "job": None, "stream": None})
+
+    monkeypatch.setattr(script.keras_tpu, "acceptance", acceptance)
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["tpu_acceptance.py", f"--output_dir={tmp_path}", "--steps=strategy,fine_tuning_rate"])
+    assert script.main([]) == 0
+    (command, timeout), = children
+    assert command[1:] == [os.path.abspath(script.__file__), "--quick", "--cpu_replicas=4",
+                           f"--output_dir={tmp_path / 'rehearsal'}", "--rehearsal=none",
+                           "--steps=strategy,fine_tuning_rate"] and timeout == script.REHEARSAL_SECONDS  # fmt: skip
+    assert asked[0]["rehearsal"] == str(tmp_path / "rehearsal" / "acceptance.json") and asked[0]["steps_in_child"]
+    markdown = (tmp_path / "acceptance.md").read_text()
+    assert "| fine_tuning_rate | tiny_examples_per_second | 4.2 | 1234 |" in markdown
+    # A rehearsal past its bound: the chip's report says there is no column, and why.
+    def past_its_bound(command, timeout, **kwargs):
+        raise subprocess.TimeoutExpired(command, timeout)
+
+    monkeypatch.setattr(script.subprocess, "run", past_its_bound)
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["tpu_acceptance.py", f"--output_dir={tmp_path / 'late'}", "--steps=strategy,fine_tuning_rate"])
+    assert script.main([]) == 0
+    assert "No rehearsal column: the rehearsal's report" in (tmp_path / "late" / "acceptance.md").read_text()
+    # --rehearsal=none, and a CPU run (--cpu_replicas), run none.
+    for flag in ("--rehearsal=none", "--cpu_replicas=4"):
+        flags.FLAGS.unparse_flags()
+        flags.FLAGS(["tpu_acceptance.py", f"--output_dir={tmp_path / 'none'}", flag])
+        assert script.main([]) == 0 and len(children) == 1
 
 
 @pytest.mark.parametrize("name", ["cnn_tpu.ipynb", "bert_tpu.ipynb"])

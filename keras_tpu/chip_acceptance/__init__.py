@@ -14,6 +14,8 @@ Modules, in reading order:
                   compile, step rates, TPU memory, bf16, Pod slice, main job, resume, evaluation
   probe_steps.py  the steps measuring the job's model: fine-tuning rate and MFU, bf16 logits,
                   the memory planner against the measured peak, the host input rates
+  pod_steps.py    several hosts: every host joined (the cluster's list), the stop protocol on
+                  SIGTERM to task 0 (one line, the backup of the agreed step)
   probes.py       ModelProbes (public): what a model family gives those steps to run
   step_runner.py  Step, Context, Finding and run_step: one step within its time bound
   main_job.py     AcceptanceJob (a registered task and its bar) and run_child: one run in a child

@@ -4,7 +4,9 @@
 
 The spec names the task, the modules registering it, its config's fields and where to
 write {"summary": ..., "evaluation": ...}. With "evaluate", the export is loaded back and
-its outputs on the run's evaluation split recomputed in NumPy (evaluate_export).
+its outputs on the run's evaluation split recomputed in NumPy (evaluate_export). A run that
+stops early (keras_tpu.RunStopped: a SIGTERM, another worker's preemption) writes
+{"stopped": its line} and exits as the scripts do: its line on stderr, its code (143).
 """
 
 import importlib
@@ -46,10 +48,16 @@ def main(spec):
         importlib.import_module(module)
     from keras_tpu.engine import registry  # pylint: disable=g-import-not-at-top
     from keras_tpu.engine import trainer  # pylint: disable=g-import-not-at-top
+    from keras_tpu.engine.stops import stop  # pylint: disable=g-import-not-at-top
 
     entry = registry.get_task(spec["task"])
     config = entry.config_cls(**spec["fields"])
-    summary = trainer.fit(spec["task"], config).to_dict()
+    try:
+        summary = trainer.fit(spec["task"], config).to_dict()
+    except stop.RunStopped as stopped:
+        with open(spec["result"], "w", encoding="utf-8") as f:
+            json.dump({"summary": None, "evaluation": None, "stopped": str(stopped)}, f)
+        stopped.exit()
     evaluation = None
     if spec["evaluate"]:
         task = entry.build(config)

@@ -14,7 +14,13 @@ import subprocess
 import sys
 import time
 
+from keras_tpu.engine.rundir import layout
 from keras_tpu.engine.stops import fault_points
+
+NO_JOB = ("no main job given: keras_tpu.acceptance(job=models.acceptance_job()) "
+          "(scripts/tpu_acceptance.py passes it)")  # fmt: skip
+HOLDS_TPU = ("this process holds the TPU (libtpu serves one process), so no child run can use it: "
+             "run `python scripts/tpu_acceptance.py` in a fresh runtime")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,15 +57,31 @@ class AcceptanceJob:
         return self.quick_bar if quick else self.full_bar
 
 
+def run_fields(context, name, **more):
+    """The config fields of the job's run `name` under the command's options (`more` on top)."""
+    model_dir = os.path.join(context.output_dir, "runs", name)
+    fields = {**context.job.fields(context.quick), "model_dir": model_dir,
+              "export_dir": os.path.join(model_dir, layout.EXPORT), "overwrite": True,
+              "cpu_replicas": context.cpu_replicas, "tensorboard": False, "verbose": 0, **more}  # fmt: skip
+    if context.tpu:
+        fields["tpu"] = context.tpu
+    return fields
+
+
 @dataclasses.dataclass(frozen=True)
 class ChildRun:
-    """One child run: its exit code, its summary (None if it wrote none) and its stderr tail."""
+    """One child run: its exit code, its summary (None if it wrote none) and its stderr tail.
+
+    `stopped` is the stop's one line when the run stopped early (keras_tpu.RunStopped: a
+    SIGTERM, another worker's preemption), None otherwise.
+    """
 
     returncode: int
     summary: dict | None
     evaluation: dict | None
     stderr: str
     timed_out: bool = False
+    stopped: str | None = None
 
     def cause(self):
         """Return why the child failed, in one line."""
@@ -116,4 +138,4 @@ def run_child(job, fields, *, timeout, fault_point=None, fault="SIGKILL", evalua
         with open(result_path, encoding="utf-8") as f:
             result = json.load(f)
     return ChildRun(process.returncode, result.get("summary"), result.get("evaluation"),
-                    stderr[-4000:], timed_out)  # fmt: skip
+                    stderr[-4000:], timed_out, result.get("stopped"))  # fmt: skip

@@ -5,6 +5,9 @@
   bf16_logits       mixed_bfloat16 logits of a fixed batch against float32, within tolerance
   memory_planner    the measured peak (get_memory_info, TPU/GPU) against the planner's
                     estimate at two batches, and the planner's largest batch run: it fits
+  tpu_mesh          --model_parallel=2 where the devices allow it: the mesh's steps run, each
+                    device holds the planner's weight bytes, and on a TPU the measured peak is
+                    within PLANNER_RATIO of the planner's step (a rehearsal: logical CPUs, no peak)
   host_input        the host pipelines' examples/s against the measured step rates
 
 host_input runs after the main job's steps (steps.LATE_STEPS): it reads their figures
@@ -193,6 +196,76 @@ def compare_memory_points(points, planned, planned_peak):
     said = ", ".join(f"batch {b}: {r:.2f}" for b, r in ratios)
     return ok(f"measured peak / estimate {said} (within {low}..{high}); the planner's largest batch "
               f"{planned} ran", **figures)  # fmt: skip
+
+
+MODEL_PARALLEL = 2  # The issue's `--model_parallel=2`: the smallest split, on most slices.
+
+
+def tpu_mesh(context):
+    """The job's model with its weights split in MODEL_PARALLEL over the TPU cores (or logical CPUs)."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    probes = _probes(context)
+    if probes is None:
+        return skip(NO_PROBES)
+    if probes.mesh is None:
+        return skip(f"{probes.name}'s probes give no mesh run")
+    strategy, info = _strategy_info(context)
+    if strategy is None:
+        return skip("no strategy: the strategy step did not find one")
+    if info.kind not in ("tpu", "cpu"):
+        return skip(f"the mesh is of TPU cores (or a rehearsal's logical CPUs); the strategy is {info.kind}")
+    device_type = "TPU" if info.kind == "tpu" else "CPU"
+    devices = len(tf.config.list_logical_devices(device_type))
+    if devices < MODEL_PARALLEL or devices % MODEL_PARALLEL:
+        return skip(f"{devices} {device_type} device(s): --model_parallel={MODEL_PARALLEL} needs a multiple of "
+                    f"{MODEL_PARALLEL} (a rehearsal: --cpu_replicas=4)")  # fmt: skip
+    device = None
+    if info.kind == "tpu":
+        from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
+
+        dtensor.initialize_accelerator_system("TPU")  # docs/model_parallel.md: before a TPU mesh.
+        device = _device_with_memory(info)
+        try:
+            tf.config.experimental.reset_memory_stats(device)
+        except (ValueError, tf.errors.OpError):
+            pass  # The peak is then since the process began: an over-estimate the judge may fail.
+    run = probes.mesh(info.kind == "cpu", MODEL_PARALLEL)
+    peak = None if device is None else tf.config.experimental.get_memory_info(device)["peak"]
+    return judge_mesh(run, peak)
+
+
+def _mib(size):
+    return round(size / 2**20, 3)
+
+
+def judge_mesh(run, peak):
+    """Ok when the steps' losses are finite, each device holds the planner's weight bytes and
+    the measured peak (a TPU's; None: not measured) is within PLANNER_RATIO of the planner's step."""
+    figures = {"mesh_shape": "x".join(map(str, run.mesh_shape)), "device_type": run.device_type, "steps": run.steps,
+               "first_loss": round(run.losses[0], 4), "last_loss": round(run.losses[-1], 4),
+               "held_weight_mib": _mib(run.held_weight_bytes), "planned_weight_mib": _mib(run.planned_weight_bytes),
+               "planned_step_mib": _mib(run.planned_bytes)}  # fmt: skip
+    where = f"a {figures['mesh_shape']} {run.device_type} mesh"
+    if not all(math.isfinite(v) for v in run.losses):
+        return fail(f"{run.steps} steps on {where} reached a loss of {run.losses[-1]}", "send the report", **figures)
+    if run.held_weight_bytes != run.planned_weight_bytes:
+        return fail(f"each device of {where} holds {run.held_weight_bytes} bytes of weights; the planner says "
+                    f"{run.planned_weight_bytes}", "send the report: the planner's split is not the mesh's",
+                    **figures)  # fmt: skip
+    said = (f"{run.steps} steps on {where} (loss {run.losses[0]:.3f} -> {run.losses[-1]:.3f}); each device "
+            f"holds the planner's {run.held_weight_bytes} bytes of weights")  # fmt: skip
+    if peak is None:
+        return ok(f"{said}; memory: not compared (a CPU's devices report no peak: "
+                  "tf.config.experimental.get_memory_info reads a TPU's HBM)", **figures)  # fmt: skip
+    ratio = peak / run.planned_bytes
+    figures.update(peak_mib=_mib(peak), peak_over_planned=round(ratio, 3))
+    low, high = PLANNER_RATIO
+    if not low <= ratio <= high:
+        return fail(f"on {where} the measured peak / the planner's step a device is {ratio:.2f}, outside "
+                    f"{low}..{high}", "send the report: the planner's mesh model needs this chip's figures",
+                    **figures)  # fmt: skip
+    return ok(f"{said}; measured peak / planned {ratio:.2f} (within {low}..{high})", **figures)
 
 
 # The host must read faster than the chip consumes, with room for a slower epoch (shuffle

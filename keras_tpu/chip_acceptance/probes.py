@@ -10,7 +10,7 @@ import dataclasses
 import importlib
 from typing import Callable
 
-__all__ = ["InputPipeline", "MemoryPoint", "ModelProbes", "Throughput"]
+__all__ = ["InputPipeline", "MemoryPoint", "MeshRun", "ModelProbes", "Throughput"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +44,29 @@ class MemoryPoint:
 
     per_replica_batch: int
     estimate_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshRun:
+    """What a mesh probe ran: steps of the model with its weights split over a device mesh.
+
+    Attributes:
+      mesh_shape: (data-parallel rows, model_parallel), e.g. (2, 2).
+      device_type: the mesh's devices ("TPU", "CPU").
+      steps: training steps run.
+      losses: each step's loss.
+      held_weight_bytes: the weights' bytes each device holds, read from the mesh.
+      planned_weight_bytes: the planner's weights a device at that model_parallel.
+      planned_bytes: the planner's whole step a device (weights, optimizer, activations).
+    """
+
+    mesh_shape: tuple
+    device_type: str
+    steps: int
+    losses: tuple
+    held_weight_bytes: int
+    planned_weight_bytes: int
+    planned_bytes: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +109,9 @@ class ModelProbes:
       planned_batch: (strategy) -> the largest per-replica batch the planner says fits
         this device (the step runs it: it must fit).
       inputs: the host input pipelines (InputPipeline).
+      mesh: (rehearsal, model_parallel) -> MeshRun, running a few training steps with the
+        weights split over a (devices / model_parallel) x model_parallel mesh of the
+        devices present (TPU cores; a rehearsal's logical CPUs, a smaller model), or None.
     """
 
     name: str
@@ -98,6 +124,7 @@ class ModelProbes:
     memory_batches: tuple
     planned_batch: Callable
     inputs: tuple = ()
+    mesh: Callable | None = None
 
     def presets(self, quick, on_chip):
         """The presets timed: all of --quick's or --full's on a chip, the first on a CPU."""

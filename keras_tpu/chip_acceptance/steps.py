@@ -15,9 +15,9 @@ import numpy as np
 
 from keras_tpu.chip_acceptance import claims
 from keras_tpu.chip_acceptance import main_job as main_job_lib
+from keras_tpu.chip_acceptance import pod_steps
 from keras_tpu.chip_acceptance import probe_steps
 from keras_tpu.chip_acceptance.step_runner import Step, fail, ok, skip
-from keras_tpu.engine.rundir import layout
 from keras_tpu.runtime import detect
 from keras_tpu.runtime.compat import keras
 
@@ -277,58 +277,47 @@ def embedding_gather(context):
 
 
 def pod_slice(context):
-    """Every host of a Pod slice joined: replicas = hosts x TPU cores per host."""
-    info, not_tpu = _tpu_or_skip(context, "a Pod slice is several TPU hosts")
-    if not_tpu:
-        return not_tpu
-    tpu = info.tpu
-    if tpu.num_tasks <= 1:
-        return skip(f"one TPU host (num_tasks 1, {tpu.num_tpus_per_task} cores): not a Pod slice")
-    figures = {"num_tasks": tpu.num_tasks, "num_tpus_per_task": tpu.num_tpus_per_task,
-               "replicas": info.replicas}  # fmt: skip
-    if info.replicas != tpu.num_tasks * tpu.num_tpus_per_task:
-        return fail(f"{info.replicas} replicas, not {tpu.num_tasks} hosts x {tpu.num_tpus_per_task}",
+    """Every host joined: replicas = hosts x devices a host, hosts = the hosts the cluster lists.
+
+    A Pod slice's TPUStrategy (its topology's tasks), or a MultiWorkerMirroredStrategy
+    cluster (its workers: the loopback stand-in of the tests, a cluster of GPU hosts).
+    """
+    info = _info(context)
+    if info is not None and info.kind == "multi_worker":
+        strategy_found = context.shared["strategy"]
+        tasks, per_task = info.workers, len(strategy_found.extended.worker_devices)
+    else:
+        info, not_tpu = _tpu_or_skip(context, "a Pod slice is several TPU hosts")
+        if not_tpu:
+            return not_tpu
+        tasks, per_task = info.tpu.num_tasks, info.tpu.num_tpus_per_task
+    if tasks <= 1:
+        return skip(f"one host (num_tasks 1, {per_task} devices): not a Pod slice")
+    listed = pod_steps.cluster_hosts(context.shared["strategy"])
+    figures = {"num_tasks": tasks, "num_tpus_per_task": per_task, "replicas": info.replicas,
+               "listed_hosts": listed.hosts, "task_index": listed.task_index}  # fmt: skip
+    if info.replicas != tasks * per_task:
+        return fail(f"{info.replicas} replicas, not {tasks} hosts x {per_task}",
                     "a host did not join: check every host runs the same command (docs/scaling.md)",
                     **figures)  # fmt: skip
-    return ok(f"{tpu.num_tasks} hosts joined, {info.replicas} replicas", **figures)
-
-
-def tpu_mesh(context):
-    """The model-parallel TPU mesh (`--model_parallel=2`): not in this first slice."""
-    _, not_tpu = _tpu_or_skip(context, "a TPU mesh is TPU cores")
-    if not_tpu:
-        return not_tpu
-    return skip("not in this slice of the acceptance command (issue 61: the model-parallel mesh); "
-                "run scripts/train_bert.py --model_parallel=2 and send its summary.json")  # fmt: skip
+    if listed.hosts is not None and listed.hosts != tasks:
+        return fail(f"{tasks} hosts joined, but {listed.source} lists {listed.hosts}",
+                    "run on every host the cluster lists (docs/scaling.md)", **figures)  # fmt: skip
+    return ok(f"{tasks} hosts joined ({listed.source} lists {listed.hosts}), {info.replicas} replicas; "
+              f"this host is task {listed.task_index}", **figures)  # fmt: skip
 
 
 # --- The main job, in child processes --------------------------------------------------------
-
-
-def _job_fields(context, name, **more):
-    job = context.job
-    model_dir = os.path.join(context.output_dir, "runs", name)
-    fields = {**job.fields(context.quick), "model_dir": model_dir,
-              "export_dir": os.path.join(model_dir, layout.EXPORT), "overwrite": True,
-              "cpu_replicas": context.cpu_replicas, "tensorboard": False, "verbose": 0, **more}  # fmt: skip
-    if context.tpu:
-        fields["tpu"] = context.tpu
-    return fields
-
-
-def _no_job():
-    return skip("no main job given: keras_tpu.acceptance(job=models.acceptance_job()) "
-                "(scripts/tpu_acceptance.py passes it)")  # fmt: skip
 
 
 def main_job(context):
     """The main job trained to its bar; its summary is the uninterrupted run of exact_resume."""
     job = context.job
     if job is None:
-        return _no_job()
+        return skip(main_job_lib.NO_JOB)
     if context.shared.get("holds_tpu"):
-        return skip(HOLDS_TPU)
-    run = main_job_lib.run_child(job, _job_fields(context, "main"), timeout=context.seconds_left() - 2,
+        return skip(main_job_lib.HOLDS_TPU)
+    run = main_job_lib.run_child(job, main_job_lib.run_fields(context, "main"), timeout=context.seconds_left() - 2,
                                  evaluate=True)  # fmt: skip
     if run.summary is None:
         return fail(f"the run failed: {run.cause()}", "run the same job with scripts/train.py to see it")
@@ -344,15 +333,11 @@ def main_job(context):
     return ok(f"{job.description}: test {job.metric} {value:.4f} >= {bar}", **figures)
 
 
-HOLDS_TPU = ("this process holds the TPU (libtpu serves one process), so no child run can use it: "
-             "run `python scripts/tpu_acceptance.py` in a fresh runtime")  # fmt: skip
-
-
 def exact_resume(context):
     """A run SIGKILLed after a backup, run again, ends at the uninterrupted weights_sha256."""
     job = context.job
     if job is None:
-        return _no_job()
+        return skip(main_job_lib.NO_JOB)
     main = context.shared.get("main_run")
     if main is None:
         return skip("main_job did not finish: no uninterrupted checksum to compare with")
@@ -361,7 +346,7 @@ def exact_resume(context):
     # Killed at the end of an execution past the first backup (backup_every_steps, below).
     every = summary["steps_per_execution"]
     # The rerun is the same command without --overwrite, which would discard the backups.
-    fields = _job_fields(context, "resumed", backup_every_steps=every, overwrite=False)
+    fields = main_job_lib.run_fields(context, "resumed", backup_every_steps=every, overwrite=False)
     kill_at = max(2, (steps // every) // 2)
     killed = main_job_lib.run_child(job, {**fields, "overwrite": True}, timeout=context.seconds_left() / 2,
                                     fault_point=f"step:{kill_at}", fault="SIGKILL")  # fmt: skip
@@ -394,7 +379,7 @@ def compare_resume(uninterrupted, resumed):
 def exact_evaluation(context):
     """The export's outputs, recomputed in NumPy, give summary.json's test metrics exactly."""
     if context.job is None:
-        return _no_job()
+        return skip(main_job_lib.NO_JOB)
     main = context.shared.get("main_run")
     if main is None:
         return skip("main_job did not finish: no export to evaluate")
@@ -438,16 +423,19 @@ STEPS = (
     Step("fine_tuning_rate", probe_steps.fine_tuning_rate, claims.FINE_TUNING_RATE, 180, 600),
     Step("bf16_logits", probe_steps.bf16_logits, claims.BF16_LOGITS, 60, 120),
     Step("pod_slice", pod_slice, claims.POD_SLICE, 30, 30),
-    Step("tpu_mesh", tpu_mesh, claims.TPU_MESH, 30, 30),
     Step("memory_planner", probe_steps.memory_planner, claims.MEMORY_PLANNER, 300, 600),
+    # The last step in the process holding the chip: on a TPU it initialises the accelerator
+    # system for DTensor, which may undo what TPUStrategy set up for the steps before it.
+    Step("tpu_mesh", probe_steps.tpu_mesh, claims.TPU_MESH, 120, 300),
     Step("main_job", main_job, claims.MAIN_JOB, 240, 900),
     Step("exact_resume", exact_resume, claims.EXACT_RESUME, 300, 1200),
     Step("exact_evaluation", exact_evaluation, claims.EXACT_EVALUATION, 30, 30),
+    Step("pod_stop", pod_steps.pod_stop, claims.POD_STOP, 240, 300),
     Step("host_input", probe_steps.host_input, claims.HOST_INPUT, 60, 120),
 )
 NAMES = tuple(step.name for step in STEPS)
 # Steps whose work is child processes of their own (the rest run in the process given).
-CHILD_STEPS = ("main_job", "exact_resume", "exact_evaluation")
+CHILD_STEPS = ("main_job", "exact_resume", "exact_evaluation", "pod_stop")
 # Steps run in the command's own process after the rest: the main job's children, then what
 # reads their figures (host_input: the host pipelines against the measured step rates).
 LATE_STEPS = CHILD_STEPS + ("host_input",)

@@ -16,7 +16,9 @@ Task's own `build_model`, or a MeshModel that builds its model under its own
                                                          layout_map=my_layouts))
     task = keras_tpu.Task(..., backend=functools.partial(mesh.ShardedBackend, model=spec))
 
-Entry points: the names below (public: keras_tpu.parallel.mesh; BERT's models/bert/mesh/).
+Entry points: the names below (public: keras_tpu.parallel.mesh; BERT's models/bert/mesh/;
+a hand-run mesh step, as the acceptance command's mesh probe runs one: make_mesh,
+distribute_dataset, make_train_step, to_numpy, per_device_weight_bytes).
 """
 
 from keras_tpu.parallel.mesh.backend import MeshModel
@@ -25,8 +27,12 @@ from keras_tpu.parallel.mesh.dropout import BatchSplitDropout
 from keras_tpu.parallel.mesh.layout import BATCH
 from keras_tpu.parallel.mesh.layout import MODEL
 from keras_tpu.parallel.mesh.layout import assign_weights
+from keras_tpu.parallel.mesh.layout import distribute_dataset
 from keras_tpu.parallel.mesh.layout import gather_weights
 from keras_tpu.parallel.mesh.layout import make_mesh
+from keras_tpu.parallel.mesh.layout import make_train_step
+from keras_tpu.parallel.mesh.layout import per_device_weight_bytes
+from keras_tpu.parallel.mesh.layout import to_numpy
 
 __all__ = [
     "BATCH",
@@ -35,6 +41,10 @@ __all__ = [
     "MeshModel",
     "ShardedBackend",
     "assign_weights",
+    "distribute_dataset",
     "gather_weights",
     "make_mesh",
+    "make_train_step",
+    "per_device_weight_bytes",
+    "to_numpy",
 ]
