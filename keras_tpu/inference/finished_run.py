@@ -208,6 +208,17 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
     export_dir, best = config.export_dir, os.path.join(model_dir, layout.BEST, layout.BEST_WEIGHTS)
     if weights == "auto":
         weights = "export" if is_keras_export(export_dir) else "best"
+    model_parallel = summary.get("model_parallel") or 1
+    if weights == "best" and model_parallel > 1:
+        # Its backups checkpoint the mesh model, whose object graph is not the rebuilt
+        # model's: load_weights(...).expect_partial() would match nothing and serve the
+        # initial weights. The export holds the gathered weights.
+        serve = (f"serve its export (--export_dir={export_dir})" if export_dir and
+                 tf.io.gfile.exists(export_dir) else "train it again with --export_dir")
+        raise checks.ConfigError(
+            f"the run in {model_dir} trained on a mesh (model_parallel={model_parallel}): its "
+            f"best weights are laid out for the mesh, not for this rebuilt model; {serve}."
+        )
     if weights == "export":
         _weights_from_export(model, export_dir, summary)
         description = f"export {export_dir}"
