@@ -36,8 +36,8 @@ from tests.test_pretraining import _sentences
 # The tiny preset, one layer, no dropout: in the test process (monkeypatch) and in the child.
 SHRUNK = dict(num_layers=1, hidden_dropout=0.0, attention_dropout=0.0)
 _SHRINK = (
-    "from models.bert import bert_config as _b\n"
-    f"_b.PRESETS['tiny'] = dict(_b.PRESETS['tiny'], **{SHRUNK!r})\n"
+    "from models.bert.bert_config import PRESETS as _presets\n"
+    f"_presets['tiny'] = dict(_presets['tiny'], **{SHRUNK!r})\n"
 )
 
 
@@ -92,7 +92,7 @@ def _vocab(root, odd=False):
 
 
 class _Steps(keras.callbacks.Callback):
-    """Each step's logged loss, and the model's weights at the end ({name: array})."""
+    """Each step's logged loss (the epoch's running mean), and the weights at the end."""
 
     def __init__(self, record):
         super().__init__()
@@ -132,10 +132,12 @@ def test_the_mesh_trains_as_data_parallel_resumes_exactly_and_exports_the_same_f
     files = dict(train_files=str(tmp_path / "train.txt"), eval_files=str(tmp_path / "dev.txt"),
                  vocab_file=_vocab(tmp_path))  # fmt: skip
 
-    def run(name, record, **flags):
+    def run(name, record=None, **flags):
         config = mlm_task.BertMlmConfig(**files, **{**_FLAGS, **flags},
                                         model_dir=str(tmp_path / name), verbose=0,
                                         tensorboard=False)  # fmt: skip
+        if record is None:  # The registered task, as pretrain_bert.py runs it.
+            return keras_tpu.fit("bert_mlm", config)
         task = dataclasses.replace(mlm_task.bert_mlm_task(config), callbacks=lambda: [_Steps(record)])
         return keras_tpu.fit(task, config)
 
@@ -145,11 +147,14 @@ def test_the_mesh_trains_as_data_parallel_resumes_exactly_and_exports_the_same_f
     whole = run("mesh", mesh, per_replica_batch_size=8, model_parallel=2, export_dir=str(export))
     assert whole["mesh"] == {"batch": 2, "model": 2}
     # The same examples, masks and initial weights: each step's loss as data parallel's.
-    got, want = mesh["logged"], _step_losses(data_parallel["logged"], 2)
+    got, want = (_step_losses(r["logged"], 2) for r in (mesh, data_parallel))
     print("step losses", got, want, "val", whole["history"]["val_loss"], dp["history"]["val_loss"])
+    # Measured: step 1 equal, then 1.3e-5, 2.1e-5, 1.6e-4 (2 cores, TF 2.21).
     for step, tolerance in enumerate((1e-6, 1e-4, 1e-3, 1e-3)):
         assert abs(got[step] - want[step]) < tolerance, (step, got, want)
-    np.testing.assert_allclose(whole["history"]["val_loss"], dp["history"]["val_loss"], atol=1e-3)
+    np.testing.assert_allclose(  # Measured: within 1.3e-4.
+        whole["history"]["val_loss"], dp["history"]["val_loss"], atol=1e-3, rtol=0
+    )
 
     # The mesh export's fill-mask: the data-parallel run's final model's top-5 and
     # probabilities; its encoder holds the pooler the masked LM never trained.
@@ -168,14 +173,9 @@ def test_the_mesh_trains_as_data_parallel_resumes_exactly_and_exports_the_same_f
         np.testing.assert_array_equal(served["token_ids"][row][:count], ids)
         worst = max(worst, float(np.abs(served["probabilities"][row][:count] - probabilities).max()))
     print("fill-mask probabilities within", worst)
-    assert worst < 1e-4
+    assert worst < 1e-4  # Measured: 7.0e-6.
     encoder = {v.name: v.numpy() for v in tf.saved_model.load(str(export / "encoder")).variables}
     np.testing.assert_array_equal(encoder["pooler/kernel:0"], data_parallel["final"]["pooler/kernel:0"])
-
-    # Its best weights are the mesh's: rebuilding the run refuses them in one line.
-    with pytest.raises(checks.ConfigError, match=r"trained on a mesh \(model_parallel=2\).*serve "
-                       r"its export \(--export_dir="):  # fmt: skip
-        predict_evaluate.load(model_dir=str(tmp_path / "mesh"))
 
     # SIGKILLed after step 3 in a process of its own, resumed: the uninterrupted weights.
     argv = [f"--{k}={v}" for k, v in {**files, **_FLAGS, "per_replica_batch_size": 8,
@@ -185,9 +185,16 @@ def test_the_mesh_trains_as_data_parallel_resumes_exactly_and_exports_the_same_f
          "--notensorboard", f"--model_dir={tmp_path / 'killed'}", *argv],
         timeout=400, cwd=REPO, env=subprocess_env(KERAS_TPU_LOG_LEVEL="warning"),
     )  # fmt: skip
-    assert killed.returncode != 0 and "run: " not in killed.stdout, killed.stderr[-3000:]
-    resumed = run("killed", {}, per_replica_batch_size=8, model_parallel=2)
-    assert resumed["resumed_from_step"] in (2, 3) and resumed["final_step"] == 4
+    assert killed.returncode != 0 and "Traceback" not in killed.stderr, killed.stderr[-3000:]
+    assert "run: " not in killed.stdout
+    resumed = run("killed", per_replica_batch_size=8, model_parallel=2)
+    assert resumed["resumed_from_step"] == 3 and resumed["final_step"] == 4
     assert resumed["weights_sha256"] == whole["weights_sha256"]
     assert resumed["history"]["loss"] == whole["history"]["loss"]
     assert resumed["test"] == whole["test"]
+
+    # Its best weights are the mesh's: rebuilding the run for predict.py refuses them in one
+    # line (they would load into nothing, and it would serve the initial weights).
+    with pytest.raises(checks.ConfigError, match=r"^the run in .* trained on a mesh "
+                       r"\(model_parallel=2\): .*; train it again with --export_dir\.$"):  # fmt: skip
+        predict_evaluate.load(model_dir=str(tmp_path / "killed"))
