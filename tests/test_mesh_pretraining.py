@@ -149,10 +149,11 @@ def test_the_mesh_trains_as_data_parallel_resumes_exactly_and_exports_the_same_f
     # The same examples, masks and initial weights: each step's loss as data parallel's.
     got, want = (_step_losses(r["logged"], 2) for r in (mesh, data_parallel))
     print("step losses", got, want, "val", whole["history"]["val_loss"], dp["history"]["val_loss"])
-    # Measured: step 1 equal, then 1.3e-5, 2.1e-5, 1.6e-4 (2 cores, TF 2.21).
-    for step, tolerance in enumerate((1e-6, 1e-4, 1e-3, 1e-3)):
+    # Measured over 3 runs (each learns its vocabulary anew): step 1 within 4.8e-7 (one
+    # float32 ulp at 6.4), then 1.3e-5, 3.5e-5, 2.0e-4 at most (TF 2.21).
+    for step, tolerance in enumerate((2e-6, 1e-4, 1e-3, 1e-3)):
         assert abs(got[step] - want[step]) < tolerance, (step, got, want)
-    np.testing.assert_allclose(  # Measured: within 1.3e-4.
+    np.testing.assert_allclose(  # Measured: 1.3e-4 at most.
         whole["history"]["val_loss"], dp["history"]["val_loss"], atol=1e-3, rtol=0
     )
 
@@ -173,7 +174,7 @@ def test_the_mesh_trains_as_data_parallel_resumes_exactly_and_exports_the_same_f
         np.testing.assert_array_equal(served["token_ids"][row][:count], ids)
         worst = max(worst, float(np.abs(served["probabilities"][row][:count] - probabilities).max()))
     print("fill-mask probabilities within", worst)
-    assert worst < 1e-4  # Measured: 7.0e-6.
+    assert worst < 1e-4  # Measured: 3.1e-5 at most.
     encoder = {v.name: v.numpy() for v in tf.saved_model.load(str(export / "encoder")).variables}
     np.testing.assert_array_equal(encoder["pooler/kernel:0"], data_parallel["final"]["pooler/kernel:0"])
 

@@ -194,17 +194,6 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
     registry.import_modules(ref.imports)
     entry = registry.get_task(task_name)
     config = config_yaml.load_config(path, entry.config_cls)
-    strategy = strategy or _strategy_for(config, trainer)
-    previous = keras.mixed_precision.global_policy()
-    keras.mixed_precision.set_global_policy(summary["precision_policy"])  # As the run computed.
-    try:
-        names = summary.get("class_names")
-        finished = registry.FinishedRun(model_dir, tuple(names) if names else None)
-        task = entry.build(config, finished=finished)
-        with strategy.scope():
-            model = task_builds.build_model(task)
-    finally:
-        keras.mixed_precision.set_global_policy(previous)
     export_dir, best = config.export_dir, os.path.join(model_dir, layout.BEST, layout.BEST_WEIGHTS)
     if weights == "auto":
         weights = "export" if is_keras_export(export_dir) else "best"
@@ -219,6 +208,17 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
             f"the run in {model_dir} trained on a mesh (model_parallel={model_parallel}): its "
             f"best weights are laid out for the mesh, not for this rebuilt model; {serve}."
         )
+    strategy = strategy or _strategy_for(config, trainer)
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(summary["precision_policy"])  # As the run computed.
+    try:
+        names = summary.get("class_names")
+        finished = registry.FinishedRun(model_dir, tuple(names) if names else None)
+        task = entry.build(config, finished=finished)
+        with strategy.scope():
+            model = task_builds.build_model(task)
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
     if weights == "export":
         _weights_from_export(model, export_dir, summary)
         description = f"export {export_dir}"
