@@ -199,9 +199,9 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
         weights = "export" if is_keras_export(export_dir) else "best"
     model_parallel = summary.get("model_parallel") or 1
     if weights == "best" and model_parallel > 1:
-        # Its backups checkpoint the mesh model, whose object graph is not the rebuilt
-        # model's: load_weights(...).expect_partial() would match nothing and serve the
-        # initial weights. The export holds the gathered weights.
+        # Its best weights checkpoint the mesh model, whose object graph is not the rebuilt
+        # model's: load_weights(...).expect_partial() would leave what does not match at
+        # its initial values, unsaid. The export holds the gathered weights.
         serve = (f"serve its export (--export_dir={export_dir})" if export_dir and
                  tf.io.gfile.exists(export_dir) else "train it again with --export_dir")
         raise checks.ConfigError(
