@@ -16,6 +16,11 @@ The export serves fill-mask (raw text with [MASK] in, the top-k tokens per mask 
 holds the encoder and preprocessing train_bert.py fine-tunes:
   python scripts/train_bert.py --encoder_handle=/tmp/mlm_minilm/export/encoder \
     --preprocess_handle=/tmp/mlm_minilm/export/preprocess --train_file=... --eval_file=...
+On a model-parallel mesh (the encoder and the tied vocabulary projection split over K
+devices, float32; here 4 logical CPUs as a 2x2 mesh):
+  python scripts/pretrain_bert.py --train_files=/tmp/train.txt --eval_files=/tmp/dev.txt \
+    --preset=tiny --seq_length=64 --vocab_size=2000 --cpu_replicas=4 --model_parallel=2 \
+    --mixed_precision=fp32 --model_dir=/tmp/mlm_mesh
 A killed run resumes where it stopped, with the same masks (rerun the same command).
 docs/pretraining.md says what the masks, packing, start points, export and a resume guarantee.
 """

@@ -194,6 +194,20 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
     registry.import_modules(ref.imports)
     entry = registry.get_task(task_name)
     config = config_yaml.load_config(path, entry.config_cls)
+    export_dir, best = config.export_dir, os.path.join(model_dir, layout.BEST, layout.BEST_WEIGHTS)
+    if weights == "auto":
+        weights = "export" if is_keras_export(export_dir) else "best"
+    model_parallel = summary.get("model_parallel") or 1
+    if weights == "best" and model_parallel > 1:
+        # Its best weights checkpoint the mesh model, whose object graph is not the rebuilt
+        # model's: load_weights(...).expect_partial() would leave what does not match at
+        # its initial values, unsaid. The export holds the gathered weights.
+        serve = (f"serve its export (--export_dir={export_dir})" if export_dir and
+                 tf.io.gfile.exists(export_dir) else "train it again with --export_dir")
+        raise checks.ConfigError(
+            f"the run in {model_dir} trained on a mesh (model_parallel={model_parallel}): its "
+            f"best weights are laid out for the mesh, not for this rebuilt model; {serve}."
+        )
     strategy = strategy or _strategy_for(config, trainer)
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(summary["precision_policy"])  # As the run computed.
@@ -205,9 +219,6 @@ def load_run(model_dir, *, strategy=None, per_replica_batch=None, weights="auto"
             model = task_builds.build_model(task)
     finally:
         keras.mixed_precision.set_global_policy(previous)
-    export_dir, best = config.export_dir, os.path.join(model_dir, layout.BEST, layout.BEST_WEIGHTS)
-    if weights == "auto":
-        weights = "export" if is_keras_export(export_dir) else "best"
     if weights == "export":
         _weights_from_export(model, export_dir, summary)
         description = f"export {export_dir}"

@@ -222,17 +222,20 @@ def build_bert_encoder(config, dropout=None):
 
 
 def encoder_outputs(config, inputs, *, one_hot_lookup=False, attention_dropout=None,
-                    dropout=None):
+                    dropout=None, embeddings=None):
     """Apply the encoder's layers to Keras inputs; return the output dict (see above).
 
     keras_tpu.parallel.mesh.layout builds its classifier from these layers directly (one flat
     functional model), so that a LayoutMap names every variable by its layer, and passes
     `one_hot_lookup` (BertEmbeddings) and `attention_dropout` (TransformerLayer);
-    `dropout` goes to every layer (see `build_bert_encoder`).
+    `dropout` goes to every layer (see `build_bert_encoder`). `embeddings`: a BertEmbeddings
+    layer made by the caller (the mesh's masked LM ties its head to its table), else one is made.
     """
-    x = BertEmbeddings(config, one_hot_lookup=one_hot_lookup, dropout=dropout, name="embeddings")(
-        inputs["input_word_ids"], inputs["input_type_ids"]
-    )
+    if embeddings is None:
+        embeddings = BertEmbeddings(
+            config, one_hot_lookup=one_hot_lookup, dropout=dropout, name="embeddings"
+        )
+    x = embeddings(inputs["input_word_ids"], inputs["input_type_ids"])
     layer_outputs = []
     for i in range(config.num_layers):
         x = TransformerLayer(config, attention_dropout, dropout, name=f"transformer/layer_{i}")(

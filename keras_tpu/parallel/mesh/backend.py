@@ -149,6 +149,7 @@ class ShardedBackend(backend_lib.Backend):
             metrics=task.metrics,
             train_data=task.train_data,
             preprocess=task.preprocess,
+            augment=task.augment,
         )
         self.model = self.loop.model
         # The engine's backups checkpoint tf.train.Checkpoint(model=model) and read the

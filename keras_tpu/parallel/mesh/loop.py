@@ -96,10 +96,11 @@ class ShardedLoop:
     """
 
     def __init__(self, mesh, model, optimizer, *, loss, global_batch, train_data, preprocess,
-                 metrics=(), seed=0, steps_per_epoch=None, cache="auto"):  # fmt: skip
+                 metrics=(), seed=0, steps_per_epoch=None, cache="auto", augment=None):  # fmt: skip
         self.mesh, self.model, self.optimizer = mesh, model, optimizer
         self.global_batch = global_batch
         self._train, self._preprocess, self._seed = train_data, preprocess, seed
+        self._augment = augment  # Task.augment: per-example seeds, as the data-parallel stream.
         self._steps_per_epoch, self._cache = steps_per_epoch, cache
         loss = keras.losses.get(loss)  # The Task's: a Keras loss name or instance.
         # Per-example values: evaluation weights them (padding counts zero).
@@ -132,6 +133,7 @@ class ShardedLoop:
             cache=self._cache,
             start_step=start_step,
             steps_per_epoch=self._steps_per_epoch,
+            augment=self._augment,
         )
         # DTensorDataset batches itself: it takes the host pipeline's examples unbatched.
         dataset = layout.distribute_dataset(

@@ -40,7 +40,8 @@ def epoch_steps(examples, config, mesh):
     return examples // global_batch
 
 
-def build_loop(config, mesh, model, optimizer, *, loss, metrics, train_data, preprocess):
+def build_loop(config, mesh, model, optimizer, *, loss, metrics, train_data, preprocess,
+               augment=None):  # fmt: skip
     """Return the ShardedLoop training `model` with `optimizer` on `mesh`.
 
     Args:
@@ -52,6 +53,8 @@ def build_loop(config, mesh, model, optimizer, *, loss, metrics, train_data, pre
       metrics: the Task's metrics (names, instances or a factory).
       train_data: the training Source.
       preprocess: its host-side preprocessing, or None.
+      augment: the Task's training augmentation (Task.augment), or None: each example's
+        seeds are the data-parallel stream's (one input pipeline), so both augment alike.
     """
     return ShardedLoop(
         mesh,
@@ -67,4 +70,5 @@ def build_loop(config, mesh, model, optimizer, *, loss, metrics, train_data, pre
         seed=config.seed,
         steps_per_epoch=config.steps_per_epoch,
         cache=config.cache,
+        augment=augment,
     )

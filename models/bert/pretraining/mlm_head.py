@@ -33,11 +33,18 @@ class MaskedLMHead(keras.layers.Layer):
 
         Args:
           embedding_table: the encoder's word-embedding variable [vocab_size, hidden_size]
-            (`BertEmbeddings.word_embeddings`): the output projection is its transpose.
+            (`BertEmbeddings.word_embeddings`): the output projection is its transpose. Or a
+            function returning it, read at each call (the mesh model's: a LayoutMap replaces
+            the embeddings' variable after the layers are made, and a variable held here too
+            would be laid out a second time, untied; models/bert/mesh/mesh_pretraining.py).
           config: the encoder's BertConfig.
         """
         super().__init__(**kwargs)
-        self.embedding_table = embedding_table
+        if callable(embedding_table):  # A function is not tracked: the table stays one variable.
+            self.table_fn = embedding_table
+        else:
+            self.embedding_table = embedding_table
+            self.table_fn = lambda: self.embedding_table
         self.config = config
         self.dense = keras.layers.Dense(
             config.hidden_size, activation="gelu", name="transform/dense",
@@ -56,14 +63,18 @@ class MaskedLMHead(keras.layers.Layer):
     def call(self, sequence_output, positions):
         hidden = tf.gather(sequence_output, tf.cast(positions, tf.int32), batch_dims=1)
         hidden = self.layer_norm(self.dense(hidden))
-        table = tf.cast(self.embedding_table, hidden.dtype)
+        table = tf.cast(self.table_fn(), hidden.dtype)
         # One [b * P, H] x [H, V] product: a batched [b, P, H] x [V, H] matmul broadcasts
         # the table, and its gradient builds a [b, V, H] tensor before summing it (measured:
         # 15.6 MiB more per example for the tiny preset's 30522 x 128 table).
         rows = tf.reshape(hidden, [-1, self.config.hidden_size])
         logits = tf.matmul(rows, table, transpose_b=True)
-        dims = [d if d is not None else tf.shape(hidden)[i] for i, d in enumerate(hidden.shape[:-1])]
-        logits = tf.reshape(logits, [*dims, self.config.vocab_size])  # Static where known.
+        # Static where known; an unknown batch as -1, not tf.shape's slice (which DTensor
+        # cannot lay out for a batch-split tensor, docs/model_parallel.md).
+        dims = [d if d is not None else -1 for d in hidden.shape[:-1]]
+        if dims.count(-1) > 1:
+            dims = [d if d != -1 else tf.shape(hidden)[i] for i, d in enumerate(dims)]
+        logits = tf.reshape(logits, [*dims, self.config.vocab_size])
         return tf.cast(logits, tf.float32) + tf.cast(self.output_bias, tf.float32)
 
 

@@ -13,6 +13,7 @@ with the TF Hub encoder and preprocessing for train_bert.py inside (mlm_export.p
 """
 
 import dataclasses
+import functools
 
 import keras_tpu
 from keras_tpu import checks
@@ -78,6 +79,11 @@ class BertMlmConfig(keras_tpu.RunConfig):
         "Mask all the WordPieces of a chosen word together (BERT's whole-word masking).",
     )
     warmup_fraction: float = keras_tpu.setting(0.1, bert_optimizer.WARMUP_FRACTION_HELP)
+    model_parallel: int = keras_tpu.setting(
+        1,
+        "Split the encoder and the tied vocabulary projection across K devices (DTensor mesh, "
+        "models/bert/mesh/mesh_pretraining.py); 1 = data parallel only.",
+    )
     per_replica_batch_size: int = 32
     epochs: int = 3
     learning_rate: float = 5e-4
@@ -98,6 +104,7 @@ class BertMlmConfig(keras_tpu.RunConfig):
             checks.one_of("preset", self.preset, PRESETS)
         checks.one_of("documents", self.documents, text_corpus.DOCUMENT_LAYOUTS)
         checks.fraction("warmup_fraction", self.warmup_fraction)
+        checks.integer("model_parallel", self.model_parallel)
         checks.integer(
             "vocab_size", self.vocab_size, minimum=len(start_points.PRETRAINING_TOKENS) + 1
         )
@@ -136,17 +143,21 @@ def bert_mlm_task(config: BertMlmConfig, finished=None) -> keras_tpu.Task:
         continuation_ids=vocabulary.continuation_ids if config.whole_word_masking else (),
     )  # fmt: skip
 
+    # model_parallel > 1: the weights split over a DTensor mesh (parallel.mesh.backend).
+    sharded = _sharded(config, start, preprocessor, vocabulary) if config.model_parallel > 1 else {}
+
     def corpus(patterns, transform=None):
         return text_corpus.corpus_source(
             patterns, preprocessor, vocabulary, config.seq_length, config.documents, transform
         )
 
-    return keras_tpu.Task(
+    fields = dict(
         build_model=lambda: start.build_model(config.seq_length, config.max_predictions_per_seq),
         loss=mlm_head.MaskedLMLoss(),
         metrics=lambda: [mlm_head.MaskedTokenAccuracy(), mlm_head.MaskedPerplexity()],
-        optimizer=lambda total_steps: bert_optimizer.bert_adamw(
-            config.learning_rate, total_steps, config.warmup_fraction
+        # `mesh`: a model-parallel run lays the optimizer's slots out like the weights.
+        optimizer=lambda total_steps, mesh=None: bert_optimizer.bert_adamw(
+            config.learning_rate, total_steps, config.warmup_fraction, mesh=mesh
         ),
         train_data=finished.train_data if finished else corpus(config.train_files),
         eval_data=(finished.eval_data if finished else corpus(config.eval_files, masker.evaluation))
@@ -158,6 +169,28 @@ def bert_mlm_task(config: BertMlmConfig, finished=None) -> keras_tpu.Task:
             model, preprocessor, vocabulary, directory, strategy
         ),
         name="text corpus",
+    )
+    return keras_tpu.Task(**{**fields, **sharded})
+
+
+def _sharded(config, start, preprocessor, vocabulary):
+    """Return the Task fields that split the masked LM over a mesh (model_parallel > 1)."""
+    from keras_tpu.parallel import mesh  # pylint: disable=g-import-not-at-top
+    from models.bert.mesh import mesh_pretraining  # pylint: disable=g-import-not-at-top
+
+    # Before anything trains: a vocabulary the mesh cannot split is one line.
+    mesh_pretraining.check_vocabulary(start.encoder_config.vocab_size, config.model_parallel)
+    spec = mesh_pretraining.ShardedMaskedLM(
+        start, config.seq_length, config.max_predictions_per_seq, preprocessor, vocabulary
+    )
+    return dict(
+        backend=functools.partial(mesh.ShardedBackend, model=spec),
+        # The planner's pretraining estimate is data parallel's (plan_memory.py refuses
+        # --task=pretraining with --model_parallel > 1): said, the run goes on.
+        check_memory=lambda model, info, policy: (
+            f"memory check skipped: the masked-LM estimate is for data parallelism, not "
+            f"model_parallel={config.model_parallel}"
+        ),
     )
 
 
