@@ -122,7 +122,8 @@ _FLAGS = dict(seq_length=32, max_predictions_per_seq=5, epochs=2, steps_per_epoc
               mixed_precision="fp32", cpu_replicas=4, preset="tiny")  # fmt: skip
 
 
-@pytest.mark.slow  # Two runs in process (data parallel, mesh) and a killed one in a child.
+@pytest.mark.slow  # Two runs in process (data parallel, mesh) and a killed one in a child:
+@pytest.mark.heavy  # 80 s on a quiet 2-core host, 180 s in CI's load (docs/testing.md).
 def test_the_mesh_trains_as_data_parallel_resumes_exactly_and_exports_the_same_fill_mask(
     tmp_path, monkeypatch
 ):
