@@ -83,7 +83,15 @@ def test_packing_fills_every_sequence_across_documents(corpus):
     full = packed[:-1]
     assert (full[:, -1] == v.sep_id).all()
     bodies = [row[1:-1] for row in full] + [packed[-1][1:][packed[-1][1:] != v.pad_id][:-1]]
-    np.testing.assert_array_equal(np.concatenate(bodies), expected)  # Every token, in order.
+    actual = np.concatenate(bodies)
+    if not padded[-1] and len(actual) == len(expected) - 1:
+        # The last sequence came out full, so the corpus's final [SEP] alone would start
+        # another, which the packer drops (a rest of only [SEP]s). Whether it does depends on
+        # the token count, and so on the learned vocabulary: two learnings may order tied
+        # pieces differently (it failed one CI run in three before this).
+        assert expected[-1] == v.sep_id
+        expected = expected[:-1]
+    np.testing.assert_array_equal(actual, expected)  # Every token, in order.
     assert len(packed) == -(-len(expected) // 30)
 
 

@@ -48,7 +48,9 @@ class NaNGuard(keras.callbacks.Callback):
         if not finite_loss(logs):
             self.stopped_at = (self._epoch, batch)
             self.step = int(self.model.optimizer.iterations.numpy())
-            log.error(
+            # Info, not error: the run then stops with its one line (training_run's
+            # RunStopped: the optimizer step, the backup kept, the fix), which says it all.
+            log.info(
                 "keras_tpu: loss became %s at epoch %d, step %d; stopping. Lower the learning "
                 "rate, enable gradient clipping, or use fp32 to find the overflow.",
                 logs["loss"],
