@@ -16,7 +16,6 @@ import inspect
 import json
 import os
 import signal
-import subprocess
 import sys
 import types
 
@@ -473,20 +472,27 @@ def without_timing(summary):
     return summary
 
 
+def imported_script(name):
+    """Yield scripts/<name>.py imported in this process; its flags and modules gone afterwards.
+
+    As the package module (`scripts.<name>`), so its flags are defined once per process (a
+    bare `import <name>` would define flag_utils' flags a second time). The caller restores
+    the environment its import sets (monkeypatch).
+    """
+    baseline, loaded = set(flags.FLAGS), set(sys.modules)
+    try:
+        yield importlib.import_module(f"scripts.{name}")
+    finally:
+        flags.FLAGS.unparse_flags()
+        for flag in set(flags.FLAGS) - baseline:
+            delattr(flags.FLAGS, flag)
+        for module in (f"scripts.{name}", "scripts.flag_utils"):
+            if module not in loaded:
+                sys.modules.pop(module, None)
+
+
 @pytest.fixture
 def predict_script(monkeypatch):
     """scripts/predict.py imported here, its flags and modules gone afterwards."""
     monkeypatch.setenv("KERAS_TPU_LOG_LEVEL", "warning")  # flag_utils sets it; restored after.
-    # As the package module, so its flags are defined once per process
-    # (a bare `import predict` would define flag_utils' flags a second time), and its import's
-    # settings (KERAS_TPU_LOG_LEVEL, its flags) are gone after the test.
-    baseline, loaded = set(flags.FLAGS), set(sys.modules)
-    try:
-        yield importlib.import_module("scripts.predict")
-    finally:
-        flags.FLAGS.unparse_flags()
-        for name in set(flags.FLAGS) - baseline:
-            delattr(flags.FLAGS, name)
-        for name in ("scripts.predict", "scripts.flag_utils"):
-            if name not in loaded:
-                sys.modules.pop(name, None)
+    yield from imported_script("predict")

@@ -10,7 +10,6 @@ step is named there.
 """
 
 import dataclasses
-import importlib
 import json
 import os
 import re
@@ -34,7 +33,7 @@ from keras_tpu.chip_acceptance import steps as steps_lib
 from keras_tpu.runtime.strategy import strategy_info
 from keras_tpu.runtime.strategy.strategy_inspect import TPUSystem
 from keras_tpu.runtime import detect
-from tests.conftest import REPO, run_script, subprocess_env
+from tests.conftest import REPO, imported_script, run_script, subprocess_env
 
 
 def _context(tmp_path, **kwargs):
@@ -519,16 +518,7 @@ def acceptance_script(monkeypatch):
             monkeypatch.setenv(name, os.environ[name])
         else:
             monkeypatch.delenv(name, raising=False)
-    baseline, loaded = set(flags.FLAGS), set(sys.modules)
-    try:
-        yield importlib.import_module("scripts.tpu_acceptance")
-    finally:
-        flags.FLAGS.unparse_flags()
-        for name in set(flags.FLAGS) - baseline:
-            delattr(flags.FLAGS, name)
-        for name in ("scripts.tpu_acceptance", "scripts.flag_utils"):
-            if name not in loaded:
-                sys.modules.pop(name, None)
+    yield from imported_script("tpu_acceptance")
 
 
 def test_on_a_tpu_the_script_rehearses_on_the_cpu_first_and_sets_its_figures_beside_the_chips(
