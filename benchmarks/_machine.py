@@ -1,6 +1,6 @@
 """Facts about the machine a benchmark ran on, and a bounded wait for it to be quiet.
 
-The CPU's model and flags come from keras_tpu.runtime.cpu_features, which the
+The CPU's model and flags come from keras_tpu.runtime.host.cpu_features, which the
 precision rule reads too; the load averages go into every results JSON.
 """
 
@@ -13,7 +13,7 @@ from _flags import FLAGS
 
 def cpu_facts():
     """Return what the benchmark ran on: CPU model, cores, memory, relevant ISA flags."""
-    from keras_tpu.runtime import cpu_features  # pylint: disable=g-import-not-at-top
+    from keras_tpu.runtime.host import cpu_features  # pylint: disable=g-import-not-at-top
 
     model = cpu_features.read_cpu_model() or platform.processor() or "unknown"
     cpu_flags = cpu_features.read_cpu_features().flags or frozenset()
@@ -36,7 +36,7 @@ def cpu_facts():
 
 def has_bf16():
     """Return True if the CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX)."""
-    from keras_tpu.runtime import cpu_features  # pylint: disable=g-import-not-at-top
+    from keras_tpu.runtime.host import cpu_features  # pylint: disable=g-import-not-at-top
 
     return bool(cpu_features.read_cpu_features().native_bf16)
 

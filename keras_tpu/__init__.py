@@ -36,7 +36,14 @@ Modules, in reading order (each folder's __init__.py is its front door):
 Entry points: the names below, as public_api.py declares them.
 """
 
+from keras_tpu.runtime.host import host_malloc as _host_malloc
 from keras_tpu.runtime import logs as _logs
+
+# First, before TensorFlow and the stderr filter: a no-op unless KERAS_TPU_MALLOC=tuned, which
+# the scripts set (scripts/flag_utils.py). glibc reads its malloc settings only when a process
+# starts, so this re-executes the same command line with them (host_malloc.py says why and
+# what was measured); a library user is never re-executed.
+_host_malloc.relaunch_if_requested()
 
 # Kept at import: TF_CPP_MIN_LOG_LEVEL and the stderr filter act only if in place before
 # TensorFlow is imported (the next import). A no-op unless KERAS_TPU_LOG_LEVEL is set, which

@@ -62,6 +62,12 @@ _problem = models_problem()
 if _problem:
     sys.exit(f"error: {_problem}")
 
+# Read by keras_tpu.runtime.host.host_malloc when keras_tpu is first imported (just below): the
+# script starts again with glibc's malloc keeping freed memory (0.59x -> 1.10x of plain Keras on
+# an AVX2 host, docs/guide.md "Host memory"). Only in a script's own process: a program that
+# imported keras_tpu already (a test importing a script) is not re-executed.
+if "keras_tpu" not in sys.modules:
+    os.environ.setdefault("KERAS_TPU_MALLOC", "tuned")
 # Read by keras_tpu.runtime.logs.quiet_startup when keras_tpu is first imported (just below).
 os.environ["KERAS_TPU_LOG_LEVEL"] = _log_level_from_argv(
     sys.argv, os.environ.get("KERAS_TPU_LOG_LEVEL", "warning")
@@ -71,7 +77,7 @@ from keras_tpu.engine import config_yaml  # noqa: E402
 from keras_tpu.engine import run_config  # noqa: E402
 from keras_tpu.data.sources import storage_errors  # noqa: E402
 from keras_tpu.runtime import logs  # noqa: E402
-from keras_tpu.runtime import storage  # noqa: E402
+from keras_tpu.runtime.host import storage  # noqa: E402
 import keras_tpu  # noqa: E402
 import tensorflow as tf  # noqa: E402
 

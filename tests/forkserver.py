@@ -12,6 +12,9 @@ code, `os._exit`), the asked-for environment, working directory, `sys.argv` and
 `sys.path`, `__main__`, at-exit handlers and non-daemon threads joined at the end,
 stdout and stderr at the file-descriptor level (TensorFlow's C++ lines included).
 
+Like a script's own process, the server (so every child) runs with glibc's malloc tuned
+(keras_tpu/runtime/host/host_malloc.py), unless the test process's environment chose otherwise.
+
 What it does not have, so a test that depends on it starts a real interpreter
 (`fresh=True`, or a variable of IMPORT_TIME_VARIABLES set otherwise than here):
   - the import itself: what TensorFlow prints as it loads, and what keras_tpu's
@@ -73,6 +76,14 @@ def _context():
         # `env` is what the server runs with, not this process's environment (recorded with
         # TPU_LOAD_LIBRARY, it made every child a real interpreter, silently).
         env = {k: v for k, v in os.environ.items() if k not in NOT_THE_SERVERS}
+        # Started as a script starts (keras_tpu/runtime/host/host_malloc.py): glibc's malloc tuned
+        # unless this process's environment says otherwise. A child cannot re-execute itself
+        # (its command line is the server's), and it inherits the server's malloc.
+        # Imported here, not at the top: the server imports this module, and keras_tpu must be
+        # imported by each child as a fresh interpreter would.
+        from keras_tpu.runtime.host import host_malloc  # pylint: disable=import-outside-toplevel
+
+        env = host_malloc.relaunch_environ({"KERAS_TPU_MALLOC": "tuned", **env}) or env
         # sys.path as `python -c` has it here ('' first), without pytest's additions.
         path = subprocess.run(
             [sys.executable, "-c", "import sys, json; print(json.dumps(sys.path))"],
@@ -81,6 +92,7 @@ def _context():
         saved = dict(os.environ)
         for key in NOT_THE_SERVERS:
             os.environ.pop(key, None)
+        os.environ.update({k: env[k] for k in ("GLIBC_TUNABLES",) if k in env})
         try:
             multiprocessing.forkserver.ensure_running()
         finally:

@@ -1,8 +1,8 @@
-"""Tests for keras_tpu.runtime.cpu_features: the CPU flags, read from faked hosts."""
+"""Tests for keras_tpu.runtime.host.cpu_features: the CPU flags, read from faked hosts."""
 
 import pytest
 
-from keras_tpu.runtime import cpu_features
+from keras_tpu.runtime.host import cpu_features
 from tests.conftest import AMX_ONLY_FLAGS
 from tests.conftest import AVX2_FLAGS
 from tests.conftest import EPYC_BF16_FLAGS

@@ -432,7 +432,7 @@ ONE_OWNER = {
     "null_for_non_finite": "keras_tpu/engine/rundir/run_files.py",
     # Literals with one owner each (issue 62 point 4); ONE_LITERAL and the checks below hold
     # their copies to the owner.
-    "is_remote": "keras_tpu/runtime/storage.py",  # A path is remote storage: `"://" in`.
+    "is_remote": "keras_tpu/runtime/host/storage.py",  # A path is remote storage: `"://" in`.
     "no_space": "keras_tpu/engine/rundir/disk_space.py",  # The full-disk sentence.
     "free_bytes": "keras_tpu/engine/rundir/disk_space.py",  # What a disk has free.
     "Batching": "keras_tpu/data/pipelines.py",  # global batch = per-replica x replicas.

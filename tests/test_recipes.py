@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -48,6 +49,10 @@ def test_main_job_trains_digits_to_95_percent(main_job):
     assert summary["steps_per_epoch"] == 1437 // 64
     assert summary["strategy"]["kind"] == "cpu" and summary["strategy"]["fallback_reason"]
     assert "test accuracy" in result.stdout
+    # The script started again with glibc's malloc tuned (runtime/host/host_malloc.py): what the
+    # process was executed with, read from /proc/self/environ.
+    if sys.platform.startswith("linux"):
+        assert summary["strategy"]["host_malloc"] == "glibc with glibc.malloc.top_pad=67108864"
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ import pytest
 
 from keras_tpu.runtime import detect
 from keras_tpu.runtime import device_rules
+from keras_tpu.runtime.host import host_malloc
 from keras_tpu.runtime.strategy import resolver
 from keras_tpu.runtime.strategy import strategy_info
 from tests.conftest import AMX_ONLY_FLAGS
@@ -61,8 +62,11 @@ def test_to_dict_keeps_the_keys_users_read(mirrored):
     assert set(as_dict) == {
         "kind", "workers", "fallback_reason", "tpu", "requested", "rehearsal", "resolve_seconds",
         "strategy", "replicas", "devices", "tensorflow", "tf_keras", "precision_policy",
-        "precision_reason", "jit_compile", "defaults_reason", "summary",
+        "precision_reason", "jit_compile", "defaults_reason", "host_malloc", "summary",
     }  # fmt: skip
+    # What this process's malloc started with (runtime/host/host_malloc.py), in words.
+    assert as_dict["host_malloc"] == host_malloc.started_with()
+    assert as_dict["host_malloc"].startswith(("glibc defaults", "glibc with", "not glibc"))
     assert (as_dict["replicas"], as_dict["rehearsal"], info.kind) == (CPU_REPLICAS, True, "cpu")
     json.dumps(as_dict)
     tpu = _info(kind="tpu", tpu=_tpu("local")).to_dict()["tpu"]

@@ -28,7 +28,7 @@ from keras_tpu.data.sources.sources import load_digits  # noqa: F401
 from keras_tpu.data.sources.sources import load_tsv  # noqa: F401
 from keras_tpu.data.sources.sources import synthetic_images  # noqa: F401
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
-from keras_tpu.runtime import storage
+from keras_tpu.runtime.host import storage
 
 # What leaves the host: TPUs have no uint8/int64/float64 arithmetic worth
 # using and no strings at all, so cast (or refuse) before the infeed.

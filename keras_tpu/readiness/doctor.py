@@ -29,7 +29,7 @@ from keras_tpu.runtime.tpu.tpu_health import (  # noqa: F401  (doctor.check_buil
 )
 from keras_tpu.readiness import settings_checks
 from keras_tpu.readiness import tpu_init_probe
-from keras_tpu.runtime import storage
+from keras_tpu.runtime.host import storage
 
 
 def check_versions(inst):

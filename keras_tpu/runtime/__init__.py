@@ -11,11 +11,12 @@ Modules, in reading order:
   detect.py            find a TPU or a cluster from the environment, without TensorFlow
   device_rules.py      per device kind: the "auto" precision (auto_precision), XLA, steps per execution
   accelerators.py      per-replica memory of each accelerator, and which one a strategy runs on
-  cpu_features.py      what the host CPU computes natively (bf16), from /proc/cpuinfo
+  host/                the machine under the process: its CPU's native bf16 (host/cpu_features.py),
+                       its malloc (host/host_malloc.py: the scripts start again with glibc's malloc
+                       tuned, KERAS_TPU_MALLOC), its disks or remote storage (host/storage.py)
   compat.py            tf_keras pinned as `keras`; the TensorFlow / tf_keras pair checked
   determinism.py       seed every random source; each random op's seed (op_seed)
   logs.py              how loud TensorFlow is (quiet in the scripts, --log_level)
-  storage.py           where a path lives: this host's disk or remote storage (is_remote)
   private_names.py     tf_keras's and TensorFlow's private attributes: read or set only here
   tf_registries.py     TensorFlow's op and kernel registries, read in one place
   tf_build.py          which TensorFlow build, Keras and libtpu are installed
@@ -25,5 +26,5 @@ Entry points: `strategy.resolver.resolve_strategy`, `describe`, `strategy.strate
 (public; everywhere), `compat.keras` (every module that builds with Keras),
 `device_rules.steps_per_execution` (engine/steps/compiling.py, parallel/mesh/),
 `private_names.read`/`write`, `determinism.seed_everything`, `logs` (scripts/),
-`storage.is_remote` (every reader and writer of a path: rundir/, data/, the doctor).
+`host.storage.is_remote` (every reader and writer of a path: rundir/, data/, the doctor).
 """

@@ -9,7 +9,7 @@ on a CPU (slower). Reads only /proc/cpuinfo (cpu_features.py), never TensorFlow.
 import dataclasses
 
 from keras_tpu import checks
-from keras_tpu.runtime import cpu_features
+from keras_tpu.runtime.host import cpu_features
 
 # steps_per_execution="auto": how many steps one host round trip runs. On a TPU
 # each round trip costs far more than a small step, so run many. On a CPU short

@@ -13,7 +13,7 @@ from keras_tpu.data.sources import storage_errors
 from keras_tpu.data.sources import tfds_download
 from keras_tpu.data.sources.source_types import DatasetUnavailableError
 from keras_tpu.data.sources.source_types import Source
-from keras_tpu.runtime import storage
+from keras_tpu.runtime.host import storage
 
 
 PARSE_BATCH = 256  # Records parsed in one call by a parse_fn that takes batches.

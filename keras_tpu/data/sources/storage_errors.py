@@ -19,7 +19,7 @@ import re
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.runtime import storage
+from keras_tpu.runtime.host import storage
 
 # Bucket names that examples and templates use in place of the user's own.
 _PLACEHOLDER = re.compile(

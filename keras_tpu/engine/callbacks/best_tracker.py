@@ -33,7 +33,7 @@ from keras_tpu.engine.stops import nan_stop
 from keras_tpu.engine.stops import stop as stops
 from keras_tpu.runtime.compat import keras
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
-from keras_tpu.runtime import storage
+from keras_tpu.runtime.host import storage
 
 MODES = ("min", "max")
 AUTO = "auto"

@@ -37,7 +37,7 @@ from keras_tpu.engine.rundir import owned_files
 from keras_tpu.runtime import private_names
 from keras_tpu.runtime import compat
 from keras_tpu.runtime.strategy.strategy_info import StrategyInfo
-from keras_tpu.runtime import storage
+from keras_tpu.runtime.host import storage
 
 
 def preflight(export_dir, *, overwrite, model=None, run=None):

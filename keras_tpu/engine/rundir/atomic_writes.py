@@ -20,7 +20,7 @@ from keras_tpu.engine.rundir import disk_space
 from keras_tpu.engine.rundir import output_paths
 from keras_tpu.engine.rundir import owned_files
 from keras_tpu.engine.stops import stop as stops
-from keras_tpu.runtime import storage
+from keras_tpu.runtime.host import storage
 
 # What a failed write raises: Python's OSError (ENOSPC, EACCES, EROFS, ENOTDIR)
 # or TensorFlow's file-system errors from the C++ writers.

@@ -17,7 +17,7 @@ import shutil
 import numpy as np
 
 from keras_tpu.engine.rundir import output_paths
-from keras_tpu.runtime import storage
+from keras_tpu.runtime.host import storage
 
 # A checkpoint's bytes beyond its variables' values: ~200 per variable (its index entry and
 # its object graph node: 190-215 measured for 13 to 43 variables, Adam's slots included),

@@ -15,7 +15,7 @@ import os
 import tensorflow as tf
 
 from keras_tpu import checks
-from keras_tpu.runtime import storage
+from keras_tpu.runtime.host import storage
 
 # Kept inside the SavedModel: assets.extra/ is the SavedModel directory for files
 # the graph does not use (TF Serving keeps its warm-up requests there).

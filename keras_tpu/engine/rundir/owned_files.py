@@ -22,7 +22,7 @@ import shutil
 
 import tensorflow as tf
 
-from keras_tpu.runtime import storage
+from keras_tpu.runtime.host import storage
 
 
 def remove(path, *, best_effort=False):

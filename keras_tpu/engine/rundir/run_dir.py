@@ -24,7 +24,7 @@ from keras_tpu.engine.rundir import layout
 from keras_tpu.engine.rundir import owned_files
 from keras_tpu.engine.rundir import run_files
 from keras_tpu.engine.rundir import run_identity
-from keras_tpu.runtime import storage
+from keras_tpu.runtime.host import storage
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ import tensorflow as tf
 from keras_tpu.runtime import accelerators
 from keras_tpu.runtime import compat
 from keras_tpu.runtime import device_rules
-from keras_tpu.runtime import storage
+from keras_tpu.runtime.host import host_malloc
+from keras_tpu.runtime.host import storage
 from keras_tpu.runtime.strategy import strategy_inspect
 from keras_tpu.runtime.strategy.strategy_inspect import (  # noqa: F401  (strategy_info.TPUSystem, ...)
     ClusterRole,
@@ -214,6 +215,9 @@ class StrategyInfo:
         )
         if self.gpu_compute_capability:
             info["gpu_compute_capability"] = list(self.gpu_compute_capability)
+        # A process fact, not the strategy's: what the host's malloc started with decides a CPU
+        # run's speed on some hosts (0.59x, host_malloc.py), so a run's record says it.
+        info["host_malloc"] = host_malloc.started_with()
         info["summary"] = self.summary
         return info
 
