@@ -76,6 +76,13 @@ def test_the_tied_table_and_the_output_bias_are_split_by_vocabulary_rows():
     split = 4 * (4 * h * h + 3 * h + 2 * h * i + i + v * h + v)  # attention, FFN, vocabulary
     assert held == planner.estimate(plain, 4, 8, max_predictions_per_seq=2).weights - pooler - split // 2
     assert held == 745_856  # Data parallel's 1_223_424 less the pooler's 66_048 and half of 823_040.
+    # The planner's name patterns pick exactly the variables laid out on "model".
+    for variable in model.variables:
+        on_model = "model" in dtensor.fetch_layout(variable).sharding_specs
+        named = planner.SHARDED_VARIABLE.search(variable.name) or planner.VOCABULARY_SHARDED.search(
+            variable.name
+        )
+        assert bool(named) == on_model, variable.name
 
     # What the step holds of the logits over the vocabulary, and of their gradient: each
     # device its V/K tokens (the planner's [b, P, V/K]); the table's gradient by its rows.
