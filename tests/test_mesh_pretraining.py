@@ -21,6 +21,7 @@ from keras_tpu.inference import predict_evaluate
 from keras_tpu.parallel import mesh as mesh_lib
 from models.bert.bert_config import PRESETS
 from models.bert.bert_config import bert_config
+from models.bert import bert_encoder
 from models.bert import bert_text
 from models.bert.memory import planner
 from models.bert.mesh import mesh_pretraining
@@ -43,7 +44,7 @@ _SHRINK = (
 )
 
 
-def test_the_tied_table_and_the_output_bias_are_split_by_vocabulary_rows():
+def test_the_tied_table_and_the_output_bias_are_split_by_vocabulary_rows(monkeypatch):
     config = bert_config("tiny", vocab_size=64, **SHRUNK)
     keras.utils.set_random_seed(3)
     plain = mlm_head.build_pretraining_model(config, 8, 2)
@@ -85,13 +86,24 @@ def test_the_tied_table_and_the_output_bias_are_split_by_vocabulary_rows():
         assert bool(named) == on_model, variable.name
 
     # What the step holds of the logits over the vocabulary, and of their gradient: each
-    # device its V/K tokens (the planner's [b, P, V/K]); the table's gradient by its rows.
+    # device its V/K tokens (the planner's [b, P, V/K]); the table's gradient by its rows;
+    # the one-hot of the word lookup whole on each device (the planner's [b, s, V]).
+    one_hots, lookup = [], bert_encoder.BertEmbeddings._lookup
+
+    def kept_lookup(layer, lookup_table, ids):
+        rows = lookup(layer, lookup_table, ids)
+        one_hots.append(rows.op.inputs[0])  # The matmul's one-hot operand.
+        return rows
+
+    monkeypatch.setattr(bert_encoder.BertEmbeddings, "_lookup", kept_lookup)
+
     @tf.function
     def step(features, labels):
+        one_hots.clear()
         with tf.GradientTape(persistent=True) as tape:
             logits = model(features, training=True)
             loss = mlm_head.MaskedLMLoss()(labels, logits)
-        return logits, tape.gradient(loss, logits), tape.gradient(loss, table)
+        return logits, tape.gradient(loss, logits), tape.gradient(loss, table), one_hots[0]
 
     rng = np.random.default_rng(0)
     ids = rng.integers(5, 64, (8, 8)).astype(np.int32)
@@ -100,11 +112,13 @@ def test_the_tied_table_and_the_output_bias_are_split_by_vocabulary_rows():
                 mlm_head.POSITIONS: rng.integers(1, 7, (8, 2)).astype(np.int32)}  # fmt: skip
     dataset = tf.data.Dataset.from_tensor_slices((features, rng.integers(5, 64, (8, 2))))
     batch = next(iter(mesh_lib.distribute_dataset(dataset, mesh=layout_mesh, global_batch=8)))
-    logits, logits_gradient, table_gradient = step(*batch)
+    logits, logits_gradient, table_gradient, words = step(*batch)
     for tensor in (logits, logits_gradient):
         assert dtensor.fetch_layout(tensor).sharding_specs == ["batch", "unsharded", "model"]
         assert [tuple(t.shape) for t in dtensor.unpack(tensor)] == [(4, 2, 32)] * 4
     assert dtensor.fetch_layout(table_gradient).sharding_specs == ["model", "unsharded"]
+    assert dtensor.fetch_layout(words).sharding_specs == ["batch", "unsharded", "unsharded"]
+    assert [tuple(t.shape) for t in dtensor.unpack(words)] == [(4, 8, 64)] * 4
 
 
 def test_a_vocabulary_the_mesh_cannot_split_is_one_line(tmp_path):
