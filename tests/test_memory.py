@@ -458,7 +458,10 @@ def test_pretraining_on_the_mesh_splits_the_vocabulary_and_plans_the_smallest_mo
     # and K=2 is the smallest split that fits (K must divide the vocabulary as well).
     large = planner.plan("large", 512, "fp32", "v2", runtime="tf", max_predictions_per_seq=20)
     assert not large.fits and large.suggested_model_parallel == 2
-    assert "With model_parallel=2" in large.message
+    # docs/pretraining.md's figures: 7.23 GiB at batch 1, 3 a row at K=2 (state 2.63 GiB).
+    assert "needs 7.23 GiB, 0.03 GiB over" in large.message
+    assert "With model_parallel=2 (weights split across 2 devices" in large.message
+    assert "batch 3 per data-parallel row fits" in large.message
     warning = planner.check_fits("large", 1, 512, "fp32", "v2", runtime="tf", max_predictions_per_seq=20)
     assert "--model_parallel=2" in warning
     odd = dataclasses.replace(planner.config_from_name("large"), vocab_size=30523)
