@@ -462,6 +462,8 @@ def test_pretraining_on_the_mesh_splits_the_vocabulary_and_plans_the_smallest_mo
     assert "needs 7.23 GiB, 0.03 GiB over" in large.message
     assert "With model_parallel=2 (weights split across 2 devices" in large.message
     assert "batch 3 per data-parallel row fits" in large.message
+    k2 = planner.plan("large", 512, "fp32", "v2", runtime="tf", max_predictions_per_seq=20, model_parallel=2)
+    assert k2.max_per_replica_batch == 3 and round(k2.fixed_bytes / planner.GiB, 2) == 2.63
     warning = planner.check_fits("large", 1, 512, "fp32", "v2", runtime="tf", max_predictions_per_seq=20)
     assert "--model_parallel=2" in warning
     odd = dataclasses.replace(planner.config_from_name("large"), vocab_size=30523)
