@@ -8,6 +8,8 @@ The masked-LM pretraining step (scripts/pretrain_bert.py): its head, the [batch,
 logits at the P masked positions and the tied word table's dense gradient:
   python scripts/plan_memory.py --task=pretraining --preset=base --seq_length=128 \
     --max_predictions_per_seq=20 --accelerator=v5e     # --vocab_size: a learned vocabulary's
+  python scripts/plan_memory.py --task=pretraining --preset=large --seq_length=512 \
+    --accelerator=v2 --precision=fp32 --model_parallel=2   # per device of pretrain_bert's mesh
 Without --per_replica_batch the breakdown is shown at the largest batch that fits. With
 --json, stdout holds exactly one JSON object (logs go to stderr).
 """
@@ -50,7 +52,8 @@ flags.DEFINE_float("margin", 0.1, "Fraction of the device's memory kept free.")
 flags.DEFINE_integer(
     "model_parallel",
     1,
-    "Plan per device with the weights split K ways (train_bert --model_parallel=K).",
+    "Plan per device with the weights split K ways (train_bert.py or pretrain_bert.py "
+    "--model_parallel=K).",
     lower_bound=1,
 )
 flags.DEFINE_bool("json", False, "Print one JSON object instead of the table.")

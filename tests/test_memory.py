@@ -308,16 +308,21 @@ def test_script_json_and_errors():
     assert result["plan"]["max_per_replica_batch"] == plan.max_per_replica_batch
     assert result["estimate"]["total"] == plan.estimate.total
 
-    # The masked-LM step: the planner's plan for it; its flag alone is refused.
+    # The masked-LM step: the planner's plan for it, also per device of a mesh; its flag
+    # alone is refused.
     cases = [("--json", "--task=pretraining", "--preset=tiny", "--accelerator=v5e",
               "--vocab_size=8000", "--max_predictions_per_seq=10"),
-             ("--max_predictions_per_seq=10",)]  # fmt: skip
+             ("--max_predictions_per_seq=10",),
+             ("--json", "--task=pretraining", "--preset=tiny", "--accelerator=v5e",
+              "--vocab_size=8000", "--max_predictions_per_seq=10", "--model_parallel=2")]  # fmt: skip
     results = run_script_cases("plan_memory.py", cases)
-    result = json.loads(results[cases[0]].stdout)
     config = dataclasses.replace(planner.config_from_name("tiny"), vocab_size=8000)
-    plan = planner.plan(config, 128, "bf16", "v5e", max_predictions_per_seq=10)
-    assert result["task"] == "pretraining" and result["estimate"]["max_predictions_per_seq"] == 10
-    assert result["plan"]["max_per_replica_batch"] == plan.max_per_replica_batch
+    for case, k in ((cases[0], 1), (cases[2], 2)):
+        result = json.loads(results[case].stdout)
+        plan = planner.plan(config, 128, "bf16", "v5e", max_predictions_per_seq=10, model_parallel=k)
+        assert result["task"] == "pretraining" and result["estimate"]["max_predictions_per_seq"] == 10
+        assert result["plan"]["max_per_replica_batch"] == plan.max_per_replica_batch
+        assert result["plan"]["model_parallel"] == result["estimate"]["model_parallel"] == k
     assert results[cases[1]].returncode == 2
     assert results[cases[1]].stderr.strip() == (
         "error: --max_predictions_per_seq plans the masked-LM step: add --task=pretraining.")
@@ -368,7 +373,7 @@ def test_pretraining_counts_the_head_the_vocabulary_logits_and_the_tied_table():
     from models.bert.pretraining import mlm_task  # pylint: disable=g-import-not-at-top
 
     run = types.SimpleNamespace(per_replica_batch_size=10**6, seq_length=SEQ,
-                                max_predictions_per_seq=p)  # fmt: skip
+                                max_predictions_per_seq=p, model_parallel=1)  # fmt: skip
     warning = mlm_task.check_memory(model, types.SimpleNamespace(accelerator="v5e"), "float32", run)
     best = planner.plan(model, SEQ, "fp32", "v5e", max_predictions_per_seq=p)
     assert f"use per_replica_batch <= {best.max_per_replica_batch} " in warning
@@ -402,7 +407,7 @@ def test_pretraining_counts_the_head_the_vocabulary_logits_and_the_tied_table():
     assert bf16.weight_copies - base.weight_copies == 2 * (h * h + v * h)
 
 
-def test_pretraining_plans_a_smaller_batch_and_refuses_what_it_does_not_plan():
+def test_pretraining_plans_a_smaller_batch_and_refuses_what_it_cannot_split():
     classifier = planner.plan("base", 128, "bf16", "v5e")
     pretraining = planner.plan("base", 128, "bf16", "v5e", max_predictions_per_seq=20)
     assert 0 < pretraining.max_per_replica_batch < classifier.max_per_replica_batch
@@ -415,8 +420,55 @@ def test_pretraining_plans_a_smaller_batch_and_refuses_what_it_does_not_plan():
     assert f"use per_replica_batch <= {pretraining.max_per_replica_batch}" in warning
     with pytest.raises(ValueError, match=r"max_predictions_per_seq=127 must be an integer in 1..126"):
         planner.estimate("tiny", 1, 128, max_predictions_per_seq=127)
-    with pytest.raises(ValueError, match="model_parallel=2 with max_predictions_per_seq"):
-        planner.estimate("tiny", 1, 128, max_predictions_per_seq=20, model_parallel=2)
+    with pytest.raises(ValueError, match=r"^BERT vocab_size=30522 is not divisible by "
+                       r"model_parallel=4: the masked LM splits its tied word table by vocabulary rows\.$"):
+        planner.estimate("base", 1, 128, max_predictions_per_seq=20, model_parallel=4)
+
+
+def test_pretraining_on_the_mesh_splits_the_vocabulary_and_plans_the_smallest_model_parallel():
+    # Per device of a K-way mesh (models/bert/mesh/mesh_pretraining.py): the encoder split as
+    # the classifier's, the tied table and the output bias by vocabulary rows, no pooler, and
+    # the [b, P, V] logits and softmax gradient V/K each (tests/test_mesh_pretraining.py
+    # checks the weights against a mesh model and the layouts in its step).
+    config, p, b = _tiny(), 5, 4
+    one = planner.estimate(config, b, SEQ, max_predictions_per_seq=p)
+    two = planner.estimate(config, b, SEQ, max_predictions_per_seq=p, model_parallel=2)
+    h, i, v, n = config.hidden_size, config.intermediate_size, config.vocab_size, config.num_layers
+    encoder = n * (4 * h * h + 3 * h + 2 * h * i + i)
+    assert one.weights - two.weights == 4 * (h * h + h) + 4 * (encoder + v * h + v) // 2
+    assert two.parameters == one.parameters - (h * h + h)
+    parts, split = one.activation_breakdown, two.activation_breakdown
+    for name in ("masked-LM softmax gradient [b, P, V]", "masked-LM logits [b, P, V] (for the metrics)"):
+        assert parts[name] == 4 * b * p * v == 2 * split[name]
+    assert split["masked-LM head [b, P, H]"] == parts["masked-LM head [b, P, H]"]
+    assert "pooler" in parts and "pooler" not in split
+    assert split["one-hot embedding lookups [b, s, V]"] == 4 * b * SEQ * (v + 2)  # Whole.
+    # The one-hot lookup's whole [V, H] gradient of the table, against [b, P, V/2] logits'.
+    assert two.workspace == max(planner.workspace_bytes(config, b, SEQ, "fp32", 2), 4 * v * h)
+    # The run's check on the mesh (mlm_task's `_sharded`: the encoder's config, per row).
+    from models.bert.pretraining import mlm_task  # pylint: disable=g-import-not-at-top
+
+    run = types.SimpleNamespace(per_replica_batch_size=10**6, seq_length=SEQ,
+                                max_predictions_per_seq=p, model_parallel=2)  # fmt: skip
+    warning = mlm_task.check_memory(config, types.SimpleNamespace(accelerator="v5e"), "float32", run)
+    best = planner.plan(config, SEQ, "fp32", "v5e", max_predictions_per_seq=p, model_parallel=2)
+    assert f"use per_replica_batch <= {best.max_per_replica_batch} " in warning
+    assert "model_parallel 2, masked-LM pretraining (5 predictions" in best.message
+    # BERT-large pretraining at 512 tokens on a v2 core without XLA: batch 1 is over at K=1,
+    # and K=2 is the smallest split that fits (K must divide the vocabulary as well).
+    large = planner.plan("large", 512, "fp32", "v2", runtime="tf", max_predictions_per_seq=20)
+    assert not large.fits and large.suggested_model_parallel == 2
+    # docs/pretraining.md's figures: 7.23 GiB at batch 1, 3 a row at K=2 (state 2.63 GiB).
+    assert "needs 7.23 GiB, 0.03 GiB over" in large.message
+    assert "With model_parallel=2 (weights split across 2 devices" in large.message
+    assert "batch 3 per data-parallel row fits" in large.message
+    k2 = planner.plan("large", 512, "fp32", "v2", runtime="tf", max_predictions_per_seq=20, model_parallel=2)
+    assert k2.max_per_replica_batch == 3 and round(k2.fixed_bytes / planner.GiB, 2) == 2.63
+    warning = planner.check_fits("large", 1, 512, "fp32", "v2", runtime="tf", max_predictions_per_seq=20)
+    assert "--model_parallel=2" in warning
+    odd = dataclasses.replace(planner.config_from_name("large"), vocab_size=30523)
+    assert planner.plan(odd, 512, "fp32", "v2", runtime="tf", max_predictions_per_seq=20
+                        ).suggested_model_parallel is None  # fmt: skip
 
 
 @pytest.mark.slow

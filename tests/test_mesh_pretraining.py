@@ -7,6 +7,7 @@ vocabulary learned from 400 SST-2 sentences.
 
 import dataclasses
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -20,7 +21,9 @@ from keras_tpu.inference import predict_evaluate
 from keras_tpu.parallel import mesh as mesh_lib
 from models.bert.bert_config import PRESETS
 from models.bert.bert_config import bert_config
+from models.bert import bert_encoder
 from models.bert import bert_text
+from models.bert.memory import planner
 from models.bert.mesh import mesh_pretraining
 from models.bert.pretraining import mlm_head
 from models.bert.pretraining import mlm_task
@@ -41,7 +44,7 @@ _SHRINK = (
 )
 
 
-def test_the_tied_table_and_the_output_bias_are_split_by_vocabulary_rows():
+def test_the_tied_table_and_the_output_bias_are_split_by_vocabulary_rows(monkeypatch):
     config = bert_config("tiny", vocab_size=64, **SHRUNK)
     keras.utils.set_random_seed(3)
     plain = mlm_head.build_pretraining_model(config, 8, 2)
@@ -64,6 +67,59 @@ def test_the_tied_table_and_the_output_bias_are_split_by_vocabulary_rows():
     table = model.get_layer("embeddings").word_embeddings
     assert [tuple(t.shape) for t in dtensor.unpack(table.read_value())] == [(32, 128)] * 4
 
+    # The memory planner's weights a device are what each device of the 2 x 2 mesh holds,
+    # from the model and from the config alone (the mesh's masked LM has no pooler).
+    held = mesh_lib.per_device_weight_bytes(model)
+    assert planner.estimate(model, 4, 8, max_predictions_per_seq=2, model_parallel=2).weights == held
+    assert planner.estimate(config, 4, 8, max_predictions_per_seq=2, model_parallel=2).weights == held
+    h, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
+    pooler = 4 * (h * h + h)
+    split = 4 * (4 * h * h + 3 * h + 2 * h * i + i + v * h + v)  # attention, FFN, vocabulary
+    assert held == planner.estimate(plain, 4, 8, max_predictions_per_seq=2).weights - pooler - split // 2
+    assert held == 745_856  # Data parallel's 1_223_424 less the pooler's 66_048 and half of 823_040.
+    # The planner's name patterns pick exactly the variables laid out on "model".
+    for variable in model.variables:
+        on_model = "model" in dtensor.fetch_layout(variable).sharding_specs
+        named = planner.SHARDED_VARIABLE.search(variable.name) or planner.VOCABULARY_SHARDED.search(
+            variable.name
+        )
+        assert bool(named) == on_model, variable.name
+
+    # What the step holds of the logits over the vocabulary, and of their gradient: each
+    # device its V/K tokens (the planner's [b, P, V/K]); the table's gradient by its rows;
+    # the one-hot of the word lookup whole on each device (the planner's [b, s, V]).
+    one_hots, lookup = [], bert_encoder.BertEmbeddings._lookup
+
+    def kept_lookup(layer, lookup_table, ids):
+        rows = lookup(layer, lookup_table, ids)
+        one_hots.append(rows.op.inputs[0])  # The matmul's one-hot operand.
+        return rows
+
+    monkeypatch.setattr(bert_encoder.BertEmbeddings, "_lookup", kept_lookup)
+
+    @tf.function
+    def step(features, labels):
+        one_hots.clear()
+        with tf.GradientTape(persistent=True) as tape:
+            logits = model(features, training=True)
+            loss = mlm_head.MaskedLMLoss()(labels, logits)
+        return logits, tape.gradient(loss, logits), tape.gradient(loss, table), one_hots[0]
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 64, (8, 8)).astype(np.int32)
+    features = {"input_word_ids": ids, "input_mask": np.ones_like(ids),
+                "input_type_ids": np.zeros_like(ids),
+                mlm_head.POSITIONS: rng.integers(1, 7, (8, 2)).astype(np.int32)}  # fmt: skip
+    dataset = tf.data.Dataset.from_tensor_slices((features, rng.integers(5, 64, (8, 2))))
+    batch = next(iter(mesh_lib.distribute_dataset(dataset, mesh=layout_mesh, global_batch=8)))
+    logits, logits_gradient, table_gradient, words = step(*batch)
+    for tensor in (logits, logits_gradient):
+        assert dtensor.fetch_layout(tensor).sharding_specs == ["batch", "unsharded", "model"]
+        assert [tuple(t.shape) for t in dtensor.unpack(tensor)] == [(4, 2, 32)] * 4
+    assert dtensor.fetch_layout(table_gradient).sharding_specs == ["model", "unsharded"]
+    assert dtensor.fetch_layout(words).sharding_specs == ["batch", "unsharded", "unsharded"]
+    assert [tuple(t.shape) for t in dtensor.unpack(words)] == [(4, 8, 64)] * 4
+
 
 def test_a_vocabulary_the_mesh_cannot_split_is_one_line(tmp_path):
     with pytest.raises(checks.ConfigError) as e:
@@ -79,6 +135,18 @@ def test_a_vocabulary_the_mesh_cannot_split_is_one_line(tmp_path):
                                     model_parallel=2, model_dir=str(tmp_path / "run"))  # fmt: skip
     with pytest.raises(checks.ConfigError, match=r"^vocab_size=\d*[13579] rows .* model_parallel=2 "):
         mlm_task.bert_mlm_task(config)
+
+    # One token less splits: the mesh run's check before compiling is the planner's, per
+    # device and data-parallel row (no more "memory check skipped").
+    tokens = open(vocab, encoding="utf-8").read().splitlines()[:-1]
+    config.vocab_file = bert_text.write_vocab(tokens, str(tmp_path / "even.txt"))
+    task = mlm_task.bert_mlm_task(config)
+    v5e = types.SimpleNamespace(accelerator="v5e")
+    assert task.check_memory(None, v5e, "float32") is None
+    config.per_replica_batch_size = 10**6
+    best = planner.plan(bert_config("tiny", vocab_size=len(tokens)), 128, "fp32", "v5e",
+                        max_predictions_per_seq=20, model_parallel=2)  # fmt: skip
+    assert f"use per_replica_batch <= {best.max_per_replica_batch} " in task.check_memory(None, v5e, "float32")
 
 
 def _vocab(root, odd=False):

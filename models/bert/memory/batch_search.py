@@ -2,7 +2,8 @@
 
 `plan` solves the linear estimate of models.bert.memory.bert_memory for the
 batch, then checks it against the estimate itself; when batch 1 does not fit it
-tries each K of MODEL_PARALLEL_CHOICES (weights split K ways).
+tries each K of MODEL_PARALLEL_CHOICES (weights split K ways), for the classifier and for
+the masked-LM pretraining step alike.
 """
 
 import dataclasses
@@ -185,9 +186,10 @@ def plan(
         message = (
             f"{what}: batch 1 does not fit: it needs {gib(one.total)}, {gib(over)} over; {why}."
         )
-        if model_parallel == 1 and max_predictions_per_seq is None:  # Pretraining: not planned.
+        if model_parallel == 1:
             suggested = _smallest_model_parallel(
                 c,
+                max_predictions_per_seq is not None,
                 lambda k: plan(
                     config_or_model,
                     seq_length,
@@ -197,6 +199,7 @@ def plan(
                     margin,
                     runtime=runtime,
                     model_parallel=k,
+                    max_predictions_per_seq=max_predictions_per_seq,
                 ),
             )
             if suggested:
@@ -223,10 +226,16 @@ def plan(
     )
 
 
-def _smallest_model_parallel(config, plan_for):
-    """Return the plan of the smallest K in MODEL_PARALLEL_CHOICES that fits, or None."""
+def _smallest_model_parallel(config, pretraining, plan_for):
+    """Return the plan of the smallest K in MODEL_PARALLEL_CHOICES that fits, or None.
+
+    K divides the heads and the FFN width, and for pretraining the vocabulary too (the
+    masked LM's mesh splits its tied word table by rows).
+    """
     for k in MODEL_PARALLEL_CHOICES:
         if config.num_heads % k or config.intermediate_size % k:
+            continue
+        if pretraining and config.vocab_size % k:
             continue
         candidate = plan_for(k)
         if candidate.fits:

@@ -23,6 +23,11 @@ word-embedding table, tied: no new weights, but a dense gradient for the table, 
 lookup's sparse rows are added into it), what it keeps for the backward pass ([b, P, H]
 tensors of the gathered positions, and the float32 softmax gradient of the [b, P, V]
 logits over the vocabulary) and the backward pass's [b, P, V] gradients of those logits.
+On the mesh (model_parallel=K, models/bert/mesh/mesh_pretraining.py) the tied table and the
+output bias are split by vocabulary rows, and so are the logits and their gradients: each
+device holds [b, P, V/K] (the step's logits come out laid out [batch, unsharded, model], and
+DTensor's softmax cross-entropy stays split over the class dimension); the mesh model has
+no pooler.
 
 Two runtimes differ in the embedding table's gradient and update:
   "xla": the step is one XLA program (every TPU step; GPUs under jit_compile).
@@ -42,6 +47,7 @@ from models.bert.memory.bert_memory_estimate import (
     PRECISION_BYTES,
     RUNTIMES,
     SHARDED_VARIABLE,
+    VOCABULARY_SHARDED,
     MemoryEstimate,
     canonical_precision,
     config_from_name,
@@ -54,7 +60,8 @@ def _kernel_parameters(config, model_parallel=1):
     return config.num_layers * (4 * h * h + 2 * h * i) // model_parallel + h * h
 
 
-def activation_breakdown(config, per_replica_batch, seq_length, precision, model_parallel=1):
+def activation_breakdown(config, per_replica_batch, seq_length, precision, model_parallel=1,
+                         pooler=True):
     """Return {kind: bytes} of the tensors one step keeps for its backward pass.
 
     Each term is what a TensorFlow gradient function of models/bert needs, under
@@ -62,7 +69,9 @@ def activation_breakdown(config, per_replica_batch, seq_length, precision, model
     keeps a 1-byte boolean mask, and the exact GELU keeps four [b, s, I] tensors.
     With model_parallel=K, per device: heads, Q/K/V/context and the FFN intermediate
     are 1/K (keras_tpu.parallel.mesh.layout's layout), the [b, s, H] tensors stay whole, and the
-    one-hot embedding lookups ([b, s, V] and [b, s, 2]) are kept for the backward pass.
+    one-hot embedding lookups ([b, s, V] and [b, s, 2]) are kept for the backward pass, whole
+    on every device (also when the masked LM splits the table: the one-hot's layout is
+    [batch, unsharded, unsharded]). `pooler`: False for the mesh's masked LM, which has none.
     """
     c = PRECISION_BYTES[canonical_precision(precision)]
     b, s, k = per_replica_batch, seq_length, model_parallel
@@ -82,7 +91,7 @@ def activation_breakdown(config, per_replica_batch, seq_length, precision, model
         "layer norms (float32)": n * 2 * layer_norm,
         "FFN intermediate (GELU) [b, s, I]": n * 4 * c * bsi,
         "dropout masks [b, s, H]": n * 2 * bsh,
-        "pooler": 2 * c * b * h,
+        **({"pooler": 2 * c * b * h} if pooler else {}),
         **(
             {
                 "one-hot embedding lookups [b, s, V]": c
@@ -102,7 +111,7 @@ def head_parameters(config):
     return h * h + h + 2 * h + config.vocab_size
 
 
-def mlm_activation_breakdown(config, per_replica_batch, predictions, precision):
+def mlm_activation_breakdown(config, per_replica_batch, predictions, precision, model_parallel=1):
     """Return {kind: bytes} the masked-LM head keeps for its backward pass.
 
     At each of the b x P predicted positions: the gathered hidden state (the dense layer's
@@ -111,29 +120,39 @@ def mlm_activation_breakdown(config, per_replica_batch, predictions, precision):
     dtype c; and the float32 gradient of the softmax cross-entropy over the vocabulary,
     which TensorFlow's fused op computes in the forward pass and keeps ([b, P, V]); and
     the float32 logits themselves, the step's output, which tf_keras's train_step reads
-    for the metrics after the backward pass and the update.
+    for the metrics after the backward pass and the update. With model_parallel=K (the
+    mesh) the [b, P, V] tensors are split by vocabulary, V/K on each device; the head's
+    dense layer and layer norm are replicated, their [b, P, H] tensors whole.
     """
     c = PRECISION_BYTES[canonical_precision(precision)]
     n, h = per_replica_batch * predictions, config.hidden_size
+    vocabulary = config.vocab_size // model_parallel
     return {
         "masked-LM head [b, P, H]": (6 * c + 8) * n * h + 8 * n,
-        "masked-LM softmax gradient [b, P, V]": 4 * n * config.vocab_size,
+        "masked-LM softmax gradient [b, P, V]": 4 * n * vocabulary,
         # tf_keras computes the metrics after the update, from the step's outputs.
-        "masked-LM logits [b, P, V] (for the metrics)": 4 * n * config.vocab_size,
+        "masked-LM logits [b, P, V] (for the metrics)": 4 * n * vocabulary,
     }
 
 
-def mlm_workspace_bytes(config, per_replica_batch, seq_length, predictions, precision, runtime):
+def mlm_workspace_bytes(config, per_replica_batch, seq_length, predictions, precision, runtime,
+                        model_parallel=1):
     """Return the masked-LM step's largest gradient temporaries alive at once.
 
     The logits' gradient ([b, P, V] float32, and its cast to the compute dtype under
     bf16) at the head; under "tf", at the embeddings, the lookup's sparse gradient rows of
     the tied word table and their dense [V, H] sum, added to the projection's gradient.
+    With model_parallel=K (the mesh): the logits' gradient is [b, P, V/K] a device, and the
+    one-hot lookup's gradient of the table is a whole float32 [V, H] (its one-hot input is
+    whole) before the device keeps its V/K rows, on either runtime.
     """
     c = PRECISION_BYTES[canonical_precision(precision)]
-    logits = per_replica_batch * predictions * config.vocab_size * (4 + (c if c != 4 else 0))
+    vocabulary = config.vocab_size // model_parallel
+    logits = per_replica_batch * predictions * vocabulary * (4 + (c if c != 4 else 0))
     tied = 0
-    if runtime == "tf":
+    if model_parallel > 1:
+        tied = 4 * config.vocab_size * config.hidden_size
+    elif runtime == "tf":
         rows = per_replica_batch * seq_length
         tied = rows * (4 * config.hidden_size + 4) + 4 * config.vocab_size * config.hidden_size
     return max(logits, tied)
@@ -159,15 +178,20 @@ _GATHERED = ("word_embeddings", "type_embeddings")  # tf.gather'ed: sparse gradi
 def _variable_bytes(model_or_config, model_parallel=1, head=False):
     """Return (parameters, trainable, weight bytes, trainable bytes, gathered table bytes).
 
-    Bytes are per device: with model_parallel=K a SHARDED_VARIABLE counts 1/K. The
-    gathered tables are {"word_embeddings": bytes, "type_embeddings": bytes}. `head`: a
-    config's count includes the masked-LM head's variables (a model's are counted).
+    Bytes are per device: with model_parallel=K a SHARDED_VARIABLE counts 1/K, and with
+    `head` (the masked LM) so does a VOCABULARY_SHARDED one. The gathered tables are
+    {"word_embeddings": bytes, "type_embeddings": bytes}. `head`: a config's count includes
+    the masked-LM head's variables (a model's are counted), and on the mesh (K > 1) not the
+    pooler: mesh_pretraining's model has none.
     """
+    split_vocabulary = head and model_parallel > 1
     if isinstance(model_or_config, BertConfig):
         c = model_or_config
-        params = count_parameters(c) + (head_parameters(c) if head else 0)
         h, i = c.hidden_size, c.intermediate_size
+        params = count_parameters(c) + (head_parameters(c) if head else 0)
+        params -= h * h + h if split_vocabulary else 0
         sharded = c.num_layers * (4 * h * h + 3 * h + 2 * h * i + i)
+        sharded += c.vocab_size * h + c.vocab_size if split_vocabulary else 0
         per_device = 4 * (params - sharded + sharded // model_parallel)
         tables = {"word_embeddings": 4 * c.vocab_size * c.hidden_size,
                   "type_embeddings": 4 * c.type_vocab_size * c.hidden_size}  # fmt: skip
@@ -175,7 +199,10 @@ def _variable_bytes(model_or_config, model_parallel=1, head=False):
 
     def nbytes(variable):
         size = variable.shape.num_elements() * variable.dtype.size
-        return size // model_parallel if SHARDED_VARIABLE.search(variable.name) else size
+        split = SHARDED_VARIABLE.search(variable.name) or (
+            split_vocabulary and VOCABULARY_SHARDED.search(variable.name)
+        )
+        return size // model_parallel if split else size
 
     # model.variables can list a shared variable twice; count each once.
     variables = list({id(v): v for v in model_or_config.variables}.values())
@@ -227,7 +254,9 @@ def estimate(
       max_predictions_per_seq: None for the encoder under a classifier or regression
         head (train_bert.py); P for the masked-LM pretraining step (pretrain_bert.py's
         --max_predictions_per_seq): its head, its [b, P, V] logits over the vocabulary
-        and the tied word table's dense gradient (see the module doc).
+        and the tied word table's dense gradient (see the module doc); with model_parallel
+        > 1, mesh_pretraining's split (the vocabulary rows too; its vocab_size must divide
+        by K).
 
     Returns:
       A MemoryEstimate; `.total` is the bytes, `.table()` the breakdown.
@@ -298,10 +327,10 @@ def estimate(
         checks.integer("max_predictions_per_seq", max_predictions_per_seq,
                        maximum=seq_length - 2,
                        fix="[CLS] and [SEP] are never predicted.")  # fmt: skip
-        if model_parallel > 1:
+        if arch.vocab_size % model_parallel:  # mesh_pretraining.check_vocabulary's rule.
             raise checks.ConfigError(
-                f"model_parallel={model_parallel} with max_predictions_per_seq: the "
-                f"pretraining estimate is for data parallelism; plan it with model_parallel=1."
+                f"BERT vocab_size={arch.vocab_size} is not divisible by model_parallel="
+                f"{model_parallel}: the masked LM splits its tied word table by vocabulary rows."
             )
     parameters, trainable, weights, trainable_bytes, tables = _variable_bytes(
         model_or_config, model_parallel, head=pretraining
@@ -320,16 +349,22 @@ def estimate(
         # updates put them in copy-on-read mode) and writes the table anew; SGD
         # scatters in place. Measured: 3 table-sized buffers for AdamW.
         update = (slots + 1) * max(sparse, default=0) if slots else 0
-    breakdown = activation_breakdown(arch, per_replica_batch, seq_length, precision, model_parallel)
+    # The mesh's masked LM has no pooler (mesh_pretraining.py).
+    pooler = not (pretraining and model_parallel > 1)
+    breakdown = activation_breakdown(arch, per_replica_batch, seq_length, precision,
+                                     model_parallel, pooler=pooler)  # fmt: skip
     workspace = workspace_bytes(arch, per_replica_batch, seq_length, precision, model_parallel)
     copies = _kernel_parameters(arch, model_parallel)
     if pretraining:
-        breakdown.update(mlm_activation_breakdown(arch, per_replica_batch,
-                                                  max_predictions_per_seq, precision))  # fmt: skip
+        breakdown.update(mlm_activation_breakdown(arch, per_replica_batch, max_predictions_per_seq,
+                                                  precision, model_parallel))  # fmt: skip
         workspace = max(workspace, mlm_workspace_bytes(
-            arch, per_replica_batch, seq_length, max_predictions_per_seq, precision, runtime))
-        # The head's dense kernel and the tied table, cast for the head's matmuls.
-        copies += arch.hidden_size * arch.hidden_size + arch.vocab_size * arch.hidden_size
+            arch, per_replica_batch, seq_length, max_predictions_per_seq, precision, runtime,
+            model_parallel))  # fmt: skip
+        # The head's dense kernel and the device's rows of the tied table, cast for the
+        # head's matmuls; the mesh's has no pooler kernel to cast.
+        h = arch.hidden_size
+        copies += h * h + arch.vocab_size * h // model_parallel - (0 if pooler else h * h)
     copies = 0 if precision == "fp32" else PRECISION_BYTES[precision] * copies
     return MemoryEstimate(
         per_replica_batch=per_replica_batch,

@@ -31,6 +31,10 @@ SHARDED_VARIABLE = re.compile(
     r"transformer/layer_\d+/(self_attention/(query|key|value|output)/kernel|"
     r"self_attention/(query|key|value)/bias|intermediate/(kernel|bias)|output/kernel)"
 )
+# The masked LM's variables models/bert/mesh/mesh_pretraining.py also splits across "model",
+# by vocabulary rows: the word-embedding table its output projection is tied to, and the
+# output bias (a classifier's mesh keeps the table whole).
+VOCABULARY_SHARDED = re.compile(r"(^|/)embeddings/word_embeddings:|(^|/)masked_lm/output_bias:")
 
 # BERT-large (Devlin et al. 2019) for planning only: models/bert does not ship it
 # as a preset, so nothing here builds it.

@@ -31,6 +31,7 @@ from models.bert.memory.bert_memory_estimate import PLANNING_PRESETS  # noqa: F4
 from models.bert.memory.bert_memory_estimate import PRECISION_BYTES  # noqa: F401
 from models.bert.memory.bert_memory_estimate import RUNTIMES  # noqa: F401
 from models.bert.memory.bert_memory_estimate import SHARDED_VARIABLE  # noqa: F401
+from models.bert.memory.bert_memory_estimate import VOCABULARY_SHARDED  # noqa: F401
 from models.bert.memory.bert_memory_estimate import MemoryEstimate  # noqa: F401
 from models.bert.memory.bert_memory_estimate import canonical_precision  # noqa: F401
 from models.bert.memory.bert_memory_estimate import config_from_name  # noqa: F401

@@ -78,6 +78,22 @@ def bert_layout_map(layout_mesh):
     return layout_map
 
 
+def encoder_inputs(mesh, seq_length=None):
+    """Return (BERT's three int32 Keras inputs by name, the attention dropout for `mesh`).
+
+    The inputs are [batch, seq_length] (None: any length); the dropout, a (rate, name) ->
+    layer for `bert_encoder.encoder_outputs`, draws its mask split over "batch" only
+    (`mesh.BatchSplitDropout`). The classifier and the masked LM (mesh_pretraining.py) share them.
+    """
+    inputs = {
+        name: keras.Input(shape=(seq_length,), dtype=tf.int32, name=name) for name in INPUT_NAMES
+    }
+    attention_dropout = functools.partial(
+        mesh_lib.BatchSplitDropout, mesh=mesh, batch_dim=mesh_lib.BATCH
+    )
+    return inputs, attention_dropout
+
+
 def build_classifier(config, num_classes, *, mesh, dropout=0.1):
     """Build an uncompiled BERT classifier whose weights are laid out on `mesh`.
 
@@ -88,13 +104,7 @@ def build_classifier(config, num_classes, *, mesh, dropout=0.1):
     check_config(config, mesh.dim_size(mesh_lib.MODEL))
     keras.backend.experimental.enable_tf_random_generator()
     with bert_layout_map(mesh).scope():
-        inputs = {
-            name: keras.Input(shape=(None,), dtype=tf.int32, name=name)
-            for name in INPUT_NAMES
-        }
-        attention_dropout = functools.partial(
-            mesh_lib.BatchSplitDropout, mesh=mesh, batch_dim=mesh_lib.BATCH
-        )
+        inputs, attention_dropout = encoder_inputs(mesh)
         pooled = bert_encoder.encoder_outputs(
             config, inputs, one_hot_lookup=True, attention_dropout=attention_dropout
         )["pooled_output"]

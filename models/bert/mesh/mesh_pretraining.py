@@ -26,7 +26,6 @@ ones, so the two paths agree step for step only without dropout (docs/pretrainin
 """
 
 import dataclasses
-import functools
 from typing import Any
 
 import tensorflow as tf
@@ -36,7 +35,6 @@ from keras_tpu import checks
 from keras_tpu import keras
 from keras_tpu.parallel import mesh as mesh_lib
 from models.bert import bert_encoder
-from models.bert.bert_config import INPUT_NAMES
 from models.bert.mesh import mesh_classifier
 from models.bert.pretraining import mlm_export
 from models.bert.pretraining import mlm_head
@@ -80,15 +78,9 @@ def build_pretraining_model(config, seq_length, max_predictions_per_seq, *, mesh
     check_vocabulary(config.vocab_size, model_parallel)
     keras.backend.experimental.enable_tf_random_generator()
     with pretraining_layout_map(mesh).scope():
-        inputs = {
-            name: keras.Input(shape=(seq_length,), dtype=tf.int32, name=name)
-            for name in INPUT_NAMES
-        }
+        inputs, attention_dropout = mesh_classifier.encoder_inputs(mesh, seq_length)
         positions = keras.Input(
             shape=(max_predictions_per_seq,), dtype=tf.int32, name=mlm_head.POSITIONS
-        )
-        attention_dropout = functools.partial(
-            mesh_lib.BatchSplitDropout, mesh=mesh, batch_dim=mesh_lib.BATCH
         )
         embeddings = bert_encoder.BertEmbeddings(config, one_hot_lookup=True, name="embeddings")
         sequence_output = bert_encoder.encoder_outputs(

@@ -185,24 +185,28 @@ def _sharded(config, start, preprocessor, vocabulary):
     )
     return dict(
         backend=functools.partial(mesh.ShardedBackend, model=spec),
-        # The planner's pretraining estimate is data parallel's (plan_memory.py refuses
-        # --task=pretraining with --model_parallel > 1): said, the run goes on.
-        check_memory=lambda model, info, policy: (
-            f"memory check skipped: the masked-LM estimate is for data parallelism, not "
-            f"model_parallel={config.model_parallel}"
+        # The planner on the encoder's config (the mesh model's weights are DTensors): per
+        # device, the encoder split as the classifier's, the tied table and the output bias
+        # by vocabulary rows.
+        check_memory=lambda model, info, policy: check_memory(
+            start.encoder_config, info, policy, config
         ),
     )
 
 
-def check_memory(model, info, policy, config):
-    """Return the memory planner's warning for this masked-LM step on this device, or None."""
+def check_memory(model_or_config, info, policy, config):
+    """Return the memory planner's warning for this masked-LM step on this device, or None.
+
+    With `config.model_parallel` > 1, per device of the mesh (`model_or_config`: the encoder's
+    BertConfig) and per data-parallel row's batch.
+    """
     try:
         accelerator = info.accelerator
     except checks.ConfigError as e:  # A GPU the planner does not know: said, the run goes on.
         return f"memory check skipped: {e}"
     return planner.check_fits(
-        model, config.per_replica_batch_size, config.seq_length, policy, accelerator,
-        max_predictions_per_seq=config.max_predictions_per_seq,
+        model_or_config, config.per_replica_batch_size, config.seq_length, policy, accelerator,
+        model_parallel=config.model_parallel, max_predictions_per_seq=config.max_predictions_per_seq,
     )  # fmt: skip
 
 
