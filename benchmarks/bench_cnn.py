@@ -29,6 +29,8 @@ side timed over the same number of examples per repeat (--timed_examples):
       bf16 (not in the default --sides). auto_vs_fp32 = (c) / toolkit_fp32 shows
       "auto" is never slower than fp32; bf16_vs_fp32 shows what bf16 does here
       (faster only where the CPU has native bf16: the rule auto follows).
+      toolkit_nondeterministic, toolkit_fp32_nondeterministic: (c) and toolkit_fp32
+      without TensorFlow's op determinism (RunConfig.deterministic=False): its cost.
       Every toolkit side takes turns with the others, as (c) and (d) do.
 
 Every side first runs one untimed warm-up (tracing, first-iteration costs);
@@ -200,6 +202,7 @@ def run_toolkit_sides(split, test, names):
         "toolkit_bf16": (None, "bf16", True),
         # Without TensorFlow's op determinism (RunConfig.deterministic=False): its cost.
         "toolkit_nondeterministic": (None, "auto", False),
+        "toolkit_fp32_nondeterministic": (None, "fp32", False),
     }
     args = (split, test, FLAGS.timed_examples, FLAGS.batch)
     if len(names) < 2:

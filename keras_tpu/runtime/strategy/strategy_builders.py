@@ -195,9 +195,21 @@ def _one_gpu(request):
 
 
 def _cpu(request):
-    """Return a one-replica strategy on the CPU."""
+    """Return the one-replica strategy on the CPU: TensorFlow's default strategy.
+
+    Not a one-device MirroredStrategy (as one GPU gets): on the CPU any `tf.distribute`
+    strategy makes glibc's malloc give each step's buffers back to the kernel and fault them
+    in again, host by host (docs/guide.md, "Host memory"). Measured in fresh processes, the
+    digits CNN in fp32 against plain tf_keras: 0.59x under MirroredStrategy(["/cpu:0"]) and
+    1.0x without one on an AVX2 EPYC (benchmarks/README.md); 0.976x and 1.011x here, on a
+    Xeon with AMX (benchmarks/results/cnn_one_cpu_strategy.json). The default strategy
+    distributes nothing, so tf_keras and keras_tpu take the same calls (`scope`,
+    `distribute_datasets_from_function`, `run`, `reduce`) without a wrapper; tf_keras's
+    BackupAndRestore accepts it ("empty strategy"). A multi-replica run's code path is
+    rehearsed with `cpu_replicas` (a MirroredStrategy over logical CPUs), not by this one.
+    """
     del request
-    return _Built(_single_device_strategy("/cpu:0"), "cpu")
+    return _Built(tf.distribute.get_strategy(), "cpu")
 
 
 # strategy="auto" tries these in order; an explicit strategy calls its builder alone.

@@ -251,7 +251,7 @@ class StrategyInfo:
         replicas = int(strategy.num_replicas_in_sync)
         return cls(
             kind=kind,
-            strategy=type(strategy).__name__,
+            strategy=strategy_inspect.name_of(strategy),
             replicas=replicas,
             workers=workers,
             devices=tuple(strategy_inspect.devices_of(strategy)),

@@ -55,6 +55,16 @@ def devices_of(strategy):
     return list(strategy.extended.worker_devices)
 
 
+def name_of(strategy):
+    """Return a strategy's name as a person reads it: its class, or "the default strategy".
+
+    TensorFlow's default strategy (`tf.distribute.get_strategy()` outside any scope: the
+    CPU's one replica, strategy_builders._cpu) has a private class, _DefaultDistributionStrategy.
+    """
+    name = type(strategy).__name__
+    return "the default strategy" if name == "_DefaultDistributionStrategy" else name
+
+
 def kind_of(strategy):
     """Return the KINDS name of a strategy made anywhere: "tpu", "multi_worker", ..."""
     name = type(strategy).__name__
