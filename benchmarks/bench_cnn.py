@@ -14,9 +14,10 @@ side timed over the same number of examples per repeat (--timed_examples):
   (b) baseline: hand-tuned plain tf_keras: tf.data (cache, shuffle, repeat,
       batch with drop_remainder, prefetch), batch --batch, steps_per_execution
       --baseline_steps_per_execution, no strategy.
-  (b') baseline_mirrored: (b) under a one-device MirroredStrategy, as the toolkit runs on
-      one CPU (not in the default --sides): (b')/(b) is what the strategy costs, (c)/(b')
-      what the engine costs beyond it.
+  (b') baseline_mirrored: (b) under a one-device MirroredStrategy, as the toolkit ran on
+      one CPU until 2026-12 (it now runs on TensorFlow's default strategy, which costs
+      nothing: benchmarks/README.md) (not in the default --sides): (b')/(b) is what that
+      strategy costs.
   (c) toolkit: `models.train_cnn(CNNConfig(...))` with per_replica_batch_size
       --batch and everything else at its defaults (steps_per_execution "auto",
       precision "auto"), fed the same arrays in place of its dataset loader.
@@ -37,9 +38,10 @@ Every side first runs one untimed warm-up (tracing, first-iteration costs);
 (b) and (c) then time one epoch of timed_examples per repeat and report the
 median. Goals: (c) >= 1.0x (b) and >= 20x (a).
 
-On some hosts a one-device strategy costs this path glibc's malloc churn (EPYC-AVX2: 0.59x;
-EPYC-BF16: none; benchmarks/README.md): run with
-`GLIBC_TUNABLES=glibc.malloc.top_pad=67108864` to see every side without it.
+On some hosts a one-device strategy costs glibc's malloc churn (EPYC-AVX2: 0.59x; EPYC-BF16:
+none; benchmarks/README.md): (b') shows it. The scripts start with
+`GLIBC_TUNABLES=glibc.malloc.top_pad=67108864` (keras_tpu/runtime/host/host_malloc.py); this
+benchmark is not a script: set it in the environment to see every side with it.
 
   python benchmarks/bench_cnn.py --wait_quiet=600 --json=benchmarks/results/cnn.json \
       --png=benchmarks/results/cnn.png

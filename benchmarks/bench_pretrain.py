@@ -9,8 +9,8 @@ of the shared host's load hits all alike:
   toolkit: what `scripts/pretrain_bert.py` runs: `keras_tpu.fit("bert_mlm", BertMlmConfig)`
       on the corpus file (read, tokenised, packed and dynamically masked in tf.data; the
       run's cache rule keeps this small corpus in memory after the first pass), the
-      resolved one-device strategy, steps_per_execution "auto", --precision forced; its
-      rate is the run's ThroughputMeter per epoch.
+      resolved strategy (one CPU: TensorFlow's default strategy), steps_per_execution
+      "auto", --precision forced; its rate is the run's ThroughputMeter per epoch.
   plain: the same model written by hand as tensorflow/models' BERT pretraining writes it:
       `build_bert_encoder` (Keras dropout) and a masked-LM layer of its own (gather the
       masked positions flat, dense + GELU + layer norm, matmul with the word-embedding
