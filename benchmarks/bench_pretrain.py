@@ -18,6 +18,9 @@ of the shared host's load hits all alike:
       batches (the toolkit's Masker, masks written once: BERT's create_pretraining_data),
       AdamW with weight decay and clipping as the toolkit's, no strategy,
       steps_per_execution --plain_steps_per_execution.
+  toolkit_nondeterministic, toolkit_nobackup (not default): the toolkit side with
+      RunConfig.deterministic=False (no op determinism, Keras's own dropout) or backup=False
+      (no backup at each epoch's end): what each default costs.
   toolkit_tuned, plain_tuned (not default): the same with
       GLIBC_TUNABLES=glibc.malloc.top_pad=67108864 in the process's environment (glibc's
       malloc keeps freed memory: benchmarks/README.md, the EPYC-AVX2 rows).
@@ -40,6 +43,7 @@ multiplies bfloat16 natively.
       --png=benchmarks/results/bench_pretrain.png
 """
 
+import functools
 import json
 import os
 import subprocess
@@ -91,14 +95,14 @@ def _path(name):
     return os.path.join(FLAGS.work_dir, name)
 
 
-def _mlm_config(precision, model_dir, epochs=1):
+def _mlm_config(precision, model_dir, epochs=1, **settings):
     import models  # pylint: disable=g-import-not-at-top
 
     return models.BertMlmConfig(
         train_files=_path(CORPUS), vocab_file=_path(VOCAB), preset=FLAGS.preset,
         seq_length=FLAGS.seq_length, max_predictions_per_seq=FLAGS.max_predictions_per_seq,
         per_replica_batch_size=FLAGS.batch, epochs=epochs, steps_per_epoch=FLAGS.steps_per_epoch,
-        mixed_precision=precision, model_dir=model_dir, verbose=0, tensorboard=False,
+        mixed_precision=precision, model_dir=model_dir, verbose=0, tensorboard=False, **settings,
     )  # fmt: skip
 
 
@@ -106,12 +110,17 @@ def _rates(seconds, steps, batch):
     return [steps * batch / s for s in seconds]
 
 
-def run_toolkit():
-    """The pretraining run `scripts/pretrain_bert.py` starts; its per-epoch rates."""
+def run_toolkit(**settings):
+    """The pretraining run `scripts/pretrain_bert.py` starts; its per-epoch rates.
+
+    `settings`: RunConfig fields other than the defaults (the sides that name what a default
+    costs: toolkit_nondeterministic, toolkit_nobackup).
+    """
     import keras_tpu  # pylint: disable=g-import-not-at-top
 
     with tempfile.TemporaryDirectory() as model_dir:
-        config = _mlm_config(FLAGS.run_precision, model_dir, epochs=1 + FLAGS.repeats)
+        config = _mlm_config(FLAGS.run_precision, model_dir, epochs=1 + FLAGS.repeats,
+                             **settings)  # fmt: skip
         summary = keras_tpu.fit("bert_mlm", config)
     rates = [row["examples_per_second"] for row in summary["throughput"][1:]]
     return {
@@ -272,6 +281,9 @@ SIDES = {
     "toolkit": (run_toolkit, False),
     "plain": (run_plain, False),
     "toolkit_tuned": (run_toolkit, True),
+    # What a default costs: op determinism with input-seeded dropout, and the epoch backups.
+    "toolkit_nondeterministic": (functools.partial(run_toolkit, deterministic=False), False),
+    "toolkit_nobackup": (functools.partial(run_toolkit, backup=False), False),
     "plain_tuned": (run_plain, True),
     "pipeline": (run_pipeline, False),
 }
