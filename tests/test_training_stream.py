@@ -240,6 +240,47 @@ def test_op_determinism_leaves_the_stream_parallel_and_its_order_unchanged(tmp_p
     determinism.seed_everything(0, deterministic=False)
 
 
+def test_a_stateful_source_cached_in_memory_keeps_the_stream_parallel_and_prefetched():
+    # A stateful op in the cached source's functions (here a table lookup, as a WordPiece
+    # vocabulary's) made tf.data's make_deterministic rewrite, under op determinism, turn
+    # the prefetch off and run every map and batch in the consumer's thread, after the
+    # cache was filled too: the masked LM's masking in each step's wait (the fill's read).
+    table = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(tf.range(40, dtype=tf.int64), tf.range(40, dtype=tf.int64) * 10),
+        default_value=-1,
+    )  # fmt: skip
+
+    def open_shard(pipelines, pipeline_id, ordered):
+        ids = tf.data.Dataset.range(40).shard(pipelines, pipeline_id)
+        return ids.map(lambda i: (tf.cast(i, tf.float32)[None], table.lookup(i)),
+                       num_parallel_calls=tf.data.AUTOTUNE)  # fmt: skip
+
+    source = data.Source("looked up", 40, open_shard)
+
+    def augment(x, y, seeds):
+        return x + tf.cast(seeds[:, :1] * 0, tf.float32), y
+
+    expected = _stream(source, 9, cache="memory", augment=augment)
+    determinism.seed_everything(0, deterministic=True)
+    try:
+        dataset_fn, _ = data.train_dataset_fn(source, _batching(), seed=3, cache="memory",
+                                              augment=augment)  # fmt: skip
+        graph = pipelines.graph_as_run(dataset_fn(tf.distribute.InputContext()))
+        by_op = {}
+        for node in graph.node:
+            by_op.setdefault(node.op, []).append(node)
+        assert "ParallelBatchDataset" in by_op and "BatchDatasetV2" not in by_op
+        augmenting = [n for n in by_op["ParallelMapDatasetV2"] if "augment" in n.attr["f"].func.name]
+        assert len(augmenting) == 1  # The augment, in parallel.
+        # A rewritten prefetch reads a buffer of 0 and keeps its own as a control input.
+        (prefetch,) = by_op["PrefetchDataset"]
+        assert not [i for i in prefetch.input if i.startswith("^")]
+        assert _stream(source, 9, cache="memory", augment=augment) == expected
+    finally:
+        determinism.seed_everything(0, deterministic=False)
+    assert sorted(i // 10 for batch in expected[:5] for i in batch) == list(range(40))
+
+
 def test_an_augmented_stream_makes_its_seeds_per_batch_not_per_example(tmp_path):
     # A map per example costs a function call per image (60-80 µs on one thread here:
     # an augmented stream capped near 15,000 images/s, benchmarks/bench_images.py).

@@ -250,7 +250,16 @@ def _filled_first(cached, stream, what, expected):
     """
     # Marks: -1 (start), then the examples of each chunk read, then -2 (end).
     start, end = tf.constant(-1, tf.int64), tf.constant(-2, tf.int64)
-    chunks = cached.map(lambda *element: tf.constant(1, tf.int64)).batch(_FILL_CHUNK)
+    # Read through a function, as every pass reads it: a dataset a function captures is
+    # opaque to tf.data's make_deterministic rewrite, one in the pipeline's own graph is
+    # not. Under op determinism (the run's default), a stateful op in the cached source's
+    # functions (tensorflow_text's WordpieceTokenizeWithOffsets, a TensorDataset) made it
+    # turn off the prefetch and run every map and batch of the whole stream, after the
+    # fill too, in the thread that asks for the next batch: the masked LM's masking waited
+    # for 3 ms of each 150 ms step (benchmarks/bench_pretrain.py, profiled).
+    chunks = tf.data.Dataset.range(1).flat_map(
+        lambda _: cached.map(lambda *element: tf.constant(1, tf.int64)).batch(_FILL_CHUNK)
+    )
     marks = tf.data.Dataset.from_tensors(start).concatenate(chunks.map(tf.reduce_sum))
     marks = marks.concatenate(tf.data.Dataset.from_tensors(end))
     tenth = max(1, int(expected) // 10)

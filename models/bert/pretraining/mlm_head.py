@@ -68,14 +68,20 @@ class MaskedLMHead(keras.layers.Layer):
         # the table, and its gradient builds a [b, V, H] tensor before summing it (measured:
         # 15.6 MiB more per example for the tiny preset's 30522 x 128 table).
         rows = tf.reshape(hidden, [-1, self.config.hidden_size])
-        logits = tf.matmul(rows, table, transpose_b=True)
+        # The bias through bias_add, in float32: its gradient is one BiasAddGrad, where a
+        # broadcast `+` summed [b, P, V] over two axes (4 ms of a 150 ms step for the tiny
+        # preset's 8,000 WordPieces, benchmarks/bench_pretrain.py), and in float32 the
+        # product and the bias fuse into one oneDNN op.
+        logits = tf.nn.bias_add(
+            tf.cast(tf.matmul(rows, table, transpose_b=True), tf.float32),
+            tf.cast(self.output_bias, tf.float32),
+        )
         # Static where known; an unknown batch as -1, not tf.shape's slice (which DTensor
         # cannot lay out for a batch-split tensor, docs/model_parallel.md).
         dims = [d if d is not None else -1 for d in hidden.shape[:-1]]
         if dims.count(-1) > 1:
             dims = [d if d != -1 else tf.shape(hidden)[i] for i, d in enumerate(dims)]
-        logits = tf.reshape(logits, [*dims, self.config.vocab_size])
-        return tf.cast(logits, tf.float32) + tf.cast(self.output_bias, tf.float32)
+        return tf.reshape(logits, [*dims, self.config.vocab_size])
 
 
 def build_pretraining_model(config, seq_length, max_predictions_per_seq):
