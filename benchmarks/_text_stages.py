@@ -9,6 +9,8 @@ import _dataset_graph
 
 # The text path's dataset ops: (stage, how it runs); maps are told apart by their function.
 PARALLEL, ONE_THREAD = "parallel", "ONE THREAD"
+OFF = "OFF: a buffer of 0, every stage in the thread that asks"
+SERIAL = (ONE_THREAD, OFF)
 _OPS = {
     "FlatMapDataset": ("files / epochs / passes in order (flat_map)", "in order, no work"),
     "TextLineDataset": ("read (one file's lines)", "one reader, in file order"),
@@ -27,6 +29,7 @@ _MAPS = (  # (a part of the map function's name, its stage)
     ("tokens", "tokenise (WordPiece, 256 lines a call)"),
     ("parse_and_augment", "mask (the Masker, a batch a call)"),
     ("normalize", "unbatch (the pack's rows, a call a pack)"),
+    ("fill_", "the memory cache's first read (once, before the first step)"),
 )
 
 
@@ -43,6 +46,8 @@ def stages(graph):
             if node.op in ("MapDataset", "ParallelMapDatasetV2"):
                 stage = next((s for part, s in _MAPS if part in function), "map (other)")
             calls, _ = _dataset_graph.parallelism(node, consts)
+            if node.op == "PrefetchDataset" and consts.get(node.input[1].split(":")[0]) == 0:
+                runs = OFF  # make_deterministic's rewrite: the consumer's thread runs it all.
             rows.append({"stage": stage, "op": node.op, "runs": runs,
                          "num_parallel_calls": calls, "function": function, "in": where})  # fmt: skip
     return rows

@@ -30,7 +30,8 @@ of the shared host's load hits all alike:
       (cache="none": every epoch reads, tokenises, packs and masks, as a corpus larger
       than the cache budget does); (3) cached (cache="memory": shuffle and mask, this
       corpus's default). Against the toolkit's training rate: goal >= 5x. And the stages
-      as tf.data runs them (the rewritten graph): which run in parallel.
+      of both as tf.data runs them (the rewritten graph): which run in parallel, and
+      whether make_deterministic turned the prefetch off.
 
 Each training side runs 1 + --repeats epochs of --steps_per_epoch; epoch 0 (tracing) is not
 timed. tokens/s = sequences/s x seq_length (packed sequences are full). Model FLOPs are
@@ -271,7 +272,8 @@ def run_pipeline():
         out[f"{name}_examples_per_second"] = rate(datasets[name])
     determinism.seed_everything(0, deterministic=True)
     try:
-        out["stages"] = _text_stages.stages(pipelines.graph_as_run(datasets["streamed"]))
+        for name in ("streamed", "cached"):
+            out[f"stages_{name}"] = _text_stages.stages(pipelines.graph_as_run(datasets[name]))
     finally:
         determinism.seed_everything(0, deterministic=False)
     return out
@@ -465,8 +467,9 @@ def main(argv):
         pipeline[f"{name}_tokens_per_second"] = round(rate * FLAGS.seq_length, 1)
         ratios[f"pipeline_{name}_vs_training"] = round(rate / training, 2)
     pipeline["one_thread_stages"] = sorted(
-        {r["stage"] for r in pipeline["stages"] if r["runs"] == _text_stages.ONE_THREAD}
-    )
+        {f"{r['stage']} ({name})" for name in ("streamed", "cached")
+         for r in pipeline[f"stages_{name}"] if r["runs"] in _text_stages.SERIAL}
+    )  # fmt: skip
     results["pipeline"] = pipeline
     results["ratios"] = ratios
     _reports.finish(results, load)
@@ -485,9 +488,10 @@ def main(argv):
           f"{pipeline['streamed_examples_per_second']:,.0f}, cached "
           f"{pipeline['cached_examples_per_second']:,.0f}; training {training:,.1f}")  # fmt: skip
     _reports.print_table(
-        ["stage", "op", "runs", "num_parallel_calls"],
-        [[r["stage"], r["op"], r["runs"], _dataset_graph.calls_text(r["num_parallel_calls"])]
-         for r in pipeline["stages"]],
+        ["pipeline", "stage", "op", "runs", "num_parallel_calls"],
+        [[name, r["stage"], r["op"], r["runs"],
+          _dataset_graph.calls_text(r["num_parallel_calls"])]
+         for name in ("streamed", "cached") for r in pipeline[f"stages_{name}"]],
     )  # fmt: skip
     for name, value in ratios.items():
         print(f"{name}: {value}x")

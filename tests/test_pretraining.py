@@ -129,8 +129,10 @@ def test_the_text_path_calls_no_function_per_sequence_and_tokenises_in_parallel(
     # Framing is done a batch at a time in the pack, numbering by a counter: no map per
     # sequence (60-80 us a call on one thread here). The tokenising map is parallel; with
     # op determinism on (a run's default) tf.data's make_deterministic rewrite makes it
-    # sequential, tensorflow_text's WordpieceTokenizeWithOffsets being a stateful op: then
-    # it is the one map on one thread (benchmarks/bench_pretrain.py measures its rate).
+    # sequential, tensorflow_text's WordpieceTokenizeWithOffsets being a stateful op, in a
+    # graph with the source on top, as here. A run's stream reads the source through the
+    # function that opens each pass, where the rewrite does not look: there it stays
+    # parallel (tests/test_benchmarks.py::test_bench_pretrain reads the run's stages).
     from keras_tpu.data import pipelines  # pylint: disable=g-import-not-at-top
     from keras_tpu.runtime import determinism  # pylint: disable=g-import-not-at-top
 

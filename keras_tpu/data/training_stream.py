@@ -257,10 +257,16 @@ def _filled_first(cached, stream, what, expected):
     # turn off the prefetch and run every map and batch of the whole stream, after the
     # fill too, in the thread that asks for the next batch: the masked LM's masking waited
     # for 3 ms of each 150 ms step (benchmarks/bench_pretrain.py, profiled).
+    def fill_count(*element):  # Named: a pipeline's stage table tells the fill's maps apart.
+        return tf.constant(1, tf.int64)
+
+    def fill_chunk(ones):
+        return tf.reduce_sum(ones)
+
     chunks = tf.data.Dataset.range(1).flat_map(
-        lambda _: cached.map(lambda *element: tf.constant(1, tf.int64)).batch(_FILL_CHUNK)
+        lambda _: cached.map(fill_count).batch(_FILL_CHUNK)
     )
-    marks = tf.data.Dataset.from_tensors(start).concatenate(chunks.map(tf.reduce_sum))
+    marks = tf.data.Dataset.from_tensors(start).concatenate(chunks.map(fill_chunk))
     marks = marks.concatenate(tf.data.Dataset.from_tensors(end))
     tenth = max(1, int(expected) // 10)
 
@@ -287,7 +293,10 @@ def _filled_first(cached, stream, what, expected):
     # Nothing of the fill reaches the stream: zipped with none of the stream's elements, it
     # takes the stream's structure and ends when the fill ends (the fill is read first).
     nothing = tf.data.Dataset.zip((filled.filter(lambda mark: False), stream.take(0)))
-    return nothing.map(lambda mark, element: element).concatenate(stream)
+    def fill_yields_nothing(mark, element):
+        return element
+
+    return nothing.map(fill_yields_nothing).concatenate(stream)
 
 
 def _streams_files(source, cache, pipelines):
