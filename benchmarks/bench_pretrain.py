@@ -18,6 +18,10 @@ of the shared host's load hits all alike:
       batches (the toolkit's Masker, masks written once: BERT's create_pretraining_data),
       AdamW with weight decay and clipping as the toolkit's, no strategy,
       steps_per_execution --plain_steps_per_execution.
+  plain_toolkit_input (not default): the plain side fed by the toolkit's input pipeline
+      (new masks every epoch in tf.data, as keras-hub's example masks): with it, toolkit
+      against plain_toolkit_input is the step and the engine alone, plain_toolkit_input
+      against plain what masking each epoch costs the 2 cores the step runs on.
   toolkit_nondeterministic, toolkit_nobackup (not default): the toolkit side with
       RunConfig.deterministic=False (no op determinism, Keras's own dropout) or backup=False
       (no backup at each epoch's end): what each default costs.
@@ -162,8 +166,41 @@ def plain_masked_lm(embedding_table, config, max_predictions_per_seq):
     return MaskedLM(name="plain_masked_lm")
 
 
-def run_plain():
-    """The hand-written tf_keras masked LM on pre-masked batches; its per-epoch rates."""
+def _toolkit_input():
+    """The toolkit's training input as plain Keras takes it: (features, ids, weights) batches.
+
+    `data.train_dataset_fn` of the task's Source with its masker as `augment`, as
+    `keras_tpu.fit` builds it: new masks every epoch, in tf.data (keras-hub's example masks
+    there too, with its MaskedLMMaskGenerator).
+    """
+    import dataclasses  # pylint: disable=g-import-not-at-top
+
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from keras_tpu import data  # pylint: disable=g-import-not-at-top
+    from models.bert.pretraining import masking  # pylint: disable=g-import-not-at-top
+    from models.bert.pretraining import mlm_task  # pylint: disable=g-import-not-at-top
+
+    task = mlm_task.bert_mlm_task(_mlm_config("fp32", None))
+    source = task.train_data
+    source = dataclasses.replace(source, num_examples=data.count_examples(source))
+    dataset_fn, _ = data.train_dataset_fn(
+        source, data.Batching(FLAGS.batch, 1), augment=task.augment, seed=0,
+        steps_per_epoch=FLAGS.steps_per_epoch,
+    )  # fmt: skip
+
+    def as_weights(features, labels):
+        predicted = labels != masking.IGNORED
+        return features, tf.where(predicted, labels, 0), tf.cast(predicted, tf.float32)
+
+    return dataset_fn(tf.distribute.InputContext()).map(as_weights)
+
+
+def run_plain(toolkit_input=False):
+    """The hand-written tf_keras masked LM on pre-masked batches; its per-epoch rates.
+
+    `toolkit_input`: fed by the toolkit's input pipeline instead (`_toolkit_input`).
+    """
     import numpy as np  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -175,9 +212,12 @@ def run_plain():
     arrays = dict(np.load(_path(MASKED)))
     vocab_size = int(arrays.pop("vocab_size"))
     labels, weights = arrays.pop("masked_lm_ids"), arrays.pop("masked_lm_weights")
-    ds = tf.data.Dataset.from_tensor_slices((arrays, labels, weights)).cache()
-    ds = ds.shuffle(len(labels), seed=0).repeat().batch(FLAGS.batch, drop_remainder=True)
-    ds = ds.prefetch(tf.data.AUTOTUNE)
+    if toolkit_input:
+        ds = _toolkit_input()
+    else:
+        ds = tf.data.Dataset.from_tensor_slices((arrays, labels, weights)).cache()
+        ds = ds.shuffle(len(labels), seed=0).repeat().batch(FLAGS.batch, drop_remainder=True)
+        ds = ds.prefetch(tf.data.AUTOTUNE)
     config = bert.bert_config(FLAGS.preset, vocab_size=vocab_size)
     encoder = bert.build_bert_encoder(config)
     inputs = {
@@ -287,6 +327,7 @@ SIDES = {
     "toolkit_nondeterministic": (functools.partial(run_toolkit, deterministic=False), False),
     "toolkit_nobackup": (functools.partial(run_toolkit, backup=False), False),
     "plain_tuned": (run_plain, True),
+    "plain_toolkit_input": (functools.partial(run_plain, toolkit_input=True), False),
     "pipeline": (run_pipeline, False),
 }
 
@@ -459,6 +500,12 @@ def main(argv):
                 ratios[f"toolkit{suffix}_vs_plain{suffix}_{precision}"] = round(
                     a["examples_per_second"] / b["examples_per_second"], 3
                 )
+        for a, b in (("toolkit", "plain_toolkit_input"), ("plain_toolkit_input", "plain")):
+            if f"{a}_{precision}" in sides and f"{b}_{precision}" in sides:
+                ratios[f"{a}_vs_{b}_{precision}"] = round(
+                    sides[f"{a}_{precision}"]["examples_per_second"]
+                    / sides[f"{b}_{precision}"]["examples_per_second"], 3
+                )  # fmt: skip
     training = sides.get("toolkit_fp32", next(iter(sides.values())))["examples_per_second"]
     pipeline["training_examples_per_second"] = training
     for name in ("pack", "pack_without_op_determinism", "streamed", "cached"):

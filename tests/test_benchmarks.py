@@ -360,12 +360,12 @@ def test_bench_pretrain(tmp_path):
         tmp_path, "bench_pretrain.py", "--max_sentences=400", "--seq_length=32", "--batch=8",
         "--steps_per_epoch=4", "--repeats=1", "--rounds=1", "--pipeline_batches=4",
         "--max_predictions_per_seq=5", "--plain_steps_per_execution=2", "--peak_size=256",
-        "--precisions=fp32", "--sides=toolkit,plain",
+        "--precisions=fp32", "--sides=toolkit,plain_toolkit_input,plain",
     )  # fmt: skip
     runs = [(r["side"], r["precision"], r["turn"]) for r in results["runs"]]
-    assert runs == [("toolkit", "fp32", 0), ("plain", "fp32", 0)]
+    assert runs == [(side, "fp32", 0) for side in ("toolkit", "plain_toolkit_input", "plain")]
     sides = results["sides"]
-    for name in ("toolkit_fp32", "plain_fp32"):
+    for name in ("toolkit_fp32", "plain_toolkit_input_fp32", "plain_fp32"):
         side = sides[name]
         assert len(side["samples"]) == 1 and side["examples_per_second"] > 0
         assert side["tokens_per_second"] == round(side["examples_per_second"] * 32, 1)
@@ -373,7 +373,14 @@ def test_bench_pretrain(tmp_path):
     # Each side ran in a process of its own, without glibc's malloc tuned.
     assert all(r["result"]["glibc_tunables"] is None for r in results["runs"])
     # The same model on both sides: the plain side's weights are the toolkit model's.
-    assert results["runs"][1]["result"]["trainable_weights"] == results["trainable_weights"]
+    for run in results["runs"][1:]:
+        assert run["result"]["trainable_weights"] == results["trainable_weights"]
+    # The step and the engine alone (the same input), and what masking every epoch costs.
+    for a, b in (("toolkit", "plain_toolkit_input"), ("plain_toolkit_input", "plain")):
+        assert results["ratios"][f"{a}_vs_{b}_fp32"] == pytest.approx(
+            sides[f"{a}_fp32"]["examples_per_second"] / sides[f"{b}_fp32"]["examples_per_second"],
+            abs=2e-3,
+        )
     assert results["ratios"]["toolkit_vs_plain_fp32"] == pytest.approx(
         sides["toolkit_fp32"]["examples_per_second"] / sides["plain_fp32"]["examples_per_second"],
         abs=2e-3,

@@ -245,10 +245,8 @@ def test_a_stateful_source_cached_in_memory_keeps_the_stream_parallel_and_prefet
     # vocabulary's) made tf.data's make_deterministic rewrite, under op determinism, turn
     # the prefetch off and run every map and batch in the consumer's thread, after the
     # cache was filled too: the masked LM's masking in each step's wait (the fill's read).
-    table = tf.lookup.StaticHashTable(
-        tf.lookup.KeyValueTensorInitializer(tf.range(40, dtype=tf.int64), tf.range(40, dtype=tf.int64) * 10),
-        default_value=-1,
-    )  # fmt: skip
+    keys = tf.range(40, dtype=tf.int64)
+    table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, keys * 10), -1)
 
     def open_shard(pipelines, pipeline_id, ordered):
         ids = tf.data.Dataset.range(40).shard(pipelines, pipeline_id)
@@ -270,7 +268,8 @@ def test_a_stateful_source_cached_in_memory_keeps_the_stream_parallel_and_prefet
         for node in graph.node:
             by_op.setdefault(node.op, []).append(node)
         assert "ParallelBatchDataset" in by_op and "BatchDatasetV2" not in by_op
-        augmenting = [n for n in by_op["ParallelMapDatasetV2"] if "augment" in n.attr["f"].func.name]
+        maps = by_op["ParallelMapDatasetV2"]
+        augmenting = [n for n in maps if "augment" in n.attr["f"].func.name]
         assert len(augmenting) == 1  # The augment, in parallel.
         # A rewritten prefetch reads a buffer of 0 and keeps its own as a control input.
         (prefetch,) = by_op["PrefetchDataset"]
