@@ -258,3 +258,51 @@ def test_the_per_replica_datasets_of_a_distributed_iterator_run_no_autotune_thre
     per_device = iter(dataset)._iterators[0]._iterator._device_iterators
     assert len(per_device) == CPU_REPLICAS
     assert [it._dataset.options().autotune.enabled for it in per_device] == [False] * CPU_REPLICAS
+
+
+def _looked_up_source(n):
+    """A source whose elements pass a table lookup (a stateful op, as WordPiece's vocabulary)."""
+    keys = tf.range(n, dtype=tf.int64)
+    table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, keys * 10), -1)
+
+    def open_shard(pipelines, pipeline_id, ordered):
+        ids = tf.data.Dataset.range(n).shard(pipelines, pipeline_id)
+        return ids.map(lambda i: (tf.cast(table.lookup(i), tf.float32)[None], i % 3),
+                       num_parallel_calls=tf.data.AUTOTUNE)  # fmt: skip
+
+    return data.Source("looked up", n, open_shard)
+
+
+def test_a_stateful_source_is_evaluated_and_predicted_in_parallel_under_op_determinism():
+    # Read directly, a stateful op in the source's functions made tf.data's
+    # make_deterministic rewrite (op determinism: a run's default) run every map and batch
+    # of an evaluation or a prediction in the consumer's thread, its prefetch off.
+    from keras_tpu.data import pipelines  # pylint: disable=g-import-not-at-top
+    from keras_tpu.inference import batched_outputs  # pylint: disable=g-import-not-at-top
+    from keras_tpu.runtime import determinism  # pylint: disable=g-import-not-at-top
+
+    source, context = _looked_up_source(21), tf.distribute.InputContext()
+    eval_fn, steps, _ = data.eval_dataset_fn(source, data.Batching(4, 1))
+    expected = [(x.numpy().tolist(), w.numpy().tolist()) for x, _, w in eval_fn(context)]
+    determinism.seed_everything(0, deterministic=True)
+    try:
+        graphs = {
+            "evaluation": pipelines.graph_as_run(eval_fn(context)),
+            "predictions": pipelines.graph_as_run(
+                batched_outputs._with_positions(source, steps, 4, context, None)
+            ),
+        }
+        for name, graph in graphs.items():
+            nodes = {node.name: node for node in graph.node}
+            ops = [node.op for node in graph.node]
+            assert "ParallelMapDatasetV2" in ops, name  # The source's lookup, in parallel.
+            prefetches = [nodes[n.input[1].split(":")[0]] for n in graph.node
+                          if n.op == "PrefetchDataset"]  # fmt: skip
+            buffers = [int(tf.make_ndarray(n.attr["value"].tensor)) for n in prefetches]
+            assert buffers and 0 not in buffers, name  # make_deterministic's rewrite sets 0.
+        got = [(x.numpy().tolist(), w.numpy().tolist()) for x, _, w in eval_fn(context)]
+        outputs = batched_outputs.run(tf.distribute.get_strategy(), lambda x: x[:, 0], source, 4)
+    finally:
+        determinism.seed_everything(0, deterministic=False)
+    assert got == expected and len(got) == steps
+    assert np.asarray(outputs.outputs).tolist() == [10.0 * i for i in range(21)]

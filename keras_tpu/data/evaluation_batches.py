@@ -20,6 +20,7 @@ from keras_tpu.data.pipelines import Batching
 from keras_tpu.data.pipelines import check_readable_by_tpu_host
 from keras_tpu.data.pipelines import count_examples
 from keras_tpu.data.pipelines import finish_batches
+from keras_tpu.data.pipelines import read_through_a_function
 from keras_tpu.data.sources.sources import as_source
 
 
@@ -97,7 +98,9 @@ def eval_dataset_fn(data, batching, *, preprocess=None):
 
     def dataset_fn(input_context):
         pipelines, pipeline_id = input_context.num_input_pipelines, input_context.input_pipeline_id
-        ds = source.open_shard(pipelines, pipeline_id, False)
+        # Through a function: a stateful op in the source's (WordPiece's) would make
+        # make_deterministic run the whole evaluation on one thread, unprefetched.
+        ds = read_through_a_function(source.open_shard(pipelines, pipeline_id, False))
         return padded_eval_batches(ds, steps, batching, input_context, preprocess=preprocess)
 
     return dataset_fn, steps, n

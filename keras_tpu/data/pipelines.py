@@ -150,6 +150,26 @@ def _options(deterministic):
     return options
 
 
+def read_through_a_function(ds):
+    """Return `ds` read through a dataset function: outside what make_deterministic reads.
+
+    Under op determinism (RunConfig.deterministic, a run's default) tf.data's
+    make_deterministic rewrite, as an iterator is made, reads the functions of the pipeline's
+    own graph; one stateful op outside its allow-list there (tensorflow_text's
+    WordpieceTokenizeWithOffsets, a vocabulary table's lookup, even a TensorDataset) turns
+    every prefetch off and runs every parallel map and batch, in the thread that asks for
+    the next batch (tensorflow/core/grappler/optimizers/data/make_deterministic.cc). A
+    dataset built outside a function and captured by it is that function's input, not part
+    of the graph the rewrite reads: its stages keep running as built (in order: the maps
+    are deterministic=True) and the stages after it stay parallel and prefetched. A
+    training stream reads its source this way already (each pass opens it in a flat_map);
+    the memory cache's first read, evaluation and predictions read it through this.
+    Sources must give the same elements whatever runs in parallel: stateless ops, or
+    stateful ones that only read (a table, a file).
+    """
+    return tf.data.Dataset.range(1).flat_map(lambda _: ds)
+
+
 def graph_as_run(dataset):
     """Return the GraphDef tf.data runs for `dataset`: after the rewrites an iterator applies.
 

@@ -37,6 +37,7 @@ from keras_tpu.data.pipelines import Batching
 from keras_tpu.data.pipelines import check_readable_by_tpu_host
 from keras_tpu.data.pipelines import count_examples
 from keras_tpu.data.pipelines import finish_batches
+from keras_tpu.data.pipelines import read_through_a_function
 from keras_tpu.data.sources.sources import as_source
 
 DEFAULT_SHUFFLE_BUFFER = 100_000
@@ -250,22 +251,18 @@ def _filled_first(cached, stream, what, expected):
     """
     # Marks: -1 (start), then the examples of each chunk read, then -2 (end).
     start, end = tf.constant(-1, tf.int64), tf.constant(-2, tf.int64)
-    # Read through a function, as every pass reads it: a dataset a function captures is
-    # opaque to tf.data's make_deterministic rewrite, one in the pipeline's own graph is
-    # not. Under op determinism (the run's default), a stateful op in the cached source's
-    # functions (tensorflow_text's WordpieceTokenizeWithOffsets, a TensorDataset) made it
-    # turn off the prefetch and run every map and batch of the whole stream, after the
-    # fill too, in the thread that asks for the next batch: the masked LM's masking waited
-    # for 3 ms of each 150 ms step (benchmarks/bench_pretrain.py, profiled).
+    # Read through a function, as every pass reads it: read directly, a stateful op in the
+    # cached source's functions (WordPiece's) made make_deterministic turn off the prefetch
+    # and run every map and batch of the whole stream, after the fill too, in the thread
+    # that asks for the next batch: the masked LM's masking waited for 3 ms of each 150 ms
+    # step (benchmarks/README.md, "The last 3% on the Xeon with AMX").
     def fill_count(*element):  # Named: a pipeline's stage table tells the fill's maps apart.
         return tf.constant(1, tf.int64)
 
     def fill_chunk(ones):
         return tf.reduce_sum(ones)
 
-    chunks = tf.data.Dataset.range(1).flat_map(
-        lambda _: cached.map(fill_count).batch(_FILL_CHUNK)
-    )
+    chunks = read_through_a_function(cached).map(fill_count).batch(_FILL_CHUNK)
     marks = tf.data.Dataset.from_tensors(start).concatenate(chunks.map(fill_chunk))
     marks = marks.concatenate(tf.data.Dataset.from_tensors(end))
     tenth = max(1, int(expected) // 10)

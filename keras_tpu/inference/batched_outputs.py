@@ -64,11 +64,15 @@ def _with_positions(source, steps, batch, context, preprocess):
     else its position.
     """
     pipelines_, pipeline_id = context.num_input_pipelines, context.input_pipeline_id
+    # Through a function (pipelines.read_through_a_function): a stateful op in the source's
+    # would make make_deterministic run every prediction batch on one thread, unprefetched.
     if source.open_shard_with_ids is not None:
         ds = source.open_shard_with_ids(pipelines_, pipeline_id)
+        ds = pipelines.read_through_a_function(ds)
         ds = ds.map(lambda element, i: (*evaluation_batches.with_weight(*element), _id(i)))
     else:
-        ds = evaluation_batches.weighted(source.open_shard(pipelines_, pipeline_id, False))
+        ds = pipelines.read_through_a_function(source.open_shard(pipelines_, pipeline_id, False))
+        ds = evaluation_batches.weighted(ds)
         ds = ds.map(lambda x, y, w: (x, y, w, tf.constant(-1, tf.int64)))
     ds = ds.enumerate().map(
         lambda i, e: (*e, i * pipelines_ + pipeline_id)  # Its place in the source.
