@@ -166,34 +166,52 @@ def plain_masked_lm(embedding_table, config, max_predictions_per_seq):
     return MaskedLM(name="plain_masked_lm")
 
 
-def _toolkit_input():
-    """The toolkit's training input as plain Keras takes it: (features, ids, weights) batches.
-
-    `data.train_dataset_fn` of the task's Source with its masker as `augment`, as
-    `keras_tpu.fit` builds it: new masks every epoch, in tf.data (keras-hub's example masks
-    there too, with its MaskedLMMaskGenerator).
-    """
+@functools.cache
+def _task_and_source():
+    """Return the "bert_mlm" task of the benchmark's corpus and its Source, counted once."""
     import dataclasses  # pylint: disable=g-import-not-at-top
 
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
     from keras_tpu import data  # pylint: disable=g-import-not-at-top
-    from models.bert.pretraining import masking  # pylint: disable=g-import-not-at-top
     from models.bert.pretraining import mlm_task  # pylint: disable=g-import-not-at-top
 
     task = mlm_task.bert_mlm_task(_mlm_config("fp32", None))
-    source = task.train_data
-    source = dataclasses.replace(source, num_examples=data.count_examples(source))
+    return task, dataclasses.replace(
+        task.train_data, num_examples=data.count_examples(task.train_data)
+    )
+
+
+def _training_stream(cache=None):
+    """Return (the task's Source, counted; its training batches as `keras_tpu.fit` builds them).
+
+    `data.train_dataset_fn` of the task's Source with its masker as `augment`: new masks
+    every epoch, in tf.data. `cache`: the run's rule (None), "none" or "memory".
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from keras_tpu import data  # pylint: disable=g-import-not-at-top
+
+    task, source = _task_and_source()
     dataset_fn, _ = data.train_dataset_fn(
-        source, data.Batching(FLAGS.batch, 1), augment=task.augment, seed=0,
+        source, data.Batching(FLAGS.batch, 1), augment=task.augment, cache=cache, seed=0,
         steps_per_epoch=FLAGS.steps_per_epoch,
     )  # fmt: skip
+    return source, dataset_fn(tf.distribute.InputContext())
+
+
+def _toolkit_input():
+    """The toolkit's training input as plain Keras takes it: (features, ids, weights) batches.
+
+    keras-hub's example masks in tf.data too, with its MaskedLMMaskGenerator.
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from models.bert.pretraining import masking  # pylint: disable=g-import-not-at-top
 
     def as_weights(features, labels):
         predicted = labels != masking.IGNORED
         return features, tf.where(predicted, labels, 0), tf.cast(predicted, tf.float32)
 
-    return dataset_fn(tf.distribute.InputContext()).map(as_weights)
+    return _training_stream()[1].map(as_weights)
 
 
 def run_plain(toolkit_input=False):
@@ -268,22 +286,15 @@ def _time_batches(iterator, batches):
 
 def run_pipeline():
     """The toolkit's training input alone: packing, streamed and cached; its stages."""
-    import dataclasses  # pylint: disable=g-import-not-at-top
-
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-    from keras_tpu import data  # pylint: disable=g-import-not-at-top
     from keras_tpu.data import pipelines  # pylint: disable=g-import-not-at-top
     from keras_tpu.runtime import determinism  # pylint: disable=g-import-not-at-top
     from models.bert.pretraining import mlm_task  # pylint: disable=g-import-not-at-top
     from models.bert.pretraining import text_corpus  # pylint: disable=g-import-not-at-top
 
-    config = _mlm_config("fp32", None)
-    task = mlm_task.bert_mlm_task(config)
-    _, vocabulary, preprocessor = mlm_task.run_text(config)
-    source = task.train_data
-    source = dataclasses.replace(source, num_examples=data.count_examples(source))
-    batching = data.Batching(FLAGS.batch, 1)
+    _, vocabulary, preprocessor = mlm_task.run_text(_mlm_config("fp32", None))
+    datasets = {}
+    for name, cache in (("streamed", "none"), ("cached", "memory")):
+        source, datasets[name] = _training_stream(cache)
     out = {"corpus_sequences": source.num_examples}
 
     def rate(dataset, op_determinism=True):
@@ -302,13 +313,7 @@ def run_pipeline():
     packed = packed.map(lambda ids: (ids, ids)).repeat()
     out["pack_examples_per_second"] = rate(packed)
     out["pack_without_op_determinism_examples_per_second"] = rate(packed, False)  # Parallel.
-    datasets = {}
-    for name, cache in (("streamed", "none"), ("cached", "memory")):
-        dataset_fn, _ = data.train_dataset_fn(
-            source, batching, augment=task.augment, cache=cache, seed=0,
-            steps_per_epoch=FLAGS.steps_per_epoch,
-        )  # fmt: skip
-        datasets[name] = dataset_fn(tf.distribute.InputContext())
+    for name in ("streamed", "cached"):
         out[f"{name}_examples_per_second"] = rate(datasets[name])
     determinism.seed_everything(0, deterministic=True)
     try:

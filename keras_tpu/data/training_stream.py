@@ -290,6 +290,7 @@ def _filled_first(cached, stream, what, expected):
     # Nothing of the fill reaches the stream: zipped with none of the stream's elements, it
     # takes the stream's structure and ends when the fill ends (the fill is read first).
     nothing = tf.data.Dataset.zip((filled.filter(lambda mark: False), stream.take(0)))
+
     def fill_yields_nothing(mark, element):
         return element
 
